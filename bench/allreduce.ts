@@ -1,0 +1,75 @@
+// bench/allreduce: the binding's allreduce against a raw C MPI_Allreduce on the same Open MPI,
+// 4 KiB to 64 MiB, at 2 and 4 ranks. Prints a table, then one JSON line:
+//   min_ratio_ge_4mib  lowest raw time / binding time over sizes >= 4 MiB (target >= 0.95)
+//   overhead_us        median binding - raw latency per operation at 4 KiB, worst rank count
+//                      (target <= 25)
+import { execFileSync, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { mpiHome, mpirunCommand } from '../src/cli/mpirun';
+
+const root = path.resolve(__dirname, '..', '..');
+const sizes = [4, 16, 64, 256, 1024, 4096, 16384, 65536].map((kib) => kib * 1024);
+const rankCounts = [2, 4];
+const reps = 15;
+// Enough operations per timed round to dwarf the timer, bounded for the large sizes.
+const iters = (bytes: number): number => Math.max(5, Math.min(2000, Math.floor((32 << 20) / bytes)));
+
+interface Line { impl: 'raw' | 'binding'; ranks: number; bytes: number; us: number[] }
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+function buildRaw(): string {
+  const out = path.join(root, 'build', 'bench', 'raw_allreduce');
+  const src = path.join(root, 'bench', 'raw_allreduce.c');
+  if (!fs.existsSync(out) || fs.statSync(out).mtimeMs < fs.statSync(src).mtimeMs) {
+    fs.mkdirSync(path.dirname(out), { recursive: true });
+    execFileSync(path.join(mpiHome, 'bin', 'mpicc'), ['-O2', '-o', out, src], { stdio: 'inherit' });
+  }
+  return out;
+}
+
+function run(ranks: number, program: string[]): Line[] {
+  const { command, args, env } = mpirunCommand({ ranks, program });
+  const result = spawnSync(command, args, { env, encoding: 'utf8', timeout: 300_000 });
+  if (result.status !== 0) throw new Error(`${program.join(' ')} on ${ranks} ranks failed:\n${result.stderr}`);
+  return result.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Line);
+}
+
+function main(): void {
+  const raw = buildRaw();
+  const plan = [String(reps), ...sizes.flatMap((b) => [String(b), String(iters(b))])];
+  const worker = path.join(__dirname, 'allreduce-worker.js');
+  const rows: Array<{ ranks: number; bytes: number; raw_us: number; binding_us: number; ratio: number }> = [];
+  for (const ranks of rankCounts) {
+    process.stderr.write(`[bench] ${ranks} ranks: raw C ...`);
+    const rawLines = run(ranks, [raw, ...plan]);
+    process.stderr.write(' binding ...');
+    const bindingLines = run(ranks, [process.execPath, worker, ...plan]);
+    process.stderr.write(' done\n');
+    for (const bytes of sizes) {
+      const r = median(rawLines.find((l) => l.bytes === bytes)!.us);
+      const b = median(bindingLines.find((l) => l.bytes === bytes)!.us);
+      rows.push({ ranks, bytes, raw_us: +r.toFixed(2), binding_us: +b.toFixed(2), ratio: +(r / b).toFixed(3) });
+    }
+  }
+  console.log('ranks      bytes     raw_us  binding_us  raw/binding');
+  for (const row of rows) {
+    console.log(`${String(row.ranks).padStart(5)} ${String(row.bytes).padStart(10)} ${row.raw_us.toFixed(2).padStart(10)} ` +
+      `${row.binding_us.toFixed(2).padStart(11)} ${row.ratio.toFixed(3).padStart(12)}`);
+  }
+  const large = rows.filter((r) => r.bytes >= 4 << 20);
+  const small = rows.filter((r) => r.bytes === 4096);
+  console.log(JSON.stringify({
+    min_ratio_ge_4mib: Math.min(...large.map((r) => r.ratio)),
+    overhead_us: +Math.max(...small.map((r) => r.binding_us - r.raw_us)).toFixed(2),
+    overhead_us_by_ranks: Object.fromEntries(small.map((r) => [r.ranks, +(r.binding_us - r.raw_us).toFixed(2)])),
+    rows,
+  }));
+}
+
+main();

@@ -1,0 +1,74 @@
+// The addon's entry: init()/finalize() of MPI on the comm thread, the Communicator class, and the
+// registration of the JS error types.
+#include <napi.h>
+
+#include "comm_thread.h"
+#include "communicator.h"
+#include "errors.h"
+
+namespace ft {
+
+namespace {
+#if defined(FT_HAVE_MPIX_COMM_REVOKE) && defined(FT_HAVE_MPIX_COMM_SHRINK) && \
+    defined(FT_HAVE_MPIX_COMM_AGREE)
+constexpr bool kUlfm = true;
+#else
+constexpr bool kUlfm = false;
+#endif
+
+struct Started {
+  CommInfo world;
+  int threadLevel;
+  std::string library;
+};
+
+// init(): starts the comm thread, which initialises MPI (it alone calls MPI, so FUNNELED is
+// enough) and resolves with the world communicator: a dup of COMM_WORLD with MPI_ERRORS_RETURN.
+Napi::Value InitMpi(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CommThread& thread = CommThread::Get();
+  if (thread.started()) throw Napi::Error::New(env, "init: MPI was already initialized");
+  thread.Start(env);
+  return thread.Submit(
+      env, {},
+      [] {
+        int provided = 0;
+        MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+        MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+        MPI_Comm world;
+        MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+        char library[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+        int length = 0;
+        MPI_CHECK(MPI_Get_library_version(library, &length));
+        return Started{Describe(world), provided, std::string(library, length)};
+      },
+      [](Napi::Env env, Started& started) {
+        Napi::Object result = Napi::Object::New(env);
+        result.Set("world", Communicator::New(env, started.world));
+        result.Set("threadLevel", started.threadLevel);
+        result.Set("library", started.library);
+        return result;
+      });
+}
+
+Napi::Value FinalizeMpi(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  CommThread& thread = CommThread::Get();
+  if (!thread.started()) throw Napi::Error::New(env, "finalize: MPI is not initialized");
+  if (!thread.accepting()) throw Napi::Error::New(env, "finalize: MPI was already finalized");
+  return thread.Finalize(env);
+}
+}  // namespace
+
+Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
+  exports.Set("init", Napi::Function::New(env, InitMpi, "init"));
+  exports.Set("finalize", Napi::Function::New(env, FinalizeMpi, "finalize"));
+  exports.Set("registerErrorTypes", Napi::Function::New(env, RegisterErrorTypes, "registerErrorTypes"));
+  exports.Set("ulfm", Napi::Boolean::New(env, kUlfm));
+  Communicator::Init(env, exports);
+  return exports;
+}
+
+}  // namespace ft
+
+NODE_API_MODULE(ft_train_native, ft::InitAddon)

@@ -1,0 +1,100 @@
+// The comm thread: one dedicated thread owns every MPI call (Horovod's background loop). JS
+// enqueues an Op and gets a Promise; the thread runs the Op and hands it back to the main thread
+// through a thread-safe function, which settles the Promise. The event loop never blocks on MPI.
+#pragma once
+#include <napi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "mpi_check.h"
+
+namespace ft {
+
+// One unit of MPI work. Constructed and settled on the main thread, run on the comm thread.
+class Op {
+ public:
+  explicit Op(Napi::Env env) : deferred(Napi::Promise::Deferred::New(env)) {}
+  virtual ~Op() = default;
+  virtual void Run() = 0;                         // comm thread; throws OpException
+  virtual Napi::Value Result(Napi::Env env) = 0;  // main thread, after Run succeeded
+  virtual bool EndsThread() const { return false; }  // true for MPI_Finalize
+
+  Napi::Promise::Deferred deferred;
+  std::optional<Failure> failure;
+  // JS values whose memory the MPI call uses: kept alive until the Op settles.
+  std::vector<Napi::Reference<Napi::Value>> pinned;
+};
+
+// An Op from two lambdas: `run` on the comm thread returns a T, `toJs` turns it into a JS value.
+template <typename T>
+class LambdaOp : public Op {
+ public:
+  LambdaOp(Napi::Env env, std::function<T()> run, std::function<Napi::Value(Napi::Env, T&)> toJs)
+      : Op(env), run_(std::move(run)), toJs_(std::move(toJs)) {}
+  void Run() override { value_.emplace(run_()); }
+  Napi::Value Result(Napi::Env env) override { return toJs_(env, *value_); }
+
+ private:
+  std::function<T()> run_;
+  std::function<Napi::Value(Napi::Env, T&)> toJs_;
+  std::optional<T> value_;
+};
+
+struct Unit {};
+
+class CommThread {
+ public:
+  static CommThread& Get();
+
+  // Starts the thread (main thread; once per process).
+  void Start(Napi::Env env);
+  bool started() const { return started_; }  // stays true after finalize: MPI inits once
+  bool accepting() const { return accepting_; }
+
+  // Queues `op` (main thread) and returns its Promise. Pins `pin` until it settles.
+  Napi::Promise Submit(Napi::Env env, std::unique_ptr<Op> op, std::vector<Napi::Value> pin = {});
+
+  // Fails every queued Op that has not started, then queues MPI_Finalize, which ends the thread.
+  Napi::Promise Finalize(Napi::Env env);
+
+  template <typename Run, typename ToJs>
+  Napi::Promise Submit(Napi::Env env, std::vector<Napi::Value> pin, Run run, ToJs toJs) {
+    using T = decltype(run());
+    return Submit(env, std::make_unique<LambdaOp<T>>(env, std::move(run), std::move(toJs)),
+                  std::move(pin));
+  }
+
+ private:
+  using Tsfn = Napi::TypedThreadSafeFunction<void, Op, &CommThread::Settle>;
+  static void Settle(Napi::Env env, Napi::Function, void*, Op* op);
+  static void AtExit(void* self);
+
+  void Loop();
+  Op* Next();
+  void Enqueue(Op* op);
+  std::vector<Op*> TakeQueued();
+
+  // Main thread only.
+  Tsfn tsfn_;
+  size_t pending_ = 0;
+  bool started_ = false;
+  bool accepting_ = false;
+
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Op*> queue_;
+  std::atomic<size_t> queued_{0};
+  bool exitRequested_ = false;  // guarded by mutex_
+  bool exited_ = false;         // guarded by mutex_
+};
+
+}  // namespace ft

@@ -1,0 +1,53 @@
+// Communicator: a JS object over one MPI communicator (always a dup of COMM_WORLD, or derived
+// from one, with MPI_ERRORS_RETURN). Methods check their arguments here, on the main thread, then
+// queue a closure for the comm thread and return its Promise.
+#pragma once
+#include <mpi.h>
+#include <napi.h>
+
+#include <vector>
+
+namespace ft {
+
+// What the comm thread learns about a new communicator.
+struct CommInfo {
+  MPI_Comm comm;
+  int rank;
+  int size;
+  std::vector<int> worldRanks;  // worldRanks[r] = rank in MPI_COMM_WORLD of rank r here
+};
+
+// Comm thread: sets MPI_ERRORS_RETURN on `comm` and describes it.
+CommInfo Describe(MPI_Comm comm);
+
+class Communicator : public Napi::ObjectWrap<Communicator> {
+ public:
+  static void Init(Napi::Env env, Napi::Object exports);
+  static Napi::Object New(Napi::Env env, const CommInfo& info);  // main thread
+  explicit Communicator(const Napi::CallbackInfo& info);
+
+ private:
+  Napi::Value Rank(const Napi::CallbackInfo& info);
+  Napi::Value Size(const Napi::CallbackInfo& info);
+  Napi::Value WorldRanks(const Napi::CallbackInfo& info);
+  Napi::Value Allreduce(const Napi::CallbackInfo& info);
+  Napi::Value Bcast(const Napi::CallbackInfo& info);
+  Napi::Value Barrier(const Napi::CallbackInfo& info);
+  Napi::Value Allgather(const Napi::CallbackInfo& info);
+  Napi::Value Allgatherv(const Napi::CallbackInfo& info);
+  Napi::Value Alltoallv(const Napi::CallbackInfo& info);
+  Napi::Value Revoke(const Napi::CallbackInfo& info);
+  Napi::Value IsRevoked(const Napi::CallbackInfo& info);
+  Napi::Value Shrink(const Napi::CallbackInfo& info);
+  Napi::Value Agree(const Napi::CallbackInfo& info);
+  Napi::Value GetFailed(const Napi::CallbackInfo& info);
+  Napi::Value Free(const Napi::CallbackInfo& info);
+
+  // The handle for `method`; throws if freed or if MPI is finalized.
+  MPI_Comm Handle(Napi::Env env, const char* method) const;
+
+  CommInfo info_{};
+  bool freed_ = false;
+};
+
+}  // namespace ft

@@ -1,0 +1,18 @@
+// The MPI binding as the rest of ft-train uses it: init/finalize, the Communicator, typed errors.
+import { addon, type MpiSession } from './native';
+
+export type { CommBuffer, Communicator, MpiSession, ReduceOp } from './native';
+export { MpiError, NotSupportedError, ProcFailedError, RevokedError, isFailure } from './errors';
+
+/** True when the addon was built against an MPI with ULFM (revoke, shrink, agree). */
+export const ulfm: boolean = addon.ulfm;
+
+/** Starts the comm thread and initialises MPI; once per process. */
+export function init(): Promise<MpiSession> {
+  return addon.init();
+}
+
+/** Fails queued calls that have not started, then finalizes MPI and ends the comm thread. */
+export function finalize(): Promise<void> {
+  return addon.finalize();
+}

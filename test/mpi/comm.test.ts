@@ -1,0 +1,129 @@
+// The comm binding under mpirun: exact collectives at 1, 2 and 4 ranks; kill -9 of one or two
+// ranks followed by revoke/shrink/agree; a free event loop while MPI waits; argument errors.
+import { strict as assert } from 'node:assert';
+import { runProgram, type JobResult } from '../helpers/mpi-job';
+
+interface Collectives {
+  rank: number; size: number; worldRanks: number[];
+  sumF32: number[]; sumF64: number[]; maxI32: number[]; minI32: number[]; bcast: number[];
+  gathered: number[]; gatheredV: number[]; alltoallv: number[];
+  agreed: number; revoked: boolean; failed: number[];
+}
+
+interface Survivor {
+  worldRank: number;
+  failure: { name: string; errorClass: number } | null;
+  revoked: boolean; failed: number[]; agreed: number;
+  shrunk: { rank: number; size: number; worldRanks: number[] };
+  sum: number[];
+}
+
+const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+
+function byRank<T extends { rank?: number; worldRank?: number }>(job: JobResult<T>): T[] {
+  return [...job.results].sort((a, b) => (a.rank ?? a.worldRank!) - (b.rank ?? b.worldRank!));
+}
+
+function f32(x: number): number {
+  return Math.fround(x);
+}
+
+describe('Communicator collectives', function () {
+  this.timeout(90_000);
+
+  for (const size of [1, 2, 4]) {
+    it(`returns exact values at ${size} rank${size > 1 ? 's' : ''}`, async () => {
+      const job = await runProgram<Collectives>('collectives', size);
+      assert.equal(job.code, 0, job.stderr);
+      const results = byRank(job);
+      assert.deepEqual(results.map((r) => r.rank), range(size));
+      const ranks = range(size);
+      const sum = (f: (r: number) => number): number => ranks.reduce((acc, r) => acc + f(r), 0);
+      for (const r of results) {
+        assert.equal(r.size, size);
+        assert.deepEqual(r.worldRanks, ranks);
+        assert.deepEqual(r.sumF32, range(5).map((i) => f32(sum((k) => f32(k + i * 0.5)))));
+        // Doubles: the sum order may vary with the algorithm, so allow one ulp-scale difference.
+        r.sumF64.forEach((v, i) => assert.ok(Math.abs(v - sum((k) => (k + 1) * 1e-3 + i)) < 1e-12));
+        assert.deepEqual(r.maxI32, range(4).map((i) => (size - 1) * 10 - i));
+        assert.deepEqual(r.minI32, range(4).map((i) => -i));
+        assert.deepEqual(r.bcast, [7.25, 7.25, 7.25, 7.25]);
+        assert.deepEqual(r.gathered, ranks.flatMap((k) => [k, k * k]));
+        assert.deepEqual(r.gatheredV, ranks.flatMap((k) => Array(k + 1).fill(100 + k)));
+        assert.deepEqual(r.alltoallv, ranks.flatMap((s) => Array(r.rank + 1).fill(1000 * s + r.rank)));
+        assert.equal(r.agreed, ~ranks.reduce((acc, k) => acc | (1 << k), 0));
+        assert.equal(r.revoked, false);
+        assert.deepEqual(r.failed, []);
+      }
+    });
+  }
+});
+
+describe('Communicator after kill -9', function () {
+  this.timeout(120_000);
+
+  const cases: Array<{ title: string; victims: number[] }> = [
+    { title: 'rank 2 of 4', victims: [2] },
+    { title: 'rank 0 of 4', victims: [0] },
+    { title: 'ranks 1 and 3 of 4 at once', victims: [1, 3] },
+  ];
+  for (const { title, victims } of cases) {
+    it(`survivors repair after ${title}`, async () => {
+      const job = await runProgram<Survivor>('kill', 4, [victims.join(',')]);
+      const survivorRanks = range(4).filter((r) => !victims.includes(r));
+      const survivors = byRank(job);
+      assert.deepEqual(survivors.map((s) => s.worldRank), survivorRanks, job.stdout + job.stderr);
+      const expectedAnd = ~survivorRanks.reduce((acc, r) => acc | (1 << r), 0);
+      for (const s of survivors) {
+        assert.ok(s.failure, `world rank ${s.worldRank}: the allreduce did not fail`);
+        assert.ok(['ProcFailedError', 'RevokedError'].includes(s.failure.name), s.failure.name);
+        assert.equal(s.failure.errorClass, s.failure.name === 'ProcFailedError' ? 75 : 77);
+        assert.equal(s.revoked, true);
+        assert.deepEqual(s.failed, victims);
+        assert.equal(s.agreed, expectedAnd);
+        assert.equal(s.shrunk.size, survivorRanks.length);
+        assert.deepEqual(s.shrunk.worldRanks, survivorRanks);
+        assert.equal(s.shrunk.worldRanks[s.shrunk.rank], s.worldRank);
+        assert.deepEqual(s.sum, Array(8).fill(survivorRanks.reduce((acc, r) => acc + r + 1, 0)));
+      }
+    });
+  }
+});
+
+describe('Comm thread', function () {
+  this.timeout(60_000);
+
+  it('keeps the event loop free while an allreduce waits on a busy peer', async () => {
+    const job = await runProgram<{ rank: number; ticks: number; waitedMs: number }>('loop-free', 2);
+    assert.equal(job.code, 0, job.stderr);
+    const waiter = job.results.find((r) => r.rank === 0)!;
+    // The peer held its thread for 600 ms: rank 0 waited most of it, and its 5 ms timer kept firing.
+    assert.ok(waiter.waitedMs > 400, `waited only ${waiter.waitedMs} ms`);
+    assert.ok(waiter.ticks >= waiter.waitedMs / 5 / 3, `${waiter.ticks} ticks in ${waiter.waitedMs} ms`);
+  });
+
+  it('rejects bad arguments with errors naming the argument', async () => {
+    const job = await runProgram<Record<string, string>>('bad-args', 1);
+    assert.equal(job.code, 0, job.stderr);
+    const buffers = 'a Float32Array, Float64Array, Int32Array or Uint8Array';
+    assert.deepEqual(job.results[0], {
+      'string buffer': `TypeError: allreduce: expected buffer to be ${buffers}, got string`,
+      'Uint16Array buffer': `TypeError: allreduce: expected buffer to be ${buffers}, got Uint16Array`,
+      'bad op': "TypeError: allreduce: expected op to be 'sum', 'max' or 'min', got string",
+      'root out of range': 'TypeError: bcast: expected root to be an integer from 0 to 0, got number 1',
+      'fractional root': 'TypeError: bcast: expected root to be an integer from 0 to 0, got number 0.5',
+      'mixed types': 'TypeError: allgather: expected recvbuf to be the same kind of typed array as sendbuf, got Float64Array',
+      'short recvbuf': 'RangeError: allgather: recvbuf has 1 elements; expected size * sendbuf.length = 2',
+      'counts length': 'TypeError: allgatherv: expected counts to be an Array or Int32Array of 1 non-negative integers (one per rank), got Array of 2',
+      'counts vs sendbuf': 'RangeError: allgatherv: sendbuf has 2 elements but counts[0] is 3',
+      'negative count': 'TypeError: alltoallv: expected sendCounts to be an Array or Int32Array of 1 non-negative integers (one per rank), got number -1',
+      'counts sum': 'RangeError: alltoallv: sendCounts add up to 1 elements but sendbuf has 2',
+      'agree flag': 'TypeError: agree: expected flag to be an integer from -2147483648 to 2147483647, got number 1.5',
+      'init twice': 'Error: init: MPI was already initialized',
+      construct: 'TypeError: Communicator: not constructible; use init() or shrink()',
+      'after free': 'Error: barrier: the communicator was freed',
+      'after finalize': 'Error: barrier: MPI has been finalized',
+      'finalize twice': 'Error: finalize: MPI was already finalized',
+    });
+  });
+});
