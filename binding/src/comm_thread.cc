@@ -119,9 +119,9 @@ void CommThread::Loop() {
   wake_.notify_all();
 }
 
-void CommThread::Settle(Napi::Env env, Napi::Function, void*, Op* raw) {
+void SettleOp(Napi::Env env, Napi::Function, void*, Op* raw) {
   std::unique_ptr<Op> op(raw);
-  CommThread& self = Get();
+  CommThread& self = CommThread::Get();
   if (env == nullptr) return;  // the environment is being torn down
   if (--self.pending_ == 0) self.tsfn_.Unref(env);
   if (op->EndsThread()) {

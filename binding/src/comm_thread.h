@@ -50,6 +50,9 @@ class LambdaOp : public Op {
 
 struct Unit {};
 
+// Main thread: settles an Op that the comm thread handed back, then deletes it.
+void SettleOp(Napi::Env env, Napi::Function, void*, Op* op);
+
 class CommThread {
  public:
   static CommThread& Get();
@@ -73,8 +76,8 @@ class CommThread {
   }
 
  private:
-  using Tsfn = Napi::TypedThreadSafeFunction<void, Op, &CommThread::Settle>;
-  static void Settle(Napi::Env env, Napi::Function, void*, Op* op);
+  friend void SettleOp(Napi::Env env, Napi::Function, void*, Op* op);
+  using Tsfn = Napi::TypedThreadSafeFunction<void, Op, &SettleOp>;
   static void AtExit(void* self);
 
   void Loop();

@@ -15,7 +15,7 @@ Napi::FunctionReference& Constructor() {
 }
 
 // Marks the external handed to the constructor by New(), so JS cannot construct one itself.
-const char kToken = 0;
+char kToken = 0;
 
 Napi::Value Undefined(Napi::Env env, Unit&) { return env.Undefined(); }
 
@@ -82,14 +82,14 @@ void Communicator::Init(Napi::Env env, Napi::Object exports) {
 
 Napi::Object Communicator::New(Napi::Env env, const CommInfo& info) {
   Napi::Object object =
-      Constructor().New({Napi::External<const char>::New(env, const_cast<char*>(&kToken))});
+      Constructor().New({Napi::External<char>::New(env, &kToken)});
   Unwrap(object)->info_ = info;
   return object;
 }
 
 Communicator::Communicator(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Communicator>(info) {
   if (info.Length() != 1 || !info[0].IsExternal() ||
-      info[0].As<Napi::External<const char>>().Data() != &kToken) {
+      info[0].As<Napi::External<char>>().Data() != &kToken) {
     throw Napi::TypeError::New(info.Env(),
                                "Communicator: not constructible; use init() or shrink()");
   }

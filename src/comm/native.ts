@@ -42,7 +42,7 @@ export interface Communicator {
    * ProcFailedError (whose `flag` holds the agreed value) if a failure is not yet acknowledged.
    */
   agree(flag: number): Promise<number>;
-  /** MPIX_Comm_get_failed: MPI_COMM_WORLD ranks of this communicator's known-dead processes. */
+  /** MPIX_Comm_get_failed: MPI_COMM_WORLD ranks of this communicator's known-dead processes, in the order they were detected. */
   getFailed(): Promise<number[]>;
   /** MPI_Comm_free; any later call on it throws. */
   free(): Promise<void>;
