@@ -11,7 +11,9 @@ import { mpiHome, mpirunCommand } from '../src/cli/mpirun';
 const root = path.resolve(__dirname, '..', '..');
 const sizes = [4, 16, 64, 256, 1024, 4096, 16384, 65536].map((kib) => kib * 1024);
 const rankCounts = [2, 4];
-const reps = 15;
+const reps = 5;
+// Raw and binding runs alternate this many times, so that drift of a shared machine hits both.
+const rounds = 5;
 // Enough operations per timed round to dwarf the timer, bounded for the large sizes.
 const iters = (bytes: number): number => Math.max(5, Math.min(2000, Math.floor((32 << 20) / bytes)));
 
@@ -46,14 +48,20 @@ function main(): void {
   const worker = path.join(__dirname, 'allreduce-worker.js');
   const rows: Array<{ ranks: number; bytes: number; raw_us: number; binding_us: number; ratio: number }> = [];
   for (const ranks of rankCounts) {
-    process.stderr.write(`[bench] ${ranks} ranks: raw C ...`);
-    const rawLines = run(ranks, [raw, ...plan]);
-    process.stderr.write(' binding ...');
-    const bindingLines = run(ranks, [process.execPath, worker, ...plan]);
-    process.stderr.write(' done\n');
+    const rawLines: Line[] = [];
+    const bindingLines: Line[] = [];
+    for (let round = 1; round <= rounds; ++round) {
+      process.stderr.write(`[bench] ${ranks} ranks, round ${round}/${rounds}: raw C ...`);
+      rawLines.push(...run(ranks, [raw, ...plan]));
+      process.stderr.write(' binding ...');
+      bindingLines.push(...run(ranks, [process.execPath, worker, ...plan]));
+      process.stderr.write(' done\n');
+    }
+    const timesAt = (lines: Line[], bytes: number): number[] =>
+      lines.filter((l) => l.bytes === bytes).flatMap((l) => l.us);
     for (const bytes of sizes) {
-      const r = median(rawLines.find((l) => l.bytes === bytes)!.us);
-      const b = median(bindingLines.find((l) => l.bytes === bytes)!.us);
+      const r = median(timesAt(rawLines, bytes));
+      const b = median(timesAt(bindingLines, bytes));
       rows.push({ ranks, bytes, raw_us: +r.toFixed(2), binding_us: +b.toFixed(2), ratio: +(r / b).toFixed(3) });
     }
   }
