@@ -73,6 +73,7 @@ describe('Communicator after kill -9', function () {
       const survivorRanks = range(4).filter((r) => !victims.includes(r));
       const survivors = byRank(job);
       assert.deepEqual(survivors.map((s) => s.worldRank), survivorRanks, job.stdout + job.stderr);
+      assert.equal(job.code, 0, job.stderr);  // the survivors finalized and mpirun let the job end
       const expectedAnd = ~survivorRanks.reduce((acc, r) => acc | (1 << r), 0);
       for (const s of survivors) {
         assert.ok(s.failure, `world rank ${s.worldRank}: the allreduce did not fail`);
