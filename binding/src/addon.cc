@@ -1,11 +1,12 @@
-// The addon's entry: init()/finalize() of MPI on the comm thread, the Communicator class, and the
-// registration of the JS error types.
+// The addon's entry: init()/finalize() of MPI on the comm thread, the Communicator class, the
+// registration of the JS error types, and the CPU kernels.
 #include <napi.h>
 
 #include <cstdlib>
 #include <string>
 
 #include "comm_thread.h"
+#include "cpu/cpu_kernels.h"
 #include "communicator.h"
 #include "errors.h"
 
@@ -82,6 +83,7 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("registerErrorTypes", Napi::Function::New(env, RegisterErrorTypes, "registerErrorTypes"));
   exports.Set("ulfm", Napi::Boolean::New(env, kUlfm));
   Communicator::Init(env, exports);
+  exports.Set("cpu", cpu::Exports(env));
   return exports;
 }
 

@@ -1,0 +1,24 @@
+// The CPU kernels (oneDNN, OpenBLAS, plain loops). Each runs synchronously on the caller's thread
+// over Float32Arrays and checks its arguments first. Exposed to JS as `addon.cpu`.
+#pragma once
+#include <napi.h>
+
+namespace ft::cpu {
+
+Napi::Value Conv2dForward(const Napi::CallbackInfo& info);
+Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info);
+Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info);
+Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info);
+Napi::Value Pool2dForward(const Napi::CallbackInfo& info);
+Napi::Value Pool2dBackward(const Napi::CallbackInfo& info);
+Napi::Value LinearForward(const Napi::CallbackInfo& info);
+Napi::Value LinearBackward(const Napi::CallbackInfo& info);
+Napi::Value ReluForward(const Napi::CallbackInfo& info);
+Napi::Value ReluBackward(const Napi::CallbackInfo& info);
+Napi::Value SoftmaxCrossEntropy(const Napi::CallbackInfo& info);
+Napi::Value SgdUpdate(const Napi::CallbackInfo& info);
+
+// The `cpu` object: the kernels above and setThreads(n).
+Napi::Object Exports(Napi::Env env);
+
+}  // namespace ft::cpu

@@ -1,0 +1,233 @@
+// Convolution and pooling on oneDNN, forward and backward, over plain NCHW / OIHW Float32Arrays.
+// Primitives are created once per shape and cached; they run on the caller's thread with the
+// OpenMP thread count set by setThreads().
+#include <dnnl.hpp>
+
+#include <map>
+#include <unordered_map>
+#include <memory>
+#include <string>
+
+#include "cpu_kernels.h"
+#include "../args.h"
+#include "tensor_args.h"
+
+namespace ft::cpu {
+
+namespace {
+using dnnl::algorithm;
+using dnnl::memory;
+using dnnl::prop_kind;
+using Tag = memory::format_tag;
+constexpr auto kF32 = memory::data_type::f32;
+
+dnnl::engine& Engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+dnnl::stream& Stream() {
+  static dnnl::stream stream(Engine());
+  return stream;
+}
+
+memory Wrap(const memory::desc& desc, float* data) { return memory(desc, Engine(), data); }
+
+// conv shape: [N, C, H, W, K, R, S, stride, pad]; y is [N, K, OH, OW].
+struct Conv {
+  memory::desc src, weights, bias, dst;
+  dnnl::convolution_forward forward;
+  dnnl::convolution_backward_data backwardData;
+  dnnl::convolution_backward_weights backwardWeights;
+};
+
+Conv& ConvFor(const std::vector<int>& d) {
+  static std::map<std::vector<int>, std::unique_ptr<Conv>> cache;
+  auto& slot = cache[d];
+  if (slot) return *slot;
+  int n = d[0], c = d[1], h = d[2], w = d[3], k = d[4], r = d[5], s = d[6], stride = d[7], pad = d[8];
+  int oh = (h + 2 * pad - r) / stride + 1, ow = (w + 2 * pad - s) / stride + 1;
+  auto conv = std::make_unique<Conv>();
+  conv->src = memory::desc({n, c, h, w}, kF32, Tag::nchw);
+  conv->weights = memory::desc({k, c, r, s}, kF32, Tag::oihw);
+  conv->bias = memory::desc({k}, kF32, Tag::x);
+  conv->dst = memory::desc({n, k, oh, ow}, kF32, Tag::nchw);
+  memory::dims strides{stride, stride}, padding{pad, pad};
+  auto forwardPd = dnnl::convolution_forward::primitive_desc(
+      dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                      conv->src, conv->weights, conv->bias, conv->dst, strides,
+                                      padding, padding),
+      Engine());
+  conv->forward = dnnl::convolution_forward(forwardPd);
+  conv->backwardData = dnnl::convolution_backward_data(dnnl::convolution_backward_data::primitive_desc(
+      dnnl::convolution_backward_data::desc(algorithm::convolution_direct, conv->src, conv->weights,
+                                            conv->dst, strides, padding, padding),
+      Engine(), forwardPd));
+  conv->backwardWeights = dnnl::convolution_backward_weights(
+      dnnl::convolution_backward_weights::primitive_desc(
+          dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, conv->src,
+                                                   conv->weights, conv->bias, conv->dst, strides,
+                                                   padding, padding),
+          Engine(), forwardPd));
+  slot = std::move(conv);
+  return *slot;
+}
+
+// pool shape: [N, C, H, W, R, stride, pad]; y is [N, C, OH, OW].
+struct Pool {
+  memory::desc src, dst, workspace;
+  dnnl::pooling_forward forward;
+  dnnl::pooling_backward backward;
+};
+
+Pool& PoolFor(algorithm kind, const std::vector<int>& d) {
+  static std::map<std::pair<int, std::vector<int>>, std::unique_ptr<Pool>> cache;
+  auto& slot = cache[{static_cast<int>(kind), d}];
+  if (slot) return *slot;
+  int n = d[0], c = d[1], h = d[2], w = d[3], r = d[4], stride = d[5], pad = d[6];
+  int oh = (h + 2 * pad - r) / stride + 1, ow = (w + 2 * pad - r) / stride + 1;
+  auto pool = std::make_unique<Pool>();
+  pool->src = memory::desc({n, c, h, w}, kF32, Tag::nchw);
+  pool->dst = memory::desc({n, c, oh, ow}, kF32, Tag::nchw);
+  memory::dims strides{stride, stride}, kernel{r, r}, padding{pad, pad};
+  auto forwardPd = dnnl::pooling_forward::primitive_desc(
+      dnnl::pooling_forward::desc(prop_kind::forward_training, kind, pool->src, pool->dst, strides,
+                                  kernel, padding, padding),
+      Engine());
+  pool->workspace = forwardPd.workspace_desc();
+  pool->forward = dnnl::pooling_forward(forwardPd);
+  pool->backward = dnnl::pooling_backward(dnnl::pooling_backward::primitive_desc(
+      dnnl::pooling_backward::desc(kind, pool->src, pool->dst, strides, kernel, padding, padding),
+      Engine(), forwardPd));
+  slot = std::move(pool);
+  return *slot;
+}
+
+algorithm PoolKindArg(const Napi::CallbackInfo& info, const char* method) {
+  Napi::Value value = info[0];
+  if (value.IsString()) {
+    std::string kind = value.As<Napi::String>();
+    if (kind == "max") return algorithm::pooling_max;
+    if (kind == "avg") return algorithm::pooling_avg_include_padding;
+  }
+  ThrowArg(info.Env(), method, "kind", "'max' or 'avg'", value);
+}
+
+size_t Count(const memory::desc& desc) { return desc.get_size() / sizeof(float); }
+
+std::vector<int> ConvDims(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 9);
+  if (d[8] < 0 || d[2] + 2 * d[8] < d[5] || d[3] + 2 * d[8] < d[6]) {
+    ThrowArg(info.Env(), method, "shape", "[N, C, H, W, K, R, S, stride, pad] with the kernel inside the padded input",
+             info[index]);
+  }
+  return d;
+}
+
+std::vector<int> PoolDims(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 7, 0);
+  if (d[0] < 1 || d[1] < 1 || d[4] < 1 || d[5] < 1 || d[2] + 2 * d[6] < d[4] || d[3] + 2 * d[6] < d[4]) {
+    ThrowArg(info.Env(), method, "shape", "[N, C, H, W, R, stride, pad] with the window inside the padded input",
+             info[index]);
+  }
+  return d;
+}
+}  // namespace
+
+// conv2dForward(x, w, b, y, shape): y = conv(x, w) + b.
+Napi::Value Conv2dForward(const Napi::CallbackInfo& info) {
+  const char* m = "conv2dForward";
+  Conv& conv = ConvFor(ConvDims(info, 4, m));
+  float* x = FloatArg(info, 0, m, "x", Count(conv.src));
+  float* w = FloatArg(info, 1, m, "w", Count(conv.weights));
+  float* b = FloatArg(info, 2, m, "b", Count(conv.bias));
+  float* y = FloatArg(info, 3, m, "y", Count(conv.dst));
+  conv.forward.execute(Stream(), {{DNNL_ARG_SRC, Wrap(conv.src, x)},
+                                  {DNNL_ARG_WEIGHTS, Wrap(conv.weights, w)},
+                                  {DNNL_ARG_BIAS, Wrap(conv.bias, b)},
+                                  {DNNL_ARG_DST, Wrap(conv.dst, y)}});
+  Stream().wait();
+  return info.Env().Undefined();
+}
+
+// conv2dBackwardData(dy, w, dx, shape): dx = the gradient of the input.
+Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info) {
+  const char* m = "conv2dBackwardData";
+  Conv& conv = ConvFor(ConvDims(info, 3, m));
+  float* dy = FloatArg(info, 0, m, "dy", Count(conv.dst));
+  float* w = FloatArg(info, 1, m, "w", Count(conv.weights));
+  float* dx = FloatArg(info, 2, m, "dx", Count(conv.src));
+  conv.backwardData.execute(Stream(), {{DNNL_ARG_DIFF_DST, Wrap(conv.dst, dy)},
+                                       {DNNL_ARG_WEIGHTS, Wrap(conv.weights, w)},
+                                       {DNNL_ARG_DIFF_SRC, Wrap(conv.src, dx)}});
+  Stream().wait();
+  return info.Env().Undefined();
+}
+
+// conv2dBackwardWeights(x, dy, dw, db, shape): dw, db = the gradients of weights and bias.
+Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info) {
+  const char* m = "conv2dBackwardWeights";
+  Conv& conv = ConvFor(ConvDims(info, 4, m));
+  float* x = FloatArg(info, 0, m, "x", Count(conv.src));
+  float* dy = FloatArg(info, 1, m, "dy", Count(conv.dst));
+  float* dw = FloatArg(info, 2, m, "dw", Count(conv.weights));
+  float* db = FloatArg(info, 3, m, "db", Count(conv.bias));
+  conv.backwardWeights.execute(Stream(), {{DNNL_ARG_SRC, Wrap(conv.src, x)},
+                                          {DNNL_ARG_DIFF_DST, Wrap(conv.dst, dy)},
+                                          {DNNL_ARG_DIFF_WEIGHTS, Wrap(conv.weights, dw)},
+                                          {DNNL_ARG_DIFF_BIAS, Wrap(conv.bias, db)}});
+  Stream().wait();
+  return info.Env().Undefined();
+}
+
+// pool2dWorkspaceBytes(kind, shape): bytes of the workspace pool2dForward fills for the backward.
+Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info) {
+  Pool& pool = PoolFor(PoolKindArg(info, "pool2dWorkspaceBytes"), PoolDims(info, 1, "pool2dWorkspaceBytes"));
+  return Napi::Number::New(info.Env(), static_cast<double>(pool.workspace.get_size()));
+}
+
+namespace {
+// The workspace argument: a Uint8Array of exactly the primitive's workspace size (may be 0).
+void* WorkspaceArg(const Napi::CallbackInfo& info, size_t index, const char* method, size_t bytes) {
+  Napi::Value value = info[index];
+  std::string expected = "a Uint8Array of " + std::to_string(bytes) + " bytes (pool2dWorkspaceBytes)";
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array ||
+      value.As<Napi::TypedArray>().ElementLength() != bytes) {
+    ThrowArg(info.Env(), method, "workspace", expected, value);
+  }
+  auto array = value.As<Napi::TypedArray>();
+  return static_cast<uint8_t*>(array.ArrayBuffer().Data()) + array.ByteOffset();
+}
+}  // namespace
+
+// pool2dForward(kind, x, y, workspace, shape)
+Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
+  const char* m = "pool2dForward";
+  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m));
+  float* x = FloatArg(info, 1, m, "x", Count(pool.src));
+  float* y = FloatArg(info, 2, m, "y", Count(pool.dst));
+  void* ws = WorkspaceArg(info, 3, m, pool.workspace.get_size());
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, Wrap(pool.src, x)},
+                                       {DNNL_ARG_DST, Wrap(pool.dst, y)}};
+  if (pool.workspace.get_size() > 0) args.emplace(DNNL_ARG_WORKSPACE, memory(pool.workspace, Engine(), ws));
+  pool.forward.execute(Stream(), args);
+  Stream().wait();
+  return info.Env().Undefined();
+}
+
+// pool2dBackward(kind, dy, dx, workspace, shape)
+Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
+  const char* m = "pool2dBackward";
+  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m));
+  float* dy = FloatArg(info, 1, m, "dy", Count(pool.dst));
+  float* dx = FloatArg(info, 2, m, "dx", Count(pool.src));
+  void* ws = WorkspaceArg(info, 3, m, pool.workspace.get_size());
+  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, Wrap(pool.dst, dy)},
+                                       {DNNL_ARG_DIFF_SRC, Wrap(pool.src, dx)}};
+  if (pool.workspace.get_size() > 0) args.emplace(DNNL_ARG_WORKSPACE, memory(pool.workspace, Engine(), ws));
+  pool.backward.execute(Stream(), args);
+  Stream().wait();
+  return info.Env().Undefined();
+}
+
+}  // namespace ft::cpu

@@ -1,0 +1,90 @@
+// Element-wise kernels: ReLU, softmax + cross-entropy, and the SGD update (momentum, weight decay).
+// Plain loops in a fixed order: the same inputs give the same bits.
+#include <cmath>
+#include <string>
+
+#include "cpu_kernels.h"
+#include "tensor_args.h"
+
+namespace ft::cpu {
+
+namespace {
+size_t LengthOf(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name) {
+  Napi::Value value = info[index];
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
+    FloatArg(info, index, method, name, 0);  // throws the standard message
+  }
+  return value.As<Napi::TypedArray>().ElementLength();
+}
+}  // namespace
+
+// reluForward(x, y): y = max(x, 0).
+Napi::Value ReluForward(const Napi::CallbackInfo& info) {
+  size_t n = LengthOf(info, 0, "reluForward", "x");
+  const float* x = FloatArg(info, 0, "reluForward", "x", n);
+  float* y = FloatArg(info, 1, "reluForward", "y", n);
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  return info.Env().Undefined();
+}
+
+// reluBackward(x, dy, dx): dx = dy where x > 0, else 0.
+Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
+  size_t n = LengthOf(info, 0, "reluBackward", "x");
+  const float* x = FloatArg(info, 0, "reluBackward", "x", n);
+  const float* dy = FloatArg(info, 1, "reluBackward", "dy", n);
+  float* dx = FloatArg(info, 2, "reluBackward", "dx", n);
+  for (size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+  return info.Env().Undefined();
+}
+
+// softmaxCrossEntropy(logits, labels, dlogits, [N, C]) -> mean loss over the N samples;
+// dlogits = (softmax(logits) - onehot(labels)) / N.
+Napi::Value SoftmaxCrossEntropy(const Napi::CallbackInfo& info) {
+  const char* m = "softmaxCrossEntropy";
+  std::vector<int> d = DimsArg(info, 3, m, "shape", 2);
+  size_t n = d[0], c = d[1];
+  const float* logits = FloatArg(info, 0, m, "logits", n * c);
+  const int32_t* labels = IntArrayArg(info, 1, m, "labels", n);
+  float* dlogits = FloatArg(info, 2, m, "dlogits", n * c);
+  double loss = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    if (labels[i] < 0 || static_cast<size_t>(labels[i]) >= c) {
+      throw Napi::RangeError::New(info.Env(), std::string(m) + ": labels[" + std::to_string(i) +
+                                                  "] is " + std::to_string(labels[i]) +
+                                                  ", outside 0.." + std::to_string(c - 1));
+    }
+    const float* row = logits + i * c;
+    float* grad = dlogits + i * c;
+    float max = row[0];
+    for (size_t j = 1; j < c; ++j) max = std::max(max, row[j]);
+    double sum = 0.0;
+    for (size_t j = 0; j < c; ++j) sum += std::exp(static_cast<double>(row[j] - max));
+    double logSum = std::log(sum);
+    loss += logSum - (row[labels[i]] - max);
+    for (size_t j = 0; j < c; ++j) {
+      double p = std::exp(static_cast<double>(row[j] - max) - logSum);
+      grad[j] = static_cast<float>((p - (static_cast<int32_t>(j) == labels[i] ? 1.0 : 0.0)) / n);
+    }
+  }
+  return Napi::Number::New(info.Env(), loss / n);
+}
+
+// sgdUpdate(params, grads, velocity, lr, momentum, weightDecay):
+//   v = momentum * v + (g + weightDecay * p);  p -= lr * v   (Caffe's and PyTorch's SGD).
+Napi::Value SgdUpdate(const Napi::CallbackInfo& info) {
+  const char* m = "sgdUpdate";
+  size_t n = LengthOf(info, 0, m, "params");
+  float* p = FloatArg(info, 0, m, "params", n);
+  const float* g = FloatArg(info, 1, m, "grads", n);
+  float* v = FloatArg(info, 2, m, "velocity", n);
+  float lr = static_cast<float>(NumberArg(info, 3, m, "lr"));
+  float momentum = static_cast<float>(NumberArg(info, 4, m, "momentum"));
+  float decay = static_cast<float>(NumberArg(info, 5, m, "weightDecay"));
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = momentum * v[i] + (g[i] + decay * p[i]);
+    p[i] -= lr * v[i];
+  }
+  return info.Env().Undefined();
+}
+
+}  // namespace ft::cpu

@@ -1,0 +1,70 @@
+// Argument checks for the CPU kernels.
+#include "tensor_args.h"
+
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "../args.h"
+
+namespace ft::cpu {
+
+namespace {
+template <typename T>
+T* TypedArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
+            size_t count, napi_typedarray_type kind, const char* kindName) {
+  Napi::Value value = info[index];
+  std::string expected = std::string("a ") + kindName + " of " + std::to_string(count) + " elements";
+  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != kind) {
+    ThrowArg(info.Env(), method, name, expected, value);
+  }
+  auto array = value.As<Napi::TypedArray>();
+  if (array.ElementLength() != count) {
+    ThrowArg(info.Env(), method, name, expected,
+             std::string(kindName) + " of " + std::to_string(array.ElementLength()));
+  }
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(array.ArrayBuffer().Data()) +
+                              array.ByteOffset());
+}
+}  // namespace
+
+float* FloatArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
+                size_t count) {
+  return TypedArg<float>(info, index, method, name, count, napi_float32_array, "Float32Array");
+}
+
+int32_t* IntArrayArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                     const char* name, size_t count) {
+  return TypedArg<int32_t>(info, index, method, name, count, napi_int32_array, "Int32Array");
+}
+
+std::vector<int> DimsArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                         const char* name, size_t count, int min) {
+  Napi::Value value = info[index];
+  std::string expected = "an Array of " + std::to_string(count) + " integers >= " + std::to_string(min);
+  if (!value.IsArray() || value.As<Napi::Array>().Length() != count) {
+    ThrowArg(info.Env(), method, name, expected, value);
+  }
+  auto array = value.As<Napi::Array>();
+  std::vector<int> dims(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    Napi::Value element = array.Get(i);
+    double d = element.IsNumber() ? element.As<Napi::Number>().DoubleValue() : NAN;
+    if (!(std::trunc(d) == d && d >= min && d <= INT_MAX)) {
+      ThrowArg(info.Env(), method, name, expected, element);
+    }
+    dims[i] = static_cast<int>(d);
+  }
+  return dims;
+}
+
+double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                 const char* name) {
+  Napi::Value value = info[index];
+  if (!value.IsNumber() || !std::isfinite(value.As<Napi::Number>().DoubleValue())) {
+    ThrowArg(info.Env(), method, name, "a finite number", value);
+  }
+  return value.As<Napi::Number>().DoubleValue();
+}
+
+}  // namespace ft::cpu

@@ -1,0 +1,25 @@
+// Argument checks for the CPU kernels: Float32Array views with an exact element count, and shape
+// tuples, in the same message format as the communicator's checks.
+#pragma once
+#include <napi.h>
+
+#include <vector>
+
+namespace ft::cpu {
+
+// The data of a Float32Array argument that must hold exactly `count` elements.
+float* FloatArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
+                size_t count);
+
+// The data of an Int32Array argument that must hold exactly `count` elements.
+int32_t* IntArrayArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                     const char* name, size_t count);
+
+// `count` positive integers (an Array), e.g. a shape.
+std::vector<int> DimsArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                         const char* name, size_t count, int min = 1);
+
+double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                 const char* name);
+
+}  // namespace ft::cpu
