@@ -1,6 +1,7 @@
 // The addon's surface, typed by hand (it is checked by the addon's own argument checks at run
 // time), and the one place the addon is loaded.
 import * as path from 'node:path';
+import type { Backend } from '../nn/backend';
 import { MpiError, NotSupportedError, ProcFailedError, RevokedError } from './errors';
 
 /** Typed arrays the communicator moves; reductions apply element-wise in their own type. */
@@ -62,6 +63,7 @@ interface Addon {
   finalize(): Promise<void>;
   registerErrorTypes(types: Record<string, unknown>): void;
   ulfm: boolean;
+  cpu: Backend;
 }
 
 const addonPath = path.resolve(__dirname, '..', '..', '..', 'build', 'Release', 'ft_train_native.node');

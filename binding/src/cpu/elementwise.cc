@@ -55,14 +55,15 @@ Napi::Value SoftmaxCrossEntropy(const Napi::CallbackInfo& info) {
     }
     const float* row = logits + i * c;
     float* grad = dlogits + i * c;
-    float max = row[0];
-    for (size_t j = 1; j < c; ++j) max = std::max(max, row[j]);
+    // In double throughout: the shift by the max keeps exp() in range, the double keeps the bits.
+    double max = row[0];
+    for (size_t j = 1; j < c; ++j) max = std::max(max, static_cast<double>(row[j]));
     double sum = 0.0;
-    for (size_t j = 0; j < c; ++j) sum += std::exp(static_cast<double>(row[j] - max));
+    for (size_t j = 0; j < c; ++j) sum += std::exp(row[j] - max);
     double logSum = std::log(sum);
     loss += logSum - (row[labels[i]] - max);
     for (size_t j = 0; j < c; ++j) {
-      double p = std::exp(static_cast<double>(row[j] - max) - logSum);
+      double p = std::exp(row[j] - max - logSum);
       grad[j] = static_cast<float>((p - (static_cast<int32_t>(j) == labels[i] ? 1.0 : 0.0)) / n);
     }
   }

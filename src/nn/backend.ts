@@ -1,0 +1,37 @@
+// The compute backend that layers call, one implementation per device. Shapes are plain tuples so
+// that a GPU backend (cuDNN, cuBLAS) can slot in beside the CPU one without touching the layers.
+// All tensors are row-major Float32Arrays: activations NCHW, convolution weights OIHW
+// (out, in, kh, kw), linear weights [out, in].
+
+/** [N, C, H, W, K, R, S, stride, pad]: input N x C x H x W, K filters of C x R x S. */
+export type ConvShape = [number, number, number, number, number, number, number, number, number];
+/** [N, C, H, W, R, stride, pad]: an R x R window. */
+export type PoolShape = [number, number, number, number, number, number, number];
+/** [N, I, O]: N samples, I inputs, O outputs. */
+export type LinearShape = [number, number, number];
+export type PoolKind = 'max' | 'avg';
+
+export interface Backend {
+  /** Threads each kernel may use (one rank per core: 1). */
+  setThreads(threads: number): void;
+  /** y[N,K,OH,OW] = conv(x, w) + b. */
+  conv2dForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, shape: ConvShape): void;
+  conv2dBackwardData(dy: Float32Array, w: Float32Array, dx: Float32Array, shape: ConvShape): void;
+  conv2dBackwardWeights(x: Float32Array, dy: Float32Array, dw: Float32Array, db: Float32Array, shape: ConvShape): void;
+  /** Bytes of the workspace a pooling forward leaves for its backward (the argmax of max pooling). */
+  pool2dWorkspaceBytes(kind: PoolKind, shape: PoolShape): number;
+  pool2dForward(kind: PoolKind, x: Float32Array, y: Float32Array, workspace: Uint8Array, shape: PoolShape): void;
+  pool2dBackward(kind: PoolKind, dy: Float32Array, dx: Float32Array, workspace: Uint8Array, shape: PoolShape): void;
+  /** y[N,O] = x[N,I] w[O,I]^T + b. */
+  linearForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, shape: LinearShape): void;
+  /** dx (skipped when null) = dy w; dw = dy^T x; db = column sums of dy. */
+  linearBackward(x: Float32Array, w: Float32Array, dy: Float32Array, dx: Float32Array | null,
+    dw: Float32Array, db: Float32Array, shape: LinearShape): void;
+  reluForward(x: Float32Array, y: Float32Array): void;
+  reluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array): void;
+  /** Mean cross-entropy of softmax(logits) against labels; dlogits = (softmax - onehot) / N. */
+  softmaxCrossEntropy(logits: Float32Array, labels: Int32Array, dlogits: Float32Array, shape: [number, number]): number;
+  /** v = momentum v + (g + weightDecay p); p -= lr v. */
+  sgdUpdate(params: Float32Array, grads: Float32Array, velocity: Float32Array, lr: number,
+    momentum: number, weightDecay: number): void;
+}

@@ -1,0 +1,151 @@
+// The CPU kernels: forward results against direct loops, gradients against central finite
+// differences, the same bits on every run, and argument errors.
+import { strict as assert } from 'node:assert';
+import type { ConvShape, PoolKind, PoolShape } from '../../src/nn/backend';
+import { cpu } from '../../src/nn/cpu';
+import { checkGradient, dot, randomTensor } from '../helpers/gradcheck';
+
+const convShape: ConvShape = [2, 3, 7, 6, 4, 3, 3, 2, 1];  // N C H W K R S stride pad
+
+function convOut([, , h, w, , r, s, stride, pad]: ConvShape): [number, number] {
+  return [Math.floor((h + 2 * pad - r) / stride) + 1, Math.floor((w + 2 * pad - s) / stride) + 1];
+}
+
+function conv(shape: ConvShape) {
+  const [n, c, h, w, k, r, s] = shape;
+  const [oh, ow] = convOut(shape);
+  return {
+    x: randomTensor(n * c * h * w, 1), w: randomTensor(k * c * r * s, 2), b: randomTensor(k, 3),
+    y: new Float32Array(n * k * oh * ow), dy: randomTensor(n * k * oh * ow, 4),
+    dx: new Float32Array(n * c * h * w), dw: new Float32Array(k * c * r * s), db: new Float32Array(k),
+  };
+}
+
+describe('CPU kernels', () => {
+  it('conv2dForward equals a direct convolution', () => {
+    const t = conv(convShape);
+    cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape);
+    const [n, c, h, w, k, r, s, stride, pad] = convShape;
+    const [oh, ow] = convOut(convShape);
+    for (let i = 0; i < n; ++i) for (let o = 0; o < k; ++o) for (let p = 0; p < oh; ++p) for (let q = 0; q < ow; ++q) {
+      let sum = t.b[o];
+      for (let ch = 0; ch < c; ++ch) for (let u = 0; u < r; ++u) for (let v = 0; v < s; ++v) {
+        const yy = p * stride - pad + u;
+        const xx = q * stride - pad + v;
+        if (yy >= 0 && yy < h && xx >= 0 && xx < w) {
+          sum += t.x[((i * c + ch) * h + yy) * w + xx] * t.w[((o * c + ch) * r + u) * s + v];
+        }
+      }
+      const got = t.y[((i * k + o) * oh + p) * ow + q];
+      assert.ok(Math.abs(got - sum) < 1e-5, `y[${i},${o},${p},${q}] = ${got}, expected ${sum}`);
+    }
+  });
+
+  it('conv2d gradients match finite differences (input, weights, bias)', () => {
+    const t = conv(convShape);
+    const loss = (): number => { cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape); return dot(t.y, t.dy); };
+    cpu.conv2dBackwardData(t.dy, t.w, t.dx, convShape);
+    cpu.conv2dBackwardWeights(t.x, t.dy, t.dw, t.db, convShape);
+    checkGradient('dx', t.x, t.dx, loss);
+    checkGradient('dw', t.w, t.dw, loss);
+    checkGradient('db', t.b, t.db, loss);
+  });
+
+  for (const kind of ['max', 'avg'] as PoolKind[]) {
+    it(`${kind} pooling: forward and its gradient`, () => {
+      const shape: PoolShape = [2, 3, 6, 6, 2, 2, 0];
+      const x = randomTensor(2 * 3 * 36, 5);
+      const y = new Float32Array(2 * 3 * 9);
+      const dy = randomTensor(y.length, 6);
+      const dx = new Float32Array(x.length);
+      const ws = new Uint8Array(cpu.pool2dWorkspaceBytes(kind, shape));
+      cpu.pool2dForward(kind, x, y, ws, shape);
+      const window = (plane: number, p: number, q: number): number[] =>
+        [0, 1, 6, 7].map((o) => x[plane * 36 + p * 12 + q * 2 + o]);
+      for (let plane = 0; plane < 6; ++plane) for (let p = 0; p < 3; ++p) for (let q = 0; q < 3; ++q) {
+        const values = window(plane, p, q);
+        const expected = kind === 'max' ? Math.max(...values) : values.reduce((a, b) => a + b) / 4;
+        assert.ok(Math.abs(y[plane * 9 + p * 3 + q] - expected) < 1e-6);
+      }
+      cpu.pool2dBackward(kind, dy, dx, ws, shape);
+      checkGradient('dx', x, dx, () => { cpu.pool2dForward(kind, x, y, ws, shape); return dot(y, dy); },
+        { eps: 1e-3, tolerance: 2e-3 });
+    });
+  }
+
+  it('linear: forward and gradients (input, weights, bias)', () => {
+    const [n, i, o] = [5, 7, 3];
+    const x = randomTensor(n * i, 7), w = randomTensor(o * i, 8), b = randomTensor(o, 9);
+    const y = new Float32Array(n * o), dy = randomTensor(n * o, 10);
+    const dx = new Float32Array(n * i), dw = new Float32Array(o * i), db = new Float32Array(o);
+    cpu.linearForward(x, w, b, y, [n, i, o]);
+    for (let s = 0; s < n; ++s) for (let k = 0; k < o; ++k) {
+      let sum = b[k];
+      for (let j = 0; j < i; ++j) sum += x[s * i + j] * w[k * i + j];
+      assert.ok(Math.abs(y[s * o + k] - sum) < 1e-5);
+    }
+    cpu.linearBackward(x, w, dy, dx, dw, db, [n, i, o]);
+    const loss = (): number => { cpu.linearForward(x, w, b, y, [n, i, o]); return dot(y, dy); };
+    checkGradient('dx', x, dx, loss);
+    checkGradient('dw', w, dw, loss);
+    checkGradient('db', b, db, loss);
+  });
+
+  it('relu and softmax cross-entropy: gradients', () => {
+    const x = randomTensor(60, 11), y = new Float32Array(60), dy = randomTensor(60, 12), dx = new Float32Array(60);
+    cpu.reluForward(x, y);
+    assert.deepEqual([...y], [...x].map((v) => Math.max(v, 0)));
+    cpu.reluBackward(x, dy, dx);
+    checkGradient('relu dx', x, dx, () => { cpu.reluForward(x, y); return dot(y, dy); }, { eps: 1e-3 });
+
+    const logits = randomTensor(4 * 10, 13).map((v) => v * 3);
+    const labels = Int32Array.of(0, 9, 3, 3);
+    const dlogits = new Float32Array(40);
+    const loss = cpu.softmaxCrossEntropy(logits, labels, dlogits, [4, 10]);
+    let expected = 0;
+    for (let s = 0; s < 4; ++s) {
+      const row = [...logits.subarray(s * 10, s * 10 + 10)];
+      expected += Math.log(row.reduce((a, v) => a + Math.exp(v), 0)) - row[labels[s]];
+    }
+    assert.ok(Math.abs(loss - expected / 4) < 1e-12);
+    const scratch = new Float32Array(40);
+    checkGradient('dlogits', logits, dlogits, () => cpu.softmaxCrossEntropy(logits, labels, scratch, [4, 10]),
+      { eps: 1e-3, tolerance: 1e-3 });
+  });
+
+  it('sgdUpdate applies momentum and weight decay', () => {
+    const p = Float32Array.of(1, -2), g = Float32Array.of(0.5, 0.25), v = Float32Array.of(0.1, 0);
+    cpu.sgdUpdate(p, g, v, 0.1, 0.9, 0.01);
+    const f = Math.fround;  // float32 arithmetic: round the operands and every result
+    const v0 = f(f(f(0.9) * f(0.1)) + f(f(0.5) + f(f(0.01) * 1)));
+    const v1 = f(f(f(0.9) * 0) + f(f(0.25) + f(f(0.01) * -2)));
+    assert.deepEqual([...v], [v0, v1]);
+    assert.deepEqual([...p], [f(1 - f(f(0.1) * v0)), f(-2 - f(f(0.1) * v1))]);
+  });
+
+  it('gives the same bits on every run', () => {
+    const run = (): Float32Array[] => {
+      const t = conv(convShape);
+      cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape);
+      cpu.conv2dBackwardData(t.dy, t.w, t.dx, convShape);
+      cpu.conv2dBackwardWeights(t.x, t.dy, t.dw, t.db, convShape);
+      return [t.y, t.dx, t.dw, t.db];
+    };
+    const first = run();
+    for (let r = 0; r < 3; ++r) {
+      run().forEach((a, i) => assert.ok(Buffer.from(a.buffer).equals(Buffer.from(first[i].buffer))));
+    }
+  });
+
+  it('rejects bad arguments with errors naming them', () => {
+    const t = conv(convShape);
+    assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, new Float32Array(3), convShape),
+      { name: 'TypeError', message: 'conv2dForward: expected y to be a Float32Array of 96 elements, got Float32Array of 3' });
+    assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, t.y, [2, 3, 7] as unknown as ConvShape),
+      { name: 'TypeError', message: 'conv2dForward: expected shape to be an Array of 9 integers >= 1, got Array' });
+    assert.throws(() => cpu.softmaxCrossEntropy(new Float32Array(4), Int32Array.of(0, 2), new Float32Array(4), [2, 2]),
+      { name: 'RangeError', message: 'softmaxCrossEntropy: labels[1] is 2, outside 0..1' });
+    assert.throws(() => cpu.pool2dForward('median' as PoolKind, t.x, t.y, new Uint8Array(0), [1, 1, 2, 2, 2, 2, 0]),
+      { name: 'TypeError', message: "pool2dForward: expected kind to be 'max' or 'avg', got string" });
+  });
+});
