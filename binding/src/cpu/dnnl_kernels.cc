@@ -3,6 +3,7 @@
 // OpenMP thread count set by setThreads().
 #include <dnnl.hpp>
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <memory>
@@ -116,8 +117,9 @@ algorithm PoolKindArg(const Napi::CallbackInfo& info, const char* method) {
 size_t Count(const memory::desc& desc) { return desc.get_size() / sizeof(float); }
 
 std::vector<int> ConvDims(const Napi::CallbackInfo& info, size_t index, const char* method) {
-  std::vector<int> d = DimsArg(info, index, method, "shape", 9);
-  if (d[8] < 0 || d[2] + 2 * d[8] < d[5] || d[3] + 2 * d[8] < d[6]) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 9, 0);
+  bool positive = std::all_of(d.begin(), d.begin() + 8, [](int v) { return v >= 1; });
+  if (!positive || d[2] + 2 * d[8] < d[5] || d[3] + 2 * d[8] < d[6]) {
     ThrowArg(info.Env(), method, "shape", "[N, C, H, W, K, R, S, stride, pad] with the kernel inside the padded input",
              info[index]);
   }

@@ -1,0 +1,52 @@
+// Parameters in one flat Float32Array and gradients in another (llm.c style): one collective
+// covers them all; layers hold views. Layers reserve their tensors first, then the buffers exist.
+
+export interface ParamView {
+  /** e.g. "conv1.weight" */
+  name: string;
+  offset: number;
+  length: number;
+  /** The tensor's shape, e.g. [out, in, kh, kw]. */
+  shape: number[];
+}
+
+export class ParameterStore {
+  readonly views: ParamView[] = [];
+  private size = 0;
+  private params?: Float32Array;
+  private grads?: Float32Array;
+
+  /** Reserves a tensor; its memory exists once allocate() has run. */
+  reserve(name: string, shape: number[]): ParamView {
+    if (this.params) throw new Error(`reserve ${name}: the parameter buffer is already allocated`);
+    const view = { name, offset: this.size, length: shape.reduce((a, b) => a * b, 1), shape };
+    this.views.push(view);
+    this.size += view.length;
+    return view;
+  }
+
+  allocate(): void {
+    this.params = new Float32Array(this.size);
+    this.grads = new Float32Array(this.size);
+  }
+
+  /** All parameters, in reservation order. */
+  get data(): Float32Array {
+    if (!this.params) throw new Error('the parameter buffer is not allocated yet');
+    return this.params;
+  }
+
+  /** All gradients, laid out like data. */
+  get gradients(): Float32Array {
+    if (!this.grads) throw new Error('the parameter buffer is not allocated yet');
+    return this.grads;
+  }
+
+  param(view: ParamView): Float32Array {
+    return this.data.subarray(view.offset, view.offset + view.length);
+  }
+
+  grad(view: ParamView): Float32Array {
+    return this.gradients.subarray(view.offset, view.offset + view.length);
+  }
+}
