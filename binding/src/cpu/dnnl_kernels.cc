@@ -1,5 +1,5 @@
 // Convolution and pooling on oneDNN, forward and backward, over plain NCHW / OIHW Float32Arrays.
-// Primitives are created once per shape and cached; they run on the caller's thread with the
+// Primitives (and their reorders) are created once per shape and cached; they run on the caller's thread with the
 // OpenMP thread count set by setThreads().
 #include <dnnl.hpp>
 
@@ -34,12 +34,49 @@ dnnl::stream& Stream() {
 
 memory Wrap(const memory::desc& desc, float* data) { return memory(desc, Engine(), data); }
 
+// One argument of a convolution primitive: the caller's plain buffer, and the blocked layout the
+// primitive prefers (format "any"), with cached reorders between them. oneDNN's direct jit
+// convolutions need blocked layouts; on plain ones it falls back to im2col + GEMM.
+class Staged {
+ public:
+  Staged() = default;
+  Staged(const memory::desc& user, const memory::desc& wanted) : user_(user) {
+    if (user == wanted) return;
+    buffer_ = memory(wanted, Engine());
+    toInternal_ = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), user, Engine(), wanted));
+    toUser_ = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), wanted, Engine(), user));
+  }
+  const memory::desc& user() const { return user_; }
+  // The primitive's view of an input, reordered from `data`.
+  memory In(float* data) {
+    memory plain = Wrap(user_, data);
+    if (!buffer_) return plain;
+    toInternal_.execute(Stream(), plain, buffer_);
+    return buffer_;
+  }
+  // Where the primitive writes an output; Out() then copies it to `data`.
+  memory Target(float* data) const { return buffer_ ? buffer_ : Wrap(user_, data); }
+  void Out(float* data) {
+    if (!buffer_) return;
+    memory plain = Wrap(user_, data);
+    toUser_.execute(Stream(), buffer_, plain);
+  }
+
+ private:
+  memory::desc user_;
+  memory buffer_;
+  dnnl::reorder toInternal_, toUser_;
+};
+
 // conv shape: [N, C, H, W, K, R, S, stride, pad]; y is [N, K, OH, OW].
 struct Conv {
-  memory::desc src, weights, bias, dst;
+  memory::desc bias;
   dnnl::convolution_forward forward;
+  Staged fwdSrc, fwdWeights, fwdDst;
   dnnl::convolution_backward_data backwardData;
+  Staged bdDiffDst, bdWeights, bdDiffSrc;
   dnnl::convolution_backward_weights backwardWeights;
+  Staged bwSrc, bwDiffDst, bwDiffWeights;
 };
 
 Conv& ConvFor(const std::vector<int>& d) {
@@ -49,27 +86,37 @@ Conv& ConvFor(const std::vector<int>& d) {
   int n = d[0], c = d[1], h = d[2], w = d[3], k = d[4], r = d[5], s = d[6], stride = d[7], pad = d[8];
   int oh = (h + 2 * pad - r) / stride + 1, ow = (w + 2 * pad - s) / stride + 1;
   auto conv = std::make_unique<Conv>();
-  conv->src = memory::desc({n, c, h, w}, kF32, Tag::nchw);
-  conv->weights = memory::desc({k, c, r, s}, kF32, Tag::oihw);
+  memory::desc src({n, c, h, w}, kF32, Tag::nchw), weights({k, c, r, s}, kF32, Tag::oihw),
+      dst({n, k, oh, ow}, kF32, Tag::nchw);
+  memory::desc anySrc({n, c, h, w}, kF32, Tag::any), anyWeights({k, c, r, s}, kF32, Tag::any),
+      anyDst({n, k, oh, ow}, kF32, Tag::any);
   conv->bias = memory::desc({k}, kF32, Tag::x);
-  conv->dst = memory::desc({n, k, oh, ow}, kF32, Tag::nchw);
   memory::dims strides{stride, stride}, padding{pad, pad};
   auto forwardPd = dnnl::convolution_forward::primitive_desc(
       dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                      conv->src, conv->weights, conv->bias, conv->dst, strides,
-                                      padding, padding),
+                                      anySrc, anyWeights, conv->bias, anyDst, strides, padding,
+                                      padding),
       Engine());
   conv->forward = dnnl::convolution_forward(forwardPd);
-  conv->backwardData = dnnl::convolution_backward_data(dnnl::convolution_backward_data::primitive_desc(
-      dnnl::convolution_backward_data::desc(algorithm::convolution_direct, conv->src, conv->weights,
-                                            conv->dst, strides, padding, padding),
-      Engine(), forwardPd));
-  conv->backwardWeights = dnnl::convolution_backward_weights(
-      dnnl::convolution_backward_weights::primitive_desc(
-          dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, conv->src,
-                                                   conv->weights, conv->bias, conv->dst, strides,
-                                                   padding, padding),
-          Engine(), forwardPd));
+  conv->fwdSrc = Staged(src, forwardPd.src_desc());
+  conv->fwdWeights = Staged(weights, forwardPd.weights_desc());
+  conv->fwdDst = Staged(dst, forwardPd.dst_desc());
+  auto dataPd = dnnl::convolution_backward_data::primitive_desc(
+      dnnl::convolution_backward_data::desc(algorithm::convolution_direct, anySrc, anyWeights,
+                                            anyDst, strides, padding, padding),
+      Engine(), forwardPd);
+  conv->backwardData = dnnl::convolution_backward_data(dataPd);
+  conv->bdDiffDst = Staged(dst, dataPd.diff_dst_desc());
+  conv->bdWeights = Staged(weights, dataPd.weights_desc());
+  conv->bdDiffSrc = Staged(src, dataPd.diff_src_desc());
+  auto weightsPd = dnnl::convolution_backward_weights::primitive_desc(
+      dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, anySrc, anyWeights,
+                                               conv->bias, anyDst, strides, padding, padding),
+      Engine(), forwardPd);
+  conv->backwardWeights = dnnl::convolution_backward_weights(weightsPd);
+  conv->bwSrc = Staged(src, weightsPd.src_desc());
+  conv->bwDiffDst = Staged(dst, weightsPd.diff_dst_desc());
+  conv->bwDiffWeights = Staged(weights, weightsPd.diff_weights_desc());
   slot = std::move(conv);
   return *slot;
 }
@@ -140,14 +187,15 @@ std::vector<int> PoolDims(const Napi::CallbackInfo& info, size_t index, const ch
 Napi::Value Conv2dForward(const Napi::CallbackInfo& info) {
   const char* m = "conv2dForward";
   Conv& conv = ConvFor(ConvDims(info, 4, m));
-  float* x = FloatArg(info, 0, m, "x", Count(conv.src));
-  float* w = FloatArg(info, 1, m, "w", Count(conv.weights));
+  float* x = FloatArg(info, 0, m, "x", Count(conv.fwdSrc.user()));
+  float* w = FloatArg(info, 1, m, "w", Count(conv.fwdWeights.user()));
   float* b = FloatArg(info, 2, m, "b", Count(conv.bias));
-  float* y = FloatArg(info, 3, m, "y", Count(conv.dst));
-  conv.forward.execute(Stream(), {{DNNL_ARG_SRC, Wrap(conv.src, x)},
-                                  {DNNL_ARG_WEIGHTS, Wrap(conv.weights, w)},
+  float* y = FloatArg(info, 3, m, "y", Count(conv.fwdDst.user()));
+  conv.forward.execute(Stream(), {{DNNL_ARG_SRC, conv.fwdSrc.In(x)},
+                                  {DNNL_ARG_WEIGHTS, conv.fwdWeights.In(w)},
                                   {DNNL_ARG_BIAS, Wrap(conv.bias, b)},
-                                  {DNNL_ARG_DST, Wrap(conv.dst, y)}});
+                                  {DNNL_ARG_DST, conv.fwdDst.Target(y)}});
+  conv.fwdDst.Out(y);
   Stream().wait();
   return info.Env().Undefined();
 }
@@ -156,12 +204,13 @@ Napi::Value Conv2dForward(const Napi::CallbackInfo& info) {
 Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info) {
   const char* m = "conv2dBackwardData";
   Conv& conv = ConvFor(ConvDims(info, 3, m));
-  float* dy = FloatArg(info, 0, m, "dy", Count(conv.dst));
-  float* w = FloatArg(info, 1, m, "w", Count(conv.weights));
-  float* dx = FloatArg(info, 2, m, "dx", Count(conv.src));
-  conv.backwardData.execute(Stream(), {{DNNL_ARG_DIFF_DST, Wrap(conv.dst, dy)},
-                                       {DNNL_ARG_WEIGHTS, Wrap(conv.weights, w)},
-                                       {DNNL_ARG_DIFF_SRC, Wrap(conv.src, dx)}});
+  float* dy = FloatArg(info, 0, m, "dy", Count(conv.bdDiffDst.user()));
+  float* w = FloatArg(info, 1, m, "w", Count(conv.bdWeights.user()));
+  float* dx = FloatArg(info, 2, m, "dx", Count(conv.bdDiffSrc.user()));
+  conv.backwardData.execute(Stream(), {{DNNL_ARG_DIFF_DST, conv.bdDiffDst.In(dy)},
+                                       {DNNL_ARG_WEIGHTS, conv.bdWeights.In(w)},
+                                       {DNNL_ARG_DIFF_SRC, conv.bdDiffSrc.Target(dx)}});
+  conv.bdDiffSrc.Out(dx);
   Stream().wait();
   return info.Env().Undefined();
 }
@@ -170,14 +219,15 @@ Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info) {
 Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info) {
   const char* m = "conv2dBackwardWeights";
   Conv& conv = ConvFor(ConvDims(info, 4, m));
-  float* x = FloatArg(info, 0, m, "x", Count(conv.src));
-  float* dy = FloatArg(info, 1, m, "dy", Count(conv.dst));
-  float* dw = FloatArg(info, 2, m, "dw", Count(conv.weights));
+  float* x = FloatArg(info, 0, m, "x", Count(conv.bwSrc.user()));
+  float* dy = FloatArg(info, 1, m, "dy", Count(conv.bwDiffDst.user()));
+  float* dw = FloatArg(info, 2, m, "dw", Count(conv.bwDiffWeights.user()));
   float* db = FloatArg(info, 3, m, "db", Count(conv.bias));
-  conv.backwardWeights.execute(Stream(), {{DNNL_ARG_SRC, Wrap(conv.src, x)},
-                                          {DNNL_ARG_DIFF_DST, Wrap(conv.dst, dy)},
-                                          {DNNL_ARG_DIFF_WEIGHTS, Wrap(conv.weights, dw)},
+  conv.backwardWeights.execute(Stream(), {{DNNL_ARG_SRC, conv.bwSrc.In(x)},
+                                          {DNNL_ARG_DIFF_DST, conv.bwDiffDst.In(dy)},
+                                          {DNNL_ARG_DIFF_WEIGHTS, conv.bwDiffWeights.Target(dw)},
                                           {DNNL_ARG_DIFF_BIAS, Wrap(conv.bias, db)}});
+  conv.bwDiffWeights.Out(dw);
   Stream().wait();
   return info.Env().Undefined();
 }
