@@ -49,6 +49,8 @@ export class Net {
   readonly params = new ParameterStore();
   readonly layers: Layer[] = [];
   private readonly scratch = new Scratch();
+  /** Backward stops here: no layer below the first one with parameters needs a gradient. */
+  private firstTrainable = -1;
 
   constructor(readonly spec: ModelSpec, private readonly backend: Backend) {
     let shape: number[] = spec.input;
@@ -56,11 +58,14 @@ export class Net {
       const fail = (problem: string): never => {
         throw new SpecError(`${spec.file}: layer ${index + 1} (${layerSpec.name}): ${problem}`);
       };
+      const reserved = this.params.views.length;
       const layer = buildLayer(layerSpec, shape, { backend, params: this.params, index }, fail);
+      if (this.firstTrainable < 0 && this.params.views.length > reserved) this.firstTrainable = index;
       if (layer.outShape.some((d) => d < 1)) fail(`output shape [${layer.outShape.join(', ')}] is empty`);
       this.layers.push(layer);
       shape = layer.outShape;
     });
+    if (this.firstTrainable < 0) this.firstTrainable = this.layers.length;
     if (product(shape) !== spec.classes) {
       const last = spec.layers[spec.layers.length - 1];
       throw new SpecError(`${spec.file}: layer ${spec.layers.length} (${last.name}): outputs ${product(shape)} values but the model has ${spec.classes} classes`);
@@ -92,7 +97,9 @@ export class Net {
     const dlogits = this.scratch.get('dlogits', logits.length);
     const loss = this.backend.softmaxCrossEntropy(logits, labels, dlogits, [batch, this.spec.classes]);
     let dy: Float32Array | null = dlogits;
-    for (let i = this.layers.length - 1; i >= 0 && dy; --i) dy = this.layers[i].backward(dy, batch, i > 0);
+    for (let i = this.layers.length - 1; i >= this.firstTrainable && dy; --i) {
+      dy = this.layers[i].backward(dy, batch, i > this.firstTrainable);
+    }
     return { loss, correct: countCorrect(logits, labels, this.spec.classes) };
   }
 

@@ -1,21 +1,10 @@
 // Central finite differences against analytic gradients, and seeded test tensors.
 import { strict as assert } from 'node:assert';
-
-/** A seeded uniform generator in [0, 1) (mulberry32). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { stream } from '../../src/nn/random';
 
 /** n values uniform in [-1, 1). */
 export function randomTensor(n: number, seed: number): Float32Array {
-  const next = rng(seed);
+  const next = stream(seed);
   return Float32Array.from({ length: n }, () => next() * 2 - 1);
 }
 
