@@ -61,8 +61,7 @@ Buffer BufferArg(const Napi::CallbackInfo& info, size_t index, const char* metho
     ThrowArg(info.Env(), method, name, "at most 2^31-1 elements long",
              std::to_string(array.ElementLength()) + " elements");
   }
-  auto* base = static_cast<uint8_t*>(array.ArrayBuffer().Data()) + array.ByteOffset();
-  return Buffer{value, base, static_cast<int>(array.ElementLength()), type, array.TypedArrayType()};
+  return Buffer{value, DataOf(array), static_cast<int>(array.ElementLength()), type, array.TypedArrayType()};
 }
 
 int IntArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,

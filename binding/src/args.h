@@ -18,6 +18,11 @@ struct Buffer {
   napi_typedarray_type kind;
 };
 
+// The first byte of a typed array's elements (its view into the ArrayBuffer).
+inline uint8_t* DataOf(const Napi::TypedArray& array) {
+  return static_cast<uint8_t*>(array.ArrayBuffer().Data()) + array.ByteOffset();
+}
+
 [[noreturn]] void ThrowArg(Napi::Env env, const char* method, const char* name,
                            const std::string& expected, const std::string& got);
 [[noreturn]] void ThrowArg(Napi::Env env, const char* method, const char* name,

@@ -238,27 +238,13 @@ Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(pool.workspace.get_size()));
 }
 
-namespace {
-// The workspace argument: a Uint8Array of exactly the primitive's workspace size (may be 0).
-void* WorkspaceArg(const Napi::CallbackInfo& info, size_t index, const char* method, size_t bytes) {
-  Napi::Value value = info[index];
-  std::string expected = "a Uint8Array of " + std::to_string(bytes) + " bytes (pool2dWorkspaceBytes)";
-  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array ||
-      value.As<Napi::TypedArray>().ElementLength() != bytes) {
-    ThrowArg(info.Env(), method, "workspace", expected, value);
-  }
-  auto array = value.As<Napi::TypedArray>();
-  return static_cast<uint8_t*>(array.ArrayBuffer().Data()) + array.ByteOffset();
-}
-}  // namespace
-
 // pool2dForward(kind, x, y, workspace, shape)
 Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
   const char* m = "pool2dForward";
   Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m));
   float* x = FloatArg(info, 1, m, "x", Count(pool.src));
   float* y = FloatArg(info, 2, m, "y", Count(pool.dst));
-  void* ws = WorkspaceArg(info, 3, m, pool.workspace.get_size());
+  uint8_t* ws = BytesArg(info, 3, m, "workspace", pool.workspace.get_size());
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, Wrap(pool.src, x)},
                                        {DNNL_ARG_DST, Wrap(pool.dst, y)}};
   if (pool.workspace.get_size() > 0) args.emplace(DNNL_ARG_WORKSPACE, memory(pool.workspace, Engine(), ws));
@@ -273,7 +259,7 @@ Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
   Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m));
   float* dy = FloatArg(info, 1, m, "dy", Count(pool.dst));
   float* dx = FloatArg(info, 2, m, "dx", Count(pool.src));
-  void* ws = WorkspaceArg(info, 3, m, pool.workspace.get_size());
+  uint8_t* ws = BytesArg(info, 3, m, "workspace", pool.workspace.get_size());
   std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, Wrap(pool.dst, dy)},
                                        {DNNL_ARG_DIFF_SRC, Wrap(pool.src, dx)}};
   if (pool.workspace.get_size() > 0) args.emplace(DNNL_ARG_WORKSPACE, memory(pool.workspace, Engine(), ws));

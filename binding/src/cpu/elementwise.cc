@@ -8,20 +8,9 @@
 
 namespace ft::cpu {
 
-namespace {
-size_t LengthOf(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name) {
-  Napi::Value value = info[index];
-  if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array) {
-    FloatArg(info, index, method, name, 0);  // throws the standard message
-  }
-  return value.As<Napi::TypedArray>().ElementLength();
-}
-}  // namespace
-
 // reluForward(x, y): y = max(x, 0).
 Napi::Value ReluForward(const Napi::CallbackInfo& info) {
-  size_t n = LengthOf(info, 0, "reluForward", "x");
-  const float* x = FloatArg(info, 0, "reluForward", "x", n);
+  auto [x, n] = FloatSpanArg(info, 0, "reluForward", "x");
   float* y = FloatArg(info, 1, "reluForward", "y", n);
   for (size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
   return info.Env().Undefined();
@@ -29,8 +18,7 @@ Napi::Value ReluForward(const Napi::CallbackInfo& info) {
 
 // reluBackward(x, dy, dx): dx = dy where x > 0, else 0.
 Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
-  size_t n = LengthOf(info, 0, "reluBackward", "x");
-  const float* x = FloatArg(info, 0, "reluBackward", "x", n);
+  auto [x, n] = FloatSpanArg(info, 0, "reluBackward", "x");
   const float* dy = FloatArg(info, 1, "reluBackward", "dy", n);
   float* dx = FloatArg(info, 2, "reluBackward", "dx", n);
   for (size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
@@ -74,8 +62,7 @@ Napi::Value SoftmaxCrossEntropy(const Napi::CallbackInfo& info) {
 //   v = momentum * v + (g + weightDecay * p);  p -= lr * v   (Caffe's and PyTorch's SGD).
 Napi::Value SgdUpdate(const Napi::CallbackInfo& info) {
   const char* m = "sgdUpdate";
-  size_t n = LengthOf(info, 0, m, "params");
-  float* p = FloatArg(info, 0, m, "params", n);
+  auto [p, n] = FloatSpanArg(info, 0, m, "params");
   const float* g = FloatArg(info, 1, m, "grads", n);
   float* v = FloatArg(info, 2, m, "velocity", n);
   float lr = static_cast<float>(NumberArg(info, 3, m, "lr"));

@@ -10,32 +10,48 @@
 namespace ft::cpu {
 
 namespace {
-template <typename T>
-T* TypedArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
-            size_t count, napi_typedarray_type kind, const char* kindName) {
+constexpr size_t kAnyLength = SIZE_MAX;
+
+// A typed array of `kind` with exactly `count` elements (any number for kAnyLength).
+Napi::TypedArray TypedArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                          const char* name, size_t count, napi_typedarray_type kind,
+                          const char* kindName) {
   Napi::Value value = info[index];
-  std::string expected = std::string("a ") + kindName + " of " + std::to_string(count) + " elements";
+  std::string expected = std::string("a ") + kindName;
+  if (count != kAnyLength) expected += " of " + std::to_string(count) + " elements";
   if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != kind) {
     ThrowArg(info.Env(), method, name, expected, value);
   }
   auto array = value.As<Napi::TypedArray>();
-  if (array.ElementLength() != count) {
+  if (count != kAnyLength && array.ElementLength() != count) {
     ThrowArg(info.Env(), method, name, expected,
              std::string(kindName) + " of " + std::to_string(array.ElementLength()));
   }
-  return reinterpret_cast<T*>(static_cast<uint8_t*>(array.ArrayBuffer().Data()) +
-                              array.ByteOffset());
+  return array;
 }
 }  // namespace
 
 float* FloatArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
                 size_t count) {
-  return TypedArg<float>(info, index, method, name, count, napi_float32_array, "Float32Array");
+  return reinterpret_cast<float*>(
+      DataOf(TypedArg(info, index, method, name, count, napi_float32_array, "Float32Array")));
+}
+
+FloatSpan FloatSpanArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                       const char* name) {
+  auto array = TypedArg(info, index, method, name, kAnyLength, napi_float32_array, "Float32Array");
+  return FloatSpan{reinterpret_cast<float*>(DataOf(array)), array.ElementLength()};
+}
+
+uint8_t* BytesArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                  const char* name, size_t count) {
+  return DataOf(TypedArg(info, index, method, name, count, napi_uint8_array, "Uint8Array"));
 }
 
 int32_t* IntArrayArg(const Napi::CallbackInfo& info, size_t index, const char* method,
                      const char* name, size_t count) {
-  return TypedArg<int32_t>(info, index, method, name, count, napi_int32_array, "Int32Array");
+  return reinterpret_cast<int32_t*>(
+      DataOf(TypedArg(info, index, method, name, count, napi_int32_array, "Int32Array")));
 }
 
 std::vector<int> DimsArg(const Napi::CallbackInfo& info, size_t index, const char* method,

@@ -11,6 +11,18 @@ namespace ft::cpu {
 float* FloatArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
                 size_t count);
 
+// A Float32Array argument of any length.
+struct FloatSpan {
+  float* data;
+  size_t length;
+};
+FloatSpan FloatSpanArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                       const char* name);
+
+// The data of a Uint8Array argument that must hold exactly `count` bytes.
+uint8_t* BytesArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                  const char* name, size_t count);
+
 // The data of an Int32Array argument that must hold exactly `count` elements.
 int32_t* IntArrayArg(const Napi::CallbackInfo& info, size_t index, const char* method,
                      const char* name, size_t count);
