@@ -94,18 +94,21 @@ export class Net {
   /** Forward, loss, and backward: params.gradients holds this batch's gradient (overwritten). */
   lossAndGradient(x: Float32Array, labels: Int32Array, batch: number, key: BatchKey): StepResult {
     const logits = this.forward(x, batch, true, key);
-    const dlogits = this.scratch.get('dlogits', logits.length);
-    const loss = this.backend.softmaxCrossEntropy(logits, labels, dlogits, [batch, this.spec.classes]);
-    let dy: Float32Array | null = dlogits;
+    const result = this.score(logits, labels, batch);
+    let dy: Float32Array | null = this.scratch.get('dlogits', logits.length);
     for (let i = this.layers.length - 1; i >= this.firstTrainable && dy; --i) {
       dy = this.layers[i].backward(dy, batch, i > this.firstTrainable);
     }
-    return { loss, correct: countCorrect(logits, labels, this.spec.classes) };
+    return result;
   }
 
   /** Loss and correct count without training behaviour (dropout off) or gradients. */
   evaluate(x: Float32Array, labels: Int32Array, batch: number): StepResult {
-    const logits = this.forward(x, batch, false, { seed: 0, epoch: 0, step: 0, shard: 0 });
+    return this.score(this.forward(x, batch, false, { seed: 0, epoch: 0, step: 0, shard: 0 }), labels, batch);
+  }
+
+  /** Loss and correct count of `logits`; leaves the loss gradient in the 'dlogits' scratch. */
+  private score(logits: Float32Array, labels: Int32Array, batch: number): StepResult {
     const dlogits = this.scratch.get('dlogits', logits.length);
     const loss = this.backend.softmaxCrossEntropy(logits, labels, dlogits, [batch, this.spec.classes]);
     return { loss, correct: countCorrect(logits, labels, this.spec.classes) };
