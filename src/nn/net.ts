@@ -9,7 +9,7 @@ import { Linear } from './layers/linear';
 import { Pool2d } from './layers/pool2d';
 import { Relu } from './layers/relu';
 import { ParameterStore } from './params';
-import { stream } from './random';
+import { stream } from '../random';
 import { type LayerSpec, type ModelSpec, SpecError } from './spec';
 
 export interface StepResult {

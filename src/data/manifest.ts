@@ -1,0 +1,121 @@
+// The manifest of a dataset directory (manifest.json): what the Arrow files hold (schema, sample
+// shape, classes, counts) and checksums of every file, of its footer and of each record batch, so a
+// rank that reads only its shards still verifies every byte it uses.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { DatasetError } from './errors';
+
+export const manifestFormat = 'ft-train-dataset/1';
+export const manifestFile = 'manifest.json';
+export const splitNames = ['train', 'test'] as const;
+export type SplitName = (typeof splitNames)[number];
+
+export interface RecordBatchEntry {
+  rows: number;
+  /** sha256 of the batch's IPC block (metadata + body) as the footer locates it */
+  sha256: string;
+}
+
+export interface SplitEntry {
+  file: string;
+  rows: number;
+  bytes: number;
+  sha256: string;
+  /** samples per class, index = label */
+  class_counts: number[];
+  /** everything after the last record batch: end-of-stream marker, footer, magic */
+  tail: { offset: number; sha256: string };
+  record_batches: RecordBatchEntry[];
+}
+
+export interface Manifest {
+  format: string;
+  name: string;
+  source: string;
+  /** [C, H, W], pixels uint8 */
+  sample_shape: [number, number, number];
+  classes: number;
+  class_names: string[];
+  /** Arrow field name -> Arrow type, as the files must hold them */
+  schema: Record<string, string>;
+  splits: Record<SplitName, SplitEntry>;
+}
+
+/** The Arrow schema every split file holds, as field -> type text (apache-arrow's spelling). */
+export function expectedSchema(sampleShape: readonly number[]): Record<string, string> {
+  return { image: `FixedSizeList[${sampleShape.reduce((a, b) => a * b, 1)}]<Uint8>`, label: 'Int32' };
+}
+
+const sha256Text = /^[0-9a-f]{64}$/;
+
+/** Reads and validates `dir/manifest.json`; every problem is one DatasetError line. */
+export function readManifest(dir: string): Manifest {
+  if (!fs.existsSync(dir)) throw new DatasetError(dir, 'no such dataset directory');
+  if (!fs.statSync(dir).isDirectory()) throw new DatasetError(dir, 'not a directory');
+  const file = path.join(dir, manifestFile);
+  if (!fs.existsSync(file)) {
+    throw new DatasetError(file, 'missing: not a dataset directory (or its conversion did not finish)');
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(fs.readFileSync(file, 'utf8'));
+  } catch (error) {
+    throw new DatasetError(file, `not valid JSON (${(error as Error).message})`);
+  }
+  return validate(file, json);
+}
+
+function validate(file: string, json: unknown): Manifest {
+  const fail = (field: string, what: string, got: unknown): never => {
+    throw new DatasetError(file, `${field}: expected ${what}, got ${JSON.stringify(got) ?? 'nothing'}`);
+  };
+  const object = (value: unknown, field: string): Record<string, unknown> =>
+    typeof value === 'object' && value !== null && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : fail(field, 'an object', value);
+  const count = (value: unknown, field: string, min = 0): number =>
+    Number.isSafeInteger(value) && (value as number) >= min ? (value as number) : fail(field, `an integer >= ${min}`, value);
+  const text = (value: unknown, field: string, pattern?: RegExp): string =>
+    typeof value === 'string' && (!pattern || pattern.test(value)) ? value : fail(field, pattern ? `text matching ${pattern}` : 'text', value);
+  const list = (value: unknown, field: string): unknown[] => (Array.isArray(value) ? value : fail(field, 'a list', value));
+
+  const top = object(json, 'manifest');
+  if (top.format !== manifestFormat) fail('format', `"${manifestFormat}"`, top.format);
+  const shape = list(top.sample_shape, 'sample_shape');
+  if (shape.length !== 3) fail('sample_shape', '[C, H, W]', shape);
+  shape.forEach((d, i) => count(d, `sample_shape[${i}]`, 1));
+  const classes = count(top.classes, 'classes', 1);
+  const names = list(top.class_names, 'class_names');
+  if (names.length !== classes) fail('class_names', `${classes} names`, names.length);
+  names.forEach((n, i) => text(n, `class_names[${i}]`));
+  const schema = object(top.schema, 'schema');
+  const expected = expectedSchema(shape as number[]);
+  if (JSON.stringify(schema) !== JSON.stringify(expected)) fail('schema', JSON.stringify(expected), schema);
+  const splits = object(top.splits, 'splits');
+  for (const name of splitNames) {
+    const at = `splits.${name}`;
+    const split = object(splits[name], at);
+    text(split.file, `${at}.file`, /^[^/\\]+$/);
+    const rows = count(split.rows, `${at}.rows`, 1);
+    const bytes = count(split.bytes, `${at}.bytes`, 1);
+    text(split.sha256, `${at}.sha256`, sha256Text);
+    const counts = list(split.class_counts, `${at}.class_counts`);
+    if (counts.length !== classes) fail(`${at}.class_counts`, `${classes} counts`, counts.length);
+    if (counts.reduce((sum: number, c, i) => sum + count(c, `${at}.class_counts[${i}]`), 0) !== rows) {
+      fail(`${at}.class_counts`, `counts summing to ${rows}`, counts);
+    }
+    const tail = object(split.tail, `${at}.tail`);
+    if (count(tail.offset, `${at}.tail.offset`, 8) >= bytes) fail(`${at}.tail.offset`, `less than ${bytes}`, tail.offset);
+    text(tail.sha256, `${at}.tail.sha256`, sha256Text);
+    const batches = list(split.record_batches, `${at}.record_batches`);
+    if (batches.length === 0) fail(`${at}.record_batches`, 'at least one', batches);
+    let total = 0;
+    batches.forEach((b, i) => {
+      const batch = object(b, `${at}.record_batches[${i}]`);
+      total += count(batch.rows, `${at}.record_batches[${i}].rows`, 1);
+      text(batch.sha256, `${at}.record_batches[${i}].sha256`, sha256Text);
+    });
+    if (total !== rows) fail(`${at}.record_batches`, `rows summing to ${rows}`, total);
+  }
+  return top as unknown as Manifest;
+}

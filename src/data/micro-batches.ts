@@ -1,0 +1,76 @@
+// Micro-batch iteration. Step t of an epoch takes one micro-batch from every shard; shard s's
+// micro-batch is a slice of a permutation of its rows seeded by (seed, epoch, s), so which samples
+// step t of shard s sees depends only on (seed, epoch, s, t), never on the rank reading it.
+// The global batch B is split over S shards: shard s takes floor(B/S) samples, plus one if s < B mod S.
+// An epoch lasts until the largest shard is used up; shards that run out earlier give empty
+// micro-batches for the last steps, so one epoch visits every sample exactly once.
+import { hashKeys, stream } from '../random';
+import type { ShardLayout } from './shard-layout';
+import type { ShardData } from './split';
+
+export class MicroBatches {
+  readonly stepsPerEpoch: number;
+  private readonly permutations = new Map<number, { epoch: number; order: Int32Array }>();
+
+  constructor(
+    readonly layout: ShardLayout,
+    readonly globalBatch: number,
+    readonly seed: number,
+  ) {
+    if (!Number.isSafeInteger(globalBatch) || globalBatch < layout.count) {
+      throw new RangeError(`global batch: expected an integer >= the shard count ${layout.count} (one sample per shard at least), got ${globalBatch}`);
+    }
+    let steps = 0;
+    for (let s = 0; s < layout.count; ++s) steps = Math.max(steps, Math.ceil(layout.rows(s) / this.size(s)));
+    this.stepsPerEpoch = steps;
+  }
+
+  /** Samples shard s contributes to a full step. */
+  size(shard: number): number {
+    const S = this.layout.count;
+    return Math.floor(this.globalBatch / S) + (shard < this.globalBatch % S ? 1 : 0);
+  }
+
+  /** Rows (indices within shard s) of step t's micro-batch in `epoch`; empty once s is used up. */
+  rows(shard: number, epoch: number, step: number): Int32Array {
+    if (!(step >= 0 && step < this.stepsPerEpoch)) throw new RangeError(`rows: expected a step in [0, ${this.stepsPerEpoch}), got ${step}`);
+    const order = this.permutation(shard, epoch);
+    const start = Math.min(step * this.size(shard), order.length);
+    return order.subarray(start, Math.min(start + this.size(shard), order.length));
+  }
+
+  /** Samples in step t of any epoch, over all shards. */
+  samplesAt(step: number): number {
+    let total = 0;
+    for (let s = 0; s < this.layout.count; ++s) total += this.rows(s, 0, step).length;
+    return total;
+  }
+
+  private permutation(shard: number, epoch: number): Int32Array {
+    const cached = this.permutations.get(shard);
+    if (cached?.epoch === epoch) return cached.order;
+    const order = Int32Array.from({ length: this.layout.rows(shard) }, (_, i) => i);
+    const next = stream(hashKeys(this.seed, epoch, shard));
+    for (let i = order.length - 1; i > 0; --i) {
+      const j = Math.floor(next() * (i + 1));
+      [order[i], order[j]] = [order[j], order[i]];
+    }
+    this.permutations.set(shard, { epoch, order });
+    return order;
+  }
+}
+
+/** Copies the given rows of a shard into a float batch x [rows, C, H, W] (pixels / 255) and labels. */
+export function gatherBatch(shard: ShardData, rows: Int32Array, x: Float32Array, labels: Int32Array): void {
+  const size = shard.sampleSize;
+  if (x.length < rows.length * size || labels.length < rows.length) {
+    throw new RangeError(`gatherBatch: expected room for ${rows.length} samples, got x ${x.length} floats, labels ${labels.length}`);
+  }
+  for (let i = 0; i < rows.length; ++i) {
+    const row = rows[i];
+    if (!(row >= 0 && row < shard.rows)) throw new RangeError(`gatherBatch: row ${row} outside shard ${shard.shard} (${shard.rows} rows)`);
+    const source = shard.images.subarray(row * size, (row + 1) * size);
+    for (let j = 0; j < size; ++j) x[i * size + j] = source[j] / 255;
+    labels[i] = shard.labels[row];
+  }
+}

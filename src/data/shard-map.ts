@@ -1,0 +1,81 @@
+// Which rank holds which logical shard. Ranks are world ranks (stable across shrinks). The map is a
+// pure function of the live-rank list and the history of losses, so every survivor computes the same
+// one without talking: at start, contiguous blocks of shards per rank in rank order; after a loss,
+// the lost ranks' shards go, lowest shard first, each to the survivor holding the fewest shards
+// (ties: lowest rank). Survivors keep their own shards, so only the lost shards are read back, and
+// the per-rank shard counts stay within one of each other.
+
+export class ShardMap {
+  /** owners[s] = world rank holding shard s */
+  private constructor(readonly owners: readonly number[]) {}
+
+  /** S shards over the live ranks: rank i (in ascending order) gets shards [iS/N, (i+1)S/N). */
+  static initial(shards: number, liveRanks: readonly number[]): ShardMap {
+    const ranks = uniqueSorted(liveRanks);
+    if (ranks.length === 0) throw new RangeError('ShardMap.initial: expected at least one live rank');
+    if (!Number.isSafeInteger(shards) || shards < 1) throw new RangeError(`ShardMap.initial: expected shards >= 1, got ${shards}`);
+    return new ShardMap(Array.from({ length: shards }, (_, s) => ranks[Math.floor((s * ranks.length) / shards)]));
+  }
+
+  /** A map saved with toJSON(). */
+  static fromOwners(owners: readonly number[]): ShardMap {
+    if (owners.length === 0 || !owners.every((r) => Number.isSafeInteger(r) && r >= 0)) {
+      throw new RangeError(`ShardMap.fromOwners: expected a non-empty list of ranks, got ${JSON.stringify(owners)}`);
+    }
+    return new ShardMap([...owners]);
+  }
+
+  get shardCount(): number {
+    return this.owners.length;
+  }
+
+  /** The ranks holding at least one shard, ascending. */
+  get ranks(): number[] {
+    return uniqueSorted(this.owners);
+  }
+
+  owner(shard: number): number {
+    if (!(shard >= 0 && shard < this.owners.length)) throw new RangeError(`owner: expected a shard in [0, ${this.owners.length}), got ${shard}`);
+    return this.owners[shard];
+  }
+
+  /** The shards rank holds, ascending. */
+  shardsOf(rank: number): number[] {
+    const held: number[] = [];
+    this.owners.forEach((owner, s) => owner === rank && held.push(s));
+    return held;
+  }
+
+  /** The map after losing `lost`; throws if no holder survives. */
+  without(lost: readonly number[]): ShardMap {
+    const gone = new Set(lost);
+    const survivors = this.ranks.filter((r) => !gone.has(r));
+    if (survivors.length === 0) throw new RangeError(`without: losing ranks ${JSON.stringify([...gone])} leaves no rank to hold the shards`);
+    const load = new Map(survivors.map((r) => [r, this.shardsOf(r).length]));
+    const owners = this.owners.map((owner) => {
+      if (!gone.has(owner)) return owner;
+      let target = survivors[0];
+      for (const r of survivors) if (load.get(r)! < load.get(target)!) target = r;
+      load.set(target, load.get(target)! + 1);
+      return target;
+    });
+    return new ShardMap(owners);
+  }
+
+  /** The shards whose owner differs in `next`, grouped by their new owner. */
+  movedTo(next: ShardMap): Map<number, number[]> {
+    const moved = new Map<number, number[]>();
+    next.owners.forEach((owner, s) => {
+      if (owner !== this.owners[s]) moved.set(owner, [...(moved.get(owner) ?? []), s]);
+    });
+    return moved;
+  }
+
+  toJSON(): number[] {
+    return [...this.owners];
+  }
+}
+
+function uniqueSorted(ranks: readonly number[]): number[] {
+  return [...new Set(ranks)].sort((a, b) => a - b);
+}

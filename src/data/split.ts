@@ -1,0 +1,202 @@
+// One split (train or test) of a dataset: an Arrow IPC file read with random access through its
+// footer. Opening verifies the size and the footer; reading shards loads only their record batches
+// (one contiguous read per shard), checks each batch's sha256 against the manifest, then decodes.
+import type { FileHandle } from 'node:fs/promises';
+import * as path from 'node:path';
+import { AsyncRecordBatchFileReader, RecordBatchReader } from 'apache-arrow';
+import { DatasetError } from './errors';
+import { expectedSchema, type SplitEntry } from './manifest';
+import { ShardLayout } from './shard-layout';
+import { sha256, VerifiedFile } from './verified-file';
+
+/** Samples of one shard (or of a whole split), decoded. */
+export interface ShardData {
+  shard: number;
+  rows: number;
+  sampleSize: number;
+  /** [rows, C, H, W] uint8 pixels */
+  images: Uint8Array;
+  /** [rows] */
+  labels: Int32Array;
+}
+
+interface Block {
+  offset: number;
+  length: number;
+}
+
+export class Split {
+  private lastRead: Promise<unknown> = Promise.resolve();
+
+  private constructor(
+    readonly name: string,
+    private readonly entry: SplitEntry,
+    private readonly file: VerifiedFile,
+    private readonly reader: AsyncRecordBatchFileReader,
+    private readonly blocks: Block[],
+    readonly sampleSize: number,
+    private readonly classes: number,
+  ) {}
+
+  /** Opens `dir/entry.file`: size against the manifest, footer checksum, schema, batch table. */
+  static async open(dir: string, name: string, entry: SplitEntry, sampleShape: readonly number[], classes: number): Promise<Split> {
+    const filePath = path.join(dir, entry.file);
+    const file = await VerifiedFile.open(filePath);
+    try {
+      if (file.size < entry.bytes) throw new DatasetError(filePath, `truncated: ${file.size} bytes, the manifest says ${entry.bytes}`);
+      if (file.size > entry.bytes) throw new DatasetError(filePath, `corrupt: ${file.size} bytes, the manifest says ${entry.bytes}`);
+      const tail = await file.load(entry.tail.offset, entry.bytes - entry.tail.offset);
+      if (sha256(tail) !== entry.tail.sha256) throw new DatasetError(filePath, 'corrupt: its footer fails the manifest checksum');
+      file.keep(entry.tail.offset, tail);
+      let reader: RecordBatchReader;
+      try {
+        // apache-arrow needs only fd, stat and read of a FileHandle
+        reader = await RecordBatchReader.from(file as unknown as FileHandle);
+        await reader.open();
+      } catch (error) {
+        throw new DatasetError(filePath, `corrupt: not a readable Arrow IPC file (${(error as Error).message})`);
+      }
+      if (!(reader instanceof AsyncRecordBatchFileReader)) throw new DatasetError(filePath, 'corrupt: not an Arrow IPC file (no file magic)');
+      const expected = expectedSchema(sampleShape);
+      const got = Object.fromEntries(reader.schema.fields.map((f) => [f.name, String(f.type)]));
+      if (JSON.stringify(got) !== JSON.stringify(expected)) {
+        throw new DatasetError(filePath, `wrong schema: expected ${describe(expected)}, got ${describe(got)}`);
+      }
+      const blocks = Split.blockTable(filePath, reader, entry);
+      return new Split(name, entry, file, reader, blocks, sampleShape.reduce((a, b) => a * b, 1), classes);
+    } catch (error) {
+      await file.close();
+      throw error;
+    }
+  }
+
+  private static blockTable(filePath: string, reader: AsyncRecordBatchFileReader, entry: SplitEntry): Block[] {
+    const footer = reader.footer!;
+    if (footer.numRecordBatches !== entry.record_batches.length) {
+      throw new DatasetError(filePath, `corrupt: ${footer.numRecordBatches} record batches, the manifest says ${entry.record_batches.length}`);
+    }
+    let end = 0;
+    return entry.record_batches.map((_, i) => {
+      const block = footer.getRecordBatch(i)!;
+      const offset = Number(block.offset);
+      const length = block.metaDataLength + Number(block.bodyLength);
+      if (offset < end || offset + length > entry.tail.offset) throw new DatasetError(filePath, `corrupt: record batch ${i} lies outside the data area`);
+      end = offset + length;
+      return { offset, length };
+    });
+  }
+
+  get path(): string {
+    return this.file.path;
+  }
+
+  get rows(): number {
+    return this.entry.rows;
+  }
+
+  /** The file's size in bytes. */
+  get bytes(): number {
+    return this.entry.bytes;
+  }
+
+  get recordBatchRows(): number[] {
+    return this.entry.record_batches.map((b) => b.rows);
+  }
+
+  /** The largest record batch's block in bytes. */
+  get largestBatchBytes(): number {
+    return Math.max(...this.blocks.map((b) => b.length));
+  }
+
+  /** Bytes read from disk since open (footer included). */
+  get bytesRead(): number {
+    return this.file.bytesRead;
+  }
+
+  /** S logical shards over this split's record batches. */
+  layout(shards: number): ShardLayout {
+    return new ShardLayout(this.recordBatchRows, shards, this.path);
+  }
+
+  /** Loads only the given shards' record batches. */
+  async readShards(layout: ShardLayout, shards: readonly number[]): Promise<Map<number, ShardData>> {
+    if (layout.batchRows.length !== this.blocks.length) throw new RangeError(`readShards: the layout is not one of ${this.path}`);
+    const loaded = new Map<number, ShardData>();
+    for (const s of shards) {
+      const { first, end } = layout.batches(s);
+      loaded.set(s, await this.readBatches(s, first, end, layout.rows(s)));
+    }
+    return loaded;
+  }
+
+  /** The whole split as one piece (shard -1). */
+  async readAll(): Promise<ShardData> {
+    return this.readBatches(-1, 0, this.blocks.length, this.rows);
+  }
+
+  /** Hashes the whole file against the manifest (reads it all). */
+  async verify(): Promise<void> {
+    const bytes = await this.file.load(0, this.entry.bytes);
+    if (sha256(bytes) !== this.entry.sha256) throw new DatasetError(this.path, 'corrupt: the file fails the manifest checksum');
+  }
+
+  async close(): Promise<void> {
+    await this.file.close();
+  }
+
+  /** Reads run one at a time: they share the file's kept ranges. */
+  private readBatches(shard: number, first: number, end: number, rows: number): Promise<ShardData> {
+    const result = this.lastRead.then(() => this.loadBatches(shard, first, end, rows));
+    this.lastRead = result.catch(() => undefined);
+    return result;
+  }
+
+  private async loadBatches(shard: number, first: number, end: number, rows: number): Promise<ShardData> {
+    const start = this.blocks[first].offset;
+    const span = this.blocks[end - 1].offset + this.blocks[end - 1].length - start;
+    const bytes = await this.file.load(start, span);
+    for (let i = first; i < end; ++i) {
+      const block = bytes.subarray(this.blocks[i].offset - start, this.blocks[i].offset - start + this.blocks[i].length);
+      if (sha256(block) !== this.entry.record_batches[i].sha256) {
+        throw new DatasetError(this.path, `corrupt: record batch ${i} fails the manifest checksum`);
+      }
+    }
+    const data: ShardData = { shard, rows, sampleSize: this.sampleSize, images: new Uint8Array(rows * this.sampleSize), labels: new Int32Array(rows) };
+    this.file.keep(start, bytes);
+    try {
+      let row = 0;
+      for (let i = first; i < end; ++i) {
+        const decoded = await this.decodeBatch(i);
+        const bad = decoded.labels.find((label) => !(label >= 0 && label < this.classes));
+        if (bad !== undefined) throw new DatasetError(this.path, `corrupt: record batch ${i} holds label ${bad}, outside [0, ${this.classes})`);
+        data.images.set(decoded.images, row * this.sampleSize);
+        data.labels.set(decoded.labels, row);
+        row += decoded.labels.length;
+      }
+    } finally {
+      this.file.forget(1);
+    }
+    return data;
+  }
+
+  /** Record batch i's pixels and labels (views into arrow's buffers). */
+  private async decodeBatch(i: number): Promise<{ images: Uint8Array; labels: Int32Array }> {
+    const batch = await this.reader.readRecordBatch(i);
+    const expectedRows = this.entry.record_batches[i].rows;
+    if (!batch || batch.numRows !== expectedRows) throw new DatasetError(this.path, `corrupt: record batch ${i} has ${batch?.numRows ?? 0} rows, the manifest says ${expectedRows}`);
+    const image = batch.getChildAt(0)!.data[0];
+    const pixels = image.children[0];
+    const labels = batch.getChildAt(1)!.data[0];
+    const first = pixels.offset + image.offset * this.sampleSize;
+    return {
+      images: (pixels.values as Uint8Array).subarray(first, first + expectedRows * this.sampleSize),
+      labels: (labels.values as Int32Array).subarray(labels.offset, labels.offset + expectedRows),
+    };
+  }
+}
+
+function describe(schema: Record<string, string>): string {
+  return Object.entries(schema)
+    .map(([name, type]) => `${name}: ${type}`)
+    .join(', ');
+}

@@ -1,0 +1,181 @@
+// Writes a dataset directory: one Arrow IPC file per split, streamed record batch by record batch
+// (memory stays at one batch whatever the size), then the manifest with checksums of every file, of
+// its footer and of each record batch. Files appear under their final names only when complete, and
+// the manifest, which is what makes a directory a dataset, is removed first and renamed in last.
+import { createHash } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import {
+  AsyncRecordBatchFileReader,
+  Field,
+  FixedSizeList,
+  Int32,
+  makeData,
+  RecordBatch,
+  RecordBatchFileWriter,
+  RecordBatchReader,
+  Schema,
+  Struct,
+  Uint8,
+} from 'apache-arrow';
+import { DatasetError } from './errors';
+import { expectedSchema, manifestFile, manifestFormat, splitNames, type Manifest, type SplitEntry, type SplitName } from './manifest';
+import { sha256 } from './verified-file';
+
+export interface SplitSource {
+  rows: number;
+  /** Fills samples [first, first + labels.length): pixels [n, C, H, W] and labels. */
+  fill(first: number, images: Uint8Array, labels: Int32Array): void;
+}
+
+export interface DatasetInfo {
+  name: string;
+  /** where the samples came from, for people reading the manifest */
+  source: string;
+  /** [C, H, W] */
+  sampleShape: [number, number, number];
+  classNames: string[];
+}
+
+/** Progress lines go here (for example console.log); called about every two seconds. */
+export type ProgressSink = (line: string) => void;
+
+export async function writeDataset(
+  dir: string,
+  info: DatasetInfo,
+  sources: Record<SplitName, SplitSource>,
+  rowsPerBatch: number,
+  progress: ProgressSink = () => {},
+): Promise<Manifest> {
+  if (!Number.isSafeInteger(rowsPerBatch) || rowsPerBatch < 1) throw new RangeError(`rows per batch: expected an integer >= 1, got ${rowsPerBatch}`);
+  fs.mkdirSync(dir, { recursive: true });
+  fs.rmSync(path.join(dir, manifestFile), { force: true });
+  const splits = {} as Record<SplitName, SplitEntry>;
+  for (const name of splitNames) {
+    splits[name] = await writeSplit(path.join(dir, `${name}.arrow`), name, info, sources[name], rowsPerBatch, progress);
+  }
+  const manifest: Manifest = {
+    format: manifestFormat,
+    name: info.name,
+    source: info.source,
+    sample_shape: info.sampleShape,
+    classes: info.classNames.length,
+    class_names: info.classNames,
+    schema: expectedSchema(info.sampleShape),
+    splits,
+  };
+  writeFileAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
+  return manifest;
+}
+
+async function writeSplit(
+  file: string,
+  name: SplitName,
+  info: DatasetInfo,
+  source: SplitSource,
+  rowsPerBatch: number,
+  progress: ProgressSink,
+): Promise<SplitEntry> {
+  const sampleSize = info.sampleShape.reduce((a, b) => a * b, 1);
+  const imageType = new FixedSizeList(sampleSize, new Field('pixel', new Uint8(), false));
+  const schema = new Schema([new Field('image', imageType, false), new Field('label', new Int32(), false)]);
+  const classCounts = new Array<number>(info.classNames.length).fill(0);
+  const partial = `${file}.partial`;
+  const fd = fs.openSync(partial, 'w');
+  try {
+    const writer = new RecordBatchFileWriter();
+    writer.reset(undefined, schema);
+    const drained = (async () => {
+      for await (const chunk of writer) fs.writeSync(fd, chunk);
+    })();
+    let lastReport = Date.now();
+    for (let first = 0; first < source.rows; first += rowsPerBatch) {
+      const rows = Math.min(rowsPerBatch, source.rows - first);
+      const images = new Uint8Array(rows * sampleSize);
+      const labels = new Int32Array(rows);
+      source.fill(first, images, labels);
+      for (const label of labels) {
+        if (!(label >= 0 && label < classCounts.length)) throw new DatasetError(file, `label ${label} outside [0, ${classCounts.length})`);
+        classCounts[label] += 1;
+      }
+      const pixels = makeData({ type: new Uint8(), length: images.length, data: images });
+      const image = makeData({ type: imageType, length: rows, nullCount: 0, child: pixels });
+      const label = makeData({ type: new Int32(), length: rows, data: labels });
+      writer.write(new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows, nullCount: 0, children: [image, label] })));
+      await new Promise(setImmediate); // lets the drain loop write this batch before the next is built
+      if (Date.now() - lastReport > 2000) {
+        progress(`[${info.name}] ${name}: ${first + rows}/${source.rows} samples written`);
+        lastReport = Date.now();
+      }
+    }
+    writer.finish();
+    writer.close();
+    await drained;
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  const entry = await describeSplit(partial, path.basename(file), source.rows, rowsPerBatch, classCounts);
+  fs.renameSync(partial, file);
+  progress(`[${info.name}] ${name}: ${source.rows} samples, ${entry.record_batches.length} record batches, ${entry.bytes} bytes -> ${file}`);
+  return entry;
+}
+
+/** The manifest entry of a freshly written file: checksums of the file, its batches and its tail. */
+async function describeSplit(file: string, name: string, rows: number, rowsPerBatch: number, classCounts: number[]): Promise<SplitEntry> {
+  const handle = await fs.promises.open(file, 'r');
+  try {
+    const reader = await RecordBatchReader.from(handle);
+    await reader.open();
+    if (!(reader instanceof AsyncRecordBatchFileReader)) throw new Error(`${file}: apache-arrow did not write an IPC file`);
+    const footer = reader.footer!;
+    const bytes = (await handle.stat()).size;
+    const read = async (start: number, end: number): Promise<Buffer> => {
+      const buffer = Buffer.alloc(end - start);
+      await handle.read(buffer, 0, buffer.length, start);
+      return buffer;
+    };
+    const batches = [];
+    let tailOffset = 0;
+    for (let i = 0; i < footer.numRecordBatches; ++i) {
+      const block = footer.getRecordBatch(i)!;
+      const start = Number(block.offset);
+      tailOffset = start + block.metaDataLength + Number(block.bodyLength);
+      batches.push({ start, end: tailOffset });
+    }
+    const record_batches = [];
+    for (let i = 0; i < batches.length; ++i) {
+      const batchRows = Math.min(rowsPerBatch, rows - i * rowsPerBatch);
+      record_batches.push({ rows: batchRows, sha256: sha256(await read(batches[i].start, batches[i].end)) });
+    }
+    return {
+      file: name,
+      rows,
+      bytes,
+      sha256: await hashFile(file),
+      class_counts: classCounts,
+      tail: { offset: tailOffset, sha256: sha256(await read(tailOffset, bytes)) },
+      record_batches,
+    };
+  } finally {
+    await handle.close();
+  }
+}
+
+async function hashFile(file: string): Promise<string> {
+  const hash = createHash('sha256');
+  for await (const chunk of fs.createReadStream(file)) hash.update(chunk as Buffer);
+  return hash.digest('hex');
+}
+
+function writeFileAtomically(file: string, text: string): void {
+  const partial = `${file}.partial`;
+  const fd = fs.openSync(partial, 'w');
+  try {
+    fs.writeSync(fd, text);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(partial, file);
+}
