@@ -1,0 +1,126 @@
+// Logical shards without files: the layout of record batches into shards, the shard -> rank map and
+// its reassignment after losses, and micro-batch iteration over an epoch.
+import { strict as assert } from 'node:assert';
+import { MicroBatches } from '../../src/data/micro-batches';
+import { ShardLayout } from '../../src/data/shard-layout';
+import { ShardMap } from '../../src/data/shard-map';
+
+/** record batches of `rowsPerBatch`, the last one shorter when `rows` does not divide */
+function batchRows(rows: number, rowsPerBatch: number): number[] {
+  return Array.from({ length: Math.ceil(rows / rowsPerBatch) }, (_, i) => Math.min(rowsPerBatch, rows - i * rowsPerBatch));
+}
+
+function loads(map: ShardMap, ranks: number[]): number[] {
+  return ranks.map((r) => map.shardsOf(r).length);
+}
+
+describe('ShardLayout', () => {
+  it('splits record batches into S contiguous shards whose sizes differ by at most one batch', () => {
+    const rows = batchRows(1037, 10); // 104 batches, the last of 7 rows
+    for (const S of [1, 3, 7, 64, 104]) {
+      const layout = new ShardLayout(rows, S, 'train.arrow');
+      let next = 0;
+      const counts: number[] = [];
+      for (let s = 0; s < S; ++s) {
+        assert.equal(layout.firstRow(s), next);
+        const { first, end } = layout.batches(s);
+        assert.equal(layout.rows(s), rows.slice(first, end).reduce((a, b) => a + b, 0));
+        counts.push(end - first);
+        next += layout.rows(s);
+      }
+      assert.equal(next, 1037);
+      assert.ok(Math.max(...counts) - Math.min(...counts) <= 1, `S=${S}: ${counts}`);
+    }
+  });
+
+  it('refuses more shards than record batches, naming the file', () => {
+    assert.throws(() => new ShardLayout([5, 5, 5], 4, 'data/train.arrow'), {
+      name: 'DatasetError',
+      message: 'data/train.arrow: 4 shards asked, but it has 3 record batches: at most 3 shards',
+    });
+    assert.throws(() => new ShardLayout([5], 0, 'x.arrow'), { message: 'x.arrow: shard count must be an integer >= 1, got 0' });
+  });
+});
+
+describe('ShardMap', () => {
+  it('starts with contiguous, balanced blocks over the live ranks in ascending order', () => {
+    assert.deepEqual(ShardMap.initial(8, [3, 0, 2, 1]).toJSON(), [0, 0, 1, 1, 2, 2, 3, 3]);
+    assert.deepEqual(ShardMap.initial(5, [7, 4]).toJSON(), [4, 4, 4, 7, 7]);
+    assert.deepEqual(ShardMap.initial(3, [0, 1, 2, 3]).toJSON(), [0, 1, 2]);
+  });
+
+  it('gives only the lost ranks\' shards to survivors, balanced, whatever order the ranks are listed in', () => {
+    for (const [S, N] of [[4, 4], [8, 4], [7, 3], [64, 8], [13, 5], [16, 16]]) {
+      const ranks = Array.from({ length: N }, (_, r) => r);
+      for (let lost = 0; lost < N; ++lost) {
+        const before = ShardMap.initial(S, ranks);
+        const after = before.without([lost]);
+        assert.deepEqual(after.toJSON(), ShardMap.initial(S, [...ranks].reverse()).without([lost]).toJSON());
+        const survivors = ranks.filter((r) => r !== lost);
+        for (let s = 0; s < S; ++s) {
+          if (before.owner(s) !== lost) assert.equal(after.owner(s), before.owner(s), `S=${S} N=${N} lost ${lost}: shard ${s} moved`);
+          assert.notEqual(after.owner(s), lost);
+        }
+        const held = loads(after, survivors).filter((_, i) => S >= N || before.shardsOf(survivors[i]).length > 0);
+        assert.ok(Math.max(...held) - Math.min(...held) <= 1, `S=${S} N=${N} lost ${lost}: loads ${held}`);
+        const moved = [...before.movedTo(after).values()].flat().sort((a, b) => a - b);
+        assert.deepEqual(moved, before.shardsOf(lost));
+      }
+    }
+  });
+
+  it('stays balanced through successive and simultaneous losses', () => {
+    const map = ShardMap.initial(64, [0, 1, 2, 3, 4, 5, 6, 7]);
+    const twice = map.without([2]).without([5]);
+    assert.deepEqual(loads(twice, [0, 1, 3, 4, 6, 7]), [11, 11, 11, 11, 10, 10]);
+    const together = map.without([5, 2]);
+    assert.deepEqual(loads(together, [0, 1, 3, 4, 6, 7]), [11, 11, 11, 11, 10, 10]);
+    assert.deepEqual(map.without([2, 5]).toJSON(), together.toJSON());
+    assert.throws(() => ShardMap.initial(2, [0, 1]).without([0, 1]), /leaves no rank/);
+  });
+
+  it('round-trips through toJSON', () => {
+    const map = ShardMap.initial(10, [1, 4, 6]).without([4]);
+    assert.deepEqual(ShardMap.fromOwners(map.toJSON()).toJSON(), map.toJSON());
+    assert.deepEqual(map.ranks, [1, 6]);
+  });
+});
+
+describe('MicroBatches', () => {
+  it('visits every sample of the split exactly once per epoch, for any S and global batch', () => {
+    const rows = batchRows(1037, 10);
+    for (const [S, batch] of [[1, 32], [3, 32], [7, 50], [16, 16], [64, 100], [5, 1037]]) {
+      const layout = new ShardLayout(rows, S, 'train.arrow');
+      const plan = new MicroBatches(layout, batch, 42);
+      for (const epoch of [0, 3]) {
+        const seen = new Uint8Array(1037);
+        let total = 0;
+        for (let t = 0; t < plan.stepsPerEpoch; ++t) {
+          let inStep = 0;
+          for (let s = 0; s < S; ++s) {
+            const picked = plan.rows(s, epoch, t);
+            assert.ok(picked.length <= plan.size(s));
+            for (const row of picked) seen[layout.firstRow(s) + row] += 1;
+            inStep += picked.length;
+          }
+          assert.equal(inStep, plan.samplesAt(t));
+          total += inStep;
+        }
+        assert.equal(total, 1037);
+        assert.ok(seen.every((n) => n === 1), `S=${S} batch=${batch}: a sample seen ${Math.max(...seen)} times or never`);
+      }
+    }
+  });
+
+  it('splits the global batch over the shards and depends only on (seed, epoch, shard, step)', () => {
+    const layout = new ShardLayout(batchRows(1000, 10), 4, 'train.arrow');
+    const plan = new MicroBatches(layout, 10, 7);
+    assert.deepEqual([0, 1, 2, 3].map((s) => plan.size(s)), [3, 3, 2, 2]);
+    assert.equal(plan.stepsPerEpoch, 125);
+    const again = new MicroBatches(new ShardLayout(batchRows(1000, 10), 4, 'other.arrow'), 10, 7);
+    assert.deepEqual(again.rows(2, 5, 17), plan.rows(2, 5, 17));
+    assert.notDeepEqual(plan.rows(2, 6, 17), plan.rows(2, 5, 17));
+    assert.notDeepEqual(new MicroBatches(layout, 10, 8).rows(2, 5, 17), plan.rows(2, 5, 17));
+    assert.throws(() => new MicroBatches(layout, 3, 1), /global batch: expected an integer >= the shard count 4/);
+  });
+});
