@@ -34,7 +34,7 @@ export class MicroBatches {
   /** Rows (indices within shard s) of step t's micro-batch in `epoch`; empty once s is used up. */
   rows(shard: number, epoch: number, step: number): Int32Array {
     if (!(step >= 0 && step < this.stepsPerEpoch)) throw new RangeError(`rows: expected a step in [0, ${this.stepsPerEpoch}), got ${step}`);
-    const order = this.permutation(shard, epoch);
+    const order = this.order(shard, epoch);
     const start = Math.min(step * this.size(shard), order.length);
     return order.subarray(start, Math.min(start + this.size(shard), order.length));
   }
@@ -46,7 +46,8 @@ export class MicroBatches {
     return total;
   }
 
-  private permutation(shard: number, epoch: number): Int32Array {
+  /** Shard s's rows in the order `epoch` visits them (a seeded permutation). */
+  order(shard: number, epoch: number): Int32Array {
     const cached = this.permutations.get(shard);
     if (cached?.epoch === epoch) return cached.order;
     const order = Int32Array.from({ length: this.layout.rows(shard) }, (_, i) => i);

@@ -118,6 +118,12 @@ export class Split {
     return new ShardLayout(this.recordBatchRows, shards, this.path);
   }
 
+  /** Bytes of shard s's record batches: what reading it takes from disk. */
+  shardBytes(layout: ShardLayout, shard: number): number {
+    const { first, end } = layout.batches(shard);
+    return this.blocks[end - 1].offset + this.blocks[end - 1].length - this.blocks[first].offset;
+  }
+
   /** Loads only the given shards' record batches. */
   async readShards(layout: ShardLayout, shards: readonly number[]): Promise<Map<number, ShardData>> {
     if (layout.batchRows.length !== this.blocks.length) throw new RangeError(`readShards: the layout is not one of ${this.path}`);

@@ -18,6 +18,7 @@ import {
   Struct,
   Uint8,
 } from 'apache-arrow';
+import { writeAtomically } from '../atomic-write';
 import { DatasetError } from './errors';
 import { expectedSchema, manifestFile, manifestFormat, splitNames, type Manifest, type SplitEntry, type SplitName } from './manifest';
 import { sha256 } from './verified-file';
@@ -64,7 +65,7 @@ export async function writeDataset(
     schema: expectedSchema(info.sampleShape),
     splits,
   };
-  writeFileAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
+  writeAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
   return manifest;
 }
 
@@ -166,16 +167,4 @@ async function hashFile(file: string): Promise<string> {
   const hash = createHash('sha256');
   for await (const chunk of fs.createReadStream(file)) hash.update(chunk as Buffer);
   return hash.digest('hex');
-}
-
-function writeFileAtomically(file: string, text: string): void {
-  const partial = `${file}.partial`;
-  const fd = fs.openSync(partial, 'w');
-  try {
-    fs.writeSync(fd, text);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-  fs.renameSync(partial, file);
 }

@@ -91,11 +91,19 @@ export class Net {
     return y;
   }
 
-  /** Forward, loss, and backward: params.gradients holds this batch's gradient (overwritten). */
-  lossAndGradient(x: Float32Array, labels: Int32Array, batch: number, key: BatchKey): StepResult {
+  /**
+   * Forward, loss, and backward: params.gradients holds the gradient (overwritten) of the summed
+   * per-sample losses divided by `normalizer` (default: the mean over this batch). A micro-batch
+   * of a larger global batch passes the global batch's size. The loss returned is this batch's mean.
+   */
+  lossAndGradient(x: Float32Array, labels: Int32Array, batch: number, key: BatchKey, normalizer = batch): StepResult {
     const logits = this.forward(x, batch, true, key);
     const result = this.score(logits, labels, batch);
     let dy: Float32Array | null = this.scratch.get('dlogits', logits.length);
+    if (normalizer !== batch) {
+      const scale = batch / normalizer;
+      for (let i = 0; i < dy.length; ++i) dy[i] *= scale;
+    }
     for (let i = this.layers.length - 1; i >= this.firstTrainable && dy; --i) {
       dy = this.layers[i].backward(dy, batch, i > this.firstTrainable);
     }

@@ -1,0 +1,14 @@
+// Writes that are never seen half done: a temporary file next to the target, fsync, then rename.
+import * as fs from 'node:fs';
+
+export function writeAtomically(file: string, bytes: string | Uint8Array): void {
+  const partial = `${file}.partial-${process.pid}`;
+  const fd = fs.openSync(partial, 'w');
+  try {
+    fs.writeFileSync(fd, bytes);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  fs.renameSync(partial, file);
+}

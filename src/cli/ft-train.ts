@@ -1,0 +1,136 @@
+// ft-train: what every rank runs under `mpirun --with-ft ulfm`. Checks all inputs before MPI
+// starts (one line per problem, printed by world rank 0 only), trains, and has the final leader
+// write model.safetensors and summary.json. Exit codes: 0 done, 1 unexpected error, 2 bad input,
+// 3 fewer ranks left than --min-ranks.
+import * as path from 'node:path';
+import { hideBin } from 'yargs/helpers';
+import { writeAtomically } from '../atomic-write';
+import { encodeSafetensors } from '../checkpoint/safetensors';
+import { finalize, init } from '../comm';
+import { Dataset } from '../data/dataset';
+import { cpu } from '../nn/cpu';
+import { Net } from '../nn/net';
+import { loadSpec } from '../nn/spec';
+import { FaultInjector } from '../solver/fault-injection';
+import { Trainer, type TrainResult } from '../solver/trainer';
+import { UsageError } from './command';
+import { closeLogger, rankLogger } from './logger';
+import { Progress } from './progress';
+import { createRunDir, RunLog, runFiles } from './run-dir';
+import { parseTrainOptions, type TrainOptions } from './train-options';
+
+/** Bad input: printed as one line, exit code 2. */
+class InputError extends Error {}
+
+async function prepare(): Promise<{ options: TrainOptions; dataset: Dataset; net: Net }> {
+  let options: TrainOptions;
+  try {
+    options = parseTrainOptions(hideBin(process.argv));
+  } catch (error) {
+    throw new InputError((error as Error).message);
+  }
+  try {
+    const spec = loadSpec(options.model);
+    const dataset = await Dataset.open(options.data);
+    const [shape, input] = [dataset.sampleShape.join('x'), spec.input.join('x')];
+    if (shape !== input) throw new Error(`${options.model}: takes ${input} inputs, but ${options.data} holds ${shape} samples`);
+    if (spec.classes !== dataset.classes) throw new Error(`${options.model}: has ${spec.classes} classes, but ${options.data} has ${dataset.classes}`);
+    const net = new Net(spec, cpu);
+    createRunDir(options.runDir);
+    return { options, dataset, net };
+  } catch (error) {
+    throw new InputError(`ft-train: ${(error as Error).message}`);
+  }
+}
+
+async function main(): Promise<number> {
+  const started = Date.now();
+  const { options, dataset, net } = await prepare();
+  cpu.setThreads(options.threads);
+  const { world } = await init();
+  const worldRank = world.worldRanks[world.rank];
+  const runLog = new RunLog(options.runDir, worldRank);
+  runLog.setLeader(world.rank === 0);
+  const logger = rankLogger(runLog.logFile, worldRank);
+  const shards = options.shards ?? world.size;
+  const progress = new Progress(options.steps);
+  const trainer = new Trainer({ ...options, shards }, world, dataset, net, cpu, {
+    step: (record) => {
+      runLog.step(record);
+      progress.step(record, runLog.isLeader);
+    },
+    event: (record) => {
+      runLog.event(record);
+      logger.info('event', record);
+    },
+    leader: (isLeader) => runLog.setLeader(isLeader),
+    log: (message) => {
+      logger.warn(message);
+      if (runLog.isLeader) progress.line(message);
+    },
+  }, new FaultInjector(options.drills, worldRank, runLog.logFile));
+  logger.info('start', { world: world.size, shards, options: { ...options, drills: options.drills } });
+  if (runLog.isLeader) {
+    runLog.event({ event: 'start', world: world.size, shards, on_failure: options.onFailure, batch: options.batch });
+    progress.line(`training ${options.model} on ${options.data}: ${world.size} ranks, ${shards} shards, global batch ${options.batch}, on failure: ${options.onFailure}; run dir ${options.runDir}`);
+  }
+  let result: TrainResult;
+  try {
+    result = await trainer.run();
+  } catch (error) {
+    // ULFM cannot help with this one; the job stops (other ranks see this rank fail)
+    logger.error((error as Error).stack ?? String(error));
+    await closeLogger(logger);
+    throw error;
+  }
+  if (runLog.isLeader && !result.stoppedBelowMinRanks) writeResults(options, shards, net, result, started);
+  logger.info('end', { ...result });
+  await dataset.close();
+  await closeLogger(logger);
+  await finalize();
+  return result.stoppedBelowMinRanks ? 3 : 0;
+}
+
+function writeResults(options: TrainOptions, shards: number, net: Net, result: TrainResult, started: number): void {
+  const tensors = net.params.views.map((view) => ({ name: view.name, shape: view.shape, data: net.params.param(view) }));
+  writeAtomically(path.join(options.runDir, runFiles.model), encodeSafetensors(tensors, { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }));
+  const summary = {
+    status: 'complete',
+    steps: result.steps,
+    final_loss: result.finalLoss,
+    test_accuracy: result.testAccuracy,
+    test_loss: result.testLoss,
+    wall_s: (Date.now() - started) / 1000,
+    failures: result.failures,
+    ranks_lost: result.failures.reduce((n, f) => n + f.lost.length, 0),
+    bytes_read_back: result.bytesReadBack,
+    world_initial: result.worldInitial,
+    world_final: result.worldFinal,
+    params_sha256: result.paramsSha256,
+    model: options.model,
+    data: options.data,
+    shards,
+    on_failure: options.onFailure,
+    batch: options.batch,
+    seed: options.seed,
+  };
+  writeAtomically(path.join(options.runDir, runFiles.summary), JSON.stringify(summary, null, 2) + '\n');
+}
+
+/** Before MPI starts every rank has the same problem: world rank 0 alone prints it. */
+function firstRank(): boolean {
+  return (process.env.OMPI_COMM_WORLD_RANK ?? '0') === '0';
+}
+
+export function run(): void {
+  main().then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (error: unknown) => {
+      const input = error instanceof InputError || error instanceof UsageError;
+      if (firstRank() || !input) console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
+      process.exitCode = input ? 2 : 1;
+    },
+  );
+}

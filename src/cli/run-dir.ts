@@ -1,0 +1,79 @@
+// The run directory contract (DESIGN.md "Run directory"): metrics.jsonl (one line per committed
+// step), events.jsonl (failures and each recovery phase, with durations), summary.json and
+// model.safetensors (written at the end, atomically), logs/ (one log per rank), pids/ (each rank's
+// pid, for launch/drill). Only the leader (lowest live rank) appends metrics and events; a new
+// leader first appends the committed steps the old one may not have written.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+
+export const runFiles = {
+  metrics: 'metrics.jsonl',
+  events: 'events.jsonl',
+  summary: 'summary.json',
+  model: 'model.safetensors',
+  logs: 'logs',
+  pids: 'pids',
+} as const;
+
+/** Throws one line if `dir` already holds a run (anything in it); creates it otherwise. */
+export function createRunDir(dir: string): void {
+  if (fs.existsSync(dir)) {
+    if (!fs.statSync(dir).isDirectory()) throw new Error(`${dir}: --run-dir exists and is not a directory`);
+    const entries = fs.readdirSync(dir).filter((name) => name !== runFiles.logs && name !== runFiles.pids);
+    if (entries.length > 0) throw new Error(`${dir}: --run-dir already holds a run (${entries.slice(0, 3).join(', ')}); choose a new directory`);
+  }
+  fs.mkdirSync(path.join(dir, runFiles.logs), { recursive: true });
+  fs.mkdirSync(path.join(dir, runFiles.pids), { recursive: true });
+}
+
+/** A committed step's metrics line; `step` orders them. */
+type StepLine = { step: number } & object;
+
+export class RunLog {
+  private leader = false;
+  /** the last committed steps' records, for a new leader to fill in what the old one missed */
+  private recent: StepLine[] = [];
+
+  constructor(readonly dir: string, private readonly worldRank: number) {
+    fs.writeFileSync(path.join(dir, runFiles.pids, String(worldRank)), `${process.pid}\n`);
+  }
+
+  get logFile(): string {
+    return path.join(this.dir, runFiles.logs, `rank-${this.worldRank}.log`);
+  }
+
+  /** Makes this rank the writer (or not); on becoming it, appends committed steps the file lacks. */
+  setLeader(leader: boolean): void {
+    if (leader && !this.leader) {
+      const last = lastStep(path.join(this.dir, runFiles.metrics));
+      for (const record of this.recent) if (record.step > last) this.append(runFiles.metrics, record);
+    }
+    this.leader = leader;
+  }
+
+  get isLeader(): boolean {
+    return this.leader;
+  }
+
+  /** Every rank records each committed step; the leader writes it. */
+  step(record: StepLine): void {
+    this.recent.push(record);
+    if (this.recent.length > 4) this.recent.shift();
+    if (this.leader) this.append(runFiles.metrics, record);
+  }
+
+  event(record: Record<string, unknown>): void {
+    if (this.leader) this.append(runFiles.events, { time: Date.now(), ...record });
+  }
+
+  private append(file: string, record: object): void {
+    // one write per line: a kill -9 cannot leave half of it
+    fs.appendFileSync(path.join(this.dir, file), JSON.stringify(record) + '\n');
+  }
+}
+
+function lastStep(file: string): number {
+  if (!fs.existsSync(file)) return -1;
+  const lines = fs.readFileSync(file, 'utf8').trimEnd().split('\n').filter(Boolean);
+  return lines.length === 0 ? -1 : (JSON.parse(lines[lines.length - 1]) as { step: number }).step;
+}

@@ -1,0 +1,85 @@
+// ft-train's command line: every flag, its default, and its checks (one line per problem).
+import { parseDrill, type Drill } from '../solver/fault-injection';
+import { parseLrSchedule } from '../solver/lr-schedule';
+import type { TrainConfig } from '../solver/trainer';
+import { commandLine, UsageError } from './command';
+
+export interface TrainOptions extends Omit<TrainConfig, 'shards'> {
+  model: string;
+  data: string;
+  runDir: string;
+  /** undefined: the initial world size */
+  shards?: number;
+  threads: number;
+  drills: Drill[];
+}
+
+const usage = `mpirun --with-ft ulfm -n N node launch/ft-train.js --model SPEC --data DIR --run-dir DIR [options]
+
+Elastic, fault-tolerant data-parallel training. A rank that dies (kill -9) is detected inside the
+gradient sum; the survivors repair the communicator, re-read only its shards and retry the step.`;
+
+export function parseTrainOptions(argv: string[]): TrainOptions {
+  const positiveInt = (flag: string, min = 1) => (value: number) => {
+    if (!Number.isSafeInteger(value) || value < min) throw new Error(`--${flag} expects an integer >= ${min}, got ${value}`);
+    return value;
+  };
+  const nonNegative = (flag: string) => (value: number) => {
+    if (!(Number.isFinite(value) && value >= 0)) throw new Error(`--${flag} expects a number >= 0, got ${value}`);
+    return value;
+  };
+  const args = commandLine('ft-train', usage)
+    .option('model', { type: 'string', demandOption: true, describe: 'model spec (JSON), e.g. models/lenet.json', group: 'Job:' })
+    .option('data', { type: 'string', demandOption: true, describe: 'dataset directory, e.g. datasets/fashion-mnist', group: 'Job:' })
+    .option('run-dir', { type: 'string', demandOption: true, describe: 'new directory for metrics, events, summary, model', group: 'Job:' })
+    .option('steps', { type: 'number', coerce: positiveInt('steps'), describe: 'steps to train (or --epochs)', group: 'Job:' })
+    .option('epochs', { type: 'number', coerce: positiveInt('epochs'), describe: 'epochs to train (default 1 when --steps is absent)', group: 'Job:' })
+    .option('batch', { type: 'number', default: 64, coerce: positiveInt('batch'), describe: 'global batch (split over the shards)', group: 'Optimizer:' })
+    .option('lr', { type: 'number', default: 0.01, coerce: nonNegative('lr'), describe: 'learning rate', group: 'Optimizer:' })
+    .option('momentum', { type: 'number', default: 0.9, coerce: nonNegative('momentum'), describe: 'SGD momentum', group: 'Optimizer:' })
+    .option('weight-decay', { type: 'number', default: 5e-4, coerce: nonNegative('weight-decay'), describe: 'L2 weight decay', group: 'Optimizer:' })
+    .option('lr-schedule', { type: 'string', default: 'constant', describe: 'constant | cosine | step:EVERY:GAMMA', group: 'Optimizer:' })
+    .option('seed', { type: 'number', default: 1, coerce: positiveInt('seed', 0), describe: 'seed of init, shuffles and dropout', group: 'Optimizer:' })
+    .option('shards', { type: 'number', coerce: positiveInt('shards'), describe: 'logical shards S (default: the initial world size)', group: 'Fault tolerance:' })
+    .option('on-failure', { choices: ['exact', 'shrink', 'none'] as const, default: 'exact' as const, describe: 'exact: keep the global batch, bit-identical result; shrink: survivors keep their per-rank batch (FT-SGD); none: no fault tolerance (plain allreduce)', group: 'Fault tolerance:' })
+    .option('lr-rescale', { choices: ['linear', 'none'] as const, default: 'linear' as const, describe: 'shrink mode: scale the rate with the global batch', group: 'Fault tolerance:' })
+    .option('min-ranks', { type: 'number', default: 1, coerce: positiveInt('min-ranks'), describe: 'stop (exit code 3) when fewer ranks survive', group: 'Fault tolerance:' })
+    .option('max-retries', { type: 'number', default: 5, coerce: positiveInt('max-retries'), describe: 'repair attempts per failure', group: 'Fault tolerance:' })
+    .option('drill', { type: 'string', array: true, default: [] as string[], describe: 'rank=R,step=K[,phase=compute|collective|agree|update|recovery]: that rank SIGKILLs itself there (repeatable)', group: 'Fault tolerance:' })
+    .option('eval-every', { type: 'number', default: 0, coerce: positiveInt('eval-every', 0), describe: 'test-set evaluation every K steps (0: at the end only)', group: 'Job:' })
+    .option('threads', { type: 'number', default: 1, coerce: positiveInt('threads'), describe: 'compute threads per rank', group: 'Job:' })
+    .check((a) => {
+      if (a.steps !== undefined && a.epochs !== undefined) throw new Error('give --steps or --epochs, not both');
+      return true;
+    })
+    .parseSync(argv);
+  let lrSchedule;
+  let drills;
+  try {
+    lrSchedule = parseLrSchedule(args.lrSchedule);
+    drills = args.drill.map(parseDrill);
+  } catch (error) {
+    throw new UsageError(`ft-train: ${(error as Error).message} (see --help)`);
+  }
+  return {
+    model: args.model,
+    data: args.data,
+    runDir: args.runDir,
+    steps: args.steps,
+    epochs: args.steps === undefined ? (args.epochs ?? 1) : undefined,
+    batch: args.batch,
+    lr: args.lr,
+    momentum: args.momentum,
+    weightDecay: args.weightDecay,
+    lrSchedule,
+    seed: args.seed,
+    shards: args.shards,
+    onFailure: args.onFailure,
+    lrRescale: args.lrRescale,
+    minRanks: args.minRanks,
+    maxRetries: args.maxRetries,
+    evalEvery: args.evalEvery,
+    threads: args.threads,
+    drills,
+  };
+}

@@ -1,0 +1,74 @@
+// The sum of per-shard vectors over all S logical shards in shard order, whichever ranks hold which
+// shards, at the cost of a ring allreduce: the vector is cut into one chunk per live rank; an
+// alltoallv sends every held shard's piece of chunk c to c's owner, which adds the S pieces in shard
+// order ((g0 + g1) + g2) + ...; an allgatherv gives everyone the sum. Chunk bounds move with the
+// world size, the order of additions per element never does, so the result has the same bits at
+// any world size and under any shard map.
+import type { Communicator } from '../comm';
+import type { ShardMap } from '../data/shard-map';
+
+export class ShardSum {
+  /** chunk c = elements [bounds[c], bounds[c+1]), owned by comm rank c */
+  private readonly bounds: number[];
+  /** this rank's shards, ascending */
+  readonly held: number[];
+  private readonly sendBuffer: Float32Array;
+  private readonly sendCounts: number[];
+  private readonly receiveBuffer: Float32Array;
+  private readonly receiveCounts: number[];
+  /** where shard s's piece of my chunk starts in receiveBuffer */
+  private readonly pieceAt: number[];
+  private readonly chunk: Float32Array;
+  readonly total: Float32Array;
+
+  constructor(private readonly comm: Communicator, map: ShardMap, readonly length: number) {
+    const size = comm.size;
+    this.bounds = Array.from({ length: size + 1 }, (_, c) => Math.floor((c * length) / size));
+    const chunkLength = (c: number) => this.bounds[c + 1] - this.bounds[c];
+    const heldBy = comm.worldRanks.map((worldRank) => map.shardsOf(worldRank));
+    if (heldBy.reduce((n, shards) => n + shards.length, 0) !== map.shardCount) {
+      throw new Error(`ShardSum: the shard map's owners ${JSON.stringify(map.ranks)} are not the communicator's ranks ${JSON.stringify(comm.worldRanks)}`);
+    }
+    this.held = heldBy[comm.rank];
+    this.sendCounts = this.bounds.slice(0, size).map((_, c) => this.held.length * chunkLength(c));
+    this.sendBuffer = new Float32Array(this.held.length * length);
+    const mine = chunkLength(comm.rank);
+    this.receiveCounts = heldBy.map((shards) => shards.length * mine);
+    this.receiveBuffer = new Float32Array(map.shardCount * mine);
+    this.pieceAt = new Array<number>(map.shardCount);
+    let offset = 0;
+    heldBy.forEach((shards) => shards.forEach((s) => {
+      this.pieceAt[s] = offset;
+      offset += mine;
+    }));
+    this.chunk = new Float32Array(mine);
+    this.total = new Float32Array(length);
+  }
+
+  /** Stores held shard s's vector followed by `tail` (copied; the caller may reuse its buffer). */
+  put(shard: number, vector: Float32Array, ...tail: number[]): void {
+    const h = this.held.indexOf(shard);
+    if (h < 0) throw new RangeError(`ShardSum.put: shard ${shard} is not held by this rank (holds ${this.held})`);
+    const split = vector.length;
+    if (split + tail.length !== this.length) throw new RangeError(`ShardSum.put: expected ${this.length} elements, got ${split} + ${tail.length}`);
+    for (let c = 0; c + 1 < this.bounds.length; ++c) {
+      const [start, end] = [this.bounds[c], this.bounds[c + 1]];
+      const at = this.held.length * start + h * (end - start);
+      if (start < split) this.sendBuffer.set(vector.subarray(start, Math.min(end, split)), at);
+      for (let i = Math.max(start, split); i < end; ++i) this.sendBuffer[at + i - start] = tail[i - split];
+    }
+  }
+
+  /** The shard-ordered sum of every shard's vector, on every rank (in `total`). */
+  async sum(): Promise<Float32Array> {
+    await this.comm.alltoallv(this.sendBuffer, this.sendCounts, this.receiveBuffer, this.receiveCounts);
+    const { chunk, receiveBuffer, pieceAt } = this;
+    chunk.set(receiveBuffer.subarray(pieceAt[0], pieceAt[0] + chunk.length));
+    for (let s = 1; s < pieceAt.length; ++s) {
+      const at = pieceAt[s];
+      for (let i = 0; i < chunk.length; ++i) chunk[i] += receiveBuffer[at + i];
+    }
+    await this.comm.allgatherv(chunk, this.total, this.bounds.slice(1).map((end, c) => end - this.bounds[c]));
+    return this.total;
+  }
+}
