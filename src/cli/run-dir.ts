@@ -31,8 +31,9 @@ type StepLine = { step: number } & object;
 
 export class RunLog {
   private leader = false;
-  /** the last committed steps' records, for a new leader to fill in what the old one missed */
+  /** the last committed steps' records and the last events, for a new leader to fill in what the old one missed */
   private recent: StepLine[] = [];
+  private recentEvents: { time: number }[] = [];
 
   constructor(readonly dir: string, private readonly worldRank: number) {
     fs.writeFileSync(path.join(dir, runFiles.pids, String(worldRank)), `${process.pid}\n`);
@@ -42,11 +43,13 @@ export class RunLog {
     return path.join(this.dir, runFiles.logs, `rank-${this.worldRank}.log`);
   }
 
-  /** Makes this rank the writer (or not); on becoming it, appends committed steps the file lacks. */
+  /** Makes this rank the writer (or not); on becoming it, appends the steps and events the files lack. */
   setLeader(leader: boolean): void {
     if (leader && !this.leader) {
-      const last = lastStep(path.join(this.dir, runFiles.metrics));
-      for (const record of this.recent) if (record.step > last) this.append(runFiles.metrics, record);
+      const lastStep = lastRecord<StepLine>(path.join(this.dir, runFiles.metrics))?.step ?? -1;
+      for (const record of this.recent) if (record.step > lastStep) this.append(runFiles.metrics, record);
+      const lastTime = lastRecord<{ time: number }>(path.join(this.dir, runFiles.events))?.time ?? -1;
+      for (const record of this.recentEvents) if (record.time > lastTime) this.append(runFiles.events, record);
     }
     this.leader = leader;
   }
@@ -63,7 +66,10 @@ export class RunLog {
   }
 
   event(record: Record<string, unknown>): void {
-    if (this.leader) this.append(runFiles.events, { time: Date.now(), ...record });
+    const line = { time: Date.now(), ...record };
+    this.recentEvents.push(line);
+    if (this.recentEvents.length > 16) this.recentEvents.shift();
+    if (this.leader) this.append(runFiles.events, line);
   }
 
   private append(file: string, record: object): void {
@@ -72,8 +78,8 @@ export class RunLog {
   }
 }
 
-function lastStep(file: string): number {
-  if (!fs.existsSync(file)) return -1;
+function lastRecord<T>(file: string): T | undefined {
+  if (!fs.existsSync(file)) return undefined;
   const lines = fs.readFileSync(file, 'utf8').trimEnd().split('\n').filter(Boolean);
-  return lines.length === 0 ? -1 : (JSON.parse(lines[lines.length - 1]) as { step: number }).step;
+  return lines.length === 0 ? undefined : (JSON.parse(lines[lines.length - 1]) as T);
 }
