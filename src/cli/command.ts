@@ -9,6 +9,7 @@ export function commandLine(program: string, usage: string): Argv {
     .scriptName(program)
     .usage(usage)
     .strict()
+    .parserConfiguration({ 'duplicate-arguments-array': false }) // a flag given twice: the last one counts
     .help()
     .version(false)
     .wrap(Math.min(100, process.stdout.columns ?? 100))

@@ -44,7 +44,6 @@ runMain('drill', async () => {
       if (a._.length === 0) throw new Error('give the ft-train arguments after --');
       return true;
     })
-    .parserConfiguration({ 'populate--': false })
     .parseSync();
   const trainArgs = args._.map(String);
   const at = trainArgs.indexOf('--run-dir');

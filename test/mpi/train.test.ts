@@ -1,0 +1,206 @@
+// ft-train end to end under mpirun, with real kill -9s: in exact mode every run that loses ranks
+// (any rank, several at once, in any phase of the step, during recovery itself, killed from
+// outside) ends with parameters bit-identical to the run without failure, and so do runs at other
+// world sizes with the same shards. Readback stays within the lost shards' share; shrink mode
+// carries on with a smaller world and batch; bad input gets one line and no run directory.
+import { strict as assert } from 'node:assert';
+import { createHash } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { decodeSafetensors } from '../../src/checkpoint/safetensors';
+import { Dataset } from '../../src/data/dataset';
+import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-train-'));
+const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '60', '--batch', '64'];
+let runs = 0;
+
+interface Summary {
+  status: string;
+  steps: number;
+  final_loss: number;
+  test_accuracy: number;
+  failures: { step: number; lost: number[]; world: number }[];
+  ranks_lost: number;
+  bytes_read_back: number;
+  world_initial: number;
+  world_final: number;
+  params_sha256: string;
+}
+
+interface Run {
+  dir: string;
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  summary: Summary;
+  metrics: { step: number; world: number; samples: number; loss: number; lr: number; step_ms: number; time: number }[];
+  events: { event: string; step?: number; duration_ms?: number; bytes?: number; lost?: number[] }[];
+}
+
+function readLines<T>(file: string): T[] {
+  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as T) : [];
+}
+
+function load(dir: string, job: { code: number | null; stdout: string; stderr: string }): Run {
+  const summaryFile = path.join(dir, 'summary.json');
+  assert.ok(fs.existsSync(summaryFile), `no summary.json in ${dir} (exit ${job.code})\n${job.stdout}\n${job.stderr}`);
+  return {
+    dir,
+    ...job,
+    summary: JSON.parse(fs.readFileSync(summaryFile, 'utf8')),
+    metrics: readLines(path.join(dir, 'metrics.jsonl')),
+    events: readLines(path.join(dir, 'events.jsonl')),
+  };
+}
+
+async function train(ranks: number, ...extra: string[]): Promise<Run> {
+  const dir = path.join(scratch, `run-${++runs}`);
+  const job = await runTrain(ranks, [...common, '--run-dir', dir, ...extra]);
+  assert.equal(job.code, 0, `ft-train exited ${job.code}\n${job.stdout}\n${job.stderr}`);
+  return load(dir, job);
+}
+
+function assertSurvived(run: Run, baseline: Run, lost: number[], worldFinal: number): void {
+  assert.equal(run.summary.params_sha256, baseline.summary.params_sha256, `${run.dir}: parameters differ from the run without failure`);
+  assert.equal(run.summary.final_loss, baseline.summary.final_loss);
+  assert.deepEqual(run.summary.failures.flatMap((f) => f.lost).sort(), [...lost].sort());
+  assert.equal(run.summary.world_final, worldFinal);
+  assert.deepEqual(run.metrics.map((m) => m.step), Array.from({ length: 60 }, (_, i) => i), 'one metrics line per committed step');
+  assert.deepEqual(run.metrics.map((m) => m.loss), baseline.metrics.map((m) => m.loss), 'the same loss at every step');
+}
+
+describe('ft-train', function () {
+  this.timeout(120_000);
+  let baseline: Run;
+
+  before(async () => {
+    baseline = await train(4);
+  });
+  after(() => fs.rmSync(scratch, { recursive: true, force: true }));
+
+  it('writes the run directory contract, and model.safetensors holds the hashed parameters', () => {
+    const { summary } = baseline;
+    assert.equal(summary.status, 'complete');
+    assert.equal(summary.steps, 60);
+    assert.deepEqual([summary.world_initial, summary.world_final, summary.ranks_lost, summary.bytes_read_back], [4, 4, 0, 0]);
+    assert.ok(summary.final_loss > 0 && summary.final_loss < 1.2, `final loss ${summary.final_loss}`);
+    assert.ok(summary.test_accuracy > 0.6, `test accuracy ${summary.test_accuracy}`);
+    assert.ok(baseline.metrics.every((m) => m.world === 4 && m.samples === 64 && m.lr === 0.01));
+    const model = decodeSafetensors(fs.readFileSync(path.join(baseline.dir, 'model.safetensors')), 'model.safetensors');
+    const hash = createHash('sha256');
+    for (const t of model.tensors) hash.update(Buffer.from(t.data.buffer));
+    assert.equal(hash.digest('hex'), summary.params_sha256);
+    assert.deepEqual(model.tensors.map((t) => t.name), ['conv1.weight', 'conv1.bias', 'conv2.weight', 'conv2.bias', 'ip1.weight', 'ip1.bias', 'ip2.weight', 'ip2.bias']);
+    assert.deepEqual(fs.readdirSync(path.join(baseline.dir, 'pids')).sort(), ['0', '1', '2', '3']);
+  });
+
+  it('exact: rank 2 killed at step 30 of 60 ends bit-identical, reading back only its shard', async () => {
+    const run = await train(4, '--drill', 'rank=2,step=30');
+    assertSurvived(run, baseline, [2], 3);
+    assert.deepEqual(run.metrics.slice(29, 31).map((m) => m.world), [4, 3]);
+    const phases = run.events.filter((e) => e.step === 30).map((e) => e.event);
+    assert.deepEqual(phases, ['failure', 'revoke+shrink', 'agree', 'readback', 'retry']);
+    assert.ok(run.events.filter((e) => e.event !== 'start' && e.event !== 'failure').every((e) => typeof e.duration_ms === 'number'));
+    const dataset = await Dataset.open('datasets/fashion-mnist');
+    const bound = (dataset.train.bytes / 4) * 1.1 + dataset.train.largestBatchBytes;
+    await dataset.close();
+    assert.ok(run.summary.bytes_read_back > 0 && run.summary.bytes_read_back <= bound, `read back ${run.summary.bytes_read_back} bytes, bound ${bound}`);
+  });
+
+  it('exact: the same job at 1 and 2 ranks with 4 shards gives the same bits', async () => {
+    for (const ranks of [1, 2]) {
+      const run = await train(ranks, '--shards', '4');
+      assert.equal(run.summary.params_sha256, baseline.summary.params_sha256, `${ranks} rank(s)`);
+    }
+  });
+
+  it('exact: a kill of rank 0 (the leader) and of two ranks at the same step', async () => {
+    assertSurvived(await train(4, '--drill', 'rank=0,step=30'), baseline, [0], 3);
+    assertSurvived(await train(4, '--drill', 'rank=1,step=30', '--drill', 'rank=3,step=30'), baseline, [1, 3], 2);
+  });
+
+  for (const phase of ['compute', 'collective', 'agree', 'update']) {
+    it(`exact: a kill in the ${phase} phase`, async () => {
+      assertSurvived(await train(4, '--drill', `rank=2,step=30,phase=${phase}`), baseline, [2], 3);
+    });
+  }
+
+  it('exact: a kill during the recovery from another', async () => {
+    const run = await train(4, '--drill', 'rank=1,step=20', '--drill', 'rank=3,step=20,phase=recovery');
+    assertSurvived(run, baseline, [1, 3], 2);
+  });
+
+  it('exact: an external kill -9 from launch/drill', async () => {
+    const dir = path.join(scratch, 'external');
+    const job = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--kill', '2@30', '--', ...common, '--run-dir', dir], process.env, 90_000, 'launch/drill');
+    assert.equal(job.code, 0, job.stdout + job.stderr);
+    assert.match(job.stdout, new RegExp(`\\[drill\\] run directory: ${dir}\\n\\[drill\\] PASS: killed rank 2@30; 3 of 4 ranks finished 60 steps`));
+    const run = load(dir, job);
+    assert.ok(run.summary.failures[0].step >= 30, `failure at step ${run.summary.failures[0].step}`);
+    assertSurvived(run, baseline, [2], 3);
+  });
+
+  it('exact: ranks holding several shards (S = 8); readback within the lost shards\' share', async () => {
+    const reference = await train(2, '--shards', '8');
+    const run = await train(4, '--shards', '8', '--drill', 'rank=3,step=10');
+    assertSurvived(run, reference, [3], 3);
+    const dataset = await Dataset.open('datasets/fashion-mnist');
+    const bound = 2 * ((dataset.train.bytes / 8) * 1.1 + dataset.train.largestBatchBytes);
+    await dataset.close();
+    assert.ok(run.summary.bytes_read_back <= bound, `read back ${run.summary.bytes_read_back}, bound ${bound}`);
+    assert.deepEqual(run.events.find((e) => e.event === 'readback')!.bytes, run.summary.bytes_read_back);
+  });
+
+  it('shrink: survivors keep their per-rank batch; world, global batch and rate shrink', async () => {
+    const plain = await train(4, '--on-failure', 'shrink');
+    for (const victim of [2, 0]) {
+      const run = await train(4, '--on-failure', 'shrink', '--drill', `rank=${victim},step=30`);
+      assert.equal(run.summary.steps, 60);
+      assert.equal(run.summary.world_final, 3);
+      assert.deepEqual(run.metrics.slice(0, 30), plain.metrics.slice(0, 30).map((m, i) => ({ ...m, step_ms: run.metrics[i].step_ms, time: run.metrics[i].time })));
+      assert.ok(run.metrics.slice(30).every((m) => m.world === 3 && m.samples === 48 && m.lr === 0.0075), JSON.stringify(run.metrics[30]));
+      assert.notEqual(run.summary.params_sha256, plain.summary.params_sha256);
+    }
+  });
+
+  it('stops with exit code 3 below --min-ranks, without passing the run off as complete', async () => {
+    const dir = path.join(scratch, 'min-ranks');
+    const job = await runTrain(2, [...common, '--run-dir', dir, '--min-ranks', '2', '--drill', 'rank=1,step=10']);
+    assert.equal(job.code, 3, job.stdout + job.stderr);
+    assert.match(job.stdout, /1 rank\(s\) left, below --min-ranks 2: stopping/);
+    assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
+    assert.equal(readLines<{ event: string }>(path.join(dir, 'events.jsonl')).at(-1)!.event, 'stop');
+  });
+
+  describe('bad input: one line, exit code 2, no run directory', () => {
+    const badSpec = path.join(scratch, 'bad.json');
+    const cases: [string, string[], RegExp][] = [
+      ['a bad flag value', ['--batch', '0'], /^ft-train: --batch expects an integer >= 1, got 0 \(see --help\)$/],
+      ['an unknown flag', ['--bogus', '1'], /^ft-train: Unknown argument: bogus \(see --help\)$/],
+      ['a bad drill', ['--drill', 'rank=1'], /^ft-train: --drill: step expects an integer >= 0 in "rank=1" \(see --help\)$/],
+      ['a missing dataset', ['--data', 'datasets/nowhere'], /^ft-train: datasets\/nowhere: no such dataset directory$/],
+      ['a bad model spec', ['--model', badSpec], new RegExp(`^ft-train: ${badSpec}: `)],
+      ['a model that does not fit the data', ['--model', 'models/cifarnet.json'], /^ft-train: models\/cifarnet.json: takes 3x32x32 inputs, but datasets\/fashion-mnist holds 1x28x28 samples$/],
+    ];
+    for (const [what, args, message] of cases) {
+      it(what, async () => {
+        fs.writeFileSync(badSpec, JSON.stringify({ name: 'bad', input: [1, 28, 28], classes: 10, layers: [{ type: 'linear', name: 'fc', outputs: 0 }] }));
+        const dir = path.join(scratch, `bad-${what.replace(/ /g, '-')}`);
+        const job = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'ft-train.js'), ...common, '--run-dir', dir, ...args], process.env, 30_000, what);
+        assert.equal(job.code, 2, job.stderr);
+        assert.equal(job.stderr.trim().split('\n').length, 1, job.stderr);
+        assert.match(job.stderr.trim(), message);
+        assert.ok(!fs.existsSync(dir), 'no run directory');
+      });
+    }
+
+    it('a run directory that already holds a run; under mpirun one rank prints it', async () => {
+      const job = await runTrain(2, [...common, '--run-dir', baseline.dir]);
+      assert.notEqual(job.code, 0);
+      const ours = job.stderr.split('\n').filter((line) => line.startsWith('ft-train:'));
+      assert.deepEqual(ours, [`ft-train: ${baseline.dir}: --run-dir already holds a run (events.jsonl, metrics.jsonl, model.safetensors); choose a new directory`]);
+    });
+  });
+});
