@@ -9,13 +9,18 @@ export function commandLine(program: string, usage: string): Argv {
     .scriptName(program)
     .usage(usage)
     .strict()
-    .parserConfiguration({ 'duplicate-arguments-array': false }) // a flag given twice: the last one counts
     .help()
     .version(false)
     .wrap(Math.min(100, process.stdout.columns ?? 100))
     .fail((message, error) => {
-      throw new UsageError(`${program}: ${message ?? error?.message} (see --help)`);
+      const text = (message ?? error?.message ?? 'bad arguments').replace(/:?\s*\n\s*/g, ': ');
+      throw new UsageError(`${program}: ${text} (see --help)`);
     });
+}
+
+/** yargs collects a flag given twice into a list; for single-valued flags the last one counts. */
+export function last<T>(value: T | T[]): T {
+  return Array.isArray(value) ? value[value.length - 1] : value;
 }
 
 /** Bad command-line input; the message is the whole line to print. */

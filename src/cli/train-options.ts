@@ -2,7 +2,7 @@
 import { parseDrill, type Drill } from '../solver/fault-injection';
 import { parseLrSchedule } from '../solver/lr-schedule';
 import type { TrainConfig } from '../solver/trainer';
-import { commandLine, UsageError } from './command';
+import { commandLine, last, UsageError } from './command';
 
 export interface TrainOptions extends Omit<TrainConfig, 'shards'> {
   model: string;
@@ -20,29 +20,31 @@ Elastic, fault-tolerant data-parallel training. A rank that dies (kill -9) is de
 gradient sum; the survivors repair the communicator, re-read only its shards and retry the step.`;
 
 export function parseTrainOptions(argv: string[]): TrainOptions {
-  const positiveInt = (flag: string, min = 1) => (value: number) => {
+  const positiveInt = (flag: string, min = 1) => (values: number | number[]) => {
+    const value = last(values);
     if (!Number.isSafeInteger(value) || value < min) throw new Error(`--${flag} expects an integer >= ${min}, got ${value}`);
     return value;
   };
-  const nonNegative = (flag: string) => (value: number) => {
+  const nonNegative = (flag: string) => (values: number | number[]) => {
+    const value = last(values);
     if (!(Number.isFinite(value) && value >= 0)) throw new Error(`--${flag} expects a number >= 0, got ${value}`);
     return value;
   };
   const args = commandLine('ft-train', usage)
-    .option('model', { type: 'string', demandOption: true, describe: 'model spec (JSON), e.g. models/lenet.json', group: 'Job:' })
-    .option('data', { type: 'string', demandOption: true, describe: 'dataset directory, e.g. datasets/fashion-mnist', group: 'Job:' })
-    .option('run-dir', { type: 'string', demandOption: true, describe: 'new directory for metrics, events, summary, model', group: 'Job:' })
+    .option('model', { type: 'string', coerce: last<string>, demandOption: true, describe: 'model spec (JSON), e.g. models/lenet.json', group: 'Job:' })
+    .option('data', { type: 'string', coerce: last<string>, demandOption: true, describe: 'dataset directory, e.g. datasets/fashion-mnist', group: 'Job:' })
+    .option('run-dir', { type: 'string', coerce: last<string>, demandOption: true, describe: 'new directory for metrics, events, summary, model', group: 'Job:' })
     .option('steps', { type: 'number', coerce: positiveInt('steps'), describe: 'steps to train (or --epochs)', group: 'Job:' })
     .option('epochs', { type: 'number', coerce: positiveInt('epochs'), describe: 'epochs to train (default 1 when --steps is absent)', group: 'Job:' })
     .option('batch', { type: 'number', default: 64, coerce: positiveInt('batch'), describe: 'global batch (split over the shards)', group: 'Optimizer:' })
     .option('lr', { type: 'number', default: 0.01, coerce: nonNegative('lr'), describe: 'learning rate', group: 'Optimizer:' })
     .option('momentum', { type: 'number', default: 0.9, coerce: nonNegative('momentum'), describe: 'SGD momentum', group: 'Optimizer:' })
     .option('weight-decay', { type: 'number', default: 5e-4, coerce: nonNegative('weight-decay'), describe: 'L2 weight decay', group: 'Optimizer:' })
-    .option('lr-schedule', { type: 'string', default: 'constant', describe: 'constant | cosine | step:EVERY:GAMMA', group: 'Optimizer:' })
+    .option('lr-schedule', { type: 'string', coerce: last<string>, default: 'constant', describe: 'constant | cosine | step:EVERY:GAMMA', group: 'Optimizer:' })
     .option('seed', { type: 'number', default: 1, coerce: positiveInt('seed', 0), describe: 'seed of init, shuffles and dropout', group: 'Optimizer:' })
     .option('shards', { type: 'number', coerce: positiveInt('shards'), describe: 'logical shards S (default: the initial world size)', group: 'Fault tolerance:' })
-    .option('on-failure', { choices: ['exact', 'shrink', 'none'] as const, default: 'exact' as const, describe: 'exact: keep the global batch, bit-identical result; shrink: survivors keep their per-rank batch (FT-SGD); none: no fault tolerance (plain allreduce)', group: 'Fault tolerance:' })
-    .option('lr-rescale', { choices: ['linear', 'none'] as const, default: 'linear' as const, describe: 'shrink mode: scale the rate with the global batch', group: 'Fault tolerance:' })
+    .option('on-failure', { choices: ['exact', 'shrink', 'none'] as const, default: 'exact' as const, coerce: last<'exact' | 'shrink' | 'none'>, describe: 'exact: keep the global batch, bit-identical result; shrink: survivors keep their per-rank batch (FT-SGD); none: no fault tolerance (plain allreduce)', group: 'Fault tolerance:' })
+    .option('lr-rescale', { choices: ['linear', 'none'] as const, default: 'linear' as const, coerce: last<'linear' | 'none'>, describe: 'shrink mode: scale the rate with the global batch', group: 'Fault tolerance:' })
     .option('min-ranks', { type: 'number', default: 1, coerce: positiveInt('min-ranks'), describe: 'stop (exit code 3) when fewer ranks survive', group: 'Fault tolerance:' })
     .option('max-retries', { type: 'number', default: 5, coerce: positiveInt('max-retries'), describe: 'repair attempts per failure', group: 'Fault tolerance:' })
     .option('drill', { type: 'string', array: true, default: [] as string[], describe: 'rank=R,step=K[,phase=compute|collective|agree|update|recovery]: that rank SIGKILLs itself there (repeatable)', group: 'Fault tolerance:' })

@@ -21,6 +21,7 @@ const now = (): number => performance.now();
  * survivor: it is checked with two agreements (AND of step and of its complement).
  */
 export async function repair(comm: Communicator, step: number, maxAttempts: number): Promise<Repair> {
+  const before = [...comm.worldRanks];
   let current = comm;
   let revokeShrinkMs = 0;
   let agreeMs = 0;
@@ -47,7 +48,7 @@ export async function repair(comm: Communicator, step: number, maxAttempts: numb
         throw new Error(`recovery: the survivors stand at different steps (mine ${step}); this is a bug`);
       }
       const live = new Set(current.worldRanks);
-      return { comm: current, lost: comm.worldRanks.filter((r) => !live.has(r)), revokeShrinkMs, agreeMs, attempts: attempt };
+      return { comm: current, lost: before.filter((r) => !live.has(r)), revokeShrinkMs, agreeMs, attempts: attempt };
     } catch (error) {
       if (!isFailure(error)) throw error;
       agreeMs += now() - shrunkAt;
