@@ -129,8 +129,10 @@ export function run(): void {
     },
     (error: unknown) => {
       const input = error instanceof InputError || error instanceof UsageError;
-      if (firstRank() || !input) console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
       process.exitCode = input ? 2 : 1;
+      if (firstRank() || !input) console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
+      // mpirun tears the job down at the first non-zero exit: the others give rank 0 time to print
+      else setTimeout(() => undefined, 1000);
     },
   );
 }
