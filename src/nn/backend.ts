@@ -29,6 +29,8 @@ export interface Backend {
     dw: Float32Array, db: Float32Array, shape: LinearShape): void;
   reluForward(x: Float32Array, y: Float32Array): void;
   reluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array): void;
+  /** acc += x, element-wise. */
+  addInPlace(acc: Float32Array, x: Float32Array): void;
   /** Mean cross-entropy of softmax(logits) against labels; dlogits = (softmax - onehot) / N. */
   softmaxCrossEntropy(logits: Float32Array, labels: Int32Array, dlogits: Float32Array, shape: [number, number]): number;
   /** v = momentum v + (g + weightDecay p); p -= lr v. */

@@ -21,7 +21,8 @@ export class ShardSum {
   private readonly chunk: Float32Array;
   readonly total: Float32Array;
 
-  constructor(private readonly comm: Communicator, map: ShardMap, readonly length: number) {
+  /** `add(acc, x)`: acc += x element-wise (the backend's addInPlace). */
+  constructor(private readonly comm: Communicator, map: ShardMap, readonly length: number, private readonly add: (acc: Float32Array, x: Float32Array) => void) {
     const size = comm.size;
     this.bounds = Array.from({ length: size + 1 }, (_, c) => Math.floor((c * length) / size));
     const chunkLength = (c: number) => this.bounds[c + 1] - this.bounds[c];
@@ -64,10 +65,7 @@ export class ShardSum {
     await this.comm.alltoallv(this.sendBuffer, this.sendCounts, this.receiveBuffer, this.receiveCounts);
     const { chunk, receiveBuffer, pieceAt } = this;
     chunk.set(receiveBuffer.subarray(pieceAt[0], pieceAt[0] + chunk.length));
-    for (let s = 1; s < pieceAt.length; ++s) {
-      const at = pieceAt[s];
-      for (let i = 0; i < chunk.length; ++i) chunk[i] += receiveBuffer[at + i];
-    }
+    for (let s = 1; s < pieceAt.length; ++s) this.add(chunk, receiveBuffer.subarray(pieceAt[s], pieceAt[s] + chunk.length));
     await this.comm.allgatherv(chunk, this.total, this.bounds.slice(1).map((end, c) => end - this.bounds[c]));
     return this.total;
   }

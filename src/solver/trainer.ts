@@ -320,7 +320,7 @@ export class Trainer {
   }
 
   private rebuildSum(): void {
-    this.sum = this.config.onFailure === 'exact' ? new ShardSum(this.comm, this.map, this.net.params.data.length + 1) : undefined;
+    this.sum = this.config.onFailure === 'exact' ? new ShardSum(this.comm, this.map, this.net.params.data.length + 1, (acc, x) => this.backend.addInPlace(acc, x)) : undefined;
   }
 
   private async load(shards: number[]): Promise<void> {

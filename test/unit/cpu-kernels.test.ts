@@ -113,6 +113,15 @@ describe('CPU kernels', () => {
       { eps: 1e-3, tolerance: 1e-3 });
   });
 
+  it('addInPlace adds element-wise with float32 rounding, and checks lengths', () => {
+    const acc = randomTensor(1001, 21).map((v) => v * 1e3);
+    const x = randomTensor(1001, 22).map((v) => v * 1e-3);
+    const expected = acc.map((v, i) => Math.fround(v + x[i]));
+    cpu.addInPlace(acc, x);
+    assert.deepEqual(acc, expected);
+    assert.throws(() => cpu.addInPlace(acc, new Float32Array(3)), /addInPlace: expected x to be a Float32Array of 1001 elements/);
+  });
+
   it('sgdUpdate applies momentum and weight decay', () => {
     const p = Float32Array.of(1, -2), g = Float32Array.of(0.5, 0.25), v = Float32Array.of(0.1, 0);
     cpu.sgdUpdate(p, g, v, 0.1, 0.9, 0.01);

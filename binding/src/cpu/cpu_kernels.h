@@ -15,6 +15,7 @@ Napi::Value LinearForward(const Napi::CallbackInfo& info);
 Napi::Value LinearBackward(const Napi::CallbackInfo& info);
 Napi::Value ReluForward(const Napi::CallbackInfo& info);
 Napi::Value ReluBackward(const Napi::CallbackInfo& info);
+Napi::Value AddInPlace(const Napi::CallbackInfo& info);
 Napi::Value SoftmaxCrossEntropy(const Napi::CallbackInfo& info);
 Napi::Value SgdUpdate(const Napi::CallbackInfo& info);
 

@@ -37,6 +37,7 @@ Napi::Object Exports(Napi::Env env) {
   add("linearBackward", LinearBackward);
   add("reluForward", ReluForward);
   add("reluBackward", ReluBackward);
+  add("addInPlace", AddInPlace);
   add("softmaxCrossEntropy", SoftmaxCrossEntropy);
   add("sgdUpdate", SgdUpdate);
   return cpu;

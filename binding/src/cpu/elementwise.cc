@@ -1,4 +1,5 @@
-// Element-wise kernels: ReLU, softmax + cross-entropy, and the SGD update (momentum, weight decay).
+// Element-wise kernels: ReLU, in-place add, softmax + cross-entropy, and the SGD update (momentum,
+// weight decay).
 // Plain loops in a fixed order: the same inputs give the same bits.
 #include <cmath>
 #include <string>
@@ -22,6 +23,15 @@ Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
   const float* dy = FloatArg(info, 1, "reluBackward", "dy", n);
   float* dx = FloatArg(info, 2, "reluBackward", "dx", n);
   for (size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+  return info.Env().Undefined();
+}
+
+// addInPlace(acc, x): acc += x, element by element (IEEE float adds: the same bits as any other
+// correctly rounded float32 sum of the same two numbers).
+Napi::Value AddInPlace(const Napi::CallbackInfo& info) {
+  auto [acc, n] = FloatSpanArg(info, 0, "addInPlace", "acc");
+  const float* x = FloatArg(info, 1, "addInPlace", "x", n);
+  for (size_t i = 0; i < n; ++i) acc[i] += x[i];
   return info.Env().Undefined();
 }
 
