@@ -83,7 +83,12 @@ async function main(): Promise<number> {
     await closeLogger(logger);
     throw error;
   }
-  if (runLog.isLeader && !result.stoppedBelowMinRanks) writeResults(options, shards, net, result, started);
+  if (runLog.isLeader && !result.stoppedBelowMinRanks) {
+    writeResults(options, shards, net, result, started);
+    const lost = result.failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
+    progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, ` +
+      `${result.worldFinal} of ${result.worldInitial} ranks left${lost ? ` (lost ${lost}; ${result.bytesReadBack} bytes read back)` : ''}, params_sha256 ${result.paramsSha256.slice(0, 16)}`);
+  }
   logger.info('end', { ...result });
   await dataset.close();
   await closeLogger(logger);

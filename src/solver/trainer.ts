@@ -316,6 +316,8 @@ export class Trainer {
     this.observer.event({ event: 'readback', step, shards: [...moved.values()].flat().sort((a, b) => a - b), bytes, duration_ms: now() - readStart });
     this.map = next;
     this.rebuildSum();
+    this.observer.log(`step ${step}: lost rank(s) ${fixed.lost.join(', ') || 'none'}; revoke+shrink ${fixed.revokeShrinkMs.toFixed(1)} ms, agree ${fixed.agreeMs.toFixed(1)} ms, ` +
+      `read back ${bytes} bytes in ${(now() - readStart).toFixed(1)} ms; retrying on ${this.comm.size} ranks`);
     return true;
   }
 
