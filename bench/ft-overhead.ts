@@ -1,7 +1,8 @@
 // bench/ft-overhead: what fault tolerance costs per step. Runs ft-train on lenet + Fashion-MNIST in
 // exact mode, shrink mode and the plain-allreduce baseline (--on-failure none: no agree, no
 // shard-ordered sum), alternating rounds so a shared machine's drift hits all three, at 2 and 4
-// ranks. Step time = median step_ms over the steps after warm-up. Prints a table, then one JSON line:
+// ranks. Step time = median step_ms over the steps after warm-up; each overhead is the median over
+// rounds of that round's ratio, so drift between rounds cancels. Prints a table, then one JSON line:
 //   exact_overhead   exact / baseline - 1, worst rank count (target <= 0.05)
 //   shrink_overhead  shrink / baseline - 1, worst rank count (target <= 0.01)
 import { spawnSync } from 'node:child_process';
@@ -13,7 +14,7 @@ import { mpirunCommand } from '../src/cli/mpirun';
 const root = path.resolve(__dirname, '..', '..');
 const modes = ['none', 'exact', 'shrink'] as const;
 const rankCounts = [2, 4];
-const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const steps = Number(process.env.BENCH_STEPS ?? 200);
 const warmup = 20;
 
@@ -40,22 +41,23 @@ function main(): void {
   const rows: { ranks: number; baseline_ms: number; exact_ms: number; shrink_ms: number; exact_overhead: number; shrink_overhead: number }[] = [];
   try {
     for (const ranks of rankCounts) {
-      const times: Record<string, number[]> = { none: [], exact: [], shrink: [] };
+      const perRound: Record<string, number[]> = { none: [], exact: [], shrink: [] };
       for (let round = 1; round <= rounds; ++round) {
         process.stderr.write(`[bench] ${ranks} ranks, round ${round}/${rounds}:`);
         for (const mode of modes) {
           process.stderr.write(` ${mode} ...`);
-          times[mode].push(...stepTimes(ranks, mode, scratch));
+          perRound[mode].push(median(stepTimes(ranks, mode, scratch)));
         }
         process.stderr.write(' done\n');
       }
-      const [baseline, exact, shrink] = modes.map((m) => median(times[m]));
-      rows.push({ ranks, baseline_ms: baseline, exact_ms: exact, shrink_ms: shrink, exact_overhead: exact / baseline - 1, shrink_overhead: shrink / baseline - 1 });
+      const overhead = (mode: string) => median(perRound[mode].map((ms, i) => ms / perRound.none[i] - 1));
+      const [baseline, exact, shrink] = modes.map((m) => median(perRound[m]));
+      rows.push({ ranks, baseline_ms: baseline, exact_ms: exact, shrink_ms: shrink, exact_overhead: overhead('exact'), shrink_overhead: overhead('shrink') });
     }
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
-  console.log(`lenet, global batch 64, ${steps} steps x ${rounds} rounds per mode, median step time after ${warmup} warm-up steps`);
+  console.log(`lenet, global batch 64, ${steps} steps x ${rounds} rounds per mode; step time: median over rounds of each run's median after ${warmup} warm-up steps; overhead: median of per-round ratios`);
   console.log('ranks  baseline ms  exact ms  shrink ms  exact overhead  shrink overhead');
   for (const r of rows) {
     console.log(`${String(r.ranks).padStart(5)}  ${r.baseline_ms.toFixed(3).padStart(11)}  ${r.exact_ms.toFixed(3).padStart(8)}  ${r.shrink_ms.toFixed(3).padStart(9)}  ${(r.exact_overhead * 100).toFixed(1).padStart(13)}%  ${(r.shrink_overhead * 100).toFixed(1).padStart(14)}%`);
