@@ -165,6 +165,23 @@ describe('ft-train', function () {
     }
   });
 
+  it('shrink: survives kills in every phase, two at once, and during recovery', async () => {
+    const drills: [string[], number][] = [
+      [['rank=1,step=30,phase=collective'], 3],
+      [['rank=1,step=30,phase=agree'], 3],
+      [['rank=1,step=30,phase=update'], 3],
+      [['rank=1,step=20', 'rank=3,step=20'], 2],
+      [['rank=1,step=20', 'rank=2,step=20,phase=recovery'], 2],
+    ];
+    for (const [drill, world] of drills) {
+      const run = await train(4, '--on-failure', 'shrink', ...drill.flatMap((d) => ['--drill', d]));
+      assert.equal(run.summary.steps, 60, drill.join(' '));
+      assert.equal(run.summary.world_final, world, drill.join(' '));
+      assert.equal(run.summary.ranks_lost, 4 - world, drill.join(' '));
+      assert.ok(run.metrics.at(-1)!.samples === 16 * world, `${drill.join(' ')}: last step took ${run.metrics.at(-1)!.samples} samples`);
+    }
+  });
+
   it('stops with exit code 3 below --min-ranks, without passing the run off as complete', async () => {
     const dir = path.join(scratch, 'min-ranks');
     const job = await runTrain(2, [...common, '--run-dir', dir, '--min-ranks', '2', '--drill', 'rank=1,step=10']);
