@@ -3,12 +3,11 @@
 //   min_ratio_ge_4mib  lowest raw time / binding time over sizes >= 4 MiB (target >= 0.95)
 //   overhead_us        median binding - raw latency per operation at 4 KiB, worst rank count
 //                      (target <= 25)
-import { execFileSync, spawnSync } from 'node:child_process';
-import * as fs from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
-import { mpiHome, mpirunCommand } from '../src/cli/mpirun';
+import { mpirunCommand } from '../src/cli/mpirun';
+import { compileMpiC } from './mpi-c';
 
-const root = path.resolve(__dirname, '..', '..');
 const sizes = [4, 16, 64, 256, 1024, 4096, 16384, 65536].map((kib) => kib * 1024);
 const rankCounts = [2, 4];
 const reps = 5;
@@ -25,16 +24,6 @@ function median(values: number[]): number {
   return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
-function buildRaw(): string {
-  const out = path.join(root, 'build', 'bench', 'raw_allreduce');
-  const src = path.join(root, 'bench', 'raw_allreduce.c');
-  if (!fs.existsSync(out) || fs.statSync(out).mtimeMs < fs.statSync(src).mtimeMs) {
-    fs.mkdirSync(path.dirname(out), { recursive: true });
-    execFileSync(path.join(mpiHome, 'bin', 'mpicc'), ['-O2', '-o', out, src], { stdio: 'inherit' });
-  }
-  return out;
-}
-
 function run(ranks: number, program: string[]): Line[] {
   const { command, args, env } = mpirunCommand({ ranks, program });
   const result = spawnSync(command, args, { env, encoding: 'utf8', timeout: 300_000 });
@@ -43,7 +32,7 @@ function run(ranks: number, program: string[]): Line[] {
 }
 
 function main(): void {
-  const raw = buildRaw();
+  const raw = compileMpiC('raw_allreduce');
   const plan = [String(reps), ...sizes.flatMap((b) => [String(b), String(iters(b))])];
   const worker = path.join(__dirname, 'allreduce-worker.js');
   const rows: Array<{ ranks: number; bytes: number; raw_us: number; binding_us: number; ratio: number }> = [];

@@ -5,11 +5,12 @@
 // program (bench/raw_recovery.c) does the same repair with nothing around it: the raw ULFM floor.
 // Prints a table, then one JSON line with kill_to_step_ms_<N> (median of the rounds; target for 4
 // ranks <= 250), raw_floor_ms_<N> and breakdown_<N>.
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { mpiHome, mpirunCommand } from '../src/cli/mpirun';
+import { mpirunCommand } from '../src/cli/mpirun';
+import { compileMpiC } from './mpi-c';
 
 const root = path.resolve(__dirname, '..', '..');
 const rankCounts = [2, 4, 8];
@@ -58,16 +59,6 @@ function trainerRecovery(ranks: number, scratch: string): Breakdown {
   };
 }
 
-function buildFloor(): string {
-  const out = path.join(root, 'build', 'bench', 'raw_recovery');
-  const src = path.join(root, 'bench', 'raw_recovery.c');
-  if (!fs.existsSync(out) || fs.statSync(out).mtimeMs < fs.statSync(src).mtimeMs) {
-    fs.mkdirSync(path.dirname(out), { recursive: true });
-    execFileSync(path.join(mpiHome, 'bin', 'mpicc'), ['-O2', '-o', out, src], { stdio: 'inherit' });
-  }
-  return out;
-}
-
 function rawFloor(program: string, ranks: number): number {
   const { command, args, env } = mpirunCommand({ ranks, program: [program, String(lenetParams + 1), String(steps), String(ranks - 1), String(killAfter)] });
   const result = spawnSync(command, args, { env, encoding: 'utf8', timeout: 120_000 });
@@ -77,7 +68,7 @@ function rawFloor(program: string, ranks: number): number {
 }
 
 function main(): void {
-  const floorProgram = buildFloor();
+  const floorProgram = compileMpiC('raw_recovery');
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-recovery-'));
   const out: Record<string, unknown> = {};
   const table: string[] = [];
