@@ -7,25 +7,32 @@ export interface NamedTensor {
   data: Float32Array;
 }
 
-export function encodeSafetensors(tensors: readonly NamedTensor[], metadata: Record<string, string> = {}): Buffer {
+/** Name and shape of a float32 tensor, without its data. */
+export interface TensorInfo {
+  name: string;
+  shape: number[];
+}
+
+/** The bytes before the data: 8-byte header length and the JSON header (padded to 8 bytes). */
+export function safetensorsHeader(tensors: readonly TensorInfo[], metadata: Record<string, string> = {}): Buffer {
   const header: Record<string, unknown> = { __metadata__: metadata };
   let offset = 0;
   for (const t of tensors) {
-    header[t.name] = { dtype: 'F32', shape: t.shape, data_offsets: [offset, offset + t.data.byteLength] };
-    offset += t.data.byteLength;
+    const bytes = 4 * t.shape.reduce((a, b) => a * b, 1);
+    header[t.name] = { dtype: 'F32', shape: t.shape, data_offsets: [offset, offset + bytes] };
+    offset += bytes;
   }
   let json = JSON.stringify(header);
   json += ' '.repeat((8 - ((8 + Buffer.byteLength(json)) % 8)) % 8); // data starts 8-byte aligned
-  const headerBytes = Buffer.from(json);
-  const out = Buffer.alloc(8 + headerBytes.length + offset);
-  out.writeBigUInt64LE(BigInt(headerBytes.length), 0);
-  headerBytes.copy(out, 8);
-  let at = 8 + headerBytes.length;
-  for (const t of tensors) {
-    Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength).copy(out, at);
-    at += t.data.byteLength;
-  }
+  const out = Buffer.alloc(8 + Buffer.byteLength(json));
+  out.writeBigUInt64LE(BigInt(out.length - 8), 0);
+  out.write(json, 8);
   return out;
+}
+
+export function encodeSafetensors(tensors: readonly NamedTensor[], metadata: Record<string, string> = {}): Buffer {
+  const header = safetensorsHeader(tensors, metadata);
+  return Buffer.concat([header, ...tensors.map((t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength))]);
 }
 
 /** Parses a float32 safetensors buffer; throws one line naming `file` on any inconsistency. */

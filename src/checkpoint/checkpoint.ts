@@ -1,0 +1,182 @@
+// Checkpoints: the training state at the start of a step (parameters and momentum in one
+// safetensors file, state.safetensors) plus manifest.json (step, shards, shard map, seed, the
+// settings that fix the result, world history, and a sha256 per stripe of the file). The live
+// ranks write the file in parallel stripes; the leader commits by renaming the manifest in last,
+// so a checkpoint without a manifest, or whose checksums fail, is never used.
+import { createHash } from 'node:crypto';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { writeAtomically } from '../atomic-write';
+import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
+
+export const checkpointFormat = 'ft-train-checkpoint/1';
+const stateFile = 'state.safetensors';
+const manifestFile = 'manifest.json';
+
+export interface Stripe {
+  offset: number;
+  length: number;
+  sha256: string;
+}
+
+/** What a checkpoint records besides the tensors. */
+export interface CheckpointMeta {
+  step: number;
+  reason: string;
+  shards: number;
+  shard_map: number[];
+  seed: number;
+  /** the settings that fix the result; a resume must match them */
+  config: Record<string, unknown>;
+  world_history: { step: number; world: number; lost: number[] }[];
+  /** shrink mode's data position */
+  shrink?: { epoch: number; cursors: number[] };
+}
+
+export interface CheckpointManifest extends CheckpointMeta {
+  format: string;
+  time: number;
+  file: { name: string; bytes: number; stripes: Stripe[] };
+}
+
+/** The state a checkpoint holds: `params` then `velocity`, each laid out as `tensors`. */
+export interface TrainingState {
+  tensors: readonly TensorInfo[];
+  params: Float32Array;
+  velocity: Float32Array;
+}
+
+export function checkpointDir(root: string, step: number): string {
+  return path.join(root, `step-${String(step).padStart(8, '0')}`);
+}
+
+function stateTensors(tensors: readonly TensorInfo[]): TensorInfo[] {
+  return [...tensors.map((t) => ({ name: `params.${t.name}`, shape: t.shape })), ...tensors.map((t) => ({ name: `velocity.${t.name}`, shape: t.shape }))];
+}
+
+/** Byte ranges of the n stripes of the state file (stripe 0 also holds the header). */
+export function stripeRanges(state: TrainingState, n: number): { offset: number; length: number }[] {
+  const header = safetensorsHeader(stateTensors(state.tensors)).length;
+  const floats = state.params.length + state.velocity.length;
+  return Array.from({ length: n }, (_, i) => {
+    const start = i === 0 ? 0 : header + 4 * Math.floor((i * floats) / n);
+    const end = header + 4 * Math.floor(((i + 1) * floats) / n);
+    return { offset: start, length: end - start };
+  });
+}
+
+/** Writes stripe i of n of the state file into `dir` (fsynced); returns its sha256. */
+export function writeStripe(dir: string, state: TrainingState, i: number, n: number): string {
+  fs.mkdirSync(dir, { recursive: true });
+  const header = safetensorsHeader(stateTensors(state.tensors));
+  const { offset, length } = stripeRanges(state, n)[i];
+  const bytes = Buffer.allocUnsafe(length);
+  const data = [state.params, state.velocity].map((a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength));
+  // the file is [header | params | velocity]; copy this stripe's part of each
+  let at = 0;
+  for (const [start, piece] of [[0, header], [header.length, data[0]], [header.length + data[0].length, data[1]]] as const) {
+    const from = Math.max(offset, start);
+    const to = Math.min(offset + length, start + piece.length);
+    if (from < to) at += piece.copy(bytes, from - offset, from - start, to - start);
+  }
+  if (at !== length) throw new Error(`writeStripe: stripe ${i} of ${n} copied ${at} of ${length} bytes`);
+  const fd = fs.openSync(path.join(dir, stateFile), fs.constants.O_WRONLY | fs.constants.O_CREAT, 0o644);
+  try {
+    fs.writeSync(fd, bytes, 0, length, offset);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+  return createHash('sha256').update(bytes).digest('hex');
+}
+
+/** The leader's commit: the manifest, renamed in last. */
+export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: TrainingState, digests: string[]): CheckpointManifest {
+  const ranges = stripeRanges(state, digests.length);
+  const last = ranges[ranges.length - 1];
+  const manifest: CheckpointManifest = {
+    format: checkpointFormat,
+    time: Date.now(),
+    ...meta,
+    file: { name: stateFile, bytes: last.offset + last.length, stripes: ranges.map((r, i) => ({ ...r, sha256: digests[i] })) },
+  };
+  writeAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
+  return manifest;
+}
+
+/** Removes all but the newest `keep` complete checkpoints, and unfinished ones older than those. */
+export function pruneCheckpoints(root: string, keep: number): void {
+  const steps = listSteps(root);
+  const complete = steps.filter((d) => fs.existsSync(path.join(root, d, manifestFile)));
+  const kept = new Set(complete.slice(-keep));
+  const oldestKept = complete.slice(-keep)[0];
+  for (const d of steps) if (!kept.has(d) && (oldestKept === undefined || d < oldestKept)) fs.rmSync(path.join(root, d), { recursive: true, force: true });
+}
+
+function listSteps(root: string): string[] {
+  return fs.existsSync(root) ? fs.readdirSync(root).filter((d) => /^step-\d{8}$/.test(d)).sort() : [];
+}
+
+/** Checks a checkpoint directory completely: manifest, file size, every stripe's sha256. */
+export function verifyCheckpoint(dir: string): CheckpointManifest {
+  const manifestPath = path.join(dir, manifestFile);
+  if (!fs.existsSync(manifestPath)) throw new Error(`${dir}: incomplete: no ${manifestFile}`);
+  let manifest: CheckpointManifest;
+  try {
+    manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8'));
+  } catch (error) {
+    throw new Error(`${manifestPath}: not valid JSON (${(error as Error).message})`);
+  }
+  if (manifest.format !== checkpointFormat) throw new Error(`${manifestPath}: format ${JSON.stringify(manifest.format)}, expected "${checkpointFormat}"`);
+  const file = path.join(dir, manifest.file?.name ?? stateFile);
+  if (!fs.existsSync(file)) throw new Error(`${file}: missing`);
+  const size = fs.statSync(file).size;
+  if (size !== manifest.file.bytes) throw new Error(`${file}: ${size < manifest.file.bytes ? 'truncated' : 'corrupt'}: ${size} bytes, the manifest says ${manifest.file.bytes}`);
+  const bytes = fs.readFileSync(file);
+  manifest.file.stripes.forEach((s, i) => {
+    if (createHash('sha256').update(bytes.subarray(s.offset, s.offset + s.length)).digest('hex') !== s.sha256) {
+      throw new Error(`${file}: corrupt: stripe ${i} (bytes ${s.offset}..${s.offset + s.length}) fails the manifest checksum`);
+    }
+  });
+  return manifest;
+}
+
+/**
+ * The checkpoint `target` names: a checkpoint directory, or a directory of them (a run directory's
+ * ckpt/ is looked in too), newest complete one first. `skipped` says why newer ones were passed over.
+ */
+export function findCheckpoint(target: string): { dir: string; manifest: CheckpointManifest; skipped: string[] } {
+  if (!fs.existsSync(target)) throw new Error(`${target}: no such checkpoint or directory`);
+  if (fs.existsSync(path.join(target, manifestFile)) || fs.existsSync(path.join(target, stateFile))) {
+    return { dir: target, manifest: verifyCheckpoint(target), skipped: [] };
+  }
+  const root = listSteps(target).length === 0 && fs.existsSync(path.join(target, 'ckpt')) ? path.join(target, 'ckpt') : target;
+  const skipped: string[] = [];
+  for (const d of listSteps(root).reverse()) {
+    try {
+      return { dir: path.join(root, d), manifest: verifyCheckpoint(path.join(root, d)), skipped };
+    } catch (error) {
+      skipped.push((error as Error).message);
+    }
+  }
+  throw new Error(`${target}: no complete checkpoint${skipped.length ? ` (${skipped.join('; ')})` : ''}`);
+}
+
+/** Loads a verified checkpoint's tensors into params and velocity laid out as `tensors`. */
+export function loadCheckpoint(dir: string, manifest: CheckpointManifest, tensors: readonly TensorInfo[], params: Float32Array, velocity: Float32Array): void {
+  const file = path.join(dir, manifest.file.name);
+  const { tensors: stored } = decodeSafetensors(fs.readFileSync(file), file);
+  const expected = stateTensors(tensors);
+  const names = (list: readonly TensorInfo[]) => list.map((t) => `${t.name}[${t.shape}]`).join(', ');
+  if (names(stored) !== names(expected)) throw new Error(`${file}: holds ${names(stored).slice(0, 120)}..., not this model's ${names(expected).slice(0, 120)}...`);
+  let at = 0;
+  for (const t of stored.slice(0, tensors.length)) {
+    params.set(t.data, at);
+    at += t.data.length;
+  }
+  at = 0;
+  for (const t of stored.slice(tensors.length)) {
+    velocity.set(t.data, at);
+    at += t.data.length;
+  }
+}

@@ -1,0 +1,86 @@
+// Checkpoint files without MPI: stripes written separately make one safetensors file that other
+// tools can read; the manifest's checksums catch a flipped byte and a truncated file; the newest
+// complete checkpoint is found, passing over broken or unfinished ones with the reason.
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { checkpointDir, commitCheckpoint, findCheckpoint, loadCheckpoint, pruneCheckpoints, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
+import { decodeSafetensors } from '../../src/checkpoint/safetensors';
+import { randomTensor } from '../helpers/gradcheck';
+
+const tensors = [{ name: 'fc.weight', shape: [7, 5] }, { name: 'fc.bias', shape: [7] }, { name: 'out.weight', shape: [3, 7] }];
+const P = 35 + 7 + 21;
+
+function state(seed: number): TrainingState {
+  return { tensors, params: randomTensor(P, seed), velocity: randomTensor(P, seed + 100) };
+}
+
+function meta(step: number): CheckpointMeta {
+  return { step, reason: 'test', shards: 4, shard_map: [0, 1, 2, 3], seed: 1, config: { lr: 0.01 }, world_history: [{ step: 0, world: 4, lost: [] }] };
+}
+
+/** Writes a checkpoint as `n` ranks would, each its stripe. */
+function write(root: string, step: number, s: TrainingState, n: number): string {
+  const dir = checkpointDir(root, step);
+  // in reverse order, as ranks finish in any order
+  const digests = Array.from({ length: n }, (_, k) => n - 1 - k).map((i) => writeStripe(dir, s, i, n)).reverse();
+  commitCheckpoint(dir, meta(step), s, digests);
+  return dir;
+}
+
+describe('checkpoints', () => {
+  let root: string;
+  beforeEach(() => {
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-ckpt-'));
+  });
+  afterEach(() => fs.rmSync(root, { recursive: true, force: true }));
+
+  it('stripes from any number of writers make the same safetensors file, loaded back bit for bit', () => {
+    const s = state(1);
+    const files = [1, 3, 7].map((n) => fs.readFileSync(path.join(write(path.join(root, `n${n}`), 10, s, n), 'state.safetensors')));
+    assert.ok(files[0].equals(files[1]) && files[0].equals(files[2]));
+    const decoded = decodeSafetensors(files[0], 'state.safetensors');
+    assert.deepEqual(decoded.tensors.map((t) => t.name), ['params.fc.weight', 'params.fc.bias', 'params.out.weight', 'velocity.fc.weight', 'velocity.fc.bias', 'velocity.out.weight']);
+    const dir = path.join(root, 'n3', 'step-00000010');
+    const manifest = verifyCheckpoint(dir);
+    assert.equal(manifest.file.stripes.length, 3);
+    assert.deepEqual(manifest.file.stripes.map((x) => x.length).reduce((a, b) => a + b), files[0].length);
+    const params = new Float32Array(P);
+    const velocity = new Float32Array(P);
+    loadCheckpoint(dir, manifest, tensors, params, velocity);
+    assert.deepEqual([params, velocity], [s.params, s.velocity]);
+    assert.deepEqual(stripeRanges(s, 2).map((r) => r.offset + r.length), [stripeRanges(s, 2)[1].offset, files[0].length]);
+  });
+
+  it('detects a flipped byte and a truncated file, and falls back to the previous complete checkpoint', () => {
+    write(root, 10, state(1), 2);
+    const newer = write(root, 20, state(2), 2);
+    const file = path.join(newer, 'state.safetensors');
+    const bytes = fs.readFileSync(file);
+    bytes[bytes.length - 5] ^= 1;
+    fs.writeFileSync(file, bytes);
+    assert.throws(() => verifyCheckpoint(newer), { message: `${file}: corrupt: stripe 1 (bytes ${verifyStripe(newer)}) fails the manifest checksum` });
+    const found = findCheckpoint(root);
+    assert.equal(found.dir, checkpointDir(root, 10));
+    assert.match(found.skipped[0], /step-00000020\/state.safetensors: corrupt: stripe 1/);
+    fs.truncateSync(file, bytes.length - 100);
+    assert.throws(() => verifyCheckpoint(newer), { message: `${file}: truncated: ${bytes.length - 100} bytes, the manifest says ${bytes.length}` });
+    fs.mkdirSync(checkpointDir(root, 30));
+    fs.writeFileSync(path.join(checkpointDir(root, 30), 'state.safetensors'), 'partial');
+    assert.match(findCheckpoint(root).skipped.join('\n'), /step-00000030: incomplete: no manifest.json/);
+    fs.rmSync(checkpointDir(root, 10), { recursive: true });
+    assert.throws(() => findCheckpoint(root), new RegExp(`^Error: ${root}: no complete checkpoint \\(.*incomplete.*truncated`));
+  });
+
+  it('keeps the newest complete checkpoints', () => {
+    for (const step of [5, 10, 15, 20]) write(root, step, state(step), 1);
+    pruneCheckpoints(root, 2);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000015', 'step-00000020']);
+  });
+});
+
+function verifyStripe(dir: string): string {
+  const stripe = JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).file.stripes[1];
+  return `${stripe.offset}..${stripe.offset + stripe.length}`;
+}
