@@ -1,15 +1,19 @@
 // ft-train's command line: every flag, its default, and its checks (one line per problem).
+import * as path from 'node:path';
 import { parseDrill, type Drill } from '../solver/fault-injection';
 import { parseLrSchedule } from '../solver/lr-schedule';
 import type { TrainConfig } from '../solver/trainer';
 import { commandLine, last, UsageError } from './command';
 
-export interface TrainOptions extends Omit<TrainConfig, 'shards'> {
+export interface TrainOptions extends Omit<TrainConfig, 'shards' | 'identity' | 'checkpointDir'> {
   model: string;
   data: string;
   runDir: string;
-  /** undefined: the initial world size */
+  /** undefined: the initial world size (or the checkpoint's when resuming) */
   shards?: number;
+  checkpointDir: string;
+  /** a checkpoint, or a directory of them, to continue from */
+  resume?: string;
   threads: number;
   drills: Drill[];
 }
@@ -48,6 +52,11 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     .option('min-ranks', { type: 'number', default: 1, coerce: positiveInt('min-ranks'), describe: 'stop (exit code 3) when fewer ranks survive', group: 'Fault tolerance:' })
     .option('max-retries', { type: 'number', default: 5, coerce: positiveInt('max-retries'), describe: 'repair attempts per failure', group: 'Fault tolerance:' })
     .option('drill', { type: 'string', array: true, default: [] as string[], describe: 'rank=R,step=K[,phase=compute|collective|agree|update|recovery]: that rank SIGKILLs itself there (repeatable)', group: 'Fault tolerance:' })
+    .option('jit-checkpoint', { choices: ['on', 'off'] as const, default: 'on' as const, coerce: last<'on' | 'off'>, describe: 'after a failure, the survivors write a checkpoint of the failed step\'s start', group: 'Checkpoints:' })
+    .option('checkpoint-dir', { type: 'string', coerce: last<string>, describe: 'where checkpoints go (default: <run-dir>/ckpt)', group: 'Checkpoints:' })
+    .option('checkpoint-every', { type: 'number', default: 0, coerce: positiveInt('checkpoint-every', 0), describe: 'also a checkpoint every K steps (0: none)', group: 'Checkpoints:' })
+    .option('keep-checkpoints', { type: 'number', default: 3, coerce: positiveInt('keep-checkpoints'), describe: 'complete checkpoints kept (newest)', group: 'Checkpoints:' })
+    .option('resume', { type: 'string', coerce: last<string>, describe: 'continue from a checkpoint, a checkpoint directory or a run directory (newest complete checkpoint), at any world size', group: 'Checkpoints:' })
     .option('eval-every', { type: 'number', default: 0, coerce: positiveInt('eval-every', 0), describe: 'test-set evaluation every K steps (0: at the end only)', group: 'Job:' })
     .option('threads', { type: 'number', default: 1, coerce: positiveInt('threads'), describe: 'compute threads per rank', group: 'Job:' })
     .check((a) => {
@@ -81,6 +90,11 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     minRanks: args.minRanks,
     maxRetries: args.maxRetries,
     evalEvery: args.evalEvery,
+    jitCheckpoint: args.jitCheckpoint === 'on',
+    checkpointDir: args.checkpointDir ?? path.join(args.runDir, 'ckpt'),
+    checkpointEvery: args.checkpointEvery,
+    keepCheckpoints: args.keepCheckpoints,
+    resume: args.resume,
     threads: args.threads,
     drills,
   };

@@ -5,6 +5,7 @@
 // are reassigned and read back, and the same step is tried again.
 import { createHash } from 'node:crypto';
 import { isFailure, type Communicator } from '../comm';
+import { checkpointDir, commitCheckpoint, loadCheckpoint, pruneCheckpoints, writeStripe, type CheckpointManifest, type CheckpointMeta } from '../checkpoint/checkpoint';
 import { repair } from '../comm/recovery';
 import type { Dataset } from '../data/dataset';
 import { gatherBatch, MicroBatches } from '../data/micro-batches';
@@ -38,7 +39,18 @@ export interface TrainConfig {
   evalEvery: number;
   /** repair attempts per failure */
   maxRetries: number;
+  /** write a checkpoint from the survivors after each failure */
+  jitCheckpoint: boolean;
+  checkpointDir: string;
+  /** a checkpoint every K steps (0: none) */
+  checkpointEvery: number;
+  keepCheckpoints: number;
+  /** the settings that fix the result, recorded in checkpoints */
+  identity: Record<string, unknown>;
 }
+
+/** Why a run ended before its last step. */
+export type StopReason = 'min-ranks' | 'sigterm';
 
 /** One committed step, as metrics.jsonl holds it. */
 export interface StepRecord {
@@ -80,7 +92,9 @@ export interface TrainResult {
   worldInitial: number;
   worldFinal: number;
   paramsSha256: string;
-  stoppedBelowMinRanks: boolean;
+  stopped: StopReason | null;
+  /** the last checkpoint written, if any */
+  checkpoint: string | null;
 }
 
 const now = (): number => performance.now();
@@ -106,6 +120,9 @@ export class Trainer {
   private readonly worldInitial: number;
   private failedAt = -1;
   private shrinkStep?: ShrinkStep;
+  private stopRequested = false;
+  private lastCheckpoint: string | null = null;
+  private readonly worldHistory: CheckpointMeta['world_history'] = [];
 
   constructor(
     private readonly config: TrainConfig,
@@ -150,30 +167,48 @@ export class Trainer {
     return this.step >= this.totalSteps;
   }
 
-  async run(): Promise<TrainResult> {
+  /** Asks for a checkpoint and a clean stop at the next step boundary (SIGTERM); any rank may ask. */
+  requestStop(): void {
+    this.stopRequested = true;
+  }
+
+  async run(resume?: { dir: string; manifest: CheckpointManifest }): Promise<TrainResult> {
     this.observer.leader(this.isLeader());
     await this.load(this.map.shardsOf(this.me));
     this.test = await this.dataset.test.readAll();
-    this.net.init(this.config.seed);
+    if (resume) this.restore(resume.dir, resume.manifest);
+    else this.net.init(this.config.seed);
+    this.worldHistory.push({ step: this.step, world: this.comm.size, lost: [] });
     this.rebuildSum();
     let evaluation: Evaluation | null = null;
     while (!this.done()) {
       const outcome = await this.attemptStep();
-      if (outcome === 'stop') return this.result(null, true);
-      if (outcome === 'retry') continue;
-      if (this.config.evalEvery > 0 && this.step % this.config.evalEvery === 0 && !this.done()) {
+      if (outcome.record && this.config.evalEvery > 0 && this.step % this.config.evalEvery === 0 && !this.done()) {
         evaluation = await this.evaluate();
-        if (!evaluation) return this.result(null, true);
-        Object.assign(outcome, { test_accuracy: evaluation.accuracy, test_loss: evaluation.loss });
+        if (!evaluation) return this.result(null, 'min-ranks');
+        Object.assign(outcome.record, { test_accuracy: evaluation.accuracy, test_loss: evaluation.loss });
       }
-      this.observer.step(outcome);
+      if (outcome.record) this.observer.step(outcome.record);
+      if (outcome.stop) return this.result(null, outcome.stop);
+      if (outcome.record && this.config.checkpointEvery > 0 && this.step % this.config.checkpointEvery === 0 && !this.done()) {
+        if (!(await this.checkpointSafely('periodic'))) return this.result(null, 'min-ranks');
+      }
     }
     evaluation = await this.evaluate();
-    return this.result(evaluation, evaluation === null);
+    return this.result(evaluation, evaluation === null ? 'min-ranks' : null);
   }
 
-  /** One try at the current step: its metrics record once committed, 'retry' (repaired) or 'stop'. */
-  private async attemptStep(): Promise<StepRecord | 'retry' | 'stop'> {
+  private restore(dir: string, manifest: CheckpointManifest): void {
+    loadCheckpoint(dir, manifest, this.net.params.views, this.net.params.data, this.velocity);
+    this.step = manifest.step;
+    if (this.shrink && manifest.shrink) this.shrink.commit({ epoch: manifest.shrink.epoch, cursors: manifest.shrink.cursors, pieces: new Map(), samples: 0 });
+    this.worldHistory.push(...manifest.world_history);
+    this.observer.event({ event: 'resume', step: this.step, from: dir, world: this.comm.size });
+    this.observer.log(`resumed from ${dir} at step ${this.step} on ${this.comm.size} ranks`);
+  }
+
+  /** One try at the current step: its metrics record once committed, and whether to stop after it. */
+  private async attemptStep(): Promise<{ record?: StepRecord; stop?: StopReason }> {
     const step = this.step;
     const retried = this.failedAt === step;
     const started = now();
@@ -193,20 +228,22 @@ export class Trainer {
       this.noteFailure(error as Error, 'collective', now() - collectiveStart);
     }
 
-    let commit = sum !== null;
+    // the vote: bit 0 = my sum succeeded, bit 1 = nobody asked to stop (AND over the survivors)
+    let agreed = (sum ? 1 : 0) | 2;
     let broken = sum === null;
     if (this.config.onFailure !== 'none') {
       this.faults.at(step, 'agree');
       try {
-        commit = (await this.comm.agree(sum ? 1 : 0)) === 1;
+        agreed = await this.comm.agree((sum ? 1 : 0) | (this.stopRequested ? 0 : 2));
       } catch (error) {
         if (!isFailure(error)) throw error;
         // raised on every survivor alike; the flag still holds the agreed outcome
-        commit = (error as { flag?: number }).flag === 1;
+        agreed = (error as { flag?: number }).flag ?? 2;
         broken = true;
         if (sum) this.noteFailure(error as Error, 'agree', 0);
       }
     }
+    const commit = (agreed & 1) === 1;
 
     let record: StepRecord | undefined;
     if (commit && sum) {
@@ -220,8 +257,14 @@ export class Trainer {
       if (retried) this.observer.event({ event: 'retry', step, duration_ms: stepMs });
       record = { step, epoch, loss: this.lastLoss, lr, world: this.comm.size, samples, step_ms: stepMs, time: Date.now() };
     }
-    if (broken && !(await this.recover(step))) return 'stop';
-    return record ?? 'retry';
+    if (broken && !(await this.recover(step))) return { record, stop: 'min-ranks' };
+    if ((agreed & 2) === 0) {
+      this.observer.log(`stopping at step ${this.step} on request (SIGTERM): checkpoint first`);
+      if (!(await this.checkpointSafely('sigterm'))) return { record, stop: 'min-ranks' };
+      this.observer.event({ event: 'stop', step: this.step, reason: 'sigterm', checkpoint: this.lastCheckpoint });
+      return { record, stop: 'sigterm' };
+    }
+    return { record };
   }
 
   /** This step's epoch, global sample count and learning rate. */
@@ -290,35 +333,90 @@ export class Trainer {
     this.observer.log(`step ${this.step}: ${error.name} in the ${phase} phase`);
   }
 
-  /** The recovery protocol; false when fewer than --min-ranks survive. */
+  /** The recovery protocol; false when fewer than --min-ranks survive (after a checkpoint). */
   private async recover(step: number): Promise<boolean> {
     this.faults.at(step, 'recovery');
     if (this.failedAt !== step) this.noteFailure(new Error('agreed failure'), 'agree', 0);
-    const fixed = await repair(this.comm, step, this.config.maxRetries);
-    this.comm = fixed.comm;
-    this.observer.leader(this.isLeader());
-    this.observer.event({ event: 'revoke+shrink', step, lost: fixed.lost, world: this.comm.size, duration_ms: fixed.revokeShrinkMs, attempts: fixed.attempts });
-    this.observer.event({ event: 'agree', step, duration_ms: fixed.agreeMs });
-    if (fixed.lost.length > 0) this.failures.push({ step, lost: fixed.lost, world: this.comm.size });
-    if (this.comm.size < this.config.minRanks) {
-      this.observer.event({ event: 'stop', step, reason: 'below-min-ranks', world: this.comm.size, min_ranks: this.config.minRanks });
-      this.observer.log(`${this.comm.size} rank(s) left, below --min-ranks ${this.config.minRanks}: stopping`);
-      return false;
+    for (;;) {
+      const fixed = await repair(this.comm, step, this.config.maxRetries);
+      this.comm = fixed.comm;
+      this.observer.leader(this.isLeader());
+      this.observer.event({ event: 'revoke+shrink', step, lost: fixed.lost, world: this.comm.size, duration_ms: fixed.revokeShrinkMs, attempts: fixed.attempts });
+      this.observer.event({ event: 'agree', step, duration_ms: fixed.agreeMs });
+      if (fixed.lost.length > 0) {
+        this.failures.push({ step, lost: fixed.lost, world: this.comm.size });
+        this.worldHistory.push({ step, world: this.comm.size, lost: fixed.lost });
+      }
+      const readStart = now();
+      const next = this.map.without(fixed.lost);
+      const moved = this.map.movedTo(next);
+      if (this.comm.size >= this.config.minRanks) await this.load(moved.get(this.me) ?? []);
+      let bytes = 0;
+      for (const shards of moved.values()) for (const s of shards) bytes += this.dataset.train.shardBytes(this.layout, s);
+      this.map = next;
+      this.rebuildSum();
+      const below = this.comm.size < this.config.minRanks;
+      if (!below) {
+        this.bytesReadBack += bytes;
+        this.observer.event({ event: 'readback', step, shards: [...moved.values()].flat().sort((a, b) => a - b), bytes, duration_ms: now() - readStart });
+        this.observer.log(`step ${step}: lost rank(s) ${fixed.lost.join(', ') || 'none'}; revoke+shrink ${fixed.revokeShrinkMs.toFixed(1)} ms, agree ${fixed.agreeMs.toFixed(1)} ms, ` +
+          `read back ${bytes} bytes in ${(now() - readStart).toFixed(1)} ms; retrying on ${this.comm.size} ranks`);
+      }
+      if (below || this.config.jitCheckpoint) {
+        try {
+          await this.writeCheckpoint(below ? 'min-ranks' : 'jit');
+        } catch (error) {
+          if (!isFailure(error)) throw error;
+          this.observer.log(`step ${step}: a failure while writing the checkpoint; repairing again`);
+          continue;
+        }
+      }
+      if (below) {
+        this.observer.event({ event: 'stop', step, reason: 'below-min-ranks', world: this.comm.size, min_ranks: this.config.minRanks, checkpoint: this.lastCheckpoint });
+        this.observer.log(`${this.comm.size} rank(s) left, below --min-ranks ${this.config.minRanks}: stopping (checkpoint ${this.lastCheckpoint})`);
+        return false;
+      }
+      return true;
     }
-    const readStart = now();
-    const next = this.map.without(fixed.lost);
-    const moved = this.map.movedTo(next);
-    const mine = moved.get(this.me) ?? [];
-    await this.load(mine);
-    let bytes = 0;
-    for (const shards of moved.values()) for (const s of shards) bytes += this.dataset.train.shardBytes(this.layout, s);
-    this.bytesReadBack += bytes;
-    this.observer.event({ event: 'readback', step, shards: [...moved.values()].flat().sort((a, b) => a - b), bytes, duration_ms: now() - readStart });
-    this.map = next;
-    this.rebuildSum();
-    this.observer.log(`step ${step}: lost rank(s) ${fixed.lost.join(', ') || 'none'}; revoke+shrink ${fixed.revokeShrinkMs.toFixed(1)} ms, agree ${fixed.agreeMs.toFixed(1)} ms, ` +
-      `read back ${bytes} bytes in ${(now() - readStart).toFixed(1)} ms; retrying on ${this.comm.size} ranks`);
-    return true;
+  }
+
+  /** A checkpoint that survives failures while it is written (false: below --min-ranks). */
+  private async checkpointSafely(reason: string): Promise<boolean> {
+    try {
+      await this.writeCheckpoint(reason);
+      return true;
+    } catch (error) {
+      if (!isFailure(error)) throw error;
+      this.noteFailure(error as Error, 'checkpoint', 0);
+      return this.recover(this.step);
+    }
+  }
+
+  /** Every live rank writes its stripe of the state at the current step's start; the leader commits. */
+  private async writeCheckpoint(reason: string): Promise<void> {
+    const started = now();
+    const state = { tensors: this.net.params.views, params: this.net.params.data, velocity: this.velocity };
+    const dir = checkpointDir(this.config.checkpointDir, this.step);
+    const mine = Buffer.from(writeStripe(dir, state, this.comm.rank, this.comm.size), 'hex');
+    const digests = new Uint8Array(32 * this.comm.size);
+    await this.comm.allgather(new Uint8Array(mine), digests);
+    const meta: CheckpointMeta = {
+      step: this.step,
+      reason,
+      shards: this.config.shards,
+      shard_map: this.map.toJSON(),
+      seed: this.config.seed,
+      config: this.config.identity,
+      world_history: this.worldHistory,
+      shrink: this.shrink ? { epoch: this.shrink.epoch, cursors: this.shrink.cursors } : undefined,
+    };
+    if (this.isLeader()) {
+      const hex = Array.from({ length: this.comm.size }, (_, i) => Buffer.from(digests.subarray(32 * i, 32 * (i + 1))).toString('hex'));
+      const manifest = commitCheckpoint(dir, meta, state, hex);
+      pruneCheckpoints(this.config.checkpointDir, this.config.keepCheckpoints);
+      this.observer.event({ event: 'checkpoint', step: this.step, reason, dir, bytes: manifest.file.bytes, stripes: this.comm.size, duration_ms: now() - started });
+    }
+    this.lastCheckpoint = dir;
   }
 
   private rebuildSum(): void {
@@ -362,7 +460,7 @@ export class Trainer {
     }
   }
 
-  private result(evaluation: Evaluation | null, stopped: boolean): TrainResult {
+  private result(evaluation: Evaluation | null, stopped: StopReason | null): TrainResult {
     const params = this.net.params.data;
     return {
       steps: this.step,
@@ -374,7 +472,8 @@ export class Trainer {
       worldInitial: this.worldInitial,
       worldFinal: this.comm.size,
       paramsSha256: createHash('sha256').update(Buffer.from(params.buffer, params.byteOffset, params.byteLength)).digest('hex'),
-      stoppedBelowMinRanks: stopped,
+      stopped,
+      checkpoint: this.lastCheckpoint,
     };
   }
 }

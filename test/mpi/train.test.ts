@@ -101,7 +101,7 @@ describe('ft-train', function () {
     assertSurvived(run, baseline, [2], 3);
     assert.deepEqual(run.metrics.slice(29, 31).map((m) => m.world), [4, 3]);
     const phases = run.events.filter((e) => e.step === 30).map((e) => e.event);
-    assert.deepEqual(phases, ['failure', 'revoke+shrink', 'agree', 'readback', 'retry']);
+    assert.deepEqual(phases, ['failure', 'revoke+shrink', 'agree', 'readback', 'checkpoint', 'retry']);
     assert.ok(run.events.filter((e) => e.event !== 'start' && e.event !== 'failure').every((e) => typeof e.duration_ms === 'number'));
     const dataset = await Dataset.open('datasets/fashion-mnist');
     const bound = (dataset.train.bytes / 4) * 1.1 + dataset.train.largestBatchBytes;

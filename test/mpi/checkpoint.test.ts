@@ -1,0 +1,111 @@
+// Checkpoints under mpirun: a JIT checkpoint written by the survivors of a kill, then every rank
+// killed, then --resume on 3 ranks ends bit-identical to the uninterrupted run; the same after
+// SIGTERM (preemption) and below --min-ranks; a corrupt or truncated checkpoint is reported in one
+// line and the previous complete one is used.
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
+
+const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-resume-'));
+const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '60', '--shards', '4'];
+let runs = 0;
+
+const newDir = (): string => path.join(scratch, `run-${++runs}`);
+const sha = (dir: string): string => JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')).params_sha256;
+const events = (dir: string): { event: string; reason?: string; step?: number }[] =>
+  fs.readFileSync(path.join(dir, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+const checkpoints = (dir: string): string[] => fs.readdirSync(path.join(dir, 'ckpt')).sort();
+
+async function train(ranks: number, dir: string, ...extra: string[]): Promise<JobResult<never>> {
+  return runTrain(ranks, [...common, '--run-dir', dir, ...extra]);
+}
+
+async function resumed(ranks: number, from: string, ...extra: string[]): Promise<{ dir: string; job: JobResult<never> }> {
+  const dir = newDir();
+  const job = await train(ranks, dir, '--resume', from, ...extra);
+  assert.equal(job.code, 0, job.stdout + job.stderr);
+  return { dir, job };
+}
+
+function flipByte(file: string, position: number): void {
+  const bytes = fs.readFileSync(file);
+  bytes[position] ^= 0x10;
+  fs.writeFileSync(file, bytes);
+}
+
+describe('checkpoints and --resume', function () {
+  this.timeout(120_000);
+  let baseline: string;
+
+  before(async () => {
+    baseline = newDir();
+    const job = await train(4, baseline, '--checkpoint-every', '30');
+    assert.equal(job.code, 0, job.stderr);
+    assert.deepEqual(checkpoints(baseline), ['step-00000030']);
+  });
+  after(() => fs.rmSync(scratch, { recursive: true, force: true }));
+
+  it('rank 1 killed at step 20 (JIT checkpoint), every rank killed at 35, resumed on 3 ranks: the same bits', async () => {
+    const dir = newDir();
+    await train(4, dir, '--drill', 'rank=1,step=20', ...[0, 2, 3].flatMap((r) => ['--drill', `rank=${r},step=35`]));
+    assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
+    assert.deepEqual(checkpoints(dir), ['step-00000020']);
+    const jit = events(dir).find((e) => e.event === 'checkpoint')!;
+    assert.deepEqual([jit.reason, jit.step], ['jit', 20]);
+    const run = await resumed(3, dir);
+    assert.equal(sha(run.dir), sha(baseline));
+    assert.match(run.job.stdout, /resumed from .*step-00000020 at step 20 on 3 ranks/);
+  });
+
+  it('SIGTERM to one rank: a checkpoint at the next step, exit 0, and the resumed run ends the same', async () => {
+    const dir = newDir();
+    const job = train(4, dir);
+    const metrics = path.join(dir, 'metrics.jsonl');
+    // wait for a committed step, then preempt rank 2 (any later step gives the same final bits)
+    while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('"step":15,'))) await new Promise((r) => setTimeout(r, 5));
+    process.kill(Number(fs.readFileSync(path.join(dir, 'pids', '2'), 'utf8')), 'SIGTERM');
+    const done = await job;
+    assert.equal(done.code, 0, done.stdout + done.stderr);
+    assert.match(done.stdout, /stopped \(SIGTERM\) at step \d+; continue with --resume/);
+    assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
+    const stop = events(dir).at(-1)!;
+    assert.deepEqual([stop.event, stop.reason], ['stop', 'sigterm']);
+    assert.equal(sha((await resumed(2, dir)).dir), sha(baseline));
+  });
+
+  it('below --min-ranks: a checkpoint, exit 3, and the resumed run ends the same', async () => {
+    const dir = newDir();
+    const job = await train(2, dir, '--min-ranks', '2', '--drill', 'rank=1,step=10');
+    assert.equal(job.code, 3, job.stdout + job.stderr);
+    assert.deepEqual(checkpoints(dir), ['step-00000010']);
+    assert.equal(sha((await resumed(4, dir)).dir), sha(baseline));
+  });
+
+  it('periodic checkpoints; a flipped byte and a truncated file are reported and passed over', async () => {
+    const dir = newDir();
+    const job = await train(2, dir, '--checkpoint-every', '20');
+    assert.equal(job.code, 0, job.stderr);
+    assert.deepEqual(checkpoints(dir), ['step-00000020', 'step-00000040']);
+    const newest = path.join(dir, 'ckpt', 'step-00000040', 'state.safetensors');
+    flipByte(newest, fs.statSync(newest).size - 100);
+    const run = await resumed(3, dir);
+    assert.match(run.job.stdout, /step-00000040\/state\.safetensors: corrupt: stripe 1 \(bytes \d+\.\.\d+\) fails the manifest checksum; using .*step-00000020/);
+    assert.equal(sha(run.dir), sha(baseline));
+    const older = path.join(dir, 'ckpt', 'step-00000020', 'state.safetensors');
+    fs.truncateSync(older, 1000);
+    const broken = newDir();
+    const failed = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'ft-train.js'), ...common, '--run-dir', broken, '--resume', dir], process.env, 30_000, 'resume from broken checkpoints');
+    assert.equal(failed.code, 2);
+    assert.equal(failed.stderr.trim().split('\n').length, 1, failed.stderr);
+    assert.match(failed.stderr, new RegExp(`^ft-train: ${dir}: no complete checkpoint \\(.*corrupt: stripe 1.*; .*truncated: 1000 bytes, the manifest says \\d+\\)`));
+    assert.ok(!fs.existsSync(broken));
+  });
+
+  it('refuses to resume with settings that change the result, in one line', async () => {
+    const failed = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'ft-train.js'), ...common, '--run-dir', newDir(), '--resume', path.join(baseline, 'ckpt'), '--lr', '0.02'], process.env, 30_000, 'resume with another lr');
+    assert.equal(failed.code, 2);
+    assert.equal(failed.stderr.trim(), `ft-train: ${path.join(baseline, 'ckpt', 'step-00000030')}: written with lr 0.01, this run has 0.02`);
+  });
+});
