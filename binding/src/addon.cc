@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "checksum.h"
 #include "comm_thread.h"
 #include "cpu/cpu_kernels.h"
 #include "communicator.h"
@@ -84,6 +85,7 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("ulfm", Napi::Boolean::New(env, kUlfm));
   Communicator::Init(env, exports);
   exports.Set("cpu", cpu::Exports(env));
+  exports.Set("crc64", Napi::Function::New(env, Crc64, "crc64"));
   return exports;
 }
 

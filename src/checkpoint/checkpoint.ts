@@ -1,12 +1,12 @@
 // Checkpoints: the training state at the start of a step (parameters and momentum in one
 // safetensors file, state.safetensors) plus manifest.json (step, shards, shard map, seed, the
-// settings that fix the result, world history, and a sha256 per stripe of the file). The live
+// settings that fix the result, world history, and a CRC-64 per stripe of the file). The live
 // ranks write the file in parallel stripes; the leader commits by renaming the manifest in last,
 // so a checkpoint without a manifest, or whose checksums fail, is never used.
-import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
+import { crc64 } from '../checksum';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
 
 export const checkpointFormat = 'ft-train-checkpoint/1';
@@ -16,18 +16,22 @@ const manifestFile = 'manifest.json';
 export interface Stripe {
   offset: number;
   length: number;
-  sha256: string;
+  crc64: string;
 }
 
 /** What a checkpoint records besides the tensors. */
 export interface CheckpointMeta {
   step: number;
+  epoch: number;
   reason: string;
   shards: number;
   shard_map: number[];
   seed: number;
   /** the settings that fix the result; a resume must match them */
   config: Record<string, unknown>;
+  config_sha256: string;
+  /** every random draw is a pure function of (seed, epoch, step, shard, ...): the seed is the RNG state */
+  rng: { seed: number; kind: 'counter-based' };
   world_history: { step: number; world: number; lost: number[] }[];
   /** shrink mode's data position */
   shrink?: { epoch: number; cursors: number[] };
@@ -65,29 +69,27 @@ export function stripeRanges(state: TrainingState, n: number): { offset: number;
   });
 }
 
-/** Writes stripe i of n of the state file into `dir` (fsynced); returns its sha256. */
+/** Writes stripe i of n of the state file into `dir` (straight from the buffers, fsynced); returns its CRC-64. */
 export function writeStripe(dir: string, state: TrainingState, i: number, n: number): string {
   fs.mkdirSync(dir, { recursive: true });
   const header = safetensorsHeader(stateTensors(state.tensors));
   const { offset, length } = stripeRanges(state, n)[i];
-  const bytes = Buffer.allocUnsafe(length);
-  const data = [state.params, state.velocity].map((a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength));
-  // the file is [header | params | velocity]; copy this stripe's part of each
-  let at = 0;
-  for (const [start, piece] of [[0, header], [header.length, data[0]], [header.length + data[0].length, data[1]]] as const) {
+  const [params, velocity] = [state.params, state.velocity].map((a) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+  // the file is [header | params | velocity]; this stripe's part of each, in file order
+  const parts: { at: number; bytes: Uint8Array }[] = [];
+  for (const [start, piece] of [[0, header], [header.length, params], [header.length + params.length, velocity]] as const) {
     const from = Math.max(offset, start);
     const to = Math.min(offset + length, start + piece.length);
-    if (from < to) at += piece.copy(bytes, from - offset, from - start, to - start);
+    if (from < to) parts.push({ at: from, bytes: piece.subarray(from - start, to - start) });
   }
-  if (at !== length) throw new Error(`writeStripe: stripe ${i} of ${n} copied ${at} of ${length} bytes`);
   const fd = fs.openSync(path.join(dir, stateFile), fs.constants.O_WRONLY | fs.constants.O_CREAT, 0o644);
   try {
-    fs.writeSync(fd, bytes, 0, length, offset);
+    for (const part of parts) fs.writeSync(fd, part.bytes, 0, part.bytes.length, part.at);
     fs.fsyncSync(fd);
   } finally {
     fs.closeSync(fd);
   }
-  return createHash('sha256').update(bytes).digest('hex');
+  return crc64(...parts.map((p) => p.bytes));
 }
 
 /** The leader's commit: the manifest, renamed in last. */
@@ -98,7 +100,7 @@ export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: Train
     format: checkpointFormat,
     time: Date.now(),
     ...meta,
-    file: { name: stateFile, bytes: last.offset + last.length, stripes: ranges.map((r, i) => ({ ...r, sha256: digests[i] })) },
+    file: { name: stateFile, bytes: last.offset + last.length, stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i] })) },
   };
   writeAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
   return manifest;
@@ -117,7 +119,7 @@ function listSteps(root: string): string[] {
   return fs.existsSync(root) ? fs.readdirSync(root).filter((d) => /^step-\d{8}$/.test(d)).sort() : [];
 }
 
-/** Checks a checkpoint directory completely: manifest, file size, every stripe's sha256. */
+/** Checks a checkpoint directory completely: manifest, file size, every stripe's CRC-64. */
 export function verifyCheckpoint(dir: string): CheckpointManifest {
   const manifestPath = path.join(dir, manifestFile);
   if (!fs.existsSync(manifestPath)) throw new Error(`${dir}: incomplete: no ${manifestFile}`);
@@ -134,7 +136,7 @@ export function verifyCheckpoint(dir: string): CheckpointManifest {
   if (size !== manifest.file.bytes) throw new Error(`${file}: ${size < manifest.file.bytes ? 'truncated' : 'corrupt'}: ${size} bytes, the manifest says ${manifest.file.bytes}`);
   const bytes = fs.readFileSync(file);
   manifest.file.stripes.forEach((s, i) => {
-    if (createHash('sha256').update(bytes.subarray(s.offset, s.offset + s.length)).digest('hex') !== s.sha256) {
+    if (crc64(bytes.subarray(s.offset, s.offset + s.length)) !== s.crc64) {
       throw new Error(`${file}: corrupt: stripe ${i} (bytes ${s.offset}..${s.offset + s.length}) fails the manifest checksum`);
     }
   });

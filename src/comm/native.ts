@@ -64,6 +64,8 @@ interface Addon {
   registerErrorTypes(types: Record<string, unknown>): void;
   ulfm: boolean;
   cpu: Backend;
+  /** CRC-64 (ECMA-182, reflected; ISA-L) of the bytes, chained from `previous`; 16 hex digits. */
+  crc64(bytes: ArrayBufferView, previous?: string): string;
 }
 
 const addonPath = path.resolve(__dirname, '..', '..', '..', 'build', 'Release', 'ft_train_native.node');

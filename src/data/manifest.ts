@@ -1,19 +1,19 @@
 // The manifest of a dataset directory (manifest.json): what the Arrow files hold (schema, sample
-// shape, classes, counts) and checksums of every file, of its footer and of each record batch, so a
-// rank that reads only its shards still verifies every byte it uses.
+// shape, classes, counts), the sha256 of every file, and a CRC-64 of each file's footer and of each
+// record batch, so a rank that reads only its shards still verifies every byte it uses, cheaply.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DatasetError } from './errors';
 
-export const manifestFormat = 'ft-train-dataset/1';
+export const manifestFormat = 'ft-train-dataset/2';
 export const manifestFile = 'manifest.json';
 export const splitNames = ['train', 'test'] as const;
 export type SplitName = (typeof splitNames)[number];
 
 export interface RecordBatchEntry {
   rows: number;
-  /** sha256 of the batch's IPC block (metadata + body) as the footer locates it */
-  sha256: string;
+  /** CRC-64 of the batch's IPC block (metadata + body) as the footer locates it */
+  crc64: string;
 }
 
 export interface SplitEntry {
@@ -24,7 +24,7 @@ export interface SplitEntry {
   /** samples per class, index = label */
   class_counts: number[];
   /** everything after the last record batch: end-of-stream marker, footer, magic */
-  tail: { offset: number; sha256: string };
+  tail: { offset: number; crc64: string };
   record_batches: RecordBatchEntry[];
 }
 
@@ -47,6 +47,7 @@ export function expectedSchema(sampleShape: readonly number[]): Record<string, s
 }
 
 const sha256Text = /^[0-9a-f]{64}$/;
+const crc64Text = /^[0-9a-f]{16}$/;
 
 /** Reads and validates `dir/manifest.json`; every problem is one DatasetError line. */
 export function readManifest(dir: string): Manifest {
@@ -106,14 +107,14 @@ function validate(file: string, json: unknown): Manifest {
     }
     const tail = object(split.tail, `${at}.tail`);
     if (count(tail.offset, `${at}.tail.offset`, 8) >= bytes) fail(`${at}.tail.offset`, `less than ${bytes}`, tail.offset);
-    text(tail.sha256, `${at}.tail.sha256`, sha256Text);
+    text(tail.crc64, `${at}.tail.crc64`, crc64Text);
     const batches = list(split.record_batches, `${at}.record_batches`);
     if (batches.length === 0) fail(`${at}.record_batches`, 'at least one', batches);
     let total = 0;
     batches.forEach((b, i) => {
       const batch = object(b, `${at}.record_batches[${i}]`);
       total += count(batch.rows, `${at}.record_batches[${i}].rows`, 1);
-      text(batch.sha256, `${at}.record_batches[${i}].sha256`, sha256Text);
+      text(batch.crc64, `${at}.record_batches[${i}].crc64`, crc64Text);
     });
     if (total !== rows) fail(`${at}.record_batches`, `rows summing to ${rows}`, total);
   }

@@ -1,12 +1,13 @@
 // One split (train or test) of a dataset: an Arrow IPC file read with random access through its
 // footer. Opening verifies the size and the footer; reading shards loads only their record batches
-// (one contiguous read per shard), checks each batch's sha256 against the manifest, then decodes.
+// (one contiguous read per shard), checks each batch's CRC-64 against the manifest, then decodes.
 import type { FileHandle } from 'node:fs/promises';
 import * as path from 'node:path';
 import { AsyncRecordBatchFileReader, RecordBatchReader } from 'apache-arrow';
 import { DatasetError } from './errors';
 import { expectedSchema, type SplitEntry } from './manifest';
 import { ShardLayout } from './shard-layout';
+import { crc64 } from '../checksum';
 import { sha256, VerifiedFile } from './verified-file';
 
 /** Samples of one shard (or of a whole split), decoded. */
@@ -46,7 +47,7 @@ export class Split {
       if (file.size < entry.bytes) throw new DatasetError(filePath, `truncated: ${file.size} bytes, the manifest says ${entry.bytes}`);
       if (file.size > entry.bytes) throw new DatasetError(filePath, `corrupt: ${file.size} bytes, the manifest says ${entry.bytes}`);
       const tail = await file.load(entry.tail.offset, entry.bytes - entry.tail.offset);
-      if (sha256(tail) !== entry.tail.sha256) throw new DatasetError(filePath, 'corrupt: its footer fails the manifest checksum');
+      if (crc64(tail) !== entry.tail.crc64) throw new DatasetError(filePath, 'corrupt: its footer fails the manifest checksum');
       file.keep(entry.tail.offset, tail);
       let reader: RecordBatchReader;
       try {
@@ -163,7 +164,7 @@ export class Split {
     const bytes = await this.file.load(start, span);
     for (let i = first; i < end; ++i) {
       const block = bytes.subarray(this.blocks[i].offset - start, this.blocks[i].offset - start + this.blocks[i].length);
-      if (sha256(block) !== this.entry.record_batches[i].sha256) {
+      if (crc64(block) !== this.entry.record_batches[i].crc64) {
         throw new DatasetError(this.path, `corrupt: record batch ${i} fails the manifest checksum`);
       }
     }

@@ -1,6 +1,6 @@
 // A read-only file handle for apache-arrow's random-access reader that (1) counts every byte taken
 // from disk, so readback can be reported exactly, and (2) serves arrow from byte ranges that were
-// read and checked against the manifest's sha256 beforehand, so no unverified byte is decoded.
+// read and checked against the manifest's checksums beforehand, so no unverified byte is decoded.
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import { DatasetError } from './errors';

@@ -21,7 +21,7 @@ import {
 import { writeAtomically } from '../atomic-write';
 import { DatasetError } from './errors';
 import { expectedSchema, manifestFile, manifestFormat, splitNames, type Manifest, type SplitEntry, type SplitName } from './manifest';
-import { sha256 } from './verified-file';
+import { crc64 } from '../checksum';
 
 export interface SplitSource {
   rows: number;
@@ -147,7 +147,7 @@ async function describeSplit(file: string, name: string, rows: number, rowsPerBa
     const record_batches = [];
     for (let i = 0; i < batches.length; ++i) {
       const batchRows = Math.min(rowsPerBatch, rows - i * rowsPerBatch);
-      record_batches.push({ rows: batchRows, sha256: sha256(await read(batches[i].start, batches[i].end)) });
+      record_batches.push({ rows: batchRows, crc64: crc64(await read(batches[i].start, batches[i].end)) });
     }
     return {
       file: name,
@@ -155,7 +155,7 @@ async function describeSplit(file: string, name: string, rows: number, rowsPerBa
       bytes,
       sha256: await hashFile(file),
       class_counts: classCounts,
-      tail: { offset: tailOffset, sha256: sha256(await read(tailOffset, bytes)) },
+      tail: { offset: tailOffset, crc64: crc64(await read(tailOffset, bytes)) },
       record_batches,
     };
   } finally {

@@ -398,20 +398,23 @@ export class Trainer {
     const state = { tensors: this.net.params.views, params: this.net.params.data, velocity: this.velocity };
     const dir = checkpointDir(this.config.checkpointDir, this.step);
     const mine = Buffer.from(writeStripe(dir, state, this.comm.rank, this.comm.size), 'hex');
-    const digests = new Uint8Array(32 * this.comm.size);
+    const digests = new Uint8Array(mine.length * this.comm.size);
     await this.comm.allgather(new Uint8Array(mine), digests);
     const meta: CheckpointMeta = {
       step: this.step,
+      epoch: this.shrink ? this.shrink.epoch : Math.floor(this.step / this.plan.stepsPerEpoch),
       reason,
       shards: this.config.shards,
       shard_map: this.map.toJSON(),
       seed: this.config.seed,
       config: this.config.identity,
+      config_sha256: createHash('sha256').update(JSON.stringify(this.config.identity)).digest('hex'),
+      rng: { seed: this.config.seed, kind: 'counter-based' },
       world_history: this.worldHistory,
       shrink: this.shrink ? { epoch: this.shrink.epoch, cursors: this.shrink.cursors } : undefined,
     };
     if (this.isLeader()) {
-      const hex = Array.from({ length: this.comm.size }, (_, i) => Buffer.from(digests.subarray(32 * i, 32 * (i + 1))).toString('hex'));
+      const hex = Array.from({ length: this.comm.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex'));
       const manifest = commitCheckpoint(dir, meta, state, hex);
       pruneCheckpoints(this.config.checkpointDir, this.config.keepCheckpoints);
       this.observer.event({ event: 'checkpoint', step: this.step, reason, dir, bytes: manifest.file.bytes, stripes: this.comm.size, duration_ms: now() - started });

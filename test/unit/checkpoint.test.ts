@@ -7,6 +7,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { checkpointDir, commitCheckpoint, findCheckpoint, loadCheckpoint, pruneCheckpoints, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
+import { crc64 } from '../../src/checksum';
 import { randomTensor } from '../helpers/gradcheck';
 
 const tensors = [{ name: 'fc.weight', shape: [7, 5] }, { name: 'fc.bias', shape: [7] }, { name: 'out.weight', shape: [3, 7] }];
@@ -17,7 +18,10 @@ function state(seed: number): TrainingState {
 }
 
 function meta(step: number): CheckpointMeta {
-  return { step, reason: 'test', shards: 4, shard_map: [0, 1, 2, 3], seed: 1, config: { lr: 0.01 }, world_history: [{ step: 0, world: 4, lost: [] }] };
+  return {
+    step, epoch: 0, reason: 'test', shards: 4, shard_map: [0, 1, 2, 3], seed: 1, config: { lr: 0.01 }, config_sha256: '0'.repeat(64),
+    rng: { seed: 1, kind: 'counter-based' }, world_history: [{ step: 0, world: 4, lost: [] }],
+  };
 }
 
 /** Writes a checkpoint as `n` ranks would, each its stripe. */
@@ -71,6 +75,12 @@ describe('checkpoints', () => {
     assert.match(findCheckpoint(root).skipped.join('\n'), /step-00000030: incomplete: no manifest.json/);
     fs.rmSync(checkpointDir(root, 10), { recursive: true });
     assert.throws(() => findCheckpoint(root), new RegExp(`^Error: ${root}: no complete checkpoint \\(.*incomplete.*truncated`));
+  });
+
+  it('CRC-64 (ISA-L) gives the published check value and chains over pieces', () => {
+    assert.equal(crc64(Buffer.from('123456789')), '995dc9bbdf1939fa'); // CRC-64/XZ's check value
+    assert.equal(crc64(Buffer.from('1234'), Buffer.from('56789')), '995dc9bbdf1939fa');
+    assert.notEqual(crc64(Buffer.from('123456788')), '995dc9bbdf1939fa');
   });
 
   it('keeps the newest complete checkpoints', () => {
