@@ -45,7 +45,7 @@ describe('checkpoints and --resume', function () {
     assert.equal(job.code, 0, job.stderr);
     assert.deepEqual(checkpoints(baseline), ['step-00000030']);
   });
-  after(() => fs.rmSync(scratch, { recursive: true, force: true }));
+  after(() => fs.rmSync(scratch, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 }));
 
   it('rank 1 killed at step 20 (JIT checkpoint), every rank killed at 35, resumed on 3 ranks: the same bits', async () => {
     const dir = newDir();

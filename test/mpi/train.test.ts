@@ -78,7 +78,7 @@ describe('ft-train', function () {
   before(async () => {
     baseline = await train(4);
   });
-  after(() => fs.rmSync(scratch, { recursive: true, force: true }));
+  after(() => fs.rmSync(scratch, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 }));
 
   it('writes the run directory contract, and model.safetensors holds the hashed parameters', () => {
     const { summary } = baseline;

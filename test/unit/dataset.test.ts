@@ -49,7 +49,7 @@ describe('Arrow datasets', function () {
     await convertFashionMnist(debianSource, fashion);
     await generateSynthetic(synthetic, small);
   });
-  after(() => fs.rmSync(scratch, { recursive: true, force: true }));
+  after(() => fs.rmSync(scratch, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 }));
 
   it('converts Fashion-MNIST byte for byte, with its counts and checksums', async () => {
     await withDataset(fashion, async (dataset) => {
