@@ -7,6 +7,7 @@ import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
 import { mpirunCommand } from '../src/cli/mpirun';
 import { compileMpiC } from './mpi-c';
+import { median } from './median';
 
 const sizes = [4, 16, 64, 256, 1024, 4096, 16384, 65536].map((kib) => kib * 1024);
 const rankCounts = [2, 4];
@@ -17,12 +18,6 @@ const rounds = 5;
 const iters = (bytes: number): number => Math.max(5, Math.min(2000, Math.floor((32 << 20) / bytes)));
 
 interface Line { impl: 'raw' | 'binding'; ranks: number; bytes: number; us: number[] }
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
 
 function run(ranks: number, program: string[]): Line[] {
   const { command, args, env } = mpirunCommand({ ranks, program });

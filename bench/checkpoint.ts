@@ -12,6 +12,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { mpirunCommand } from '../src/cli/mpirun';
+import { median } from './median';
 
 const root = path.resolve(__dirname, '..', '..');
 const scratch = path.join(root, 'bench', 'out', 'checkpoint');
@@ -30,12 +31,6 @@ const bigModel = {
     { type: 'linear', name: 'fc2', outputs: 10 },
   ],
 };
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
 
 /** Seconds to write and fsync `bytes` sequentially from one process, in 8 MiB writes. */
 function sequentialWrite(bytes: number): number {

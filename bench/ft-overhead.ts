@@ -10,6 +10,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { mpirunCommand } from '../src/cli/mpirun';
+import { median } from './median';
 
 const root = path.resolve(__dirname, '..', '..');
 const modes = ['none', 'exact', 'shrink'] as const;
@@ -17,12 +18,6 @@ const rankCounts = [2, 4];
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const steps = Number(process.env.BENCH_STEPS ?? 200);
 const warmup = 20;
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
-}
 
 /** step_ms of every step after warm-up, from one ft-train run. */
 function stepTimes(ranks: number, mode: string, scratch: string): number[] {

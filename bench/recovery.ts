@@ -12,6 +12,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { mpirunCommand } from '../src/cli/mpirun';
 import { compileMpiC } from './mpi-c';
+import { median } from './median';
 
 const root = path.resolve(__dirname, '..', '..');
 const rankCounts = [2, 4, 8];
@@ -29,12 +30,6 @@ interface Breakdown {
   agree_ms: number;
   readback_ms: number;
   retry_ms: number;
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
 function jsonLines<T>(text: string): T[] {
