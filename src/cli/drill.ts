@@ -8,7 +8,7 @@ import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
 import { commandLine, runMain } from './command';
 import { mpirunCommand } from './mpirun';
-import { runFiles } from './run-dir';
+import { lastRecord, runFiles } from './run-dir';
 
 interface Kill {
   rank: number;
@@ -21,17 +21,6 @@ function parseKill(text: string): Kill {
   const match = /^(\d+)@(\d+)$/.exec(text);
   if (!match) throw new Error(`--kill expects RANK@STEP (e.g. 2@30), got "${text}"`);
   return { rank: Number(match[1]), step: Number(match[2]) };
-}
-
-/** The last committed step in metrics.jsonl (-1 before the first). */
-function lastStep(file: string): number {
-  if (!fs.existsSync(file)) return -1;
-  const lines = fs.readFileSync(file, 'utf8').trimEnd().split('\n');
-  try {
-    return (JSON.parse(lines[lines.length - 1]) as { step: number }).step;
-  } catch {
-    return -1; // a line being written
-  }
 }
 
 runMain('drill', async () => {
@@ -56,7 +45,7 @@ runMain('drill', async () => {
 
   const metrics = path.join(runDir, runFiles.metrics);
   const follow = setInterval(() => {
-    const step = lastStep(metrics);
+    const step = lastRecord<{ step: number }>(metrics)?.step ?? -1;
     for (const kill of kills) {
       if (kill.time !== undefined || step < kill.step) continue;
       const pidFile = path.join(runDir, runFiles.pids, String(kill.rank));

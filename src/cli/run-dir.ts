@@ -78,8 +78,13 @@ export class RunLog {
   }
 }
 
-function lastRecord<T>(file: string): T | undefined {
+/** The last line of a JSON-lines file of the run; undefined before the first, or while it is being written. */
+export function lastRecord<T>(file: string): T | undefined {
   if (!fs.existsSync(file)) return undefined;
   const lines = fs.readFileSync(file, 'utf8').trimEnd().split('\n').filter(Boolean);
-  return lines.length === 0 ? undefined : (JSON.parse(lines[lines.length - 1]) as T);
+  try {
+    return lines.length === 0 ? undefined : (JSON.parse(lines[lines.length - 1]) as T);
+  } catch {
+    return undefined; // another process's line, half appended
+  }
 }

@@ -122,7 +122,13 @@ export class Split {
   /** Bytes of shard s's record batches: what reading it takes from disk. */
   shardBytes(layout: ShardLayout, shard: number): number {
     const { first, end } = layout.batches(shard);
-    return this.blocks[end - 1].offset + this.blocks[end - 1].length - this.blocks[first].offset;
+    return this.span(first, end).length;
+  }
+
+  /** The bytes record batches [first, end) occupy: one contiguous range of the file. */
+  private span(first: number, end: number): { start: number; length: number } {
+    const start = this.blocks[first].offset;
+    return { start, length: this.blocks[end - 1].offset + this.blocks[end - 1].length - start };
   }
 
   /** Loads only the given shards' record batches. */
@@ -159,9 +165,8 @@ export class Split {
   }
 
   private async loadBatches(shard: number, first: number, end: number, rows: number): Promise<ShardData> {
-    const start = this.blocks[first].offset;
-    const span = this.blocks[end - 1].offset + this.blocks[end - 1].length - start;
-    const bytes = await this.file.load(start, span);
+    const { start, length } = this.span(first, end);
+    const bytes = await this.file.load(start, length);
     for (let i = first; i < end; ++i) {
       const block = bytes.subarray(this.blocks[i].offset - start, this.blocks[i].offset - start + this.blocks[i].length);
       if (crc64(block) !== this.entry.record_batches[i].crc64) {
