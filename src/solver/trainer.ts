@@ -233,14 +233,11 @@ export class Trainer {
     let broken = sum === null;
     if (this.config.onFailure !== 'none') {
       this.faults.at(step, 'agree');
-      try {
-        agreed = await this.comm.agree((sum ? 1 : 0) | (this.stopRequested ? 0 : 2));
-      } catch (error) {
-        if (!isFailure(error)) throw error;
-        // raised on every survivor alike; the flag still holds the agreed outcome
-        agreed = (error as { flag?: number }).flag ?? 2;
+      const vote = await this.vote((sum ? 1 : 0) | (this.stopRequested ? 0 : 2), 2);
+      agreed = vote.agreed;
+      if (vote.failure) {
         broken = true;
-        if (sum) this.noteFailure(error as Error, 'agree', 0);
+        if (sum) this.noteFailure(vote.failure, 'agree', 0);
       }
     }
     const commit = (agreed & 1) === 1;
@@ -265,6 +262,19 @@ export class Trainer {
       return { record, stop: 'sigterm' };
     }
     return { record };
+  }
+
+  /**
+   * The AND of `flag` over the survivors. A failure raised by agree is raised on every survivor
+   * alike and still carries the agreed flag (`unknown` stands in if it does not).
+   */
+  private async vote(flag: number, unknown: number): Promise<{ agreed: number; failure?: Error }> {
+    try {
+      return { agreed: await this.comm.agree(flag) };
+    } catch (error) {
+      if (!isFailure(error)) throw error;
+      return { agreed: (error as { flag?: number }).flag ?? unknown, failure: error as Error };
+    }
   }
 
   /** This step's epoch, global sample count and learning rate. */
@@ -450,16 +460,21 @@ export class Trainer {
         totals[0] += correct;
         totals[1] += loss * rows.length;
       }
+      let summed = 1;
       try {
         await this.comm.allreduce(totals, 'sum');
-        if (this.config.onFailure === 'none' || (await this.comm.agree(1)) === 1) {
-          return { accuracy: totals[0] / test.rows, loss: totals[1] / test.rows };
-        }
       } catch (error) {
         if (!isFailure(error) || this.config.onFailure === 'none') throw error;
+        summed = 0;
       }
-      this.noteFailure(new Error('failure during evaluation'), 'evaluation', 0);
+      const evaluation = { accuracy: totals[0] / test.rows, loss: totals[1] / test.rows };
+      if (this.config.onFailure === 'none') return evaluation;
+      // as in a step: every rank votes, whatever its allreduce did, so all take the same path
+      const vote = await this.vote(summed, 0);
+      if (vote.agreed === 1 && !vote.failure) return evaluation;
+      this.noteFailure(vote.failure ?? new Error('failure during evaluation'), 'evaluation', 0);
       if (!(await this.recover(this.step))) return null;
+      if (vote.agreed === 1) return evaluation;
     }
   }
 

@@ -36,7 +36,7 @@ interface Run {
   stderr: string;
   summary: Summary;
   metrics: { step: number; world: number; samples: number; loss: number; lr: number; step_ms: number; time: number }[];
-  events: { event: string; step?: number; duration_ms?: number; bytes?: number; lost?: number[] }[];
+  events: { event: string; step?: number; phase?: string; duration_ms?: number; bytes?: number; lost?: number[] }[];
 }
 
 function readLines<T>(file: string): T[] {
@@ -126,6 +126,17 @@ describe('ft-train', function () {
       assertSurvived(await train(4, '--drill', `rank=2,step=30,phase=${phase}`), baseline, [2], 3);
     });
   }
+
+  it('exact: a kill just before an evaluation: every rank votes on it, repairs, and evaluates again', async () => {
+    const plain = await train(4, '--eval-every', '10');
+    const run = await train(4, '--eval-every', '10', '--drill', 'rank=2,step=9,phase=update');
+    assertSurvived(run, plain, [2], 3);
+    const failure = run.events.find((e) => e.event === 'failure')!;
+    assert.deepEqual([failure.step, failure.phase], [10, 'evaluation']);
+    const accuracies = (r: Run) => r.metrics.map((m) => (m as { test_accuracy?: number }).test_accuracy).filter((a) => a !== undefined);
+    assert.equal(accuracies(run).length, 5);
+    assert.deepEqual(accuracies(run), accuracies(plain));
+  });
 
   it('exact: a kill during the recovery from another', async () => {
     const run = await train(4, '--drill', 'rank=1,step=20', '--drill', 'rank=3,step=20,phase=recovery');
