@@ -29,15 +29,19 @@ export class ShrinkSchedule {
     this.cursors = new Array<number>(plan.layout.count).fill(0);
   }
 
+  /** Epochs completed: the current one counts once every shard is used up. */
+  get epochsDone(): number {
+    return this.epoch + (this.usedUp() ? 1 : 0);
+  }
+
+  private usedUp(): boolean {
+    return this.cursors.every((c, s) => c >= this.plan.layout.rows(s));
+  }
+
   /** The next step under `map`; nothing changes until commit(). */
   peek(map: ShardMap): ShrinkStep {
-    const layout = this.plan.layout;
-    let epoch = this.epoch;
-    let cursors = [...this.cursors];
-    if (cursors.every((c, s) => c >= layout.rows(s))) {
-      epoch += 1;
-      cursors = cursors.map(() => 0);
-    }
+    const epoch = this.epochsDone;
+    const cursors = this.usedUp() ? this.cursors.map(() => 0) : [...this.cursors];
     const pieces = new Map<number, Piece[]>();
     let samples = 0;
     for (const rank of map.ranks) {

@@ -160,10 +160,7 @@ export class Trainer {
 
   private done(): boolean {
     if (this.config.steps !== undefined) return this.step >= this.config.steps;
-    if (this.shrink) {
-      const used = this.shrink.cursors.every((c, s) => c >= this.layout.rows(s));
-      return this.shrink.epoch + (used ? 1 : 0) >= (this.config.epochs ?? 1);
-    }
+    if (this.shrink) return this.shrink.epochsDone >= (this.config.epochs ?? 1);
     return this.step >= this.totalSteps;
   }
 
