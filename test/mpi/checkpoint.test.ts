@@ -4,11 +4,11 @@
 // line and the previous complete one is used.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
+import { makeScratch, removeScratch } from '../helpers/scratch';
 
-const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-resume-'));
+const scratch = makeScratch('ft-resume-');
 const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '60', '--shards', '4'];
 let runs = 0;
 
@@ -45,7 +45,7 @@ describe('checkpoints and --resume', function () {
     assert.equal(job.code, 0, job.stderr);
     assert.deepEqual(checkpoints(baseline), ['step-00000030']);
   });
-  after(() => fs.rmSync(scratch, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 }));
+  after(() => removeScratch(scratch));
 
   it('rank 1 killed at step 20 (JIT checkpoint), every rank killed at 35, resumed on 3 ranks: the same bits', async () => {
     const dir = newDir();

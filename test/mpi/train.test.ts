@@ -6,13 +6,13 @@
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { Dataset } from '../../src/data/dataset';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { makeScratch, removeScratch } from '../helpers/scratch';
 
-const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-train-'));
+const scratch = makeScratch('ft-train-');
 const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '60', '--batch', '64'];
 let runs = 0;
 
@@ -78,7 +78,7 @@ describe('ft-train', function () {
   before(async () => {
     baseline = await train(4);
   });
-  after(() => fs.rmSync(scratch, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 }));
+  after(() => removeScratch(scratch));
 
   it('writes the run directory contract, and model.safetensors holds the hashed parameters', () => {
     const { summary } = baseline;

@@ -3,7 +3,6 @@
 // and one clear error line for every kind of broken dataset.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { convertFashionMnist, debianSource, readIdxSplit } from '../../datasets/fashion-mnist';
 import { generateSynthetic, syntheticDefaults } from '../../datasets/synthetic';
@@ -11,8 +10,9 @@ import { Dataset } from '../../src/data/dataset';
 import { gatherBatch, MicroBatches } from '../../src/data/micro-batches';
 import { ShardMap } from '../../src/data/shard-map';
 import type { ShardData } from '../../src/data/split';
+import { makeScratch, removeScratch } from '../helpers/scratch';
 
-const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-data-'));
+const scratch = makeScratch('ft-data-');
 const fashion = path.join(scratch, 'fashion-mnist');
 const small = { ...syntheticDefaults, shape: [1, 8, 8] as [number, number, number], classes: 4, trainRows: 1000, testRows: 200, rowsPerBatch: 50 };
 
@@ -49,7 +49,7 @@ describe('Arrow datasets', function () {
     await convertFashionMnist(debianSource, fashion);
     await generateSynthetic(synthetic, small);
   });
-  after(() => fs.rmSync(scratch, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 }));
+  after(() => removeScratch(scratch));
 
   it('converts Fashion-MNIST byte for byte, with its counts and checksums', async () => {
     await withDataset(fashion, async (dataset) => {

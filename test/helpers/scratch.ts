@@ -1,0 +1,21 @@
+// Scratch directories of the tests: created per file, removed after it. Removal retries while a
+// job's last writes land; if it still fails, the error says what was left and which ft-train
+// processes were alive, so a stray process shows up instead of a bare ENOTEMPTY.
+import { execSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+
+export function makeScratch(prefix: string): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+export function removeScratch(dir: string): void {
+  try {
+    fs.rmSync(dir, { recursive: true, force: true, maxRetries: 30, retryDelay: 100 });
+  } catch (error) {
+    const left = fs.existsSync(dir) ? execSync(`find ${JSON.stringify(dir)} | head -20`).toString() : '';
+    const alive = execSync('ps -eo pid,etime,args | grep -E "ft-train|prterun" | grep -v grep || true').toString();
+    throw new Error(`${(error as Error).message}\nleft:\n${left}processes:\n${alive}`);
+  }
+}
