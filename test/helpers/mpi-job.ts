@@ -1,5 +1,6 @@
 // Runs jobs under mpirun (test programs, ft-train, launch/drill) with a hard timeout.
 import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { mpirunCommand } from '../../src/cli/mpirun';
 
@@ -15,24 +16,53 @@ export interface JobResult<T> {
 const programsDir = path.join(__dirname, '..', 'mpi', 'programs');
 export const repoRoot = path.join(__dirname, '..', '..', '..');
 
-/** Runs a command in its own process group; kills the whole group after `timeoutMs`. */
+let jobs = 0;
+
+/**
+ * Live processes whose environment carries `marker`. mpirun puts each rank in a process group of
+ * its own, and when one rank exits non-zero before MPI starts it returns at once, leaving the
+ * others running: a job is over only when every process that inherited its marker is gone.
+ */
+function jobProcesses(marker: string): number[] {
+  const pids: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${entry}/environ`, 'latin1').split('\0').includes(marker)) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return pids;
+}
+
+/** Waits up to `graceMs` for the job's processes to end, then kills what is left. */
+async function reap(marker: string, graceMs: number): Promise<void> {
+  const deadline = Date.now() + graceMs;
+  while (jobProcesses(marker).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  for (const pid of jobProcesses(marker)) process.kill(pid, 'SIGKILL');
+}
+
+/** Runs a command and every process it starts; kills them all after `timeoutMs`. */
 export function runCommand<T = never>(command: string, argv: string[], env: NodeJS.ProcessEnv, timeoutMs: number, label: string): Promise<JobResult<T>> {
+  const job = `${process.pid}-${++jobs}`;
+  const marker = `FT_TEST_JOB=${job}`;
   return new Promise((resolve, reject) => {
-    const child = spawn(command, argv, { env, cwd: repoRoot, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, argv, { env: { ...env, FT_TEST_JOB: job }, cwd: repoRoot, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk) => { stdout += chunk; });
     child.stderr.on('data', (chunk) => { stderr += chunk; });
     const timer = setTimeout(() => {
       process.kill(-child.pid!, 'SIGKILL');
-      reject(new Error(`${label} timed out after ${timeoutMs} ms\n${stdout}\n${stderr}`));
+      void reap(marker, 0).then(() => reject(new Error(`${label} timed out after ${timeoutMs} ms\n${stdout}\n${stderr}`)));
     }, timeoutMs);
     child.on('error', (error) => { clearTimeout(timer); reject(error); });
     child.on('close', (code, signal) => {
       clearTimeout(timer);
       const results = stdout.split('\n').filter((line) => line.startsWith('@result '))
         .map((line) => JSON.parse(line.slice('@result '.length)) as T);
-      resolve({ code, signal, stdout, stderr, results });
+      void reap(marker, 10_000).then(() => resolve({ code, signal, stdout, stderr, results }));
     });
   });
 }
