@@ -62,9 +62,10 @@ async function prepare(): Promise<{ options: TrainOptions; dataset: Dataset; net
   } catch (error) {
     throw new InputError((error as Error).message);
   }
+  let dataset: Dataset | undefined;
   try {
     const spec = loadSpec(options.model);
-    const dataset = await Dataset.open(options.data);
+    dataset = await Dataset.open(options.data);
     const [shape, input] = [dataset.sampleShape.join('x'), spec.input.join('x')];
     if (shape !== input) throw new Error(`${options.model}: takes ${input} inputs, but ${options.data} holds ${shape} samples`);
     if (spec.classes !== dataset.classes) throw new Error(`${options.model}: has ${spec.classes} classes, but ${options.data} has ${dataset.classes}`);
@@ -73,6 +74,8 @@ async function prepare(): Promise<{ options: TrainOptions; dataset: Dataset; net
     createRunDir(options.runDir);
     return { options, dataset, net, resume };
   } catch (error) {
+    // its file handles would otherwise be closed by the garbage collector, with a warning on stderr
+    await dataset?.close();
     throw new InputError(`ft-train: ${(error as Error).message}`);
   }
 }
