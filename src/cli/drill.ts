@@ -65,7 +65,7 @@ runMain('drill', async () => {
   const summaryFile = path.join(runDir, runFiles.summary);
   const summary = fs.existsSync(summaryFile) ? (JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as { steps: number; world_final: number; ranks_lost: number; params_sha256: string }) : null;
   const sent = kills.filter((k) => k.time !== undefined);
-  writeAtomically(path.join(runDir, 'drill.json'), JSON.stringify({ ranks: args.n, kills, mpirun_exit: code }, null, 2) + '\n');
+  writeAtomically(path.join(runDir, runFiles.drill), JSON.stringify({ ranks: args.n, kills, mpirun_exit: code }, null, 2) + '\n');
   const killed = sent.map((k) => `rank ${k.rank}@${k.step}`).join(', ') || 'nobody (the run ended first)';
   const passed = code === 0 && summary !== null && sent.length === kills.length && summary.ranks_lost >= sent.length;
   console.log(`[drill] run directory: ${runDir}`);

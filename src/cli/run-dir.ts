@@ -1,8 +1,9 @@
 // The run directory contract (DESIGN.md "Run directory"): metrics.jsonl (one line per committed
 // step), events.jsonl (failures and each recovery phase, with durations), summary.json and
 // model.safetensors (written at the end, atomically), logs/ (one log per rank), pids/ (each rank's
-// pid, for launch/drill). Only the leader (lowest live rank) appends metrics and events; a new
-// leader first appends the committed steps the old one may not have written.
+// pid, for launch/drill), drill.json (launch/drill's kills). Only the leader (lowest live rank)
+// appends metrics and events; a new leader first appends the committed steps the old one may not
+// have written.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 
@@ -13,6 +14,8 @@ export const runFiles = {
   model: 'model.safetensors',
   logs: 'logs',
   pids: 'pids',
+  /** launch/drill's record of its kills */
+  drill: 'drill.json',
 } as const;
 
 /** Throws one line if `dir` already holds a run (anything in it); creates it otherwise. */

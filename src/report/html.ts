@@ -1,0 +1,124 @@
+// The report as one self-contained HTML file: styles inline, charts as SVG data URIs, no script
+// and no request (its Content-Security-Policy forbids any), so it opens offline and can be mailed.
+import type { Comparison } from './baseline';
+import type { Chart } from './charts';
+import type { Recovery, Run } from './run-data';
+
+export interface ReportContent {
+  title: string;
+  runs: Run[];
+  labels: string[];
+  comparisons: Comparison[];
+  charts: { chart: Chart; svg: string }[];
+  /** one line per run directory that was passed over */
+  skipped: string[];
+  generated: Date;
+}
+
+const style = `
+body { font: 14px/1.45 "DejaVu Sans", Helvetica, Arial, sans-serif; color: #222; margin: 24px auto; max-width: 1180px; padding: 0 16px; }
+h1 { font-size: 22px; margin-bottom: 4px; }
+h2 { font-size: 17px; margin-top: 28px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.meta, figcaption, .note { color: #555; font-size: 13px; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { border-bottom: 1px solid #e4e4e4; padding: 5px 8px; text-align: right; white-space: nowrap; }
+th { background: #f5f5f5; white-space: normal; vertical-align: bottom; }
+td.text, th.text { text-align: left; }
+code { font-size: 12px; }
+.equal { color: #11733a; font-weight: bold; }
+.differs { color: #b3261e; font-weight: bold; }
+.skipped { background: #fff4e5; border: 1px solid #f0c36d; padding: 8px 12px; }
+.charts { display: grid; grid-template-columns: 1fr; gap: 24px; }
+figure { margin: 0; }
+figure img { max-width: 100%; height: auto; }
+`;
+
+function escape(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+function ms(value: number | undefined): string {
+  return value === undefined || Number.isNaN(value) ? '–' : value.toFixed(1);
+}
+
+function megabytes(bytes: number): string {
+  return `<span title="${bytes} bytes">${(bytes / 1e6).toFixed(2)} MB</span>`;
+}
+
+function percent(value: number | null): string {
+  return value === null ? '–' : `${(value * 100).toFixed(2)}%`;
+}
+
+const verdictText: Record<Comparison['verdict'], string> = {
+  baseline: 'baseline',
+  equal: '<span class="equal">equal</span>',
+  differs: '<span class="differs">differs</span>',
+  'no baseline': 'no baseline',
+};
+
+function runsTable(content: ReportContent): string {
+  const rows = content.runs.map((run, i) => {
+    const s = run.summary;
+    const comparison = content.comparisons[i];
+    const against = comparison.baseline && comparison.verdict !== 'baseline' ? ` <span class="note">(vs ${escape(content.labels[content.runs.indexOf(comparison.baseline)] ?? comparison.baseline.dir)})</span>` : '';
+    return `<tr><td class="text" title="${escape(run.dir)}">${escape(content.labels[i])}</td><td class="text">${escape(s.on_failure)}</td>` +
+      `<td>${s.world_initial} → ${s.world_final}</td><td>${s.steps}</td><td>${s.final_loss.toFixed(4)}</td><td>${percent(s.test_accuracy)}</td>` +
+      `<td>${s.wall_s.toFixed(2)} s</td><td>${s.failures.length === 0 ? 0 : `${s.ranks_lost} (${run.recoveries.length} recover${run.recoveries.length === 1 ? 'y' : 'ies'})`}</td>` +
+      `<td>${megabytes(s.bytes_read_back)}</td><td class="text"><code title="${s.params_sha256}">${s.params_sha256.slice(0, 16)}</code></td>` +
+      `<td class="text">${verdictText[comparison.verdict]}${against}</td></tr>`;
+  });
+  return `<table><thead><tr><th class="text">run</th><th class="text">on failure</th><th>ranks</th><th>steps</th><th>final loss</th>` +
+    `<th>test accuracy</th><th>wall time</th><th>ranks lost</th><th>read back</th><th class="text">params_sha256</th><th class="text">vs baseline</th></tr></thead>` +
+    `<tbody>${rows.join('\n')}</tbody></table>`;
+}
+
+function recoveryTotal(r: Recovery): number {
+  return r.detectMs + r.revokeShrinkMs + r.agreeMs + r.readbackMs + r.checkpointMs + r.retryMs;
+}
+
+function recoveriesTable(content: ReportContent): string {
+  const rows = content.runs.flatMap((run, i) => run.recoveries.map((r) =>
+    `<tr><td class="text">${escape(content.labels[i])}</td><td>${r.step}</td><td>${r.lost.join(', ')}</td><td>${r.world}</td><td class="text">${escape(r.phase)}</td>` +
+    `<td>${ms(r.detectMs)}</td><td>${ms(r.revokeShrinkMs)}</td><td>${ms(r.agreeMs)}</td><td>${ms(r.readbackMs)}</td><td>${megabytes(r.readbackBytes)}</td>` +
+    `<td>${ms(r.checkpointMs)}</td><td>${ms(r.retryMs)}</td><td><b>${ms(recoveryTotal(r))}</b></td><td>${ms(r.killToCommitMs)}</td></tr>`));
+  if (rows.length === 0) return '<p class="note">No run had a failure.</p>';
+  return `<table><thead><tr><th class="text">run</th><th>step</th><th>lost ranks</th><th>ranks left</th><th class="text">seen in</th>` +
+    `<th>detect</th><th>revoke+shrink</th><th>agree</th><th>readback</th><th>bytes read</th><th>checkpoint</th><th>retry</th><th>total</th><th>kill → next commit</th></tr></thead>` +
+    `<tbody>${rows.join('\n')}</tbody></table>` +
+    '<p class="note">Milliseconds. Detect: from the call that failed to the error; readback: re-reading the lost ranks\' shards; ' +
+    'checkpoint: the just-in-time checkpoint; retry: running the step again; kill → next commit: from launch/drill\'s kill -9 to the next committed step (drills only).</p>';
+}
+
+export function reportHtml(content: ReportContent): string {
+  const skipped = content.skipped.length === 0 ? '' :
+    `<div class="skipped"><b>Not in this report</b> (${content.skipped.length} run director${content.skipped.length === 1 ? 'y' : 'ies'} could not be read):<ul>` +
+    content.skipped.map((line) => `<li><code>${escape(line)}</code></li>`).join('') + '</ul></div>';
+  const figures = content.charts.map(({ chart, svg }) =>
+    `<figure><img alt="${escape(chart.title)}" src="data:image/svg+xml;base64,${Buffer.from(svg).toString('base64')}">` +
+    `<figcaption><b>${escape(chart.title)}.</b> ${escape(chart.caption)}</figcaption></figure>`);
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>${escape(content.title)}</title>
+<style>${style}</style>
+</head>
+<body>
+<h1>${escape(content.title)}</h1>
+<p class="meta">${content.runs.length} run${content.runs.length === 1 ? '' : 's'}; written ${escape(content.generated.toISOString())} by ft-report.</p>
+${skipped}
+<h2>Runs</h2>
+${runsTable(content)}
+<p class="note">vs baseline: whether the final parameters (params_sha256) are bit-identical to the baseline's, the first run listed
+that lost no rank and trained the same model, data, shards, global batch, seed and steps (or the one given with --baseline).</p>
+<h2>Charts</h2>
+<div class="charts">
+${figures.join('\n')}
+</div>
+<h2>Recoveries</h2>
+${recoveriesTable(content)}
+</body>
+</html>
+`;
+}
