@@ -1,0 +1,73 @@
+// One training job under mpirun with real kill -9s from outside: follows the run's metrics and,
+// when they reach step K, kills the process of world rank R (its pid from the run directory).
+// Used by launch/drill and launch/compare.
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { writeAtomically } from '../atomic-write';
+import { mpirunCommand } from './mpirun';
+import { lastRecord, runFiles } from './run-dir';
+
+export interface Kill {
+  rank: number;
+  step: number;
+  pid?: number;
+  time?: number;
+}
+
+export interface DrillOutcome {
+  /** mpirun's exit code */
+  code: number;
+  /** the kills sent (pid and time set) */
+  sent: Kill[];
+  summary: { steps: number; world_final: number; ranks_lost: number; params_sha256: string } | null;
+  /** the job finished, wrote its summary and survived every kill sent */
+  passed: boolean;
+}
+
+export function parseKill(text: string): Kill {
+  const match = /^(\d+)@(\d+)$/.exec(text);
+  if (!match) throw new Error(`--kill expects RANK@STEP (e.g. 2@30), got "${text}"`);
+  return { rank: Number(match[1]), step: Number(match[2]) };
+}
+
+/** The run directory named in ft-train's arguments. */
+export function runDirOf(trainArgs: string[]): string {
+  const at = trainArgs.indexOf('--run-dir');
+  if (at < 0 || at + 1 >= trainArgs.length) throw new Error('the ft-train arguments need --run-dir DIR (the drill follows its metrics)');
+  return trainArgs[at + 1];
+}
+
+/** Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills`; writes drill.json when there are any. */
+export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]): Promise<DrillOutcome> {
+  const runDir = runDirOf(trainArgs);
+  const plan = kills.map((k) => ({ rank: k.rank, step: k.step }) as Kill);
+  const { command, args, env } = mpirunCommand({ ranks, program: [process.execPath, path.join(__dirname, '..', '..', '..', 'launch', 'ft-train.js'), ...trainArgs] });
+  const job = spawn(command, args, { env, stdio: 'inherit' });
+  const exited = new Promise<number>((resolve) => job.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1))));
+
+  const metrics = path.join(runDir, runFiles.metrics);
+  const follow = setInterval(() => {
+    const step = lastRecord<{ step: number }>(metrics)?.step ?? -1;
+    for (const kill of plan) {
+      if (kill.time !== undefined || step < kill.step) continue;
+      kill.pid = Number(fs.readFileSync(path.join(runDir, runFiles.pids, String(kill.rank)), 'utf8'));
+      kill.time = Date.now();
+      try {
+        process.kill(kill.pid, 'SIGKILL');
+        console.log(`[drill] kill -9 ${kill.pid} (world rank ${kill.rank}) after step ${step}`);
+      } catch (error) {
+        console.log(`[drill] kill -9 ${kill.pid} (world rank ${kill.rank}) failed: ${(error as Error).message}`);
+      }
+    }
+  }, 5);
+  const code = await exited;
+  clearInterval(follow);
+
+  const summaryFile = path.join(runDir, runFiles.summary);
+  const summary = fs.existsSync(summaryFile) ? (JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as DrillOutcome['summary']) : null;
+  if (plan.length > 0) writeAtomically(path.join(runDir, runFiles.drill), JSON.stringify({ ranks, kills: plan, mpirun_exit: code }, null, 2) + '\n');
+  const sent = plan.filter((k) => k.time !== undefined);
+  const passed = code === 0 && summary !== null && sent.length === plan.length && summary.ranks_lost >= sent.length;
+  return { code, sent, summary, passed };
+}
