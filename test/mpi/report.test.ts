@@ -1,0 +1,203 @@
+// Reports: launch/compare runs SGD, FT-SGD exact and shrink (real kill -9s) at 2 and 4 ranks and
+// writes the report; the run data read back matches the files; params_sha256 is compared with
+// the right baseline; broken run directories are named and passed over (or refused); and the
+// report opens in headless Chromium with no console error, no request and non-blank charts (the
+// screenshot is kept in test-artifacts/).
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { PNG } from 'pngjs';
+import puppeteer from 'puppeteer-core';
+import { compareWithBaselines } from '../../src/report/baseline';
+import { readRun, RunDirError } from '../../src/report/run-data';
+import { repoRoot, runCommand } from '../helpers/mpi-job';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-report-');
+const compared = path.join(scratch, 'compare');
+const artifacts = path.join(repoRoot, 'test-artifacts');
+const lines = (file: string): Record<string, unknown>[] => fs.readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+const run = (name: string): string => path.join(compared, name);
+
+function report(args: string[]): ReturnType<typeof runCommand> {
+  return runCommand(process.execPath, [path.join(repoRoot, 'launch', 'ft-report.js'), ...args], process.env, 60_000, `ft-report ${args.join(' ')}`);
+}
+
+/** A copy of a good run directory, then `damage` applied to it. */
+function broken(name: string, damage: (dir: string) => void): string {
+  const dir = path.join(scratch, name);
+  fs.cpSync(run('n4-exact'), dir, { recursive: true });
+  damage(dir);
+  return dir;
+}
+
+/** Share of pixels that are not (near) white, and how many distinct colours there are. */
+function ink(png: Buffer): { share: number; colours: number } {
+  const image = PNG.sync.read(png);
+  let inked = 0;
+  const colours = new Set<number>();
+  for (let i = 0; i < image.data.length; i += 4) {
+    const [r, g, b] = [image.data[i], image.data[i + 1], image.data[i + 2]];
+    if (r < 235 || g < 235 || b < 235) inked++;
+    colours.add((r << 16) | (g << 8) | b);
+  }
+  return { share: inked / (image.width * image.height), colours: colours.size };
+}
+
+describe('reports', function () {
+  this.timeout(120_000);
+
+  before(async function () {
+    this.timeout(300_000);
+    const job = await runCommand(path.join(repoRoot, 'launch', 'compare'), ['--ranks', '2,4', '--steps', '40', '--kill-step', '20', '--eval-every', '20', '--out', compared],
+      process.env, 280_000, 'launch/compare');
+    assert.equal(job.code, 0, job.stdout + job.stderr);
+    assert.equal(job.stdout.trim().split('\n').at(-1), `[compare] report: ${path.join(compared, 'report.html')}`);
+  });
+  after(() => removeScratch(scratch));
+
+  it('launch/compare: no failure, exact and shrink at each world size, one kill -9 each, and the report', () => {
+    for (const n of [2, 4]) {
+      for (const policy of ['sgd', 'exact', 'shrink']) {
+        const summary = JSON.parse(fs.readFileSync(path.join(run(`n${n}-${policy}`), 'summary.json'), 'utf8'));
+        assert.equal(summary.steps, 40);
+        assert.equal(summary.on_failure, policy === 'shrink' ? 'shrink' : 'exact');
+        assert.deepEqual(summary.failures.map((f: { lost: number[] }) => f.lost), policy === 'sgd' ? [] : [[1]]);
+      }
+    }
+    assert.ok(fs.statSync(path.join(compared, 'report.html')).size > 10_000);
+    const png = ink(fs.readFileSync(path.join(compared, 'report.png')));
+    assert.ok(png.share > 0.03 && png.colours > 50, JSON.stringify(png));
+  });
+
+  it('reads back what the run wrote: every step, the recovery phase by phase, the kill time', () => {
+    const dir = run('n4-exact');
+    const data = readRun(dir);
+    const metrics = lines(path.join(dir, 'metrics.jsonl'));
+    const events = lines(path.join(dir, 'events.jsonl'));
+    assert.deepEqual(data.steps.map((s) => s.step), [...Array(40).keys()]);
+    assert.deepEqual(data.steps.map((s) => s.loss), metrics.map((m) => m.loss));
+    assert.equal(data.startTime, events[0].time);
+    assert.equal(data.recoveries.length, 1);
+    const [recovery] = data.recoveries;
+    const of = (kind: string) => events.filter((e) => e.event === kind && e.step === recovery.step);
+    assert.deepEqual(recovery.lost, [1]);
+    assert.equal(recovery.world, 3);
+    assert.equal(recovery.step, data.summary.failures[0].step);
+    assert.equal(recovery.detectMs, of('failure')[0].detect_ms);
+    assert.equal(recovery.revokeShrinkMs, of('revoke+shrink')[0].duration_ms);
+    assert.equal(recovery.readbackBytes, data.summary.bytes_read_back);
+    assert.equal(recovery.readbackMs, of('readback')[0].duration_ms);
+    assert.equal(recovery.checkpointMs, of('checkpoint')[0].duration_ms);
+    assert.equal(recovery.retryMs, of('retry')[0].duration_ms);
+    const kill = JSON.parse(fs.readFileSync(path.join(dir, 'drill.json'), 'utf8')).kills[0];
+    const commit = metrics.find((m) => (m.step as number) >= recovery.step && (m.time as number) >= kill.time)!;
+    assert.equal(recovery.killToCommitMs, (commit.time as number) - kill.time);
+    assert.ok(recovery.killToCommitMs! > 0 && recovery.killToCommitMs! < 5000);
+    assert.deepEqual(readRun(run('n4-sgd')).recoveries, []);
+  });
+
+  it('compares params_sha256 with the baseline of the same setup, or with the one named', async () => {
+    const names = ['n2-sgd', 'n2-exact', 'n2-shrink', 'n4-sgd', 'n4-exact', 'n4-shrink'];
+    const runs = names.map((name) => readRun(run(name)));
+    const comparisons = compareWithBaselines(runs);
+    assert.deepEqual(comparisons.map((c) => c.verdict), ['baseline', 'equal', 'differs', 'baseline', 'equal', 'differs']);
+    assert.deepEqual(comparisons.map((c) => c.baseline), [runs[0], runs[0], runs[0], runs[3], runs[3], runs[3]]);
+    assert.deepEqual(compareWithBaselines(runs.slice(1)).map((c) => c.verdict), ['no baseline', 'no baseline', 'baseline', 'equal', 'differs']);
+    assert.deepEqual(compareWithBaselines(runs, runs[5]).map((c) => c.verdict), ['differs', 'differs', 'differs', 'differs', 'differs', 'baseline']);
+
+    const output = path.join(scratch, 'sha.html');
+    const job = await report([...names.slice(3).map(run), '-o', output]);
+    assert.equal(job.code, 0, job.stderr);
+    assert.equal(job.stderr, '');
+    const html = fs.readFileSync(output, 'utf8');
+    const row = (name: string) => new RegExp(`<tr><td class="text"[^>]*>${name}</td>.*</tr>`).exec(html)?.[0] ?? '';
+    assert.match(row('n4-sgd'), /<td class="text">baseline<\/td><\/tr>$/);
+    assert.match(row('n4-exact'), /class="equal">equal<\/span> <span class="note">\(vs n4-sgd\)/);
+    assert.match(row('n4-shrink'), /class="differs">differs<\/span> <span class="note">\(vs n4-sgd\)/);
+  });
+
+  it('names a broken run directory in one line and passes over it; --strict refuses; nothing is written when no run is left', async () => {
+    const cases: [string, (dir: string) => void, RegExp][] = [
+      ['unfinished', (d) => fs.rmSync(path.join(d, 'summary.json')), /summary\.json: missing: the run did not finish \(last committed step 39\)$/],
+      ['half-line', (d) => fs.appendFileSync(path.join(d, 'metrics.jsonl'), '{"step":40,"lo'), /metrics\.jsonl: half-written \(its last line has no end\)$/],
+      ['half-summary', (d) => fs.truncateSync(path.join(d, 'summary.json'), 100), /summary\.json: not JSON$/],
+      ['gap', (d) => {
+        const file = path.join(d, 'metrics.jsonl');
+        fs.writeFileSync(file, fs.readFileSync(file, 'utf8').split('\n').filter((l) => !l.startsWith('{"step":11,')).join('\n'));
+      }, /metrics\.jsonl: step 12 follows step 10$/],
+      ['no-recovery', (d) => {
+        const file = path.join(d, 'events.jsonl');
+        fs.writeFileSync(file, fs.readFileSync(file, 'utf8').split('\n').filter((l) => !l.includes('"revoke+shrink"')).join('\n'));
+      }, /events\.jsonl: no recovery at step 2\d, where summary\.json has a failure$/],
+      ['bad-sha', (d) => {
+        const file = path.join(d, 'summary.json');
+        fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), params_sha256: 'abc' }));
+      }, /summary\.json: "params_sha256" is not a sha256$/],
+      ['no-metrics', (d) => fs.rmSync(path.join(d, 'metrics.jsonl')), /metrics\.jsonl: missing$/],
+    ];
+    for (const [name, damage, message] of cases) {
+      const dir = broken(name, damage);
+      assert.throws(() => readRun(dir), (error: Error) => error instanceof RunDirError && message.test(error.message) && error.message.startsWith(dir), name);
+    }
+
+    const output = path.join(scratch, 'skipped.html');
+    const skipped = await report([run('n4-sgd'), path.join(scratch, 'unfinished'), '-o', output]);
+    assert.equal(skipped.code, 0, skipped.stderr);
+    assert.equal(skipped.stderr, `ft-report: skipped ${path.join(scratch, 'unfinished', 'summary.json')}: missing: the run did not finish (last committed step 39)\n`);
+    assert.match(skipped.stdout, /^ft-report: 1 run \(1 skipped\); wrote /);
+    assert.match(fs.readFileSync(output, 'utf8'), /Not in this report.*unfinished\/summary\.json: missing/s);
+
+    const strict = path.join(scratch, 'strict.html');
+    const refused = await report([run('n4-sgd'), path.join(scratch, 'gap'), '-o', strict, '--strict']);
+    assert.equal(refused.code, 1);
+    assert.equal(refused.stderr, `ft-report: ${path.join(scratch, 'gap', 'metrics.jsonl')}: step 12 follows step 10\n`);
+    assert.ok(!fs.existsSync(strict));
+
+    const none = path.join(scratch, 'none.html');
+    const empty = await report([path.join(scratch, 'bad-sha'), path.join(scratch, 'nowhere'), '-o', none]);
+    assert.equal(empty.code, 1);
+    assert.equal(empty.stderr.trim().split('\n').at(-1), 'ft-report: no readable run directory (2 skipped); nothing written');
+    assert.ok(!fs.existsSync(none));
+  });
+
+  it('opens in headless Chromium with no console error, no request, and non-blank charts', async () => {
+    const profile = makeScratch('ft-chromium-');
+    const browser = await puppeteer.launch({
+      executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+      headless: true,
+      args: ['--no-sandbox', '--disable-gpu'],
+      userDataDir: profile,
+      timeout: 60_000,
+    });
+    try {
+      const page = await browser.newPage();
+      const problems: string[] = [];
+      const requests: string[] = [];
+      page.on('console', (message) => { if (message.type() === 'error' || message.type() === 'warn') problems.push(`console ${message.type()}: ${message.text()}`); });
+      page.on('pageerror', (error) => problems.push(`page error: ${String(error)}`));
+      await page.setRequestInterception(true);
+      page.on('request', (request) => {
+        if (!request.url().startsWith('data:') && request.url() !== `file://${path.join(compared, 'report.html')}`) requests.push(request.url());
+        void request.continue();
+      });
+      await page.setViewport({ width: 1280, height: 900 });
+      await page.goto(`file://${path.join(compared, 'report.html')}`, { waitUntil: 'load' });
+      const images = await page.$$('figure img');
+      assert.equal(images.length, 4); // loss by step, loss by time, world size, test accuracy
+      const loaded = await page.evaluate('Array.from(document.querySelectorAll("figure img")).map((img) => img.complete && img.naturalWidth > 0)');
+      assert.deepEqual(loaded, [true, true, true, true]);
+      for (const image of images) {
+        const drawn = ink(Buffer.from(await image.screenshot({ type: 'png' })));
+        assert.ok(drawn.share > 0.02 && drawn.colours > 20, `a chart looks blank: ${JSON.stringify(drawn)}`);
+      }
+      fs.mkdirSync(artifacts, { recursive: true });
+      await page.screenshot({ path: path.join(artifacts, 'report.png'), fullPage: true });
+      assert.deepEqual(problems, []);
+      assert.deepEqual(requests, []);
+    } finally {
+      await browser.close();
+      removeScratch(profile);
+    }
+  });
+});
