@@ -64,14 +64,14 @@ export function reportCharts(runs: Run[], labels: string[]): Chart[] {
     { title: 'Loss against step', caption: `Thin: the loss of each step; bold: its mean over the last ${window} steps.${failureNote}`, spec: loss({ field: 'step', title: 'step' }) },
     { title: 'Loss against wall time', caption: `Seconds since the run started; the same curves as above.${failureNote}`, spec: loss({ field: 'seconds', title: 'wall time (s)' }) },
     {
-      title: 'World size',
-      caption: 'Ranks taking part in each committed step.',
+      title: 'World size over time',
+      caption: 'Ranks taking part in each committed step, against seconds since the run started.',
       spec: {
         width, height,
         data: { values: steps },
         mark: { type: 'line', interpolate: 'step-after', strokeWidth: 2 },
         encoding: {
-          x: { field: 'step', type: 'quantitative', title: 'step' },
+          x: { field: 'seconds', type: 'quantitative', title: 'wall time (s)' },
           y: { field: 'world', type: 'quantitative', title: 'ranks', scale: { domain: [0, maxWorld] }, axis: { values: [...Array(maxWorld + 1).keys()], format: 'd' } },
           color,
         },
