@@ -51,7 +51,7 @@ runMain('compare', async () => {
     .option('eval-every', { type: 'number', default: 100, describe: 'evaluate on the test split every this many steps' })
     .option('model', { type: 'string', default: 'models/lenet.json', describe: 'model spec' })
     .option('data', { type: 'string', default: 'datasets/fashion-mnist', describe: 'dataset directory' })
-    .option('out', { type: 'string', describe: 'directory for the runs and the report (default: runs/compare-<time>); must not exist' })
+    .option('out', { type: 'string', describe: 'directory for the runs and the report (default: runs/compare-<time>); must be new or empty' })
     .option('policies', { type: 'string', default: 'exact,shrink', describe: 'the FT-SGD policies run with a kill, comma-separated' })
     .option('png', { type: 'boolean', default: true, describe: 'also write report.png (--no-png: not)' })
     .parseSync();
