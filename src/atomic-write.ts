@@ -3,12 +3,17 @@ import * as fs from 'node:fs';
 
 export function writeAtomically(file: string, bytes: string | Uint8Array): void {
   const partial = `${file}.partial-${process.pid}`;
-  const fd = fs.openSync(partial, 'w');
   try {
-    fs.writeFileSync(fd, bytes);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
+    const fd = fs.openSync(partial, 'w');
+    try {
+      fs.writeFileSync(fd, bytes);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(partial, file);
+  } catch (error) {
+    fs.rmSync(partial, { force: true }); // a full disk or a failed rename leaves nothing behind
+    throw error;
   }
-  fs.renameSync(partial, file);
 }

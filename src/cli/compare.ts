@@ -61,14 +61,17 @@ runMain('compare', async () => {
   const killStep = last(args['kill-step'] ?? Math.floor(steps / 2));
   const killRank = last(args['kill-rank']);
   const batch = last(args.batch);
+  const [model, data] = [last(args.model), last(args.data)];
   const extra = args._.map(String);
   if (!Number.isSafeInteger(steps) || steps < 2) throw new Error(`--steps expects an integer >= 2, got ${steps}`);
   if (!Number.isSafeInteger(killStep) || killStep < 0 || killStep >= steps - 1) throw new Error(`--kill-step expects a step in 0..${steps - 2} (the run must go on after it), got ${killStep}`);
   if (!Number.isSafeInteger(killRank) || killRank < 0 || killRank >= Math.min(...ranks)) throw new Error(`--kill-rank expects a world rank in 0..${Math.min(...ranks) - 1}, got ${killRank}`);
   if (!Number.isSafeInteger(batch) || batch < 1) throw new Error(`--batch expects an integer >= 1, got ${batch}`);
   if (policies.includes('shrink')) for (const n of ranks) if (batch % n !== 0) throw new Error(`--batch ${batch}: shrink mode needs it divisible by every world size (${n} is not a divisor)`);
-  const clash = extra.find((arg) => ownFlags.includes(arg.split('=')[0]));
-  if (clash) throw new Error(`${clash.split('=')[0]} is set by compare itself; use its own flag (see --help)`);
+  // yargs takes --runDir for --run-dir and --run-dir=x for --run-dir x
+  const flagName = (arg: string) => arg.split('=')[0].replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+  const clash = extra.find((arg) => ownFlags.includes(flagName(arg)));
+  if (clash) throw new Error(`${flagName(clash)} is set by compare itself; use its own flag (see --help)`);
   const out = last(args.out ?? path.join('runs', `compare-${stamp()}`));
   if (fs.existsSync(out) && (!fs.statSync(out).isDirectory() || fs.readdirSync(out).length > 0)) throw new Error(`${out}: --out exists and is not an empty directory`);
 
@@ -77,14 +80,14 @@ runMain('compare', async () => {
     ...policies.map((policy) => ({ name: `n${n}-${policy}`, ranks: n, onFailure: policy, kills: [{ rank: killRank, step: killStep }], describe: `${n} ranks, FT-SGD ${policy}, kill -9 of rank ${killRank} after step ${killStep}` })),
   ]);
   fs.mkdirSync(out, { recursive: true });
-  console.log(`[compare] ${plans.length} runs of ${args.model} on ${args.data}, ${steps} steps each, into ${out}`);
+  console.log(`[compare] ${plans.length} runs of ${model} on ${data}, ${steps} steps each, into ${out}`);
   const started = Date.now();
-  const failed: string[] = [];
+  const failed = new Map<string, string>();
   for (const [i, plan] of plans.entries()) {
     const runDir = path.join(out, plan.name);
     console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: ${plan.describe}`);
     const t0 = Date.now();
-    const outcome = await runDrill(plan.ranks, plan.kills, ['--model', args.model, '--data', args.data, '--run-dir', runDir, '--steps', String(steps),
+    const outcome = await runDrill(plan.ranks, plan.kills, ['--model', model, '--data', data, '--run-dir', runDir, '--steps', String(steps),
       '--batch', String(batch), '--eval-every', String(last(args['eval-every'])), '--on-failure', plan.onFailure, ...extra]);
     const seconds = ((Date.now() - t0) / 1000).toFixed(1);
     if (outcome.passed) console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: done in ${seconds} s, ${outcome.summary!.world_final} of ${plan.ranks} ranks left, params_sha256 ${outcome.summary!.params_sha256.slice(0, 16)}`);
@@ -94,14 +97,21 @@ runMain('compare', async () => {
         if (i === 0) fs.rmSync(out, { recursive: true, force: true }); // ft-train wrote nothing
         throw new Error(`ft-train refused the arguments of ${plan.name} (its error is above); nothing else run`);
       }
-      failed.push(plan.name);
-      console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: FAILED (mpirun exit code ${outcome.code}, ${outcome.sent.length} of ${plan.kills.length} kills sent, ${outcome.summary ? 'summary written' : 'no summary.json'})`);
+      const why = `mpirun exit code ${outcome.code}, ${outcome.sent.length} of ${plan.kills.length} kills sent, ${outcome.summary ? `${outcome.summary.ranks_lost} rank(s) lost per summary.json` : 'no summary.json'}`;
+      failed.set(plan.name, why);
+      console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: FAILED (${why})`);
     }
   }
 
   const runs: Run[] = [];
   const skipped: string[] = [];
   for (const plan of plans) {
+    const why = failed.get(plan.name);
+    // a run that did not go as planned (e.g. its kill missed) would pass for a clean one
+    if (why !== undefined) {
+      skipped.push(`${path.join(out, plan.name)}: the run failed (${why})`);
+      continue;
+    }
     try {
       runs.push(readRun(path.join(out, plan.name)));
     } catch (error) {
@@ -110,11 +120,11 @@ runMain('compare', async () => {
     }
   }
   if (runs.length === 0) throw new Error(`every run failed; no report (see ${out})`);
-  const input = { title: `FT-SGD at ${ranks.join(' and ')} ranks: ${path.basename(args.model, '.json')} on ${path.basename(args.data)}, kill -9 of rank ${killRank} after step ${killStep}`, runs, skipped };
+  const input = { title: `FT-SGD at ${ranks.join(' and ')} ranks: ${path.basename(model, '.json')} on ${path.basename(data)}, kill -9 of rank ${killRank} after step ${killStep}`, runs, skipped };
   const report = path.join(out, 'report.html');
   writeAtomically(report, await reportPage(input));
   if (args.png) writeAtomically(path.join(out, 'report.png'), await reportPng(input));
-  console.log(`[compare] ${plans.length - failed.length} of ${plans.length} runs finished in ${((Date.now() - started) / 1000).toFixed(0)} s${failed.length ? `; failed: ${failed.join(', ')}` : ''}`);
+  console.log(`[compare] ${plans.length - failed.size} of ${plans.length} runs finished in ${((Date.now() - started) / 1000).toFixed(0)} s${failed.size ? `; failed: ${[...failed.keys()].join(', ')}` : ''}`);
   console.log(`[compare] report: ${report}`);
-  if (failed.length > 0) process.exitCode = 1;
+  if (failed.size > 0) process.exitCode = 1;
 });

@@ -12,7 +12,10 @@ export interface Kill {
   rank: number;
   step: number;
   pid?: number;
+  /** when the SIGKILL was sent */
   time?: number;
+  /** why it could not be sent (the process was gone, no pid file) */
+  error?: string;
 }
 
 export interface DrillOutcome {
@@ -20,8 +23,8 @@ export interface DrillOutcome {
   code: number;
   /** the kills sent (pid and time set) */
   sent: Kill[];
-  summary: { steps: number; world_final: number; ranks_lost: number; params_sha256: string } | null;
-  /** the job finished, wrote its summary and survived every kill sent */
+  summary: { steps: number; world_final: number; ranks_lost: number; params_sha256: string; failures: { lost: number[] }[] } | null;
+  /** the job finished, every kill was sent, and each killed rank is among the summary's lost ranks */
   passed: boolean;
 }
 
@@ -44,30 +47,39 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
   const plan = kills.map((k) => ({ rank: k.rank, step: k.step }) as Kill);
   const { command, args, env } = mpirunCommand({ ranks, program: [process.execPath, path.join(__dirname, '..', '..', '..', 'launch', 'ft-train.js'), ...trainArgs] });
   const job = spawn(command, args, { env, stdio: 'inherit' });
-  const exited = new Promise<number>((resolve) => job.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1))));
+  const exited = new Promise<number>((resolve, reject) => {
+    job.on('error', (error) => reject(new Error(`${command}: ${error.message}`)));
+    job.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));
+  });
 
   const metrics = path.join(runDir, runFiles.metrics);
   const follow = setInterval(() => {
     const step = lastRecord<{ step: number }>(metrics)?.step ?? -1;
     for (const kill of plan) {
-      if (kill.time !== undefined || step < kill.step) continue;
-      kill.pid = Number(fs.readFileSync(path.join(runDir, runFiles.pids, String(kill.rank)), 'utf8'));
-      kill.time = Date.now();
+      if (kill.time !== undefined || kill.error !== undefined || step < kill.step) continue;
       try {
+        kill.pid = Number(fs.readFileSync(path.join(runDir, runFiles.pids, String(kill.rank)), 'utf8'));
         process.kill(kill.pid, 'SIGKILL');
+        kill.time = Date.now();
         console.log(`[drill] kill -9 ${kill.pid} (world rank ${kill.rank}) after step ${step}`);
       } catch (error) {
-        console.log(`[drill] kill -9 ${kill.pid} (world rank ${kill.rank}) failed: ${(error as Error).message}`);
+        kill.error = (error as Error).message;
+        console.log(`[drill] kill -9 of world rank ${kill.rank} failed: ${kill.error}`);
       }
     }
   }, 5);
-  const code = await exited;
-  clearInterval(follow);
+  let code: number;
+  try {
+    code = await exited;
+  } finally {
+    clearInterval(follow);
+  }
 
   const summaryFile = path.join(runDir, runFiles.summary);
   const summary = fs.existsSync(summaryFile) ? (JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as DrillOutcome['summary']) : null;
   if (plan.length > 0) writeAtomically(path.join(runDir, runFiles.drill), JSON.stringify({ ranks, kills: plan, mpirun_exit: code }, null, 2) + '\n');
   const sent = plan.filter((k) => k.time !== undefined);
-  const passed = code === 0 && summary !== null && sent.length === plan.length && summary.ranks_lost >= sent.length;
+  const lost = new Set(summary?.failures.flatMap((f) => f.lost));
+  const passed = code === 0 && summary !== null && sent.length === plan.length && sent.every((k) => lost.has(k.rank));
   return { code, sent, summary, passed };
 }

@@ -35,7 +35,9 @@ runMain('ft-report', async () => {
 
   const runs: Run[] = [];
   const skipped: string[] = [];
-  for (const dir of args._.map(String)) {
+  // a directory named twice (runs/a, runs/a/) is one run
+  const dirs = args._.map(String).filter((dir, i, all) => all.findIndex((other) => path.resolve(other) === path.resolve(dir)) === i);
+  for (const dir of dirs) {
     try {
       runs.push(readRun(dir));
     } catch (error) {
@@ -56,7 +58,7 @@ runMain('ft-report', async () => {
   const html = await reportPage(input);
   const image = png === undefined ? undefined : await reportPng(input);
   for (const file of [output, png]) if (file !== undefined) fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
-  writeAtomically(output, html);
   if (png !== undefined && image !== undefined) writeAtomically(png, image);
+  writeAtomically(output, html);
   console.log(`ft-report: ${runs.length} run${runs.length === 1 ? '' : 's'}${skipped.length ? ` (${skipped.length} skipped)` : ''}; wrote ${output}${png ? ` and ${png}` : ''}`);
 });

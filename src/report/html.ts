@@ -78,7 +78,7 @@ function recoveryTotal(r: Recovery): number {
 
 function recoveriesTable(content: ReportContent): string {
   const rows = content.runs.flatMap((run, i) => run.recoveries.map((r) =>
-    `<tr><td class="text">${escape(content.labels[i])}</td><td>${r.step}</td><td>${r.lost.join(', ')}</td><td>${r.world}</td><td class="text">${escape(r.phase)}</td>` +
+    `<tr><td class="text">${escape(content.labels[i])}</td><td>${r.step}</td><td>${escape(r.lost.join(', '))}</td><td>${r.world}</td><td class="text">${escape(r.phase)}</td>` +
     `<td>${ms(r.detectMs)}</td><td>${ms(r.revokeShrinkMs)}</td><td>${ms(r.agreeMs)}</td><td>${ms(r.readbackMs)}</td><td>${megabytes(r.readbackBytes)}</td>` +
     `<td>${ms(r.checkpointMs)}</td><td>${ms(r.retryMs)}</td><td><b>${ms(recoveryTotal(r))}</b></td><td>${ms(r.killToCommitMs)}</td></tr>`));
   if (rows.length === 0) return '<p class="note">No run had a failure.</p>';

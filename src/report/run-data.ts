@@ -71,31 +71,63 @@ type Json = Record<string, unknown>;
 
 export function readRun(dir: string): Run {
   if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) throw new RunDirError(`${dir}: no such run directory`);
-  const steps = readLines(dir, runFiles.metrics).map((line, i) => checkStep(line, `${path.join(dir, runFiles.metrics)} line ${i + 1}`));
-  const events = readLines(dir, runFiles.events);
+  const metricsFile = path.join(dir, runFiles.metrics);
+  const steps = readLines(metricsFile).map(({ value, line }) => checkStep(value, `${metricsFile} line ${line}`));
+  const events = readLines(path.join(dir, runFiles.events)).map(({ value }) => value);
   const summary = readSummary(dir, steps);
-  checkSteps(dir, steps, summary);
   const start = events.find((e) => e.event === 'start');
   if (start === undefined || typeof start.time !== 'number') throw new RunDirError(`${path.join(dir, runFiles.events)}: no start event`);
+  const resume = events.find((e) => e.event === 'resume');
+  checkSteps(metricsFile, steps, summary, typeof resume?.step === 'number' ? resume.step : 0);
   const recoveries = readRecoveries(dir, events, summary);
   addKillTimes(dir, recoveries, steps);
   return { dir, summary, steps, startTime: start.time, recoveries };
 }
 
-function readLines(dir: string, name: string): Json[] {
-  const file = path.join(dir, name);
+/** The file's text; a file that cannot be read is a RunDirError naming it. */
+function readText(file: string): string {
   if (!fs.existsSync(file)) throw new RunDirError(`${file}: missing`);
-  const text = fs.readFileSync(file, 'utf8');
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new RunDirError(`${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+  }
+}
+
+/** A JSON file holding one object. */
+function readObject(file: string): Json {
+  let value: unknown;
+  try {
+    value = JSON.parse(readText(file));
+  } catch (error) {
+    if (error instanceof RunDirError) throw error;
+    throw new RunDirError(`${file}: not JSON`);
+  }
+  if (!isObject(value)) throw new RunDirError(`${file}: not a JSON object`);
+  return value;
+}
+
+function isObject(value: unknown): value is Json {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The objects of a JSON-lines file with their line numbers (blank lines skipped). */
+function readLines(file: string): { value: Json; line: number }[] {
+  const text = readText(file);
   if (text.length > 0 && !text.endsWith('\n')) throw new RunDirError(`${file}: half-written (its last line has no end)`);
-  return text.split('\n').filter(Boolean).map((line, i) => {
+  const lines: { value: Json; line: number }[] = [];
+  text.split('\n').forEach((line, i) => {
+    if (line.length === 0) return;
+    let value: unknown;
     try {
-      const value: unknown = JSON.parse(line);
-      if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error('not an object');
-      return value as Json;
+      value = JSON.parse(line);
     } catch {
-      throw new RunDirError(`${file}: line ${i + 1} is not a JSON object`);
+      value = undefined;
     }
+    if (!isObject(value)) throw new RunDirError(`${file}: line ${i + 1} is not a JSON object`);
+    lines.push({ value, line: i + 1 });
   });
+  return lines;
 }
 
 function checkStep(line: Json, where: string): StepRecord {
@@ -111,12 +143,7 @@ function readSummary(dir: string, steps: StepRecord[]): Summary {
     const last = steps.at(-1);
     throw new RunDirError(`${file}: missing: the run did not finish (${last ? `last committed step ${last.step}` : 'no step committed'})`);
   }
-  let summary: Json;
-  try {
-    summary = JSON.parse(fs.readFileSync(file, 'utf8')) as Json;
-  } catch {
-    throw new RunDirError(`${file}: not JSON`);
-  }
+  const summary = readObject(file);
   if (summary.status !== 'complete') throw new RunDirError(`${file}: status is ${JSON.stringify(summary.status)}, not "complete"`);
   const numbers = ['steps', 'final_loss', 'wall_s', 'ranks_lost', 'bytes_read_back', 'world_initial', 'world_final', 'shards', 'batch', 'seed'];
   for (const name of numbers) if (typeof summary[name] !== 'number') throw new RunDirError(`${file}: "${name}" is missing or not a number`);
@@ -124,16 +151,20 @@ function readSummary(dir: string, steps: StepRecord[]): Summary {
   if (summary.test_accuracy !== null && typeof summary.test_accuracy !== 'number') throw new RunDirError(`${file}: "test_accuracy" is not a number`);
   if (typeof summary.params_sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(summary.params_sha256)) throw new RunDirError(`${file}: "params_sha256" is not a sha256`);
   const failures = summary.failures;
-  if (!Array.isArray(failures) || !failures.every((f) => typeof f?.step === 'number' && Array.isArray(f.lost) && typeof f.world === 'number')) {
+  if (!Array.isArray(failures) || !failures.every((f) => isObject(f) && typeof f.step === 'number' && isRanks(f.lost) && typeof f.world === 'number')) {
     throw new RunDirError(`${file}: "failures" is not a list of {step, lost, world}`);
   }
   return summary as unknown as Summary;
 }
 
-/** metrics.jsonl must hold every committed step once, in order, up to the summary's last. */
-function checkSteps(dir: string, steps: StepRecord[], summary: Summary): void {
-  const file = path.join(dir, runFiles.metrics);
+function isRanks(value: unknown): value is number[] {
+  return Array.isArray(value) && value.every((rank) => Number.isSafeInteger(rank) && rank >= 0);
+}
+
+/** metrics.jsonl must hold every committed step once, in order, from the first (0, or where the run resumed) to the last. */
+function checkSteps(file: string, steps: StepRecord[], summary: Summary, first: number): void {
   if (steps.length === 0) throw new RunDirError(`${file}: no step`);
+  if (steps[0].step !== first) throw new RunDirError(`${file}: starts at step ${steps[0].step}, not ${first}`);
   steps.forEach((record, i) => {
     if (i > 0 && record.step !== steps[i - 1].step + 1) throw new RunDirError(`${file}: step ${record.step} follows step ${steps[i - 1].step}`);
   });
@@ -141,23 +172,30 @@ function checkSteps(dir: string, steps: StepRecord[], summary: Summary): void {
   if (last !== summary.steps - 1) throw new RunDirError(`${file}: ends at step ${last}, but ${runFiles.summary} says ${summary.steps} steps`);
 }
 
-/** Events grouped by the step they interrupted; one recovery per step with failures. */
+/**
+ * One recovery per step that had failures: its phases' events carry that step, except the JIT
+ * checkpoint, which carries the step it saves (one later when the failure surfaced in the vote
+ * of a step that committed), so it joins the recovery under way.
+ */
 function readRecoveries(dir: string, events: Json[], summary: Summary): Recovery[] {
+  const eventsFile = path.join(dir, runFiles.events);
   const byStep = new Map<number, Recovery>();
+  let current: Recovery | undefined;
   const total = (e: Json) => (typeof e.duration_ms === 'number' ? e.duration_ms : 0);
   for (const e of events) {
     if (typeof e.step !== 'number') continue;
-    let recovery = byStep.get(e.step);
-    if (e.event === 'failure' && recovery === undefined) {
-      recovery = { step: e.step, time: typeof e.time === 'number' ? e.time : NaN, lost: [], world: 0, phase: String(e.phase), detectMs: 0, revokeShrinkMs: 0, agreeMs: 0, readbackMs: 0, readbackBytes: 0, checkpointMs: 0, retryMs: 0 };
-      byStep.set(e.step, recovery);
+    if (e.event === 'failure' && !byStep.has(e.step)) {
+      byStep.set(e.step, { step: e.step, time: typeof e.time === 'number' ? e.time : NaN, lost: [], world: 0, phase: String(e.phase), detectMs: 0, revokeShrinkMs: 0, agreeMs: 0, readbackMs: 0, readbackBytes: 0, checkpointMs: 0, retryMs: 0 });
     }
+    const recovery = e.event === 'checkpoint' && e.reason === 'jit' ? current : byStep.get(e.step);
     if (recovery === undefined) continue;
+    current = recovery;
     switch (e.event) {
       case 'failure': recovery.detectMs += typeof e.detect_ms === 'number' ? e.detect_ms : 0; break;
       case 'revoke+shrink':
+        if (!isRanks(e.lost)) throw new RunDirError(`${eventsFile}: a revoke+shrink event at step ${e.step} whose "lost" is not a list of ranks`);
         recovery.revokeShrinkMs += total(e);
-        recovery.lost.push(...(Array.isArray(e.lost) ? (e.lost as number[]) : []));
+        recovery.lost.push(...e.lost);
         if (typeof e.world === 'number') recovery.world = e.world;
         break;
       case 'agree': recovery.agreeMs += total(e); break;
@@ -170,14 +208,11 @@ function readRecoveries(dir: string, events: Json[], summary: Summary): Recovery
     }
   }
   const recoveries = [...byStep.values()].filter((r) => r.lost.length > 0);
-  const eventsFile = path.join(dir, runFiles.events);
   for (const failure of summary.failures) {
-    const recovery = recoveries.find((r) => r.step === failure.step);
-    if (recovery === undefined) throw new RunDirError(`${eventsFile}: no recovery at step ${failure.step}, where ${runFiles.summary} has a failure`);
+    if (!recoveries.some((r) => r.step === failure.step)) throw new RunDirError(`${eventsFile}: no recovery at step ${failure.step}, where ${runFiles.summary} has a failure`);
   }
-  if (recoveries.length > new Set(summary.failures.map((f) => f.step)).size) {
-    throw new RunDirError(`${eventsFile}: has ${recoveries.length} recoveries, ${runFiles.summary} has failures at ${summary.failures.length} steps`);
-  }
+  const failedSteps = new Set(summary.failures.map((f) => f.step)).size;
+  if (recoveries.length > failedSteps) throw new RunDirError(`${eventsFile}: has recoveries at ${recoveries.length} steps, ${runFiles.summary} has failures at ${failedSteps}`);
   return recoveries.map((r) => ({ ...r, lost: [...new Set(r.lost)].sort((a, b) => a - b) }));
 }
 
@@ -185,18 +220,14 @@ function readRecoveries(dir: string, events: Json[], summary: Summary): Recovery
 function addKillTimes(dir: string, recoveries: Recovery[], steps: StepRecord[]): void {
   const file = path.join(dir, runFiles.drill);
   if (!fs.existsSync(file)) return;
-  let drill: { kills?: { rank?: unknown; time?: unknown }[] };
-  try {
-    drill = JSON.parse(fs.readFileSync(file, 'utf8'));
-  } catch {
-    throw new RunDirError(`${file}: not JSON`);
-  }
-  if (!Array.isArray(drill.kills)) throw new RunDirError(`${file}: "kills" is not a list`);
-  for (const kill of drill.kills) {
-    if (typeof kill.time !== 'number' || typeof kill.rank !== 'number') continue; // the run ended before that kill
-    const recovery = recoveries.find((r) => r.lost.includes(kill.rank as number));
+  const drill = readObject(file);
+  if (!Array.isArray(drill.kills) || !drill.kills.every(isObject)) throw new RunDirError(`${file}: "kills" is not a list of objects`);
+  for (const kill of drill.kills as Json[]) {
+    if (typeof kill.time !== 'number' || typeof kill.rank !== 'number') continue; // not sent: the run ended first, or the process was gone
+    const [rank, time] = [kill.rank, kill.time];
+    const recovery = recoveries.find((r) => r.lost.includes(rank));
     // the first commit after the kill (a kill during an evaluation breaks no step)
-    const committed = recovery && steps.find((s) => s.step >= recovery.step && s.time >= (kill.time as number));
-    if (recovery && committed && recovery.killToCommitMs === undefined) recovery.killToCommitMs = committed.time - kill.time;
+    const committed = recovery && steps.find((s) => s.step >= recovery.step && s.time >= time);
+    if (recovery && committed && recovery.killToCommitMs === undefined) recovery.killToCommitMs = committed.time - time;
   }
 }

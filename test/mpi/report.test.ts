@@ -88,7 +88,7 @@ describe('reports', function () {
     assert.equal(recovery.revokeShrinkMs, of('revoke+shrink')[0].duration_ms);
     assert.equal(recovery.readbackBytes, data.summary.bytes_read_back);
     assert.equal(recovery.readbackMs, of('readback')[0].duration_ms);
-    assert.equal(recovery.checkpointMs, of('checkpoint')[0].duration_ms);
+    assert.equal(recovery.checkpointMs, events.find((e) => e.event === 'checkpoint' && e.reason === 'jit')!.duration_ms);
     assert.equal(recovery.retryMs, of('retry')[0].duration_ms);
     const kill = JSON.parse(fs.readFileSync(path.join(dir, 'drill.json'), 'utf8')).kills[0];
     const commit = metrics.find((m) => (m.step as number) >= recovery.step && (m.time as number) >= kill.time)!;
@@ -117,6 +117,24 @@ describe('reports', function () {
     assert.match(row('n4-shrink'), /class="differs">differs<\/span> <span class="note">\(vs n4-sgd\)/);
   });
 
+  it('--baseline names the run to compare with; --png writes the charts; what comes from run directories is escaped', async () => {
+    const hostile = broken('<b>run</b>&', (dir) => {
+      const file = path.join(dir, 'events.jsonl');
+      fs.writeFileSync(file, fs.readFileSync(file, 'utf8').replace('"phase":"', '"phase":"<i>p</i>'));
+    });
+    const [output, png] = [path.join(scratch, 'named.html'), path.join(scratch, 'named.png')];
+    const job = await report([run('n4-sgd'), hostile, '-o', output, '--png', png, '--baseline', run('n4-shrink'), '--title', 'A <title>']);
+    assert.equal(job.code, 0, job.stderr);
+    const html = fs.readFileSync(output, 'utf8');
+    assert.doesNotMatch(html, /<b>run|<i>p|<title>A <title>/);
+    assert.match(html, /&#60;b&#62;run&#60;\/b&#62;&#38;/);
+    assert.match(html, /<td class="text">&#60;i&#62;p&#60;\/i&#62;collective<\/td>/);
+    const row = (name: string) => new RegExp(`<tr><td class="text"[^>]*>${name}</td>.*</tr>`).exec(html)?.[0] ?? '';
+    assert.match(row('n4-sgd'), /class="differs">differs<\/span> <span class="note">\(vs .*n4-shrink\)/);
+    const drawn = ink(fs.readFileSync(png));
+    assert.ok(drawn.share > 0.03 && drawn.colours > 50, JSON.stringify(drawn));
+  });
+
   it('names a broken run directory in one line and passes over it; --strict refuses; nothing is written when no run is left', async () => {
     const cases: [string, (dir: string) => void, RegExp][] = [
       ['unfinished', (d) => fs.rmSync(path.join(d, 'summary.json')), /summary\.json: missing: the run did not finish \(last committed step 39\)$/],
@@ -135,6 +153,15 @@ describe('reports', function () {
         fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), params_sha256: 'abc' }));
       }, /summary\.json: "params_sha256" is not a sha256$/],
       ['no-metrics', (d) => fs.rmSync(path.join(d, 'metrics.jsonl')), /metrics\.jsonl: missing$/],
+      ['null-summary', (d) => fs.writeFileSync(path.join(d, 'summary.json'), 'null\n'), /summary\.json: not a JSON object$/],
+      ['headless', (d) => {
+        const file = path.join(d, 'metrics.jsonl');
+        fs.writeFileSync(file, fs.readFileSync(file, 'utf8').split('\n').slice(1).join('\n'));
+      }, /metrics\.jsonl: starts at step 1, not 0$/],
+      ['bad-lost', (d) => {
+        const file = path.join(d, 'events.jsonl');
+        fs.writeFileSync(file, fs.readFileSync(file, 'utf8').replace(/"lost":\[\d+\]/, '"lost":["<b>1</b>"]'));
+      }, /events\.jsonl: a revoke\+shrink event at step 2\d whose "lost" is not a list of ranks$/],
     ];
     for (const [name, damage, message] of cases) {
       const dir = broken(name, damage);
