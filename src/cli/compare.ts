@@ -83,24 +83,26 @@ runMain('compare', async () => {
   console.log(`[compare] ${plans.length} runs of ${model} on ${data}, ${steps} steps each, into ${out}`);
   const started = Date.now();
   const failed = new Map<string, string>();
-  for (const [i, plan] of plans.entries()) {
-    const runDir = path.join(out, plan.name);
-    console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: ${plan.describe}`);
-    const t0 = Date.now();
-    const outcome = await runDrill(plan.ranks, plan.kills, ['--model', model, '--data', data, '--run-dir', runDir, '--steps', String(steps),
-      '--batch', String(batch), '--eval-every', String(last(args['eval-every'])), '--on-failure', plan.onFailure, ...extra]);
-    const seconds = ((Date.now() - t0) / 1000).toFixed(1);
-    if (outcome.passed) console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: done in ${seconds} s, ${outcome.summary!.world_final} of ${plan.ranks} ranks left, params_sha256 ${outcome.summary!.params_sha256.slice(0, 16)}`);
-    else {
-      // ft-train's exit code for bad input: the other runs would be refused the same way
-      if (outcome.code === 2) {
-        if (i === 0) fs.rmSync(out, { recursive: true, force: true }); // ft-train wrote nothing
-        throw new Error(`ft-train refused the arguments of ${plan.name} (its error is above); nothing else run`);
+  try {
+    for (const [i, plan] of plans.entries()) {
+      const runDir = path.join(out, plan.name);
+      console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: ${plan.describe}`);
+      const t0 = Date.now();
+      const outcome = await runDrill(plan.ranks, plan.kills, ['--model', model, '--data', data, '--run-dir', runDir, '--steps', String(steps),
+        '--batch', String(batch), '--eval-every', String(last(args['eval-every'])), '--on-failure', plan.onFailure, ...extra]);
+      const seconds = ((Date.now() - t0) / 1000).toFixed(1);
+      if (outcome.passed) console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: done in ${seconds} s, ${outcome.summary!.world_final} of ${plan.ranks} ranks left, params_sha256 ${outcome.summary!.params_sha256.slice(0, 16)}`);
+      else {
+        // ft-train's exit code for bad input: the other runs would be refused the same way
+        if (outcome.code === 2) throw new Error(`ft-train refused the arguments of ${plan.name} (its error is above); nothing else run`);
+        const why = `mpirun exit code ${outcome.code}, ${outcome.sent.length} of ${plan.kills.length} kills sent, ${outcome.summary ? `${outcome.summary.ranks_lost} rank(s) lost per summary.json` : 'no summary.json'}`;
+        failed.set(plan.name, why);
+        console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: FAILED (${why})`);
       }
-      const why = `mpirun exit code ${outcome.code}, ${outcome.sent.length} of ${plan.kills.length} kills sent, ${outcome.summary ? `${outcome.summary.ranks_lost} rank(s) lost per summary.json` : 'no summary.json'}`;
-      failed.set(plan.name, why);
-      console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: FAILED (${why})`);
     }
+  } catch (error) {
+    if (fs.readdirSync(out).length === 0) fs.rmdirSync(out); // nothing ran: leave nothing behind
+    throw error;
   }
 
   const runs: Run[] = [];
