@@ -4,9 +4,7 @@
 // --policies exact leaves out the shrink run (the README's quick drill).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { writeAtomically } from '../atomic-write';
-import { readRun, RunDirError, type Run } from '../report/run-data';
-import { reportPage, reportPng } from '../report/report';
+import { readRuns, writeReport } from '../report/report';
 import { commandLine, last, runMain } from './command';
 import { runDrill, type Kill } from './fault-drill';
 
@@ -105,27 +103,13 @@ runMain('compare', async () => {
     throw error;
   }
 
-  const runs: Run[] = [];
-  const skipped: string[] = [];
-  for (const plan of plans) {
-    const why = failed.get(plan.name);
-    // a run that did not go as planned (e.g. its kill missed) would pass for a clean one
-    if (why !== undefined) {
-      skipped.push(`${path.join(out, plan.name)}: the run failed (${why})`);
-      continue;
-    }
-    try {
-      runs.push(readRun(path.join(out, plan.name)));
-    } catch (error) {
-      if (!(error instanceof RunDirError)) throw error;
-      skipped.push(error.message);
-    }
-  }
+  // a run that did not go as planned (e.g. its kill missed) would pass for a clean one
+  const { runs, skipped: unreadable } = readRuns(plans.filter((plan) => !failed.has(plan.name)).map((plan) => path.join(out, plan.name)));
+  const skipped = [...[...failed].map(([name, why]) => `${path.join(out, name)}: the run failed (${why})`), ...unreadable];
   if (runs.length === 0) throw new Error(`every run failed; no report (see ${out})`);
   const input = { title: `FT-SGD at ${ranks.join(' and ')} ranks: ${path.basename(model, '.json')} on ${path.basename(data)}, kill -9 of rank ${killRank} after step ${killStep}`, runs, skipped };
   const report = path.join(out, 'report.html');
-  writeAtomically(report, await reportPage(input));
-  if (args.png) writeAtomically(path.join(out, 'report.png'), await reportPng(input));
+  await writeReport(input, report, args.png ? path.join(out, 'report.png') : undefined);
   console.log(`[compare] ${plans.length - failed.size} of ${plans.length} runs finished in ${((Date.now() - started) / 1000).toFixed(0)} s${failed.size ? `; failed: ${[...failed.keys()].join(', ')}` : ''}`);
   console.log(`[compare] report: ${report}`);
   if (failed.size > 0) process.exitCode = 1;

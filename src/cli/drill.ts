@@ -3,7 +3,7 @@
 // pid from the run directory). Prints the run directory and a one-line verdict; exit code 0 when
 // the job finished with every kill survived.
 import { commandLine, runMain } from './command';
-import { parseKill, runDirOf, runDrill } from './fault-drill';
+import { parseKill, runDrill } from './fault-drill';
 
 runMain('drill', async () => {
   const args = commandLine('drill', '$0 -n N --kill R@K [--kill R@K ...] -- <ft-train arguments>\n\nRuns ft-train under mpirun and kill -9s world rank R once the metrics reach step K.')
@@ -16,10 +16,7 @@ runMain('drill', async () => {
       return true;
     })
     .parseSync();
-  const trainArgs = args._.map(String);
-  const runDir = runDirOf(trainArgs);
-  const kills = args.kill.map(parseKill);
-  const { code, sent, summary, passed } = await runDrill(args.n, kills, trainArgs);
+  const { runDir, code, sent, summary, passed } = await runDrill(args.n, args.kill.map(parseKill), args._.map(String));
   const killed = sent.map((k) => `rank ${k.rank}@${k.step}`).join(', ') || 'nobody (the run ended first)';
   console.log(`[drill] run directory: ${runDir}`);
   console.log(passed

@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
+import type { Summary } from '../report/run-data';
 import { mpirunCommand } from './mpirun';
 import { lastRecord, runFiles } from './run-dir';
 
@@ -19,11 +20,12 @@ export interface Kill {
 }
 
 export interface DrillOutcome {
+  runDir: string;
   /** mpirun's exit code */
   code: number;
   /** the kills sent (pid and time set) */
   sent: Kill[];
-  summary: { steps: number; world_final: number; ranks_lost: number; params_sha256: string; failures: { lost: number[] }[] } | null;
+  summary: Pick<Summary, 'steps' | 'world_final' | 'ranks_lost' | 'params_sha256' | 'failures'> | null;
   /** the job finished, every kill was sent, and each killed rank is among the summary's lost ranks */
   passed: boolean;
 }
@@ -35,7 +37,7 @@ export function parseKill(text: string): Kill {
 }
 
 /** The run directory named in ft-train's arguments. */
-export function runDirOf(trainArgs: string[]): string {
+function runDirOf(trainArgs: string[]): string {
   const at = trainArgs.indexOf('--run-dir');
   if (at < 0 || at + 1 >= trainArgs.length) throw new Error('the ft-train arguments need --run-dir DIR (the drill follows its metrics)');
   return trainArgs[at + 1];
@@ -81,5 +83,5 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
   const sent = plan.filter((k) => k.time !== undefined);
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));
   const passed = code === 0 && summary !== null && sent.length === plan.length && sent.every((k) => lost.has(k.rank));
-  return { code, sent, summary, passed };
+  return { runDir, code, sent, summary, passed };
 }

@@ -4,9 +4,8 @@
 // the report is refused instead).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { writeAtomically } from '../atomic-write';
-import { readRun, RunDirError, type Run } from '../report/run-data';
-import { reportPage, reportPng } from '../report/report';
+import { readRun, type Run } from '../report/run-data';
+import { readRuns, writeReport } from '../report/report';
 import { commandLine, last, runMain, UsageError } from './command';
 
 function checkOutput(flag: string, file: string, extension: string): void {
@@ -33,20 +32,11 @@ runMain('ft-report', async () => {
   checkOutput('-o', output, '.html');
   if (png !== undefined) checkOutput('--png', png, '.png');
 
-  const runs: Run[] = [];
-  const skipped: string[] = [];
   // a directory named twice (runs/a, runs/a/) is one run
   const dirs = args._.map(String).filter((dir, i, all) => all.findIndex((other) => path.resolve(other) === path.resolve(dir)) === i);
-  for (const dir of dirs) {
-    try {
-      runs.push(readRun(dir));
-    } catch (error) {
-      if (!(error instanceof RunDirError)) throw error;
-      if (args.strict) throw new UsageError(`ft-report: ${error.message}`);
-      skipped.push(error.message);
-      console.error(`ft-report: skipped ${error.message}`);
-    }
-  }
+  const { runs, skipped } = readRuns(dirs);
+  if (args.strict && skipped.length > 0) throw new UsageError(`ft-report: ${skipped[0]}`);
+  for (const line of skipped) console.error(`ft-report: skipped ${line}`);
   if (runs.length === 0) throw new Error(`no readable run directory (${skipped.length} skipped); nothing written`);
   let baseline: Run | undefined;
   if (args.baseline !== undefined) {
@@ -54,11 +44,6 @@ runMain('ft-report', async () => {
     baseline = runs.find((run) => path.resolve(run.dir) === dir) ?? readRun(last(args.baseline));
   }
 
-  const input = { title: last(args.title), runs, baseline, skipped };
-  const html = await reportPage(input);
-  const image = png === undefined ? undefined : await reportPng(input);
-  for (const file of [output, png]) if (file !== undefined) fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
-  if (png !== undefined && image !== undefined) writeAtomically(png, image);
-  writeAtomically(output, html);
+  await writeReport({ title: last(args.title), runs, baseline, skipped }, output, png);
   console.log(`ft-report: ${runs.length} run${runs.length === 1 ? '' : 's'}${skipped.length ? ` (${skipped.length} skipped)` : ''}; wrote ${output}${png ? ` and ${png}` : ''}`);
 });

@@ -1,11 +1,13 @@
-// From run directories to a report: names the runs, compares each with its baseline, renders the
-// charts and lays out the HTML page; the PNG export draws the same charts in one figure.
+// From run directories to a report: reads the runs, names them, compares each with its baseline,
+// renders the charts and lays out the HTML page; the PNG export draws the same charts in one figure.
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Resvg } from '@resvg/resvg-js';
+import { writeAtomically } from '../atomic-write';
 import { compareWithBaselines } from './baseline';
 import { combined, renderSvg, reportCharts, standalone } from './charts';
 import { reportHtml } from './html';
-import type { Run } from './run-data';
+import { readRun, RunDirError, type Run } from './run-data';
 
 export interface ReportInput {
   title: string;
@@ -16,21 +18,40 @@ export interface ReportInput {
   skipped: string[];
 }
 
+/** The runs of `dirs` that can be read, and one line for each that cannot. */
+export function readRuns(dirs: string[]): { runs: Run[]; skipped: string[] } {
+  const runs: Run[] = [];
+  const skipped: string[] = [];
+  for (const dir of dirs) {
+    try {
+      runs.push(readRun(dir));
+    } catch (error) {
+      if (!(error instanceof RunDirError)) throw error;
+      skipped.push(error.message);
+    }
+  }
+  return { runs, skipped };
+}
+
 /** Each run's name: its directory's base name, or its path where base names repeat. */
 export function runLabels(runs: Run[]): string[] {
   const names = runs.map((run) => path.basename(path.resolve(run.dir)));
   return runs.map((run, i) => (names.indexOf(names[i]) === names.lastIndexOf(names[i]) ? names[i] : run.dir));
 }
 
-export async function reportPage(input: ReportInput): Promise<string> {
+/**
+ * Writes the HTML report and, when `pngFile` is given, its charts as one PNG at twice their size in
+ * pixels (sharp on high-density screens and in print). Both are rendered before either is written;
+ * each file is written atomically.
+ */
+export async function writeReport(input: ReportInput, htmlFile: string, pngFile?: string): Promise<void> {
   const labels = runLabels(input.runs);
-  const charts = await Promise.all(reportCharts(input.runs, labels).map(async (chart) => ({ chart, svg: await renderSvg(standalone(chart)) })));
-  return reportHtml({ ...input, labels, comparisons: compareWithBaselines(input.runs, input.baseline), charts, generated: new Date() });
-}
-
-/** The charts as one PNG, at twice their size in pixels (sharp on high-density screens and in print). */
-export async function reportPng(input: ReportInput): Promise<Buffer> {
-  const svg = await renderSvg(combined(reportCharts(input.runs, runLabels(input.runs)), input.title));
-  const image = new Resvg(svg, { fitTo: { mode: 'zoom', value: 2 }, font: { loadSystemFonts: true, defaultFontFamily: 'DejaVu Sans' } });
-  return image.render().asPng();
+  const charts = reportCharts(input.runs, labels);
+  const rendered = await Promise.all(charts.map(async (chart) => ({ chart, svg: await renderSvg(standalone(chart)) })));
+  const html = reportHtml({ ...input, labels, comparisons: compareWithBaselines(input.runs, input.baseline), charts: rendered, generated: new Date() });
+  const png = pngFile === undefined ? undefined :
+    new Resvg(await renderSvg(combined(charts, input.title)), { fitTo: { mode: 'zoom', value: 2 }, font: { loadSystemFonts: true, defaultFontFamily: 'DejaVu Sans' } }).render().asPng();
+  for (const file of [htmlFile, pngFile]) if (file !== undefined) fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+  if (pngFile !== undefined && png !== undefined) writeAtomically(pngFile, png);
+  writeAtomically(htmlFile, html);
 }

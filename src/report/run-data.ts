@@ -19,6 +19,7 @@ export interface StepRecord {
 }
 
 export interface Summary {
+  status: string;
   steps: number;
   final_loss: number;
   test_accuracy: number | null;
