@@ -1,5 +1,6 @@
 // The addon's entry: init()/finalize() of MPI on the comm thread, the Communicator class, the
-// registration of the JS error types, and the CPU kernels.
+// deadline of every wait, the registration of the JS error types, the progress watchdog, and the
+// CPU kernels.
 #include <napi.h>
 
 #include <cstdlib>
@@ -10,12 +11,14 @@
 #include "cpu/cpu_kernels.h"
 #include "communicator.h"
 #include "errors.h"
+#include "args.h"
+#include "watchdog.h"
 
 namespace ft {
 
 namespace {
 #if defined(FT_HAVE_MPIX_COMM_REVOKE) && defined(FT_HAVE_MPIX_COMM_SHRINK) && \
-    defined(FT_HAVE_MPIX_COMM_AGREE)
+    defined(FT_HAVE_MPIX_COMM_AGREE) && defined(FT_HAVE_MPIX_COMM_IAGREE)
 constexpr bool kUlfm = true;
 #else
 constexpr bool kUlfm = false;
@@ -25,7 +28,8 @@ constexpr bool kUlfm = false;
 // ends with a PMIx fence over every process of the job, which now and then waits forever on one
 // that was killed (seen here in about 1 run in 8; open-mpi/ompi#11404). Its fault-tolerant
 // finalize already shrinks and barriers the survivors first, so skip the fence unless the user
-// set the parameter.
+// set the parameter. Called on the main thread, before the comm thread starts MPI: setenv is not
+// thread-safe.
 void SkipFinalizeFenceUnderUlfm() {
   const char* ft = std::getenv("OMPI_MCA_mpi_ft_enable");
   if (ft != nullptr && (std::string(ft) == "1" || std::string(ft) == "true")) {
@@ -45,11 +49,11 @@ Napi::Value InitMpi(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CommThread& thread = CommThread::Get();
   if (thread.started()) throw Napi::Error::New(env, "init: MPI was already initialized");
+  SkipFinalizeFenceUnderUlfm();
   thread.Start(env);
   return thread.Submit(
       env, {},
       [] {
-        SkipFinalizeFenceUnderUlfm();
         int provided = 0;
         MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
         MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
@@ -69,6 +73,22 @@ Napi::Value InitMpi(const Napi::CallbackInfo& info) {
       });
 }
 
+// setCommTimeout(ms): how long any wait on the comm thread may last before the thread revokes the
+// communicator and the call fails with CommTimeoutError (0: no limit).
+Napi::Value SetCommTimeout(const Napi::CallbackInfo& info) {
+  int ms = IntArg(info, 0, "setCommTimeout", "ms", 0, INT32_MAX);
+  CommThread::Get().SetTimeout(std::chrono::milliseconds(ms));
+  return info.Env().Undefined();
+}
+
+// setIdleProgress(ms): while the comm thread has nothing to do, it drives MPI's progress engine
+// this often, so that ULFM's heartbeats go out while the main thread computes (0: never).
+Napi::Value SetIdleProgress(const Napi::CallbackInfo& info) {
+  int ms = IntArg(info, 0, "setIdleProgress", "ms", 0, INT32_MAX);
+  CommThread::Get().SetIdleProgress(std::chrono::milliseconds(ms));
+  return info.Env().Undefined();
+}
+
 Napi::Value FinalizeMpi(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CommThread& thread = CommThread::Get();
@@ -81,6 +101,10 @@ Napi::Value FinalizeMpi(const Napi::CallbackInfo& info) {
 Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, InitMpi, "init"));
   exports.Set("finalize", Napi::Function::New(env, FinalizeMpi, "finalize"));
+  exports.Set("setCommTimeout", Napi::Function::New(env, SetCommTimeout, "setCommTimeout"));
+  exports.Set("setIdleProgress", Napi::Function::New(env, SetIdleProgress, "setIdleProgress"));
+  exports.Set("watchdog", Napi::Function::New(env, ArmWatchdog, "watchdog"));
+  exports.Set("beat", Napi::Function::New(env, Beat, "beat"));
   exports.Set("registerErrorTypes", Napi::Function::New(env, RegisterErrorTypes, "registerErrorTypes"));
   exports.Set("ulfm", Napi::Boolean::New(env, kUlfm));
   Communicator::Init(env, exports);

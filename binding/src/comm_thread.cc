@@ -1,7 +1,10 @@
 // The comm thread's queue, its loop, and the settling of Ops on the main thread.
 #include "comm_thread.h"
 
+#include <mpi-ext.h>
+
 #include <chrono>
+#include <string>
 
 #include "errors.h"
 
@@ -16,6 +19,15 @@ namespace {
 constexpr auto kSpin = std::chrono::microseconds(50);
 // At process exit, how long to wait for MPI_Finalize before leaving the thread behind.
 constexpr auto kExitGrace = std::chrono::seconds(5);
+// After a timed-out request's communicator is revoked, how long the request may take to complete
+// with the revocation before it is left to MPI.
+constexpr auto kRevokeGrace = std::chrono::seconds(1);
+
+// One turn of MPI's progress engine: a probe on COMM_SELF, where no failure can be reported.
+void DriveProgress() {
+  int flag = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+}
 
 void FinalizeMpi() {
   int finalized = 0;
@@ -46,12 +58,22 @@ void CommThread::Start(Napi::Env env) {
   napi_add_env_cleanup_hook(env, &CommThread::AtExit, this);
 }
 
+Napi::Promise CommThread::Track(Napi::Env env, Op* op) {
+  if (pending_++ == 0) tsfn_.Ref(env);
+  return op->deferred.Promise();
+}
+
 Napi::Promise CommThread::Submit(Napi::Env env, std::unique_ptr<Op> op,
                                  std::vector<Napi::Value> pin) {
-  Napi::Promise promise = op->deferred.Promise();
   for (auto& value : pin) op->pinned.push_back(Napi::Persistent(value));
-  if (pending_++ == 0) tsfn_.Ref(env);
-  Enqueue(op.release());
+  Napi::Promise promise = Track(env, op.get());
+  Enqueue(op.release(), /*urgent=*/false);
+  return promise;
+}
+
+Napi::Promise CommThread::SubmitUrgent(Napi::Env env, std::unique_ptr<Op> op) {
+  Napi::Promise promise = Track(env, op.get());
+  Enqueue(op.release(), /*urgent=*/true);
   return promise;
 }
 
@@ -65,10 +87,11 @@ Napi::Promise CommThread::Finalize(Napi::Env env) {
   return Submit(env, std::make_unique<FinalizeOp>(env));
 }
 
-void CommThread::Enqueue(Op* op) {
+void CommThread::Enqueue(Op* op, bool urgent) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(op);
+    (urgent ? urgent_ : queue_).push_back(op);
+    if (urgent) urgentQueued_.fetch_add(1, std::memory_order_release);
     queued_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_one();
@@ -76,8 +99,11 @@ void CommThread::Enqueue(Op* op) {
 
 std::vector<Op*> CommThread::TakeQueued() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<Op*> taken(queue_.begin(), queue_.end());
+  std::vector<Op*> taken(urgent_.begin(), urgent_.end());
+  taken.insert(taken.end(), queue_.begin(), queue_.end());
+  urgent_.clear();
   queue_.clear();
+  urgentQueued_.store(0, std::memory_order_release);
   queued_.store(0, std::memory_order_release);
   return taken;
 }
@@ -89,12 +115,96 @@ Op* CommThread::Next() {
     std::this_thread::yield();
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  wake_.wait(lock, [this] { return !queue_.empty() || exitRequested_; });
-  if (queue_.empty()) return nullptr;  // exit requested
-  Op* op = queue_.front();
-  queue_.pop_front();
+  auto ready = [this] { return !queue_.empty() || !urgent_.empty() || exitRequested_; };
+  while (!ready()) {
+    const long long period = idleProgressMs_.load();
+    if (period <= 0 || !mpiUp_) {
+      wake_.wait(lock);
+      continue;
+    }
+    if (wake_.wait_for(lock, std::chrono::milliseconds(period), ready)) break;
+    lock.unlock();
+    DriveProgress();
+    lock.lock();
+  }
+  std::deque<Op*>& from = urgent_.empty() ? queue_ : urgent_;
+  if (from.empty()) return nullptr;  // exit requested
+  Op* op = from.front();
+  from.pop_front();
+  if (&from == &urgent_) urgentQueued_.fetch_sub(1, std::memory_order_release);
   queued_.fetch_sub(1, std::memory_order_release);
   return op;
+}
+
+void CommThread::RunOp(Op* op) {
+  Op* outer = current_;
+  current_ = op;
+  try {
+    op->Run();
+  } catch (const OpException& e) {
+    op->failure = e.failure();
+  } catch (const std::exception& e) {
+    op->failure = Failure{FailureKind::kUsage, 0, e.what()};
+  }
+  current_ = outer;
+  tsfn_.NonBlockingCall(op);
+}
+
+void CommThread::RunUrgent() {
+  while (urgentQueued_.load(std::memory_order_acquire) > 0) {
+    Op* op = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (urgent_.empty()) return;
+      op = urgent_.front();
+      urgent_.pop_front();
+      urgentQueued_.fetch_sub(1, std::memory_order_release);
+      queued_.fetch_sub(1, std::memory_order_release);
+    }
+    RunOp(op);
+  }
+}
+
+void CommThread::Wait(MPI_Request* request, MPI_Comm comm, const char* call) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  const long long timeoutMs = timeoutMs_.load();
+  bool revoked = false;
+  Clock::time_point giveUpAt;
+  auto timedOut = [&](const char* what) {
+    return OpException(Failure{
+        FailureKind::kTimeout, 0,
+        std::string(call) + " did not complete within " + std::to_string(timeoutMs) +
+            " ms: a peer stopped making progress; the communicator was revoked" + what});
+  };
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      if (revoked) throw timedOut("");
+      throw OpException(MpiFailure(rc, call, __FILE__, __LINE__));
+    }
+    if (done) {
+      if (revoked) throw timedOut("");
+      return;
+    }
+    RunUrgent();
+    const auto now = Clock::now();
+    if (!revoked && timeoutMs > 0 && now - started > std::chrono::milliseconds(timeoutMs)) {
+#ifdef FT_HAVE_MPIX_COMM_REVOKE
+      MPIX_Comm_revoke(comm);  // the peers' pending calls on comm fail too
+#else
+      (void)comm;
+#endif
+      revoked = true;
+      giveUpAt = now + kRevokeGrace;
+    }
+    if (revoked && now > giveUpAt) {
+      if (current_ != nullptr) current_->abandoned = true;
+      throw timedOut(" (its request was left to MPI)");
+    }
+    std::this_thread::yield();
+  }
 }
 
 void CommThread::Loop() {
@@ -107,16 +217,14 @@ void CommThread::Loop() {
       }
       break;
     }
-    try {
-      op->Run();
-    } catch (const OpException& e) {
-      op->failure = e.failure();
-    } catch (const std::exception& e) {
-      op->failure = Failure{FailureKind::kUsage, 0, e.what()};
-    }
     bool last = op->EndsThread();
-    tsfn_.NonBlockingCall(op);
+    if (last) mpiUp_ = false;
+    RunOp(op);
     if (last) break;
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    mpiUp_ = initialized && !finalized;
   }
   std::lock_guard<std::mutex> lock(mutex_);
   exited_ = true;
@@ -128,6 +236,10 @@ void SettleOp(Napi::Env env, Napi::Function, void*, Op* raw) {
   CommThread& self = CommThread::Get();
   if (env == nullptr) return;  // the environment is being torn down
   if (--self.pending_ == 0) self.tsfn_.Unref(env);
+  if (op->abandoned) {  // MPI may still write into these buffers: never unpin them
+    static auto* leftToMpi = new std::vector<Napi::Reference<Napi::Value>>();
+    for (auto& ref : op->pinned) leftToMpi->push_back(std::move(ref));
+  }
   if (op->EndsThread()) {
     self.thread_.join();
     self.tsfn_.Release();

@@ -1,10 +1,15 @@
 // The comm thread: one dedicated thread owns every MPI call (Horovod's background loop). JS
 // enqueues an Op and gets a Promise; the thread runs the Op and hands it back to the main thread
 // through a thread-safe function, which settles the Promise. The event loop never blocks on MPI.
+// Collectives are started non-blocking and polled (Wait) against a deadline, so that no wait is
+// unbounded and an urgent Op (revoke) runs even while a collective is stuck: it never queues
+// behind one. Past the deadline the thread revokes the communicator itself and the Op fails with
+// a timeout (CommTimeoutError in JS).
 #pragma once
 #include <napi.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -29,6 +34,8 @@ class Op {
 
   Napi::Promise::Deferred deferred;
   std::optional<Failure> failure;
+  // A timed-out request was left to MPI: its buffers stay pinned for the life of the process.
+  bool abandoned = false;
   // JS values whose memory the MPI call uses: kept alive until the Op settles.
   std::vector<Napi::Reference<Napi::Value>> pinned;
 };
@@ -65,6 +72,25 @@ class CommThread {
   // Queues `op` (main thread) and returns its Promise. Pins `pin` until it settles.
   Napi::Promise Submit(Napi::Env env, std::unique_ptr<Op> op, std::vector<Napi::Value> pin = {});
 
+  // Queues `op` ahead of all others; it also runs while another Op is in Wait (revoke).
+  Napi::Promise SubmitUrgent(Napi::Env env, std::unique_ptr<Op> op);
+
+  // Main thread: how long Wait lets a request run before revoking its communicator (0: forever).
+  void SetTimeout(std::chrono::milliseconds timeout) { timeoutMs_.store(timeout.count()); }
+
+  // Main thread: while idle, drive MPI's progress engine this often (0: never). ULFM's failure
+  // detector, in its thread-less mode, sends and checks heartbeats only from MPI's progress: an
+  // idle comm thread would otherwise look dead to its peers while the main thread computes.
+  void SetIdleProgress(std::chrono::milliseconds period) {
+    idleProgressMs_.store(period.count());
+    wake_.notify_one();
+  }
+
+  // Comm thread: polls `request`, started by `call` on `comm`, running urgent Ops meanwhile.
+  // Throws the request's failure; past the timeout revokes `comm` and throws a kTimeout failure
+  // (once the revoke has completed the request, or after a grace period, leaving it to MPI).
+  void Wait(MPI_Request* request, MPI_Comm comm, const char* call);
+
   // Fails every queued Op that has not started, then queues MPI_Finalize, which ends the thread.
   Napi::Promise Finalize(Napi::Env env);
 
@@ -75,6 +101,12 @@ class CommThread {
                   std::move(pin));
   }
 
+  template <typename Run, typename ToJs>
+  Napi::Promise SubmitUrgent(Napi::Env env, Run run, ToJs toJs) {
+    using T = decltype(run());
+    return SubmitUrgent(env, std::make_unique<LambdaOp<T>>(env, std::move(run), std::move(toJs)));
+  }
+
  private:
   friend void SettleOp(Napi::Env env, Napi::Function, void*, Op* op);
   using Tsfn = Napi::TypedThreadSafeFunction<void, Op, &SettleOp>;
@@ -82,8 +114,11 @@ class CommThread {
 
   void Loop();
   Op* Next();
-  void Enqueue(Op* op);
+  void Enqueue(Op* op, bool urgent);
   std::vector<Op*> TakeQueued();
+  void RunOp(Op* op);      // comm thread: runs and hands back one Op
+  void RunUrgent();        // comm thread: runs every queued urgent Op
+  Napi::Promise Track(Napi::Env env, Op* op);
 
   // Main thread only.
   Tsfn tsfn_;
@@ -95,7 +130,13 @@ class CommThread {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Op*> queue_;
-  std::atomic<size_t> queued_{0};
+  std::deque<Op*> urgent_;
+  std::atomic<size_t> queued_{0};   // both queues
+  std::atomic<size_t> urgentQueued_{0};
+  std::atomic<long long> timeoutMs_{0};
+  std::atomic<long long> idleProgressMs_{0};
+  bool mpiUp_ = false;  // comm thread only: between MPI_Init and MPI_Finalize
+  Op* current_ = nullptr;  // comm thread only: the Op being run
   bool exitRequested_ = false;  // guarded by mutex_
   bool exited_ = false;         // guarded by mutex_
 };

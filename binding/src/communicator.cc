@@ -124,7 +124,9 @@ Napi::Value Communicator::Allreduce(const Napi::CallbackInfo& info) {
   return CommThread::Get().Submit(
       env, {buf.value},
       [comm, buf, op] {
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data, buf.count, buf.type, op, comm));
+        MPI_Request request;
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.data, buf.count, buf.type, op, comm, &request));
+        CommThread::Get().Wait(&request, comm, "MPI_Iallreduce");
         return Unit{};
       },
       Undefined);
@@ -139,7 +141,9 @@ Napi::Value Communicator::Bcast(const Napi::CallbackInfo& info) {
   return CommThread::Get().Submit(
       env, {buf.value},
       [comm, buf, root] {
-        MPI_CHECK(MPI_Bcast(buf.data, buf.count, buf.type, root, comm));
+        MPI_Request request;
+        MPI_CHECK(MPI_Ibcast(buf.data, buf.count, buf.type, root, comm, &request));
+        CommThread::Get().Wait(&request, comm, "MPI_Ibcast");
         return Unit{};
       },
       Undefined);
@@ -151,7 +155,9 @@ Napi::Value Communicator::Barrier(const Napi::CallbackInfo& info) {
   return CommThread::Get().Submit(
       env, {},
       [comm] {
-        MPI_CHECK(MPI_Barrier(comm));
+        MPI_Request request;
+        MPI_CHECK(MPI_Ibarrier(comm, &request));
+        CommThread::Get().Wait(&request, comm, "MPI_Ibarrier");
         return Unit{};
       },
       Undefined);
@@ -172,8 +178,10 @@ Napi::Value Communicator::Allgather(const Napi::CallbackInfo& info) {
   return CommThread::Get().Submit(
       env, {send.value, recv.value},
       [comm, send, recv] {
-        MPI_CHECK(MPI_Allgather(send.data, send.count, send.type, recv.data, send.count,
-                                recv.type, comm));
+        MPI_Request request;
+        MPI_CHECK(MPI_Iallgather(send.data, send.count, send.type, recv.data, send.count,
+                                 recv.type, comm, &request));
+        CommThread::Get().Wait(&request, comm, "MPI_Iallgather");
         return Unit{};
       },
       Undefined);
@@ -196,8 +204,10 @@ Napi::Value Communicator::Allgatherv(const Napi::CallbackInfo& info) {
   return CommThread::Get().Submit(
       env, {send.value, recv.value},
       [comm, send, recv, counts = std::move(counts), displs = std::move(displs)] {
-        MPI_CHECK(MPI_Allgatherv(send.data, send.count, send.type, recv.data, counts.data(),
-                                 displs.data(), recv.type, comm));
+        MPI_Request request;
+        MPI_CHECK(MPI_Iallgatherv(send.data, send.count, send.type, recv.data, counts.data(),
+                                  displs.data(), recv.type, comm, &request));
+        CommThread::Get().Wait(&request, comm, "MPI_Iallgatherv");
         return Unit{};
       },
       Undefined);
@@ -220,8 +230,11 @@ Napi::Value Communicator::Alltoallv(const Napi::CallbackInfo& info) {
       env, {send.value, recv.value},
       [comm, send, recv, sendCounts = std::move(sendCounts), recvCounts = std::move(recvCounts),
        sendDispls = std::move(sendDispls), recvDispls = std::move(recvDispls)] {
-        MPI_CHECK(MPI_Alltoallv(send.data, sendCounts.data(), sendDispls.data(), send.type,
-                                recv.data, recvCounts.data(), recvDispls.data(), recv.type, comm));
+        MPI_Request request;
+        MPI_CHECK(MPI_Ialltoallv(send.data, sendCounts.data(), sendDispls.data(), send.type,
+                                 recv.data, recvCounts.data(), recvDispls.data(), recv.type, comm,
+                                 &request));
+        CommThread::Get().Wait(&request, comm, "MPI_Ialltoallv");
         return Unit{};
       },
       Undefined);
@@ -230,8 +243,9 @@ Napi::Value Communicator::Alltoallv(const Napi::CallbackInfo& info) {
 Napi::Value Communicator::Revoke(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   MPI_Comm comm = Handle(env, "revoke");
-  return CommThread::Get().Submit(
-      env, {},
+  // Urgent: it runs even while this communicator's collective is stuck in Wait.
+  return CommThread::Get().SubmitUrgent(
+      env,
       [comm] {
 #ifdef FT_HAVE_MPIX_COMM_REVOKE
         MPI_CHECK(MPIX_Comm_revoke(comm));
@@ -282,8 +296,9 @@ Napi::Value Communicator::Shrink(const Napi::CallbackInfo& info) {
       [](Napi::Env env, CommInfo& shrunk) { return New(env, shrunk); });
 }
 
-// agree(flag): the bitwise AND of every live rank's flag, the same on all of them. With a failure
-// not yet acknowledged it rejects with ProcFailedError, whose `flag` still holds the agreed value.
+// agree(flag): the bitwise AND of every live rank's flag, the same on all of them, as a
+// non-blocking MPIX_Comm_iagree polled like the collectives. When it reports a failure the flag
+// is not used (MPI does not define it then); the error itself is uniform over the survivors.
 Napi::Value Communicator::Agree(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   MPI_Comm comm = Handle(env, "agree");
@@ -291,17 +306,13 @@ Napi::Value Communicator::Agree(const Napi::CallbackInfo& info) {
   return CommThread::Get().Submit(
       env, {},
       [comm, flag]() mutable {
-#ifdef FT_HAVE_MPIX_COMM_AGREE
-        int rc = MPIX_Comm_agree(comm, &flag);
-        if (rc != MPI_SUCCESS) {
-          Failure failure = MpiFailure(rc, "MPIX_Comm_agree", __FILE__, __LINE__);
-          failure.hasFlag = true;
-          failure.flag = flag;
-          throw OpException(failure);
-        }
+#ifdef FT_HAVE_MPIX_COMM_IAGREE
+        MPI_Request request;
+        MPI_CHECK(MPIX_Comm_iagree(comm, &flag, &request));
+        CommThread::Get().Wait(&request, comm, "MPIX_Comm_iagree");
 #else
         (void)comm;
-        NOT_SUPPORTED("MPIX_Comm_agree");
+        NOT_SUPPORTED("MPIX_Comm_iagree");
 #endif
         return flag;
       },

@@ -8,7 +8,7 @@ namespace ft {
 
 namespace {
 struct ErrorTypes {
-  Napi::FunctionReference mpi, procFailed, revoked, notSupported;
+  Napi::FunctionReference mpi, procFailed, revoked, notSupported, timeout;
 };
 ErrorTypes& Types() {
   static ErrorTypes* types = new ErrorTypes();  // references live as long as the process
@@ -55,6 +55,7 @@ Napi::Value RegisterErrorTypes(const Napi::CallbackInfo& info) {
   t.procFailed = TypeArg(types, "ProcFailedError");
   t.revoked = TypeArg(types, "RevokedError");
   t.notSupported = TypeArg(types, "NotSupportedError");
+  t.timeout = TypeArg(types, "CommTimeoutError");
   return env.Undefined();
 }
 
@@ -66,6 +67,9 @@ Napi::Value MakeError(Napi::Env env, const Failure& failure) {
       return Napi::Error::New(env, failure.message).Value();
     case FailureKind::kNotSupported:
       type = &t.notSupported;
+      break;
+    case FailureKind::kTimeout:
+      type = &t.timeout;
       break;
     case FailureKind::kMpi:
       type = IsProcFailed(failure.errorClass) ? &t.procFailed
@@ -81,7 +85,6 @@ Napi::Value MakeError(Napi::Env env, const Failure& failure) {
     error = type->New({Napi::String::New(env, failure.message),
                        Napi::Number::New(env, failure.errorClass)});
   }
-  if (failure.hasFlag) error.Set("flag", failure.flag);
   return error;
 }
 

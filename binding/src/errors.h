@@ -6,8 +6,9 @@
 
 namespace ft {
 
-// registerErrorTypes({MpiError, ProcFailedError, RevokedError, NotSupportedError}): the JS
-// classes (src/comm/errors.ts) the addon constructs as `new Class(message, errorClass)`.
+// registerErrorTypes({MpiError, ProcFailedError, RevokedError, NotSupportedError,
+// CommTimeoutError}): the JS classes (src/comm/errors.ts) the addon constructs as
+// `new Class(message, errorClass)`.
 Napi::Value RegisterErrorTypes(const Napi::CallbackInfo& info);
 
 Napi::Value MakeError(Napi::Env env, const Failure& failure);

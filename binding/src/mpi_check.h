@@ -9,15 +9,12 @@
 namespace ft {
 
 // What went wrong in an operation, carried from the comm thread to the main thread.
-enum class FailureKind { kMpi, kNotSupported, kUsage };
+enum class FailureKind { kMpi, kNotSupported, kUsage, kTimeout };
 
 struct Failure {
   FailureKind kind;
   int errorClass;  // MPI error class for kMpi, else 0
   std::string message;
-  // agree() still yields a uniform flag when it reports an unacknowledged failure.
-  bool hasFlag = false;
-  int flag = 0;
 };
 
 class OpException : public std::runtime_error {

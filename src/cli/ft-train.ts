@@ -1,19 +1,27 @@
-// ft-train: what every rank runs under `mpirun --with-ft ulfm`. Checks all inputs before MPI
-// starts (one line per problem, printed by world rank 0 only), trains, and has the final leader
-// write model.safetensors and summary.json. Exit codes: 0 done (or stopped by SIGTERM after a
-// checkpoint), 1 unexpected error, 2 bad input, 3 fewer ranks left than --min-ranks (after a checkpoint).
+// ft-train: what every rank runs under `mpirun --with-ft ulfm` (launch/ft-run). Checks all inputs
+// before MPI starts (one line per problem, printed by world rank 0 only), bounds the start-up,
+// trains, and has the final leader write model.safetensors and summary.json (voted, so a survivor
+// writes them whatever happens). Exit codes: 0 done (or stopped by SIGTERM after a checkpoint),
+// 1 an error (one line, every rank stops), 2 bad input, 3 fewer ranks left than --min-ranks
+// (after a checkpoint).
+import * as fs from 'node:fs';
 import * as path from 'node:path';
+import type * as winston from 'winston';
 import { hideBin } from 'yargs/helpers';
 import { writeAtomically } from '../atomic-write';
 import { findCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
 import { encodeSafetensors } from '../checkpoint/safetensors';
-import { finalize, init } from '../comm';
+import { finalize, init, type Communicator } from '../comm';
 import { Dataset } from '../data/dataset';
+import { guardAgainstHangs, hangBounds, killDeclaredDead } from '../ft/hangs';
+import { Manager } from '../ft/manager';
+import { withDeadline } from '../ft/repair';
+import { ProtocolStop } from '../ft/stop';
 import { cpu } from '../nn/cpu';
 import { Net } from '../nn/net';
 import { loadSpec, type ModelSpec } from '../nn/spec';
 import { FaultInjector } from '../solver/fault-injection';
-import { Trainer, type TrainResult } from '../solver/trainer';
+import { Trainer, type TrainObserver, type TrainResult } from '../solver/trainer';
 import { UsageError } from './command';
 import { closeLogger, rankLogger } from './logger';
 import { Progress } from './progress';
@@ -22,6 +30,29 @@ import { parseTrainOptions, type TrainOptions } from './train-options';
 
 /** Bad input: printed as one line, exit code 2. */
 class InputError extends Error {}
+
+/** MPI did not start in time: one line, printed by the lowest rank still running, exit code 1. */
+class StartupError extends Error {
+  constructor(message: string, readonly runDir: string) {
+    super(message);
+  }
+}
+
+/** Whether this process is the lowest-ranked of the job still alive (from the run's pid files). */
+function lowestAlive(runDir: string): boolean {
+  const pidsDir = path.join(runDir, runFiles.pids);
+  const ranks = fs.existsSync(pidsDir) ? fs.readdirSync(pidsDir).map(Number).sort((a, b) => a - b) : [];
+  for (const rank of ranks) {
+    try {
+      const pid = Number(fs.readFileSync(path.join(pidsDir, String(rank)), 'utf8'));
+      process.kill(pid, 0);
+      return pid === process.pid;
+    } catch {
+      // gone: the next one
+    }
+  }
+  return true;
+}
 
 interface Resume {
   dir: string;
@@ -84,14 +115,35 @@ async function main(): Promise<number> {
   const started = Date.now();
   const { options, dataset, net, resume } = await prepare();
   cpu.setThreads(options.threads);
-  const { world } = await init();
+  const bounds = hangBounds(options.hangTimeout);
+  // under mpirun the rank is known before MPI starts: the pid file and the start-up drill need it
+  const launchRank = Number(process.env.OMPI_COMM_WORLD_RANK ?? 0);
+  const runLog = new RunLog(options.runDir, launchRank);
+  const logger = rankLogger(runLog.logFile, launchRank);
+  const faults = new FaultInjector(options.drills, launchRank, runLog.logFile);
+  // preemption: a checkpoint at the next step boundary, then a clean exit; also when it comes during start-up
+  let trainer: Trainer | undefined;
+  let stopRequested = false;
+  if (options.onFailure !== 'none') {
+    process.on('SIGTERM', () => {
+      stopRequested = true;
+      trainer?.requestStop();
+    });
+  }
+  faults.at(resume?.manifest.step ?? 0, 'startup');
+  let world: Communicator;
+  try {
+    ({ world } = await withDeadline(init(), bounds.startupMs, 'MPI start-up'));
+  } catch (error) {
+    await closeLogger(logger);
+    throw new StartupError(`ft-train: rank ${launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, runLog.dir);
+  }
+  const disarm = guardAgainstHangs(bounds, launchRank);
   const worldRank = world.worldRanks[world.rank];
-  const runLog = new RunLog(options.runDir, worldRank);
   runLog.setLeader(world.rank === 0);
-  const logger = rankLogger(runLog.logFile, worldRank);
   const shards = resume?.manifest.shards ?? options.shards ?? world.size;
   const progress = new Progress(options.steps);
-  const trainer = new Trainer({ ...options, shards, identity: identity(options, net.spec, dataset, shards) }, world, dataset, net, cpu, {
+  const observer: TrainObserver = {
     step: (record) => {
       runLog.step(record);
       progress.step(record, runLog.isLeader);
@@ -105,38 +157,63 @@ async function main(): Promise<number> {
       logger.warn(message);
       if (runLog.isLeader) progress.line(message);
     },
-  }, new FaultInjector(options.drills, worldRank, runLog.logFile));
-  logger.info('start', { world: world.size, shards, options: { ...options, drills: options.drills } });
-  // preemption: a checkpoint at the next step boundary, then a clean exit (needs the agreement)
-  if (options.onFailure !== 'none') process.on('SIGTERM', () => trainer.requestStop());
+  };
+  const ft = new Manager({
+    ...options, shards, identity: identity(options, net.spec, dataset, shards), commTimeoutMs: bounds.commMs, pidsDir: path.join(options.runDir, runFiles.pids),
+    sumLength: net.params.data.length + 1, add: (acc, x) => cpu.addInPlace(acc, x),
+  }, world, dataset, dataset.train.layout(shards), observer, faults);
+  trainer = new Trainer({ ...options, shards }, ft, dataset, net, cpu, observer);
+  if (stopRequested) trainer.requestStop();
+  logger.info('start', { world: world.size, shards, options });
   if (runLog.isLeader) {
     runLog.event({ event: 'start', world: world.size, shards, on_failure: options.onFailure, batch: options.batch });
     progress.line(`training ${options.model} on ${options.data}: ${world.size} ranks, ${shards} shards, global batch ${options.batch}, on failure: ${options.onFailure}; run dir ${options.runDir}`);
     for (const reason of resume?.skipped ?? []) progress.line(`${reason}; using ${resume!.dir}`);
   }
-  let result: TrainResult;
+  let code = 0;
   try {
-    result = await trainer.run(resume);
+    const result = await trainer.run(resume);
+    await ft.finish(() => writeResults(options, shards, net, result, started));
+    if (ft.isLeader) {
+      const lost = result.failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
+      progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, ` +
+        `${result.worldFinal} of ${result.worldInitial} ranks left${lost ? ` (lost ${lost}; ${result.bytesReadBack} bytes read back)` : ''}, params_sha256 ${result.paramsSha256.slice(0, 16)}`);
+    }
+    logger.info('end', { ...result });
   } catch (error) {
-    // ULFM cannot help with this one; the job stops (other ranks see this rank fail)
-    logger.error((error as Error).stack ?? String(error));
-    await closeLogger(logger);
-    throw error;
+    const stop = error instanceof ProtocolStop ? error : await stopForError(error as Error, ft, worldRank, logger);
+    code = stop.exitCode;
+    logger.warn(`stop: ${stop.reason}: ${stop.message}`);
+    if (stop.reason === 'unrecoverable') {
+      // MPI cannot be trusted to finish: make sure no rank of this job lingers on this host, then leave
+      console.error(`ft-train: rank ${worldRank}: ${stop.message}`);
+      killDeclaredDead(path.join(options.runDir, runFiles.pids), world.worldRanks.filter((r) => r !== worldRank));
+      await closeLogger(logger);
+      disarm();
+      return code;
+    }
+    if (ft.isLeader && stop.reason !== 'error') progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? options.checkpointDir}`);
   }
-  if (runLog.isLeader && result.stopped) {
-    progress.line(`stopped (${result.stopped === 'sigterm' ? 'SIGTERM' : 'below --min-ranks'}) at step ${result.steps}; continue with --resume ${result.checkpoint ?? options.checkpointDir}`);
-  }
-  if (runLog.isLeader && !result.stopped) {
-    writeResults(options, shards, net, result, started);
-    const lost = result.failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
-    progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, ` +
-      `${result.worldFinal} of ${result.worldInitial} ranks left${lost ? ` (lost ${lost}; ${result.bytesReadBack} bytes read back)` : ''}, params_sha256 ${result.paramsSha256.slice(0, 16)}`);
-  }
-  logger.info('end', { ...result });
+  disarm();
   await dataset.close();
   await closeLogger(logger);
-  await finalize();
-  return result.stopped === 'min-ranks' ? 3 : 0;
+  await ft.close().catch(() => undefined);
+  const finalized = await withDeadline(finalize(), bounds.commMs, 'MPI_Finalize').then(() => true, () => false);
+  // a finalize that never returns would keep the process alive: every rank has agreed on the end already
+  if (!finalized) process.exit(code);
+  return code;
+}
+
+/**
+ * This rank met an error of its own after MPI started: every survivor must reach the same
+ * decision in bounded time, so the Manager makes them all stop; the lowest rank that erred prints
+ * its error as the job's one line.
+ */
+async function stopForError(error: Error, ft: Manager, worldRank: number, logger: winston.Logger): Promise<ProtocolStop> {
+  logger.error(error.stack ?? String(error));
+  const stop = await ft.reportError().catch((failure: unknown) => new ProtocolStop('unrecoverable', `the job could not stop together: ${(failure as Error).message}`));
+  if (stop.erred[0] === worldRank || stop.reason !== 'error') console.error(`ft-train: rank ${worldRank}: ${error.message}`);
+  return stop;
 }
 
 function writeResults(options: TrainOptions, shards: number, net: Net, result: TrainResult, started: number): void {
@@ -178,6 +255,11 @@ export function run(): void {
     (error: unknown) => {
       const input = error instanceof InputError || error instanceof UsageError;
       process.exitCode = input ? 2 : 1;
+      if (error instanceof StartupError) {
+        if (lowestAlive(error.runDir)) console.error(error.message);
+        // MPI_Init may never return: leave without waiting for it
+        process.exit(1);
+      }
       if (firstRank() || !input) console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
       // mpirun tears the job down at the first non-zero exit: the others give rank 0 time to print
       else setTimeout(() => undefined, 1000);

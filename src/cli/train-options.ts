@@ -1,11 +1,11 @@
 // ft-train's command line: every flag, its default, and its checks (one line per problem).
 import * as path from 'node:path';
-import { parseDrill, type Drill } from '../solver/fault-injection';
+import { parseDrill, phases, type Drill } from '../solver/fault-injection';
 import { parseLrSchedule } from '../solver/lr-schedule';
 import type { TrainConfig } from '../solver/trainer';
 import { commandLine, last, UsageError } from './command';
 
-export interface TrainOptions extends Omit<TrainConfig, 'shards' | 'identity' | 'checkpointDir'> {
+export interface TrainOptions extends Omit<TrainConfig, 'shards'> {
   model: string;
   data: string;
   runDir: string;
@@ -16,6 +16,14 @@ export interface TrainOptions extends Omit<TrainConfig, 'shards' | 'identity' | 
   resume?: string;
   threads: number;
   drills: Drill[];
+  minRanks: number;
+  /** repair attempts per failure */
+  maxRetries: number;
+  /** write a checkpoint from the survivors after each failure */
+  jitCheckpoint: boolean;
+  keepCheckpoints: number;
+  /** seconds without progress after which a rank counts as failed (see src/ft/hangs.ts) */
+  hangTimeout: number;
 }
 
 const usage = `mpirun --with-ft ulfm -n N node launch/ft-train.js --model SPEC --data DIR --run-dir DIR [options]
@@ -27,6 +35,11 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
   const positiveInt = (flag: string, min = 1) => (values: number | number[]) => {
     const value = last(values);
     if (!Number.isSafeInteger(value) || value < min) throw new Error(`--${flag} expects an integer >= ${min}, got ${value}`);
+    return value;
+  };
+  const positive = (flag: string) => (values: number | number[]) => {
+    const value = last(values);
+    if (!(Number.isFinite(value) && value > 0)) throw new Error(`--${flag} expects a number > 0, got ${value}`);
     return value;
   };
   const nonNegative = (flag: string) => (values: number | number[]) => {
@@ -51,7 +64,8 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     .option('lr-rescale', { choices: ['linear', 'none'] as const, default: 'linear' as const, coerce: last<'linear' | 'none'>, describe: 'shrink mode: scale the rate with the global batch', group: 'Fault tolerance:' })
     .option('min-ranks', { type: 'number', default: 1, coerce: positiveInt('min-ranks'), describe: 'stop (exit code 3) when fewer ranks survive', group: 'Fault tolerance:' })
     .option('max-retries', { type: 'number', default: 5, coerce: positiveInt('max-retries'), describe: 'repair attempts per failure', group: 'Fault tolerance:' })
-    .option('drill', { type: 'string', array: true, default: [] as string[], describe: 'rank=R,step=K[,phase=compute|collective|agree|update|recovery]: that rank SIGKILLs itself there (repeatable)', group: 'Fault tolerance:' })
+    .option('hang-timeout', { type: 'number', default: 30, coerce: positive('hang-timeout'), describe: 'seconds without progress after which a rank counts as failed: it is declared dead (by MPI\'s detector, which launch/ft-run sets to the same value) and killed; also bounds every wait', group: 'Fault tolerance:' })
+    .option('drill', { type: 'string', array: true, default: [] as string[], describe: `rank=R,step=K[,phase=P][,action=kill|stop]: that rank SIGKILLs (or SIGSTOPs) itself at phase P of step K (repeatable; for tests). P: ${phases.join('|')}`, group: 'Fault tolerance:' })
     .option('jit-checkpoint', { choices: ['on', 'off'] as const, default: 'on' as const, coerce: last<'on' | 'off'>, describe: 'after a failure, the survivors write a checkpoint of the failed step\'s start', group: 'Checkpoints:' })
     .option('checkpoint-dir', { type: 'string', coerce: last<string>, describe: 'where checkpoints go (default: <run-dir>/ckpt)', group: 'Checkpoints:' })
     .option('checkpoint-every', { type: 'number', default: 0, coerce: positiveInt('checkpoint-every', 0), describe: 'also a checkpoint every K steps (0: none)', group: 'Checkpoints:' })
@@ -97,5 +111,6 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     resume: args.resume,
     threads: args.threads,
     drills,
+    hangTimeout: args.hangTimeout,
   };
 }

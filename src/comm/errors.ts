@@ -3,9 +3,6 @@
 
 /** An MPI call failed; `errorClass` is the MPI error class (MPI_Error_class). */
 export class MpiError extends Error {
-  /** agree() only: the value the survivors still agreed on despite the failure. */
-  flag?: number;
-
   constructor(message: string, readonly errorClass: number) {
     super(message);
     this.name = new.target.name;
@@ -21,7 +18,13 @@ export class RevokedError extends MpiError {}
 /** The MPI build lacks the ULFM call that was asked for. */
 export class NotSupportedError extends MpiError {}
 
-/** True for the errors that a process failure produces, whichever rank sees which. */
-export function isFailure(error: unknown): error is ProcFailedError | RevokedError {
-  return error instanceof ProcFailedError || error instanceof RevokedError;
+/**
+ * A wait ran past its deadline (a peer alive but not progressing); the comm thread revoked the
+ * communicator, so the peers' calls on it fail too. `errorClass` is 0.
+ */
+export class CommTimeoutError extends MpiError {}
+
+/** True for the errors that a process failure or a hang produces, whichever rank sees which. */
+export function isFailure(error: unknown): error is ProcFailedError | RevokedError | CommTimeoutError {
+  return error instanceof ProcFailedError || error instanceof RevokedError || error instanceof CommTimeoutError;
 }

@@ -2,7 +2,7 @@
 import { addon, type MpiSession } from './native';
 
 export type { CommBuffer, Communicator, MpiSession, ReduceOp } from './native';
-export { MpiError, NotSupportedError, ProcFailedError, RevokedError, isFailure } from './errors';
+export { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, RevokedError, isFailure } from './errors';
 
 /** True when the addon was built against an MPI with ULFM (revoke, shrink, agree). */
 export const ulfm: boolean = addon.ulfm;

@@ -2,7 +2,7 @@
 // time), and the one place the addon is loaded.
 import * as path from 'node:path';
 import type { Backend } from '../nn/backend';
-import { MpiError, NotSupportedError, ProcFailedError, RevokedError } from './errors';
+import { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, RevokedError } from './errors';
 
 /** Typed arrays the communicator moves; reductions apply element-wise in their own type. */
 export type CommBuffer = Float32Array | Float64Array | Int32Array | Uint8Array;
@@ -33,14 +33,15 @@ export interface Communicator {
    */
   alltoallv(sendbuf: CommBuffer, sendCounts: ArrayLike<number>, recvbuf: CommBuffer,
     recvCounts: ArrayLike<number>): Promise<void>;
-  /** MPIX_Comm_revoke: every pending and future call on it, on every rank, fails. */
+  /** MPIX_Comm_revoke: every pending and future call on it, on every rank, fails. Runs ahead of queued calls and while one waits. */
   revoke(): Promise<void>;
   isRevoked(): Promise<boolean>;
   /** MPIX_Comm_shrink: a new communicator of the live ranks (collective over them). */
   shrink(): Promise<Communicator>;
   /**
    * MPIX_Comm_agree: the bitwise AND of every live rank's flag, the same on each. Rejects with
-   * ProcFailedError (whose `flag` holds the agreed value) if a failure is not yet acknowledged.
+   * ProcFailedError, alike on every survivor, if a failure is not yet acknowledged (the flag is
+   * then undefined).
    */
   agree(flag: number): Promise<number>;
   /** MPIX_Comm_get_failed: MPI_COMM_WORLD ranks of this communicator's known-dead processes, in the order they were detected. */
@@ -64,6 +65,13 @@ interface Addon {
   registerErrorTypes(types: Record<string, unknown>): void;
   ulfm: boolean;
   cpu: Backend;
+  /** How long any wait on the comm thread may last before it revokes the communicator (0: no limit). */
+  setCommTimeout(ms: number): void;
+  /** While idle, the comm thread drives MPI's progress this often, for the failure detector's heartbeats (0: never). */
+  setIdleProgress(ms: number): void;
+  /** (Re)arms the progress watchdog: no beat() for timeoutMs and the process prints `line` and dies (0: off). */
+  watchdog(timeoutMs: number, line: string): void;
+  beat(): void;
   /** CRC-64 (ECMA-182, reflected; ISA-L) of the bytes, chained from `previous`; 16 hex digits. */
   crc64(bytes: ArrayBufferView, previous?: string): string;
 }
@@ -78,7 +86,7 @@ function load(): Addon {
     throw new Error(`cannot load the native addon ${addonPath}: ${(error as Error).message}; ` +
       'run `npm run build` (after launch/setup)');
   }
-  addon.registerErrorTypes({ MpiError, ProcFailedError, RevokedError, NotSupportedError });
+  addon.registerErrorTypes({ MpiError, ProcFailedError, RevokedError, NotSupportedError, CommTimeoutError });
   return addon;
 }
 

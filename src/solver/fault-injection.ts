@@ -1,27 +1,35 @@
-// Deterministic fault injection for tests and drills: `--drill rank=R,step=K,phase=P` makes world
-// rank R SIGKILL itself when it reaches phase P of step K (phase recovery: when it enters a
-// recovery during step K). A real kill -9 of a real process, at a point that does not depend on timing.
+// Deterministic fault injection for tests and drills: `--drill rank=R,step=K,phase=P,action=A`
+// makes world rank R SIGKILL (kill) or SIGSTOP (stop) itself when it reaches phase P of step K.
+// A real signal to a real process, at a point that does not depend on timing.
 import * as fs from 'node:fs';
 
-export const phases = ['compute', 'collective', 'agree', 'update', 'recovery'] as const;
+/** Every point where a run can fail, in the order a step, a recovery, a checkpoint and a run pass them. */
+export const phases = [
+  'startup', 'resume', 'compute', 'collective', 'agree', 'update', 'evaluation', 'recovery', 'readback',
+  'checkpoint-stripe', 'checkpoint-gather', 'checkpoint-commit', 'final-write',
+] as const;
 export type Phase = (typeof phases)[number];
+
+export const actions = ['kill', 'stop'] as const;
+export type Action = (typeof actions)[number];
 
 export interface Drill {
   rank: number;
   step: number;
   phase: Phase;
+  action: Action;
 }
 
-/** "rank=R,step=K[,phase=P]" (phase defaults to compute). */
+/** "rank=R,step=K[,phase=P][,action=A]" (phase defaults to compute, action to kill). */
 export function parseDrill(text: string): Drill {
   const fields = new Map<string, string>();
   for (const part of text.split(',')) {
     const [key, value, ...rest] = part.split('=');
-    if (value === undefined || rest.length > 0 || fields.has(key)) throw new Error(`--drill expects rank=R,step=K[,phase=P], got "${text}"`);
+    if (value === undefined || rest.length > 0 || fields.has(key)) throw new Error(`--drill expects rank=R,step=K[,phase=P][,action=kill|stop], got "${text}"`);
     fields.set(key, value);
   }
-  const unknown = [...fields.keys()].filter((k) => !['rank', 'step', 'phase'].includes(k));
-  if (unknown.length > 0) throw new Error(`--drill: unknown field "${unknown[0]}" in "${text}" (rank, step, phase)`);
+  const unknown = [...fields.keys()].filter((k) => !['rank', 'step', 'phase', 'action'].includes(k));
+  if (unknown.length > 0) throw new Error(`--drill: unknown field "${unknown[0]}" in "${text}" (rank, step, phase, action)`);
   const integer = (key: string): number => {
     const value = Number(fields.get(key));
     if (!fields.has(key) || !Number.isSafeInteger(value) || value < 0) throw new Error(`--drill: ${key} expects an integer >= 0 in "${text}"`);
@@ -29,18 +37,21 @@ export function parseDrill(text: string): Drill {
   };
   const phase = (fields.get('phase') ?? 'compute') as Phase;
   if (!phases.includes(phase)) throw new Error(`--drill: phase expects one of ${phases.join('|')}, got "${phase}"`);
-  return { rank: integer('rank'), step: integer('step'), phase };
+  const action = (fields.get('action') ?? 'kill') as Action;
+  if (!actions.includes(action)) throw new Error(`--drill: action expects one of ${actions.join('|')}, got "${action}"`);
+  return { rank: integer('rank'), step: integer('step'), phase, action };
 }
 
 export class FaultInjector {
-  /** `note` is a file that gets one line before the kill (logs may not be flushed by then). */
+  /** `note` is a file that gets one line before the signal (logs may not be flushed by then). */
   constructor(private readonly drills: readonly Drill[], private readonly worldRank: number, private readonly note: string) {}
 
-  /** Kills this process if a drill names this rank, step and phase. */
+  /** Kills or stops this process if a drill names this rank, step and phase. */
   at(step: number, phase: Phase): void {
-    if (this.drills.some((d) => d.rank === this.worldRank && d.step === step && d.phase === phase)) {
-      fs.appendFileSync(this.note, `${new Date().toISOString()} drill: rank ${this.worldRank} SIGKILLs itself at step ${step}, phase ${phase}\n`);
-      process.kill(process.pid, 'SIGKILL');
-    }
+    const drill = this.drills.find((d) => d.rank === this.worldRank && d.step === step && d.phase === phase);
+    if (!drill) return;
+    const signal = drill.action === 'kill' ? 'SIGKILL' : 'SIGSTOP';
+    fs.appendFileSync(this.note, `${new Date().toISOString()} drill: rank ${this.worldRank} sends itself ${signal} at step ${step}, phase ${phase}\n`);
+    process.kill(process.pid, signal);
   }
 }

@@ -1,0 +1,72 @@
+// Hangs are failures. Three bounds make every wait finite, all derived from --hang-timeout T:
+// - a peer that is stopped (SIGSTOP, a frozen host) stops its heartbeats: ULFM's detector, which
+//   the launcher turns on with timeout T, declares it dead and the pending calls fail (the
+//   heartbeats go out from MPI's progress, which the idle comm thread drives every T/8);
+// - this rank's own main thread stuck (a kernel that never returns, a blocked synchronous write):
+//   its detector thread still beats, so the native watchdog kills the process after T without a
+//   beat from the event loop, and it becomes an ordinary failure;
+// - anything else (a peer alive and beating but never arriving): every wait on the comm thread
+//   has a deadline of a few T, after which the thread revokes the communicator itself.
+// A rank declared dead may still exist (stopped): the survivors kill it, so it can never come back
+// and mpirun ends with the job.
+import * as fs from 'node:fs';
+import { addon } from '../comm/native';
+
+export interface HangBounds {
+  /** no beat from the event loop for this long: the rank kills itself */
+  watchdogMs: number;
+  /** the longest any MPI wait may take before the communicator is revoked */
+  commMs: number;
+  /** the longest MPI's start-up may take (a rank lost before MPI_Init leaves the others in it) */
+  startupMs: number;
+}
+
+/** The bounds for --hang-timeout `seconds`. */
+export function hangBounds(seconds: number): HangBounds {
+  const watchdogMs = Math.round(seconds * 1000);
+  // a peer's compute is bounded by its watchdog and its death is seen within T by the detector
+  return { watchdogMs, commMs: 3 * watchdogMs, startupMs: Math.max(10_000, 3 * watchdogMs) };
+}
+
+/** Arms the deadlines and the watchdog; returns a function that disarms both (at exit). */
+export function guardAgainstHangs(bounds: HangBounds, worldRank: number): () => void {
+  addon.setCommTimeout(bounds.commMs);
+  // the detector's heartbeats ride on MPI's progress (its thread mode hangs MPI_Finalize in Open MPI 5.0.7)
+  addon.setIdleProgress(Math.max(10, Math.floor(bounds.watchdogMs / 8)));
+  addon.watchdog(bounds.watchdogMs, `ft-train: rank ${worldRank}: no progress for ${bounds.watchdogMs / 1000} s (stuck in a computation or a blocking call); this rank declares itself failed`);
+  const timer = setInterval(() => addon.beat(), Math.max(1, Math.floor(bounds.watchdogMs / 8)));
+  timer.unref();
+  return () => {
+    clearInterval(timer);
+    addon.watchdog(0, '');
+    addon.setIdleProgress(0);
+    addon.setCommTimeout(0);
+  };
+}
+
+/** Tells the watchdog that the main thread is alive (call between long synchronous pieces). */
+export function beat(): void {
+  addon.beat();
+}
+
+/**
+ * Kills the processes of `worldRanks` that still exist on this host: a rank declared dead for
+ * hanging is stopped, not gone. A pid is killed only if that process belongs to this job (same
+ * PMIx namespace) and has that rank, so a recycled pid or another host's rank is never touched.
+ */
+export function killDeclaredDead(pidsDir: string, worldRanks: readonly number[]): number[] {
+  const namespace = process.env.PMIX_NAMESPACE;
+  const killed: number[] = [];
+  for (const rank of worldRanks) {
+    try {
+      const pid = Number(fs.readFileSync(`${pidsDir}/${rank}`, 'utf8'));
+      const environ = fs.readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0');
+      if (!environ.includes(`OMPI_COMM_WORLD_RANK=${rank}`) || (namespace && !environ.includes(`PMIX_NAMESPACE=${namespace}`))) continue;
+      process.kill(pid, 'SIGKILL');
+      killed.push(rank);
+    } catch {
+      // no pid file, gone already, or on another host
+    }
+  }
+  return killed;
+}

@@ -1,0 +1,366 @@
+// The fault-tolerance protocol's one owner (torchft's Manager): it holds the communicator, the
+// shard map and the shards' data, and runs every collective of the program through one path,
+// "collective, then vote", so that no survivor is ever left in a different collective from the
+// others. A failed vote sends every survivor into the same recovery (repair, reassignment and
+// readback of the lost shards, JIT checkpoint) before the caller retries. It also writes
+// checkpoints (stripes, digest gather, commit, each voted), ends the run (the final write, voted
+// like the rest), and stops the job when a rank reports an error of its own.
+import { createHash } from 'node:crypto';
+import { isFailure, type Communicator } from '../comm';
+import { checkpointDir, commitCheckpoint, pruneCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
+import type { Dataset } from '../data/dataset';
+import type { ShardLayout } from '../data/shard-layout';
+import { ShardMap } from '../data/shard-map';
+import type { ShardData } from '../data/split';
+import type { FaultInjector, Phase } from '../solver/fault-injection';
+import { ShardSum } from '../solver/shard-sum';
+import { beat, killDeclaredDead } from './hangs';
+import { repair, type Repair } from './repair';
+import { ProtocolStop } from './stop';
+
+export type FailurePolicy = 'exact' | 'shrink' | 'none';
+
+export interface ProtocolConfig {
+  onFailure: FailurePolicy;
+  shards: number;
+  minRanks: number;
+  /** repair attempts per failure */
+  maxRetries: number;
+  /** write a checkpoint from the survivors after each failure */
+  jitCheckpoint: boolean;
+  checkpointDir: string;
+  keepCheckpoints: number;
+  /** the settings that fix the result, recorded in checkpoints */
+  identity: Record<string, unknown>;
+  /** the longest a shrink may take (see hangs.ts) */
+  commTimeoutMs: number;
+  /** where the ranks' pid files are (to kill a rank declared dead for hanging) */
+  pidsDir: string;
+  /** exact mode: the length of what one shard contributes to the sum, and the add in shard order */
+  sumLength: number;
+  add(acc: Float32Array, x: Float32Array): void;
+}
+
+/** What the protocol reports to the run directory and the console. */
+export interface ProtocolObserver {
+  event(record: Record<string, unknown>): void;
+  /** the lowest live rank leads (logs, metrics, the final write) */
+  leader(isLeader: boolean): void;
+  log(message: string): void;
+}
+
+/** The training state a checkpoint holds, as the training loop has it at the current step's start. */
+export interface StateSource {
+  state(): TrainingState;
+  /** the epoch, and shrink mode's data position */
+  position(): Pick<CheckpointMeta, 'epoch' | 'shrink'>;
+}
+
+export interface Failure {
+  step: number;
+  lost: number[];
+  world: number;
+}
+
+/** What a collective's vote decided, the same on every survivor. */
+export interface Outcome {
+  /** every survivor's collective succeeded: commit. Otherwise recovery has run: retry. */
+  ok: boolean;
+  /** some rank asked to stop (SIGTERM) */
+  stop: boolean;
+}
+
+const OK = 1;
+const CARRY_ON = 2;
+const now = (): number => performance.now();
+
+export class Manager {
+  private comm: Communicator;
+  private map: ShardMap;
+  private sum?: ShardSum;
+  private readonly held = new Map<number, ShardData>();
+  private failedAt = -1;
+  private source?: StateSource;
+  /** the step being worked on (drills and events name it) */
+  step = 0;
+  /** training has ended: a recovery no longer reads back or checkpoints */
+  trainingDone = false;
+  readonly failures: Failure[] = [];
+  bytesReadBack = 0;
+  readonly worldInitial: number;
+  readonly worldHistory: CheckpointMeta['world_history'] = [];
+  lastCheckpoint: string | null = null;
+
+  constructor(
+    private readonly config: ProtocolConfig,
+    world: Communicator,
+    private readonly dataset: Dataset,
+    private readonly layout: ShardLayout,
+    private readonly observer: ProtocolObserver,
+    private readonly faults: FaultInjector,
+  ) {
+    this.comm = world;
+    this.worldInitial = world.size;
+    this.map = ShardMap.initial(config.shards, world.worldRanks);
+  }
+
+  get size(): number {
+    return this.comm.size;
+  }
+
+  get rank(): number {
+    return this.comm.rank;
+  }
+
+  get worldRank(): number {
+    return this.comm.worldRanks[this.comm.rank];
+  }
+
+  get isLeader(): boolean {
+    return this.worldRank === Math.min(...this.comm.worldRanks);
+  }
+
+  get shardMap(): ShardMap {
+    return this.map;
+  }
+
+  /** This rank's shards, ascending. */
+  get heldShards(): number[] {
+    return this.map.shardsOf(this.worldRank);
+  }
+
+  shard(s: number): ShardData {
+    const data = this.held.get(s);
+    if (!data) throw new Error(`shard ${s} is not held by rank ${this.worldRank}`);
+    return data;
+  }
+
+  /** The exact mode's shard-ordered sum over the current communicator and map. */
+  get shardSum(): ShardSum {
+    if (!this.sum) throw new Error('the shard-ordered sum exists in exact mode only');
+    return this.sum;
+  }
+
+  /** A drill point of the current step; also tells the watchdog that this rank is alive. */
+  at(phase: Phase): void {
+    beat();
+    this.faults.at(this.step, phase);
+  }
+
+  /** Allreduce over the live ranks (no vote: use it inside collective()). */
+  allreduce(buffer: Float32Array | Float64Array): Promise<void> {
+    return this.comm.allreduce(buffer, 'sum');
+  }
+
+  /** Reads this rank's shards and, when resuming, votes that every rank restored the checkpoint. */
+  async start(source: StateSource, resumed: boolean): Promise<void> {
+    this.source = source;
+    this.observer.leader(this.isLeader);
+    await this.load(this.heldShards);
+    this.rebuildSum();
+    this.worldHistory.push({ step: this.step, world: this.comm.size, lost: [] });
+    if (resumed) while (!(await this.collective('resume', async () => undefined)).ok);
+  }
+
+  /**
+   * Runs `run` (a collective over the live ranks), then the vote: bit 0 = my collective
+   * succeeded, bit 1 = I do not ask to stop. When the vote fails, the recovery runs before this
+   * returns (ok false: retry whatever `run` was for). Errors that are not failures pass through.
+   */
+  async collective(phase: Phase, run: () => Promise<void>, stop = false): Promise<Outcome> {
+    this.faults.at(this.step, phase);
+    let ok = true;
+    try {
+      await run();
+    } catch (error) {
+      if (!isFailure(error) || this.config.onFailure === 'none') throw error;
+      this.noteFailure(error, phase);
+      ok = false;
+    }
+    if (this.config.onFailure === 'none') return { ok, stop };
+    if (phase === 'collective') this.faults.at(this.step, 'agree');
+    const agreed = await this.vote((ok ? OK : 0) | (stop ? 0 : CARRY_ON));
+    if (agreed !== null && (agreed & OK) !== 0) return { ok: true, stop: (agreed & CARRY_ON) === 0 };
+    await this.recover();
+    return { ok: false, stop: false };
+  }
+
+  /** The AND of `flag` over the survivors, or null when the agreement itself met a failure (alike on all). */
+  private async vote(flag: number): Promise<number | null> {
+    try {
+      return await this.comm.agree(flag);
+    } catch (error) {
+      if (!isFailure(error)) throw error;
+      this.noteFailure(error, 'agree');
+      return null;
+    }
+  }
+
+  private noteFailure(error: Error, phase: string): void {
+    if (this.failedAt === this.step) return;
+    this.failedAt = this.step;
+    this.observer.event({ event: 'failure', step: this.step, phase, error: error.name });
+    this.observer.log(`step ${this.step}: ${error.name} in the ${phase} phase`);
+  }
+
+  /** Whether the current step is being retried after a failure. */
+  get retrying(): boolean {
+    return this.failedAt === this.step;
+  }
+
+  /**
+   * The recovery protocol, run alike by every survivor: repair, give the lost shards to the
+   * least-loaded survivors and read them back, write the JIT checkpoint. A failure during any of
+   * it starts it again. Throws ProtocolStop below --min-ranks (after a checkpoint) and when a rank
+   * reported an error.
+   */
+  async recover(): Promise<void> {
+    const step = this.step;
+    this.faults.at(step, 'recovery');
+    if (this.failedAt !== step) this.noteFailure(new Error('agreed failure'), 'agree');
+    for (;;) {
+      const fixed = await this.repair(false);
+      const next = this.map.without(fixed.lost);
+      const moved = this.map.movedTo(next);
+      this.map = next;
+      this.rebuildSum();
+      if (this.comm.size < this.config.minRanks) {
+        if (!(await this.tryCheckpoint('min-ranks'))) continue;
+        this.observer.event({ event: 'stop', step, reason: 'below-min-ranks', world: this.comm.size, min_ranks: this.config.minRanks, checkpoint: this.lastCheckpoint });
+        throw new ProtocolStop('min-ranks', `${this.comm.size} rank(s) left, below --min-ranks ${this.config.minRanks}: stopping (checkpoint ${this.lastCheckpoint})`, this.lastCheckpoint);
+      }
+      if (this.trainingDone) return;
+      this.faults.at(step, 'readback');
+      const readStart = now();
+      const bytes = await this.load(moved.get(this.worldRank) ?? []);
+      const readMs = now() - readStart;
+      // every rank reports what the others read too: the leader's events hold the whole job's readback
+      const total = Float64Array.of(bytes);
+      if (!(await this.attempt('readback', () => this.comm.allreduce(total, 'sum')))) continue;
+      this.bytesReadBack += total[0];
+      this.observer.event({ event: 'readback', step, shards: [...moved.values()].flat().sort((a, b) => a - b), bytes: total[0], duration_ms: readMs });
+      this.observer.log(`step ${step}: lost rank(s) ${fixed.lost.join(', ') || 'none'}; revoke+shrink ${fixed.revokeShrinkMs.toFixed(1)} ms, agree ${fixed.agreeMs.toFixed(1)} ms, ` +
+        `read back ${total[0]} bytes in ${readMs.toFixed(1)} ms; retrying on ${this.comm.size} ranks`);
+      if (this.config.jitCheckpoint && !(await this.tryCheckpoint('jit'))) continue;
+      return;
+    }
+  }
+
+  /** Revoke, shrink, agree; kills what was declared dead; stops the job if a rank erred. */
+  private async repair(erred: boolean): Promise<Repair> {
+    const fixed = await repair(this.comm, this.step, { maxAttempts: this.config.maxRetries, deadlineMs: this.config.commTimeoutMs, erred });
+    this.comm = fixed.comm;
+    this.observer.leader(this.isLeader);
+    if (fixed.erred.length > 0) {
+      throw new ProtocolStop('error', `rank(s) ${fixed.erred.join(', ')} stopped the job for an error`, null, fixed.erred);
+    }
+    this.observer.event({ event: 'revoke+shrink', step: this.step, lost: fixed.lost, world: this.comm.size, duration_ms: fixed.revokeShrinkMs, attempts: fixed.attempts });
+    this.observer.event({ event: 'agree', step: this.step, duration_ms: fixed.agreeMs });
+    if (fixed.lost.length > 0) {
+      const killed = killDeclaredDead(this.config.pidsDir, fixed.lost);
+      if (killed.length > 0) this.observer.log(`step ${this.step}: killed rank(s) ${killed.join(', ')}, declared dead while still running (hung)`);
+      this.failures.push({ step: this.step, lost: fixed.lost, world: this.comm.size });
+      this.worldHistory.push({ step: this.step, world: this.comm.size, lost: fixed.lost });
+    }
+    return fixed;
+  }
+
+  /**
+   * This rank met an error of its own (bad data, a full disk): revoke, so that every peer leaves
+   * whatever collective it is in, and join their repair saying so. Every survivor then stops
+   * with the same decision (the ProtocolStop returned, which names the ranks that erred).
+   */
+  async reportError(): Promise<ProtocolStop> {
+    try {
+      await this.repair(true);
+    } catch (error) {
+      if (error instanceof ProtocolStop) return error;
+      throw error;
+    }
+    return new ProtocolStop('unrecoverable', 'the repair after an error did not see the error');
+  }
+
+  /** A checkpoint of the current step's start that survives failures while it is written. */
+  async checkpoint(reason: string): Promise<void> {
+    while (!(await this.tryCheckpoint(reason))) await this.recover();
+  }
+
+  /**
+   * One attempt: every live rank writes its stripe of the state file, the digests are gathered,
+   * the leader commits the manifest, and a last vote says the commit happened. False when a
+   * failure interrupted it (the caller repairs and tries again; stripes rewrite the same bytes).
+   */
+  private async tryCheckpoint(reason: string): Promise<boolean> {
+    const started = now();
+    const state = this.source!.state();
+    const dir = checkpointDir(this.config.checkpointDir, this.step);
+    this.faults.at(this.step, 'checkpoint-stripe');
+    const mine = Buffer.from(writeStripe(dir, state, this.comm.rank, this.comm.size), 'hex');
+    const digests = new Uint8Array(mine.length * this.comm.size);
+    this.faults.at(this.step, 'checkpoint-gather');
+    if (!(await this.attempt('checkpoint-gather', () => this.comm.allgather(new Uint8Array(mine), digests)))) return false;
+    this.faults.at(this.step, 'checkpoint-commit');
+    if (this.isLeader) {
+      const meta: CheckpointMeta = {
+        step: this.step,
+        ...this.source!.position(),
+        reason,
+        shards: this.config.shards,
+        shard_map: this.map.toJSON(),
+        seed: this.config.identity.seed as number,
+        config: this.config.identity,
+        config_sha256: createHash('sha256').update(JSON.stringify(this.config.identity)).digest('hex'),
+        rng: { seed: this.config.identity.seed as number, kind: 'counter-based' },
+        world_history: this.worldHistory,
+      };
+      const hex = Array.from({ length: this.comm.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex'));
+      const manifest = commitCheckpoint(dir, meta, state, hex);
+      pruneCheckpoints(this.config.checkpointDir, this.config.keepCheckpoints);
+      this.observer.event({ event: 'checkpoint', step: this.step, reason, dir, bytes: manifest.file.bytes, stripes: this.comm.size, duration_ms: now() - started });
+    }
+    if (!(await this.attempt('checkpoint-commit', async () => undefined))) return false;
+    this.lastCheckpoint = dir;
+    return true;
+  }
+
+  /** A collective and its vote without recovering: the caller decides how to go on. */
+  private async attempt(phase: Phase, run: () => Promise<void>): Promise<boolean> {
+    let ok = true;
+    try {
+      await run();
+    } catch (error) {
+      if (!isFailure(error)) throw error;
+      this.noteFailure(error, phase);
+      ok = false;
+    }
+    return (await this.vote(ok ? OK : 0)) === OK;
+  }
+
+  /** The end of the run: the leader writes the results, and all vote that it did (a new leader writes them otherwise). */
+  async finish(write: () => void): Promise<void> {
+    this.trainingDone = true;
+    for (;;) {
+      this.faults.at(this.step, 'final-write');
+      if (this.isLeader) write();
+      if (this.config.onFailure === 'none' || (await this.attempt('final-write', async () => undefined))) return;
+      await this.recover();
+    }
+  }
+
+  /** Frees the communicator (at exit). */
+  async close(): Promise<void> {
+    await this.comm.free();
+  }
+
+  private rebuildSum(): void {
+    const { onFailure, sumLength, add } = this.config;
+    this.sum = onFailure === 'exact' ? new ShardSum(this.comm, this.map, sumLength, add) : undefined;
+  }
+
+  /** Reads `shards` into memory; the bytes actually read from disk. */
+  private async load(shards: number[]): Promise<number> {
+    const before = this.dataset.train.bytesRead;
+    for (const [s, data] of await this.dataset.train.readShards(this.layout, shards)) this.held.set(s, data);
+    return this.dataset.train.bytesRead - before;
+  }
+}

@@ -1,0 +1,19 @@
+// Why the protocol ends a run early, as one typed error the training loop lets through: below
+// --min-ranks (after a checkpoint), SIGTERM (after a checkpoint), a rank's own error that every
+// survivor agreed to stop for, or a repair that cannot finish. Each has its exit code.
+export type StopReason = 'min-ranks' | 'sigterm' | 'error' | 'unrecoverable';
+
+const exitCodes: Record<StopReason, number> = { sigterm: 0, 'min-ranks': 3, error: 1, unrecoverable: 1 };
+
+export class ProtocolStop extends Error {
+  override name = 'ProtocolStop';
+
+  /** `erred`: the world ranks that stopped the job for an error of their own (reason 'error') */
+  constructor(readonly reason: StopReason, message: string, readonly checkpoint: string | null = null, readonly erred: number[] = []) {
+    super(message);
+  }
+
+  get exitCode(): number {
+    return exitCodes[this.reason];
+  }
+}
