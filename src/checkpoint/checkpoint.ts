@@ -5,7 +5,7 @@
 // so a checkpoint without a manifest, or whose checksums fail, is never used.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { writeAtomically } from '../atomic-write';
+import { syncDirectory, writeAtomically } from '../atomic-write';
 import { crc64 } from '../checksum';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
 
@@ -58,6 +58,11 @@ function stateTensors(tensors: readonly TensorInfo[]): TensorInfo[] {
   return [...tensors.map((t) => ({ name: `params.${t.name}`, shape: t.shape })), ...tensors.map((t) => ({ name: `velocity.${t.name}`, shape: t.shape }))];
 }
 
+/** The state file's size: header, then params and velocity as float32. */
+function stateFileBytes(state: TrainingState): number {
+  return safetensorsHeader(stateTensors(state.tensors)).length + 4 * (state.params.length + state.velocity.length);
+}
+
 /** Byte ranges of the n stripes of the state file (stripe 0 also holds the header). */
 export function stripeRanges(state: TrainingState, n: number): { offset: number; length: number }[] {
   const header = safetensorsHeader(stateTensors(state.tensors)).length;
@@ -84,6 +89,13 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   }
   const fd = fs.openSync(path.join(dir, stateFile), fs.constants.O_WRONLY | fs.constants.O_CREAT, 0o644);
   try {
+    // The directory may hold a longer file (an interrupted attempt, a bigger model): every writer
+    // sets the final length, so no old tail survives whichever writer comes last. Concurrent
+    // ftruncates to the same length are safe: one only drops bytes beyond that length, or extends
+    // the file with zeros past its current end, and never touches bytes another writer put below
+    // it. (A fresh file renamed in would need one writer to create it before the others open it
+    // and one to rename it after all have written: an ordering between ranks this avoids.)
+    fs.ftruncateSync(fd, stateFileBytes(state));
     for (const part of parts) fs.writeSync(fd, part.bytes, 0, part.bytes.length, part.at);
     fs.fsyncSync(fd);
   } finally {
@@ -92,17 +104,18 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   return crc64(...parts.map((p) => p.bytes));
 }
 
-/** The leader's commit: the manifest, renamed in last. */
+/** The leader's commit: the manifest, renamed in last; then the step directory's own entry made durable. */
 export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: TrainingState, digests: string[]): CheckpointManifest {
   const ranges = stripeRanges(state, digests.length);
-  const last = ranges[ranges.length - 1];
   const manifest: CheckpointManifest = {
     format: checkpointFormat,
     time: Date.now(),
     ...meta,
-    file: { name: stateFile, bytes: last.offset + last.length, stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i] })) },
+    file: { name: stateFile, bytes: stateFileBytes(state), stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i] })) },
   };
   writeAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
+  // the older checkpoints pruned next must not outlive this one's directory entry
+  syncDirectory(path.dirname(dir));
   return manifest;
 }
 

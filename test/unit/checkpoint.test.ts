@@ -1,6 +1,7 @@
 // Checkpoint files without MPI: stripes written separately make one safetensors file that other
-// tools can read; the manifest's checksums catch a flipped byte and a truncated file; the newest
-// complete checkpoint is found, passing over broken or unfinished ones with the reason.
+// tools can read, also over a longer file left in the directory; the manifest's checksums catch a
+// flipped byte and a truncated file; the newest complete checkpoint is found, passing over broken
+// or unfinished ones with the reason.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -75,6 +76,21 @@ describe('checkpoints', () => {
     assert.match(findCheckpoint(root).skipped.join('\n'), /step-00000030: incomplete: no manifest.json/);
     fs.rmSync(checkpointDir(root, 10), { recursive: true });
     assert.throws(() => findCheckpoint(root), new RegExp(`^Error: ${root}: no complete checkpoint \\(.*incomplete.*truncated`));
+  });
+
+  it('a checkpoint written over a larger state file (a bigger model\'s) keeps no old tail: it verifies and loads', () => {
+    const big = [{ name: 'fc.weight', shape: [70, 50] }, { name: 'fc.bias', shape: [70] }];
+    const dir = write(root, 10, { tensors: big, params: randomTensor(3570, 7), velocity: randomTensor(3570, 8) }, 2);
+    const bigBytes = fs.statSync(path.join(dir, 'state.safetensors')).size;
+    const s = state(3);
+    write(root, 10, s, 3);
+    const manifest = verifyCheckpoint(dir);
+    assert.ok(manifest.file.bytes < bigBytes);
+    assert.equal(fs.statSync(path.join(dir, 'state.safetensors')).size, manifest.file.bytes);
+    const params = new Float32Array(P);
+    const velocity = new Float32Array(P);
+    loadCheckpoint(dir, manifest, tensors, params, velocity);
+    assert.deepEqual([params, velocity], [s.params, s.velocity]);
   });
 
   it('CRC-64 (ISA-L) gives the published check value and chains over pieces', () => {
