@@ -5,7 +5,7 @@
 // are reassigned and read back, and the same step is tried again.
 import { createHash } from 'node:crypto';
 import { isFailure, type Communicator } from '../comm';
-import { checkpointDir, commitCheckpoint, loadCheckpoint, pruneCheckpoints, writeStripe, type CheckpointManifest, type CheckpointMeta } from '../checkpoint/checkpoint';
+import { checkpointDir, commitCheckpoint, configSha256, loadCheckpoint, pruneCheckpoints, writeStripe, type CheckpointManifest, type CheckpointMeta } from '../checkpoint/checkpoint';
 import { repair } from '../comm/recovery';
 import type { Dataset } from '../data/dataset';
 import { gatherBatch, MicroBatches } from '../data/micro-batches';
@@ -415,7 +415,7 @@ export class Trainer {
       shard_map: this.map.toJSON(),
       seed: this.config.seed,
       config: this.config.identity,
-      config_sha256: createHash('sha256').update(JSON.stringify(this.config.identity)).digest('hex'),
+      config_sha256: configSha256(this.config.identity),
       rng: { seed: this.config.seed, kind: 'counter-based' },
       world_history: this.worldHistory,
       shrink: this.shrink ? { epoch: this.shrink.epoch, cursors: this.shrink.cursors } : undefined,
