@@ -1,5 +1,7 @@
-// Writes that are never seen half done: a temporary file next to the target, fsync, then rename.
+// Writes that are never seen half done: a temporary file next to the target, fsync, rename, then
+// fsync of the directory, so that the new name too survives a crash of the machine.
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 
 export function writeAtomically(file: string, bytes: string | Uint8Array): void {
   const partial = `${file}.partial-${process.pid}`;
@@ -15,5 +17,16 @@ export function writeAtomically(file: string, bytes: string | Uint8Array): void 
   } catch (error) {
     fs.rmSync(partial, { force: true }); // a full disk or a failed rename leaves nothing behind
     throw error;
+  }
+  syncDirectory(path.dirname(file));
+}
+
+/** Makes the entries of `dir` (names created, renamed or removed in it) durable. */
+export function syncDirectory(dir: string): void {
+  const fd = fs.openSync(dir, 'r');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
   }
 }

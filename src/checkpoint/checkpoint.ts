@@ -1,15 +1,18 @@
 // Checkpoints: the training state at the start of a step (parameters and momentum in one
 // safetensors file, state.safetensors) plus manifest.json (step, shards, shard map, seed, the
-// settings that fix the result, world history, and a CRC-64 per stripe of the file). The live
-// ranks write the file in parallel stripes; the leader commits by renaming the manifest in last,
-// so a checkpoint without a manifest, or whose checksums fail, is never used.
+// settings that fix the result and their sha256, world history, a CRC-64 per stripe of the file,
+// and the manifest's own sha256). The live ranks write the file in parallel stripes; the leader
+// commits by renaming the manifest in last, so a checkpoint without a manifest, or whose checksums
+// fail, is never used.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { writeAtomically } from '../atomic-write';
+import { syncDirectory, writeAtomically } from '../atomic-write';
 import { crc64 } from '../checksum';
+import { canonicalSha256 } from './canonical-json';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
 
-export const checkpointFormat = 'ft-train-checkpoint/1';
+/** /2: the manifest carries manifest_sha256, and config_sha256 is over the config's canonical JSON. */
+export const checkpointFormat = 'ft-train-checkpoint/2';
 const stateFile = 'state.safetensors';
 const manifestFile = 'manifest.json';
 
@@ -41,6 +44,17 @@ export interface CheckpointManifest extends CheckpointMeta {
   format: string;
   time: number;
   file: { name: string; bytes: number; stripes: Stripe[] };
+  /** the sha256 of the canonical JSON (see canonical-json.ts) of every other field */
+  manifest_sha256: string;
+}
+
+/** The sha256 of the settings that fix the result, as config_sha256 records it. */
+export function configSha256(config: Record<string, unknown>): string {
+  return canonicalSha256(config);
+}
+
+function manifestSha256(manifest: Omit<CheckpointManifest, 'manifest_sha256'>): string {
+  return canonicalSha256(manifest);
 }
 
 /** The state a checkpoint holds: `params` then `velocity`, each laid out as `tensors`. */
@@ -56,6 +70,11 @@ export function checkpointDir(root: string, step: number): string {
 
 function stateTensors(tensors: readonly TensorInfo[]): TensorInfo[] {
   return [...tensors.map((t) => ({ name: `params.${t.name}`, shape: t.shape })), ...tensors.map((t) => ({ name: `velocity.${t.name}`, shape: t.shape }))];
+}
+
+/** The state file's size: header, then params and velocity as float32. */
+function stateFileBytes(state: TrainingState): number {
+  return safetensorsHeader(stateTensors(state.tensors)).length + 4 * (state.params.length + state.velocity.length);
 }
 
 /** Byte ranges of the n stripes of the state file (stripe 0 also holds the header). */
@@ -84,6 +103,13 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   }
   const fd = fs.openSync(path.join(dir, stateFile), fs.constants.O_WRONLY | fs.constants.O_CREAT, 0o644);
   try {
+    // The directory may hold a longer file (an interrupted attempt, a bigger model): every writer
+    // sets the final length, so no old tail survives whichever writer comes last. Concurrent
+    // ftruncates to the same length are safe: one only drops bytes beyond that length, or extends
+    // the file with zeros past its current end, and never touches bytes another writer put below
+    // it. (A fresh file renamed in would need one writer to create it before the others open it
+    // and one to rename it after all have written: an ordering between ranks this avoids.)
+    fs.ftruncateSync(fd, stateFileBytes(state));
     for (const part of parts) fs.writeSync(fd, part.bytes, 0, part.bytes.length, part.at);
     fs.fsyncSync(fd);
   } finally {
@@ -92,17 +118,19 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   return crc64(...parts.map((p) => p.bytes));
 }
 
-/** The leader's commit: the manifest, renamed in last. */
+/** The leader's commit: the manifest, renamed in last; then the step directory's own entry made durable. */
 export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: TrainingState, digests: string[]): CheckpointManifest {
   const ranges = stripeRanges(state, digests.length);
-  const last = ranges[ranges.length - 1];
-  const manifest: CheckpointManifest = {
+  const unsealed = {
     format: checkpointFormat,
     time: Date.now(),
     ...meta,
-    file: { name: stateFile, bytes: last.offset + last.length, stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i] })) },
+    file: { name: stateFile, bytes: stateFileBytes(state), stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i] })) },
   };
+  const manifest: CheckpointManifest = { ...unsealed, manifest_sha256: manifestSha256(unsealed) };
   writeAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
+  // the older checkpoints pruned next must not outlive this one's directory entry
+  syncDirectory(path.dirname(dir));
   return manifest;
 }
 
@@ -119,7 +147,7 @@ function listSteps(root: string): string[] {
   return fs.existsSync(root) ? fs.readdirSync(root).filter((d) => /^step-\d{8}$/.test(d)).sort() : [];
 }
 
-/** Checks a checkpoint directory completely: manifest, file size, every stripe's CRC-64. */
+/** Checks a checkpoint directory completely: the manifest's own checksum and its config's, file size, every stripe's CRC-64. */
 export function verifyCheckpoint(dir: string): CheckpointManifest {
   const manifestPath = path.join(dir, manifestFile);
   if (!fs.existsSync(manifestPath)) throw new Error(`${dir}: incomplete: no ${manifestFile}`);
@@ -130,6 +158,9 @@ export function verifyCheckpoint(dir: string): CheckpointManifest {
     throw new Error(`${manifestPath}: not valid JSON (${(error as Error).message})`);
   }
   if (manifest.format !== checkpointFormat) throw new Error(`${manifestPath}: format ${JSON.stringify(manifest.format)}, expected "${checkpointFormat}"`);
+  const { manifest_sha256: sealed, ...unsealed } = manifest;
+  if (sealed !== manifestSha256(unsealed)) throw new Error(`${manifestPath}: corrupt: the manifest fails its own checksum (edited?)`);
+  if (manifest.config_sha256 !== configSha256(manifest.config)) throw new Error(`${manifestPath}: corrupt: config_sha256 is not the sha256 of its config`);
   const file = path.join(dir, manifest.file?.name ?? stateFile);
   if (!fs.existsSync(file)) throw new Error(`${file}: missing`);
   const size = fs.statSync(file).size;

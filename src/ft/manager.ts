@@ -5,9 +5,8 @@
 // readback of the lost shards, JIT checkpoint) before the caller retries. It also writes
 // checkpoints (stripes, digest gather, commit, each voted), ends the run (the final write, voted
 // like the rest), and stops the job when a rank reports an error of its own.
-import { createHash } from 'node:crypto';
 import { isFailure, type Communicator } from '../comm';
-import { checkpointDir, commitCheckpoint, pruneCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
+import { checkpointDir, commitCheckpoint, configSha256, pruneCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
 import type { ShardLayout } from '../data/shard-layout';
 import { ShardMap } from '../data/shard-map';
@@ -309,7 +308,7 @@ export class Manager {
         shard_map: this.map.toJSON(),
         seed: this.config.identity.seed as number,
         config: this.config.identity,
-        config_sha256: createHash('sha256').update(JSON.stringify(this.config.identity)).digest('hex'),
+        config_sha256: configSha256(this.config.identity),
         rng: { seed: this.config.identity.seed as number, kind: 'counter-based' },
         world_history: this.worldHistory,
       };

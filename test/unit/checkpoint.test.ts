@@ -1,11 +1,12 @@
 // Checkpoint files without MPI: stripes written separately make one safetensors file that other
-// tools can read; the manifest's checksums catch a flipped byte and a truncated file; the newest
-// complete checkpoint is found, passing over broken or unfinished ones with the reason.
+// tools can read, also over a longer file left in the directory; the manifest's checksums catch a
+// flipped byte and a truncated file, and its own checksum an edited manifest; the newest complete
+// checkpoint is found, passing over broken, edited or unfinished ones with the reason.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { checkpointDir, commitCheckpoint, findCheckpoint, loadCheckpoint, pruneCheckpoints, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
+import { checkpointDir, commitCheckpoint, configSha256, findCheckpoint, loadCheckpoint, pruneCheckpoints, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { crc64 } from '../../src/checksum';
 import { randomTensor } from '../helpers/gradcheck';
@@ -17,20 +18,30 @@ function state(seed: number): TrainingState {
   return { tensors, params: randomTensor(P, seed), velocity: randomTensor(P, seed + 100) };
 }
 
+const config = { lr: 0.01, model: 'tiny' };
+
 function meta(step: number): CheckpointMeta {
   return {
-    step, epoch: 0, reason: 'test', shards: 4, shard_map: [0, 1, 2, 3], seed: 1, config: { lr: 0.01 }, config_sha256: '0'.repeat(64),
+    step, epoch: 0, reason: 'test', shards: 4, shard_map: [0, 1, 2, 3], seed: 1, config, config_sha256: configSha256(config),
     rng: { seed: 1, kind: 'counter-based' }, world_history: [{ step: 0, world: 4, lost: [] }],
   };
 }
 
 /** Writes a checkpoint as `n` ranks would, each its stripe. */
-function write(root: string, step: number, s: TrainingState, n: number): string {
+function write(root: string, step: number, s: TrainingState, n: number, m: CheckpointMeta = meta(step)): string {
   const dir = checkpointDir(root, step);
   // in reverse order, as ranks finish in any order
   const digests = Array.from({ length: n }, (_, k) => n - 1 - k).map((i) => writeStripe(dir, s, i, n)).reverse();
-  commitCheckpoint(dir, meta(step), s, digests);
+  commitCheckpoint(dir, m, s, digests);
   return dir;
+}
+
+/** Rewrites a checkpoint's manifest.json after `edit`, as a person with an editor would. */
+function editManifest(dir: string, edit: (manifest: CheckpointManifest) => object | void): string {
+  const file = path.join(dir, 'manifest.json');
+  const manifest = JSON.parse(fs.readFileSync(file, 'utf8'));
+  fs.writeFileSync(file, JSON.stringify(edit(manifest) ?? manifest, null, 2));
+  return file;
 }
 
 describe('checkpoints', () => {
@@ -75,6 +86,57 @@ describe('checkpoints', () => {
     assert.match(findCheckpoint(root).skipped.join('\n'), /step-00000030: incomplete: no manifest.json/);
     fs.rmSync(checkpointDir(root, 10), { recursive: true });
     assert.throws(() => findCheckpoint(root), new RegExp(`^Error: ${root}: no complete checkpoint \\(.*incomplete.*truncated`));
+  });
+
+  it('refuses an edited step, and an edited setting whose config_sha256 was recomputed, by the manifest\'s own checksum', () => {
+    const dir = write(root, 10, state(1), 2);
+    const edited = editManifest(dir, (m) => {
+      m.step = 11;
+    });
+    assert.throws(() => verifyCheckpoint(dir), { message: `${edited}: corrupt: the manifest fails its own checksum (edited?)` });
+    const other = write(root, 20, state(2), 2);
+    editManifest(other, (m) => {
+      m.config.lr = 0.1;
+      m.config_sha256 = configSha256(m.config);
+    });
+    assert.throws(() => verifyCheckpoint(other), { message: `${path.join(other, 'manifest.json')}: corrupt: the manifest fails its own checksum (edited?)` });
+  });
+
+  it('refuses a config_sha256 that is not its config\'s, even under a valid manifest checksum', () => {
+    const dir = write(root, 10, state(1), 2, { ...meta(10), config_sha256: configSha256({ ...config, lr: 0.1 }) });
+    assert.throws(() => verifyCheckpoint(dir), { message: `${path.join(dir, 'manifest.json')}: corrupt: config_sha256 is not the sha256 of its config` });
+  });
+
+  it('verifies a manifest whatever its key order and layout, since the checksum is over canonical JSON', () => {
+    const dir = write(root, 10, state(1), 2);
+    editManifest(dir, (m) => Object.fromEntries(Object.entries(m).reverse().map(([k, v]) => [k, k === 'config' ? Object.fromEntries(Object.entries(m.config).reverse()) : v])));
+    assert.equal(verifyCheckpoint(dir).step, 10);
+  });
+
+  it('passes over a newest checkpoint whose manifest was edited, saying why', () => {
+    write(root, 10, state(1), 2);
+    const newer = write(root, 20, state(2), 2);
+    editManifest(newer, (m) => {
+      m.seed = 2;
+    });
+    const found = findCheckpoint(root);
+    assert.equal(found.dir, checkpointDir(root, 10));
+    assert.deepEqual(found.skipped, [`${path.join(newer, 'manifest.json')}: corrupt: the manifest fails its own checksum (edited?)`]);
+  });
+
+  it('a checkpoint written over a larger state file (a bigger model\'s) keeps no old tail: it verifies and loads', () => {
+    const big = [{ name: 'fc.weight', shape: [70, 50] }, { name: 'fc.bias', shape: [70] }];
+    const dir = write(root, 10, { tensors: big, params: randomTensor(3570, 7), velocity: randomTensor(3570, 8) }, 2);
+    const bigBytes = fs.statSync(path.join(dir, 'state.safetensors')).size;
+    const s = state(3);
+    write(root, 10, s, 3);
+    const manifest = verifyCheckpoint(dir);
+    assert.ok(manifest.file.bytes < bigBytes);
+    assert.equal(fs.statSync(path.join(dir, 'state.safetensors')).size, manifest.file.bytes);
+    const params = new Float32Array(P);
+    const velocity = new Float32Array(P);
+    loadCheckpoint(dir, manifest, tensors, params, velocity);
+    assert.deepEqual([params, velocity], [s.params, s.velocity]);
   });
 
   it('CRC-64 (ISA-L) gives the published check value and chains over pieces', () => {
