@@ -355,7 +355,7 @@ export class Trainer {
         this.worldHistory.push({ step, world: this.comm.size, lost: fixed.lost });
       }
       const readStart = now();
-      const next = this.map.without(fixed.lost);
+      const next = this.map.without(fixed.lost, this.comm.worldRanks);
       const moved = this.map.movedTo(next);
       if (this.comm.size >= this.config.minRanks) await this.load(moved.get(this.me) ?? []);
       let bytes = 0;
