@@ -11,8 +11,9 @@ import { hideBin } from 'yargs/helpers';
 import { writeAtomically } from '../atomic-write';
 import { findCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
 import { encodeSafetensors } from '../checkpoint/safetensors';
-import { finalize, init, type Communicator } from '../comm';
+import { finalize, init, ulfm, type Communicator } from '../comm';
 import { Dataset } from '../data/dataset';
+import { DatasetError } from '../data/errors';
 import { guardAgainstHangs, hangBounds, killDeclaredDead } from '../ft/hangs';
 import { Manager } from '../ft/manager';
 import { withDeadline } from '../ft/repair';
@@ -23,6 +24,7 @@ import { loadSpec, type ModelSpec } from '../nn/spec';
 import { FaultInjector } from '../solver/fault-injection';
 import { Trainer, type TrainObserver, type TrainResult } from '../solver/trainer';
 import { UsageError } from './command';
+import { launcherWorldRank, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from './launcher-env';
 import { closeLogger, rankLogger } from './logger';
 import { Progress } from './progress';
 import { createRunDir, RunLog, runFiles } from './run-dir';
@@ -69,6 +71,8 @@ function identity(options: TrainOptions, spec: ModelSpec, dataset: Dataset, shar
     batch: options.batch, lr: options.lr, momentum: options.momentum, weight_decay: options.weightDecay,
     lr_schedule: options.lrSchedule, seed: options.seed, shards, on_failure: options.onFailure,
     lr_rescale: options.lrRescale, steps: options.steps ?? null, epochs: options.epochs ?? null,
+    // the CPU kernels' reductions are split by thread: another count gives other bits
+    threads: options.threads,
   };
 }
 
@@ -81,9 +85,48 @@ function checkResume(options: TrainOptions, spec: ModelSpec, dataset: Dataset): 
   const mine = identity(options, spec, dataset, manifest.shards);
   for (const key of Object.keys(mine)) {
     const [theirs, ours] = [JSON.stringify(manifest.config[key]), JSON.stringify(mine[key])];
+    if (theirs === undefined) throw new Error(`${found.dir}: written without ${key}, this run has ${ours.slice(0, 80)}`);
     if (theirs !== ours) throw new Error(`${found.dir}: written with ${key} ${theirs.slice(0, 80)}, this run has ${ours.slice(0, 80)}`);
   }
   return found;
+}
+
+/** The flags that need the world size: fault tolerance on in MPI, --min-ranks, --drill. */
+function checkLauncher(options: TrainOptions, worldSize: number): void {
+  if (options.onFailure !== 'none' && underMpirun()) {
+    if (!ulfm) throw new Error(`--on-failure ${options.onFailure} needs MPI fault tolerance, but the addon was built against an MPI without ULFM: run launch/setup and npm run build, or use --on-failure none`);
+    if (!mpiFaultToleranceOn()) throw new Error(`--on-failure ${options.onFailure} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`);
+  }
+  if (options.minRanks > worldSize) throw new Error(`--min-ranks ${options.minRanks} is above the world size ${worldSize}`);
+  const absent = options.drills.find((d) => d.rank >= worldSize);
+  if (absent) throw new Error(`--drill names rank ${absent.rank}, but the world size is ${worldSize}`);
+}
+
+/**
+ * Checks the shard count S (as main() will take it) against the batch and the dataset; returns the
+ * per-rank batch of shrink and none modes (undefined in exact mode).
+ */
+function checkShards(options: TrainOptions, dataset: Dataset, worldSize: number, resume?: Resume): number | undefined {
+  const shards = resume?.manifest.shards ?? options.shards ?? worldSize;
+  const origin = resume ? `the checkpoint's, ${resume.dir}` : options.shards !== undefined ? '--shards' : 'the world size by default; see --shards';
+  if (options.batch < shards) {
+    throw new Error(`--batch ${options.batch} is smaller than the ${shards} shards (${origin}): every shard takes at least one sample per step`);
+  }
+  try {
+    dataset.train.layout(shards);
+  } catch (error) {
+    if (!(error instanceof DatasetError)) throw error;
+    throw new Error(`${error.message} (${shards} shards: ${origin})`);
+  }
+  if (options.onFailure === 'exact') return undefined;
+  // the per-rank batch is the initial world's share, so a resume at any world size keeps it
+  const initialWorld = resume ? resume.manifest.world_history[0]?.world : worldSize;
+  if (!Number.isSafeInteger(initialWorld) || initialWorld < 1) throw new Error(`${resume!.dir}: its manifest has no initial world size (world_history)`);
+  if (options.batch % initialWorld !== 0) {
+    const world = resume ? `${initialWorld}, the initial world size of ${resume.dir}` : `the world size ${initialWorld}`;
+    throw new Error(`--batch ${options.batch} is not a multiple of ${world}: with --on-failure ${options.onFailure} every rank takes --batch / initial world size samples per step`);
+  }
+  return options.batch / initialWorld;
 }
 
 async function prepare(): Promise<{ options: TrainOptions; dataset: Dataset; net: Net; resume?: Resume }> {
@@ -93,8 +136,10 @@ async function prepare(): Promise<{ options: TrainOptions; dataset: Dataset; net
   } catch (error) {
     throw new InputError((error as Error).message);
   }
+  const worldSize = launcherWorldSize();
   let dataset: Dataset | undefined;
   try {
+    checkLauncher(options, worldSize);
     const spec = loadSpec(options.model);
     dataset = await Dataset.open(options.data);
     const [shape, input] = [dataset.sampleShape.join('x'), spec.input.join('x')];
@@ -102,6 +147,7 @@ async function prepare(): Promise<{ options: TrainOptions; dataset: Dataset; net
     if (spec.classes !== dataset.classes) throw new Error(`${options.model}: has ${spec.classes} classes, but ${options.data} has ${dataset.classes}`);
     const net = new Net(spec, cpu);
     const resume = options.resume !== undefined ? checkResume(options, spec, dataset) : undefined;
+    options.rankBatch = checkShards(options, dataset, worldSize, resume);
     createRunDir(options.runDir);
     return { options, dataset, net, resume };
   } catch (error) {
@@ -117,7 +163,7 @@ async function main(): Promise<number> {
   cpu.setThreads(options.threads);
   const bounds = hangBounds(options.hangTimeout);
   // under mpirun the rank is known before MPI starts: the pid file and the start-up drill need it
-  const launchRank = Number(process.env.OMPI_COMM_WORLD_RANK ?? 0);
+  const launchRank = launcherWorldRank();
   const runLog = new RunLog(options.runDir, launchRank);
   const logger = rankLogger(runLog.logFile, launchRank);
   const faults = new FaultInjector(options.drills, launchRank, runLog.logFile);
@@ -242,11 +288,6 @@ function writeResults(options: TrainOptions, shards: number, net: Net, result: T
   writeAtomically(path.join(options.runDir, runFiles.summary), JSON.stringify(summary, null, 2) + '\n');
 }
 
-/** Before MPI starts every rank has the same problem: world rank 0 alone prints it. */
-function firstRank(): boolean {
-  return (process.env.OMPI_COMM_WORLD_RANK ?? '0') === '0';
-}
-
 export function run(): void {
   main().then(
     (code) => {
@@ -260,7 +301,8 @@ export function run(): void {
         // MPI_Init may never return: leave without waiting for it
         process.exit(1);
       }
-      if (firstRank() || !input) console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
+      // bad input is found before MPI starts, alike on every rank: world rank 0 alone prints it
+      if (launcherWorldRank() === 0 || !input) console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
       // mpirun tears the job down at the first non-zero exit: the others give rank 0 time to print
       else setTimeout(() => undefined, 1000);
     },

@@ -24,6 +24,12 @@ export interface TrainOptions extends Omit<TrainConfig, 'shards'> {
   keepCheckpoints: number;
   /** seconds without progress after which a rank counts as failed (see src/ft/hangs.ts) */
   hangTimeout: number;
+  /**
+   * Shrink and none modes: the samples each rank takes per step, fixed when the run starts
+   * (--batch / the initial world size; on --resume, the checkpoint's initial world size), so the
+   * run resumes at any world size. Set by ft-train's checks before MPI starts; undefined in exact mode.
+   */
+  rankBatch?: number;
 }
 
 const usage = `mpirun --with-ft ulfm -n N node launch/ft-train.js --model SPEC --data DIR --run-dir DIR [options]
@@ -47,10 +53,15 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     if (!(Number.isFinite(value) && value >= 0)) throw new Error(`--${flag} expects a number >= 0, got ${value}`);
     return value;
   };
+  const nonEmptyPath = (flag: string) => (values: string | string[]) => {
+    const value = last(values);
+    if (value === '') throw new Error(`--${flag} expects a path, got ""`);
+    return value;
+  };
   const args = commandLine('ft-train', usage)
-    .option('model', { type: 'string', coerce: last<string>, demandOption: true, describe: 'model spec (JSON), e.g. models/lenet.json', group: 'Job:' })
-    .option('data', { type: 'string', coerce: last<string>, demandOption: true, describe: 'dataset directory, e.g. datasets/fashion-mnist', group: 'Job:' })
-    .option('run-dir', { type: 'string', coerce: last<string>, demandOption: true, describe: 'new directory for metrics, events, summary, model', group: 'Job:' })
+    .option('model', { type: 'string', coerce: nonEmptyPath('model'), demandOption: true, describe: 'model spec (JSON), e.g. models/lenet.json', group: 'Job:' })
+    .option('data', { type: 'string', coerce: nonEmptyPath('data'), demandOption: true, describe: 'dataset directory, e.g. datasets/fashion-mnist', group: 'Job:' })
+    .option('run-dir', { type: 'string', coerce: nonEmptyPath('run-dir'), demandOption: true, describe: 'new directory for metrics, events, summary, model', group: 'Job:' })
     .option('steps', { type: 'number', coerce: positiveInt('steps'), describe: 'steps to train (or --epochs)', group: 'Job:' })
     .option('epochs', { type: 'number', coerce: positiveInt('epochs'), describe: 'epochs to train (default 1 when --steps is absent)', group: 'Job:' })
     .option('batch', { type: 'number', default: 64, coerce: positiveInt('batch'), describe: 'global batch (split over the shards)', group: 'Optimizer:' })
@@ -67,12 +78,12 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     .option('hang-timeout', { type: 'number', default: 30, coerce: positive('hang-timeout'), describe: 'seconds without progress after which a rank counts as failed: it is declared dead (by MPI\'s detector, which launch/ft-run sets to the same value) and killed; also bounds every wait', group: 'Fault tolerance:' })
     .option('drill', { type: 'string', array: true, default: [] as string[], describe: `rank=R,step=K[,phase=P][,action=kill|stop]: that rank SIGKILLs (or SIGSTOPs) itself at phase P of step K (repeatable; for tests). P: ${phases.join('|')}`, group: 'Fault tolerance:' })
     .option('jit-checkpoint', { choices: ['on', 'off'] as const, default: 'on' as const, coerce: last<'on' | 'off'>, describe: 'after a failure, the survivors write a checkpoint of the failed step\'s start', group: 'Checkpoints:' })
-    .option('checkpoint-dir', { type: 'string', coerce: last<string>, describe: 'where checkpoints go (default: <run-dir>/ckpt)', group: 'Checkpoints:' })
+    .option('checkpoint-dir', { type: 'string', coerce: nonEmptyPath('checkpoint-dir'), describe: 'where checkpoints go (default: <run-dir>/ckpt)', group: 'Checkpoints:' })
     .option('checkpoint-every', { type: 'number', default: 0, coerce: positiveInt('checkpoint-every', 0), describe: 'also a checkpoint every K steps (0: none)', group: 'Checkpoints:' })
     .option('keep-checkpoints', { type: 'number', default: 3, coerce: positiveInt('keep-checkpoints'), describe: 'complete checkpoints kept (newest)', group: 'Checkpoints:' })
-    .option('resume', { type: 'string', coerce: last<string>, describe: 'continue from a checkpoint, a checkpoint directory or a run directory (newest complete checkpoint), at any world size', group: 'Checkpoints:' })
+    .option('resume', { type: 'string', coerce: nonEmptyPath('resume'), describe: 'continue from a checkpoint, a checkpoint directory or a run directory (newest complete checkpoint), at any world size', group: 'Checkpoints:' })
     .option('eval-every', { type: 'number', default: 0, coerce: positiveInt('eval-every', 0), describe: 'test-set evaluation every K steps (0: at the end only)', group: 'Job:' })
-    .option('threads', { type: 'number', default: 1, coerce: positiveInt('threads'), describe: 'compute threads per rank', group: 'Job:' })
+    .option('threads', { type: 'number', default: 1, coerce: positiveInt('threads'), describe: 'compute threads per rank (the result depends on it: a resume must keep it)', group: 'Job:' })
     .check((a) => {
       if (a.steps !== undefined && a.epochs !== undefined) throw new Error('give --steps or --epochs, not both');
       return true;

@@ -1,9 +1,9 @@
 // Which rank holds which logical shard. Ranks are world ranks (stable across shrinks). The map is a
 // pure function of the live-rank list and the history of losses, so every survivor computes the same
 // one without talking: at start, contiguous blocks of shards per rank in rank order; after a loss,
-// the lost ranks' shards go, lowest shard first, each to the survivor holding the fewest shards
-// (ties: lowest rank). Survivors keep their own shards, so only the lost shards are read back, and
-// the per-rank shard counts stay within one of each other.
+// the lost ranks' shards go, lowest shard first, each to the live rank holding the fewest shards,
+// whether it held any before or not (ties: lowest rank). Survivors keep their own shards, so only the
+// lost shards are read back, and the per-rank shard counts stay within one of each other.
 
 export class ShardMap {
   /** owners[s] = world rank holding shard s */
@@ -46,11 +46,18 @@ export class ShardMap {
     return held;
   }
 
-  /** The map after losing `lost`; throws if no holder survives. */
-  without(lost: readonly number[]): ShardMap {
+  /**
+   * The map after losing `lost`, with `live` the ranks left (every survivor passes the same list):
+   * each lost shard goes to the least-loaded live rank. Throws if no rank is left, or if a shard's
+   * owner is in neither list (the lists do not describe this map).
+   */
+  without(lost: readonly number[], live: readonly number[]): ShardMap {
     const gone = new Set(lost);
-    const survivors = this.ranks.filter((r) => !gone.has(r));
+    const survivors = uniqueSorted(live);
+    if (survivors.some((r) => gone.has(r))) throw new RangeError(`without: ranks ${JSON.stringify(survivors.filter((r) => gone.has(r)))} are both lost and live`);
     if (survivors.length === 0) throw new RangeError(`without: losing ranks ${JSON.stringify([...gone])} leaves no rank to hold the shards`);
+    const stray = this.ranks.filter((r) => !gone.has(r) && !survivors.includes(r));
+    if (stray.length > 0) throw new RangeError(`without: ranks ${JSON.stringify(stray)} hold shards but are neither lost nor live`);
     const load = new Map(survivors.map((r) => [r, this.shardsOf(r).length]));
     const owners = this.owners.map((owner) => {
       if (!gone.has(owner)) return owner;

@@ -219,7 +219,7 @@ export class Manager {
     if (this.failedAt !== step) this.noteFailure(new Error('agreed failure'), 'agree');
     for (;;) {
       const fixed = await this.repair(false);
-      const next = this.map.without(fixed.lost);
+      const next = this.map.without(fixed.lost, this.comm.worldRanks);
       const moved = this.map.movedTo(next);
       this.map = next;
       this.rebuildSum();

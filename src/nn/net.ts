@@ -70,7 +70,13 @@ export class Net {
       const last = spec.layers[spec.layers.length - 1];
       throw new SpecError(`${spec.file}: layer ${spec.layers.length} (${last.name}): outputs ${product(shape)} values but the model has ${spec.classes} classes`);
     }
-    this.params.allocate();
+    const count = this.params.views.reduce((n, view) => n + view.length, 0);
+    try {
+      this.params.allocate();
+    } catch (error) {
+      // V8's own message ("Invalid typed array length", "Array buffer allocation failed") names neither the file nor the size
+      throw new SpecError(`${spec.file}: ${count} parameters (${((8 * count) / 2 ** 30).toFixed(1)} GiB with their gradients) cannot be allocated: ${(error as Error).message}`);
+    }
   }
 
   /** Per-sample input length. */

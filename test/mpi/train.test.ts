@@ -2,7 +2,7 @@
 // (any rank, several at once, in any phase of the step, during recovery itself, killed from
 // outside) ends with parameters bit-identical to the run without failure, and so do runs at other
 // world sizes with the same shards. Readback stays within the lost shards' share; shrink mode
-// carries on with a smaller world and batch; bad input gets one line and no run directory.
+// carries on with a smaller world and batch (bad input: inputs.test.ts).
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
@@ -188,35 +188,5 @@ describe('ft-train', function () {
     assert.match(job.stdout, /1 rank\(s\) left, below --min-ranks 2: stopping/);
     assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
     assert.equal(readLines<{ event: string }>(path.join(dir, 'events.jsonl')).at(-1)!.event, 'stop');
-  });
-
-  describe('bad input: one line, exit code 2, no run directory', () => {
-    const badSpec = path.join(scratch, 'bad.json');
-    const cases: [string, string[], RegExp][] = [
-      ['a bad flag value', ['--batch', '0'], /^ft-train: --batch expects an integer >= 1, got 0 \(see --help\)$/],
-      ['an unknown flag', ['--bogus', '1'], /^ft-train: Unknown argument: bogus \(see --help\)$/],
-      ['a bad drill', ['--drill', 'rank=1'], /^ft-train: --drill: step expects an integer >= 0 in "rank=1" \(see --help\)$/],
-      ['a missing dataset', ['--data', 'datasets/nowhere'], /^ft-train: datasets\/nowhere: no such dataset directory$/],
-      ['a bad model spec', ['--model', badSpec], new RegExp(`^ft-train: ${badSpec}: `)],
-      ['a model that does not fit the data', ['--model', 'models/cifarnet.json'], /^ft-train: models\/cifarnet.json: takes 3x32x32 inputs, but datasets\/fashion-mnist holds 1x28x28 samples$/],
-    ];
-    for (const [what, args, message] of cases) {
-      it(what, async () => {
-        fs.writeFileSync(badSpec, JSON.stringify({ name: 'bad', input: [1, 28, 28], classes: 10, layers: [{ type: 'linear', name: 'fc', outputs: 0 }] }));
-        const dir = path.join(scratch, `bad-${what.replace(/ /g, '-')}`);
-        const job = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'ft-train.js'), ...common, '--run-dir', dir, ...args], process.env, 30_000, what);
-        assert.equal(job.code, 2, job.stderr);
-        assert.equal(job.stderr.trim().split('\n').length, 1, job.stderr);
-        assert.match(job.stderr.trim(), message);
-        assert.ok(!fs.existsSync(dir), 'no run directory');
-      });
-    }
-
-    it('a run directory that already holds a run; under mpirun one rank prints it', async () => {
-      const job = await runTrain(2, [...common, '--run-dir', baseline.dir]);
-      assert.notEqual(job.code, 0);
-      const ours = job.stderr.split('\n').filter((line) => line.startsWith('ft-train:'));
-      assert.deepEqual(ours, [`ft-train: ${baseline.dir}: --run-dir already holds a run (events.jsonl, metrics.jsonl, model.safetensors); choose a new directory`]);
-    });
   });
 });

@@ -50,18 +50,18 @@ describe('ShardMap', () => {
   });
 
   it('gives only the lost ranks\' shards to survivors, balanced, whatever order the ranks are listed in', () => {
-    for (const [S, N] of [[4, 4], [8, 4], [7, 3], [64, 8], [13, 5], [16, 16]]) {
+    for (const [S, N] of [[4, 4], [8, 4], [7, 3], [64, 8], [13, 5], [16, 16], [2, 4], [3, 8]]) {
       const ranks = Array.from({ length: N }, (_, r) => r);
       for (let lost = 0; lost < N; ++lost) {
         const before = ShardMap.initial(S, ranks);
-        const after = before.without([lost]);
-        assert.deepEqual(after.toJSON(), ShardMap.initial(S, [...ranks].reverse()).without([lost]).toJSON());
         const survivors = ranks.filter((r) => r !== lost);
+        const after = before.without([lost], survivors);
+        assert.deepEqual(after.toJSON(), ShardMap.initial(S, [...ranks].reverse()).without([lost], [...survivors].reverse()).toJSON());
         for (let s = 0; s < S; ++s) {
           if (before.owner(s) !== lost) assert.equal(after.owner(s), before.owner(s), `S=${S} N=${N} lost ${lost}: shard ${s} moved`);
           assert.notEqual(after.owner(s), lost);
         }
-        const held = loads(after, survivors).filter((_, i) => S >= N || before.shardsOf(survivors[i]).length > 0);
+        const held = loads(after, survivors);
         assert.ok(Math.max(...held) - Math.min(...held) <= 1, `S=${S} N=${N} lost ${lost}: loads ${held}`);
         const moved = [...before.movedTo(after).values()].flat().sort((a, b) => a - b);
         assert.deepEqual(moved, before.shardsOf(lost));
@@ -69,18 +69,36 @@ describe('ShardMap', () => {
     }
   });
 
+  it('with fewer shards than ranks, gives a lost shard to the least-loaded live rank, holder or not', () => {
+    // 2 shards on 4 ranks start on ranks 0 and 2: rank 0's shard goes to rank 1 (no shard, lowest)
+    assert.deepEqual(ShardMap.initial(2, [0, 1, 2, 3]).toJSON(), [0, 2]);
+    assert.deepEqual(ShardMap.initial(2, [0, 1, 2, 3]).without([0], [1, 2, 3]).toJSON(), [1, 2]);
+    // held by ranks 0 and 1: rank 0's shard goes to rank 2, not to the holder 1
+    assert.deepEqual(ShardMap.fromOwners([0, 1]).without([0], [1, 2, 3]).toJSON(), [2, 1]);
+    // every holder lost at once: the shards go to the ranks that held none, one each
+    assert.deepEqual(ShardMap.fromOwners([0, 1]).without([0, 1], [2, 3]).toJSON(), [2, 3]);
+    // more lost shards than live ranks: round the live ranks, fewest first
+    assert.deepEqual(ShardMap.fromOwners([0, 0, 0, 1, 2]).without([0], [1, 2, 3]).toJSON(), [3, 1, 2, 1, 2]);
+  });
+
   it('stays balanced through successive and simultaneous losses', () => {
     const map = ShardMap.initial(64, [0, 1, 2, 3, 4, 5, 6, 7]);
-    const twice = map.without([2]).without([5]);
+    const twice = map.without([2], [0, 1, 3, 4, 5, 6, 7]).without([5], [0, 1, 3, 4, 6, 7]);
     assert.deepEqual(loads(twice, [0, 1, 3, 4, 6, 7]), [11, 11, 11, 11, 10, 10]);
-    const together = map.without([5, 2]);
+    const together = map.without([5, 2], [0, 1, 3, 4, 6, 7]);
     assert.deepEqual(loads(together, [0, 1, 3, 4, 6, 7]), [11, 11, 11, 11, 10, 10]);
-    assert.deepEqual(map.without([2, 5]).toJSON(), together.toJSON());
-    assert.throws(() => ShardMap.initial(2, [0, 1]).without([0, 1]), /leaves no rank/);
+    assert.deepEqual(map.without([2, 5], [7, 6, 4, 3, 1, 0]).toJSON(), together.toJSON());
+  });
+
+  it('refuses lists that do not describe the map', () => {
+    const map = ShardMap.initial(2, [0, 1]);
+    assert.throws(() => map.without([0, 1], []), { name: 'RangeError', message: 'without: losing ranks [0,1] leaves no rank to hold the shards' });
+    assert.throws(() => map.without([0], [0, 1]), { name: 'RangeError', message: 'without: ranks [0] are both lost and live' });
+    assert.throws(() => map.without([0], [2]), { name: 'RangeError', message: 'without: ranks [1] hold shards but are neither lost nor live' });
   });
 
   it('round-trips through toJSON', () => {
-    const map = ShardMap.initial(10, [1, 4, 6]).without([4]);
+    const map = ShardMap.initial(10, [1, 4, 6]).without([4], [1, 6]);
     assert.deepEqual(ShardMap.fromOwners(map.toJSON()).toJSON(), map.toJSON());
     assert.deepEqual(map.ranks, [1, 6]);
   });

@@ -1,0 +1,151 @@
+// Bad input to ft-train, each tried as a real job (under mpirun, or alone as a singleton): it is
+// found before MPI starts, world rank 0 prints one line naming the flag or file and the problem,
+// the exit code is 2, and no run directory is left. Also: a fault-tolerant policy is refused
+// under an mpirun without fault tolerance (--on-failure none is not), and a resume with another
+// --threads is refused.
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { generateSynthetic, syntheticDefaults } from '../../datasets/synthetic';
+import { mpirunCommand } from '../../src/cli/mpirun';
+import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-inputs-');
+const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '60', '--batch', '64'];
+/** 150 training samples in 3 record batches: at most 3 shards */
+const tiny = path.join(scratch, 'tiny');
+const onTiny = ['--model', 'models/mlp.json', '--data', tiny, '--batch', '12'];
+const ftTrain = path.join(repoRoot, 'launch', 'ft-train.js');
+let runs = 0;
+
+const newDir = (): string => path.join(scratch, `run-${++runs}`);
+
+/** ft-train alone, as a singleton (no mpirun). */
+function alone(args: string[]): Promise<JobResult<never>> {
+  return runCommand(process.execPath, [ftTrain, ...args], process.env, 30_000, `ft-train ${args.join(' ')}`);
+}
+
+/** ft-train under an mpirun without --with-ft ulfm: MPI's fault tolerance off. */
+function withoutFt(ranks: number, args: string[]): Promise<JobResult<never>> {
+  const { command, args: argv, env } = mpirunCommand({ ranks, program: [process.execPath, ftTrain, ...args] });
+  const at = argv.indexOf('--with-ft');
+  return runCommand(command, [...argv.slice(0, at), ...argv.slice(at + 2)], env, 30_000, `ft-train without --with-ft ${args.join(' ')}`);
+}
+
+/** Exit code 2, `line` the only line of ft-train's on stderr (mpirun adds its own), and `dir` not created. */
+function assertRefused(job: JobResult<never>, line: string, dir: string): void {
+  assert.equal(job.code, 2, job.stdout + job.stderr);
+  assert.deepEqual(job.stderr.split('\n').filter((l) => l.startsWith('ft-train')), [line], job.stderr);
+  assert.ok(!fs.existsSync(dir), `${dir} was left behind`);
+}
+
+describe('ft-train: bad input is refused before MPI starts', function () {
+  this.timeout(60_000);
+
+  before(async () => {
+    await generateSynthetic(tiny, { ...syntheticDefaults, shape: [1, 28, 28], trainRows: 150, testRows: 20, rowsPerBatch: 50 });
+  });
+  after(() => removeScratch(scratch));
+
+  describe('alone (a singleton)', () => {
+    const badSpec = path.join(scratch, 'bad.json');
+    const cases: [string, string[], string][] = [
+      ['a bad flag value', ['--batch', '0'], 'ft-train: --batch expects an integer >= 1, got 0 (see --help)'],
+      ['an unknown flag', ['--bogus', '1'], 'ft-train: Unknown argument: bogus (see --help)'],
+      ['a bad drill', ['--drill', 'rank=1'], 'ft-train: --drill: step expects an integer >= 0 in "rank=1" (see --help)'],
+      ['a missing dataset', ['--data', 'datasets/nowhere'], 'ft-train: datasets/nowhere: no such dataset directory'],
+      ['a bad model spec', ['--model', badSpec], `ft-train: ${badSpec}: layer 1 (fc): "outputs" must be a positive integer, got 0`],
+      ['a model that does not fit the data', ['--model', 'models/cifarnet.json'], 'ft-train: models/cifarnet.json: takes 3x32x32 inputs, but datasets/fashion-mnist holds 1x28x28 samples'],
+      ['an empty --model', ['--model', ''], 'ft-train: --model expects a path, got "" (see --help)'],
+      ['an empty --data', ['--data', ''], 'ft-train: --data expects a path, got "" (see --help)'],
+      ['more shards than ranks can fill: --batch below --shards', ['--shards', '8', '--batch', '4'],
+        'ft-train: --batch 4 is smaller than the 8 shards (--shards): every shard takes at least one sample per step'],
+      ['a drill naming a rank that does not exist', ['--drill', 'rank=1,step=5'], 'ft-train: --drill names rank 1, but the world size is 1'],
+      ['--min-ranks above the world size', ['--min-ranks', '2'], 'ft-train: --min-ranks 2 is above the world size 1'],
+    ];
+    for (const [what, args, line] of cases) {
+      it(what, async () => {
+        fs.writeFileSync(badSpec, JSON.stringify({ name: 'bad', input: [1, 28, 28], classes: 10, layers: [{ type: 'linear', name: 'fc', outputs: 0 }] }));
+        const dir = newDir();
+        assertRefused(await alone([...common, '--run-dir', dir, ...args]), line, dir);
+      });
+    }
+
+    it('an empty --run-dir (which would write into the current directory)', async () => {
+      const job = await alone([...common, '--run-dir', '']);
+      assertRefused(job, 'ft-train: --run-dir expects a path, got "" (see --help)', path.join(repoRoot, 'pids'));
+      assert.ok(!fs.existsSync(path.join(repoRoot, 'logs')));
+    });
+
+    it('a model too large to allocate, naming the spec and its parameter count', async () => {
+      const huge = path.join(scratch, 'huge.json');
+      const layers = [{ type: 'flatten' }, { type: 'linear', name: 'wide', outputs: 1e9 }, { type: 'linear', name: 'out', outputs: 10 }];
+      fs.writeFileSync(huge, JSON.stringify({ name: 'huge', input: [1, 28, 28], classes: 10, layers }));
+      const dir = newDir();
+      const count = 784e9 + 1e9 + 10e9 + 10;
+      assertRefused(await alone([...common, '--run-dir', dir, '--model', huge]),
+        `ft-train: ${huge}: ${count} parameters (5923.2 GiB with their gradients) cannot be allocated: Invalid typed array length: ${count}`, dir);
+    });
+
+    it('a run directory that already holds a run', async () => {
+      const dir = newDir();
+      fs.mkdirSync(dir);
+      fs.writeFileSync(path.join(dir, 'events.jsonl'), '');
+      const job = await alone([...common, '--run-dir', dir]);
+      assert.equal(job.code, 2, job.stderr);
+      assert.deepEqual(job.stderr.trim().split('\n'), [`ft-train: ${dir}: --run-dir already holds a run (events.jsonl); choose a new directory`]);
+      assert.deepEqual(fs.readdirSync(dir), ['events.jsonl']);
+    });
+  });
+
+  describe('under mpirun: world rank 0 alone prints the line', () => {
+    const cases: [string, number, string[], string][] = [
+      ['--batch below the shards, which default to the world size', 4, ['--batch', '2'],
+        'ft-train: --batch 2 is smaller than the 4 shards (the world size by default; see --shards): every shard takes at least one sample per step'],
+      ['more shards than the training split has record batches', 4, onTiny,
+        `ft-train: ${tiny}/train.arrow: 4 shards asked, but it has 3 record batches: at most 3 shards (4 shards: the world size by default; see --shards)`],
+      ['more shards than record batches, by --shards', 2, [...onTiny, '--shards', '5'],
+        `ft-train: ${tiny}/train.arrow: 5 shards asked, but it has 3 record batches: at most 3 shards (5 shards: --shards)`],
+      ['shrink with a --batch the world size does not divide', 4, ['--on-failure', 'shrink', '--batch', '30'],
+        'ft-train: --batch 30 is not a multiple of the world size 4: with --on-failure shrink every rank takes --batch / initial world size samples per step'],
+      ['none with a --batch the world size does not divide', 3, ['--on-failure', 'none', '--batch', '64'],
+        'ft-train: --batch 64 is not a multiple of the world size 3: with --on-failure none every rank takes --batch / initial world size samples per step'],
+      ['--min-ranks above the world size', 4, ['--min-ranks', '5'], 'ft-train: --min-ranks 5 is above the world size 4'],
+      ['a drill naming a rank that does not exist', 4, ['--drill', 'rank=2,step=3', '--drill', 'rank=4,step=1'], 'ft-train: --drill names rank 4, but the world size is 4'],
+    ];
+    for (const [what, ranks, args, line] of cases) {
+      it(`${what} (${ranks} ranks)`, async () => {
+        const dir = newDir();
+        assertRefused(await runTrain(ranks, [...common, '--run-dir', dir, ...args], 30_000), line, dir);
+      });
+    }
+  });
+
+  describe('MPI fault tolerance', () => {
+    for (const policy of ['exact', 'shrink']) {
+      it(`--on-failure ${policy} under an mpirun without --with-ft ulfm`, async () => {
+        const dir = newDir();
+        assertRefused(await withoutFt(2, [...common, '--run-dir', dir, '--on-failure', policy]),
+          `ft-train: --on-failure ${policy} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`, dir);
+      });
+    }
+
+    it('--on-failure none needs none: it trains', async () => {
+      const dir = newDir();
+      const job = await withoutFt(2, [...onTiny, '--run-dir', dir, '--steps', '2', '--on-failure', 'none']);
+      assert.equal(job.code, 0, job.stdout + job.stderr);
+      assert.equal(JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')).steps, 2);
+    });
+  });
+
+  it('a resume with another --threads (which changes the bits)', async () => {
+    const first = newDir();
+    const job = await runTrain(1, [...onTiny, '--run-dir', first, '--steps', '2', '--checkpoint-every', '1']);
+    assert.equal(job.code, 0, job.stdout + job.stderr);
+    const dir = newDir();
+    const checkpoint = path.join(first, 'ckpt', 'step-00000001');
+    assertRefused(await runTrain(2, [...onTiny, '--run-dir', dir, '--steps', '2', '--resume', first, '--threads', '2'], 30_000),
+      `ft-train: ${checkpoint}: written with threads 1, this run has 2`, dir);
+  });
+});
