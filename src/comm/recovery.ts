@@ -2,7 +2,7 @@
 // ranks, and agree on the result (and on the caller's step, so every survivor knows the others
 // stand where it stands). A failure during any of this starts the repair again on what is left,
 // up to a bounded number of attempts.
-import type { Communicator } from './native';
+import type { Communicator } from './communicator';
 import { isFailure } from './errors';
 
 export interface Repair {
