@@ -2,9 +2,7 @@
 // starts (one line per problem, printed by world rank 0 only), trains, and has the final leader
 // write model.safetensors and summary.json. Exit codes: 0 done (or stopped by SIGTERM after a
 // checkpoint), 1 unexpected error, 2 bad input, 3 fewer ranks left than --min-ranks (after a checkpoint).
-import * as path from 'node:path';
 import { hideBin } from 'yargs/helpers';
-import { writeAtomically } from '../atomic-write';
 import { findCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
 import { encodeSafetensors } from '../checkpoint/safetensors';
 import { finalize, init } from '../comm';
@@ -12,12 +10,13 @@ import { Dataset } from '../data/dataset';
 import { cpu } from '../nn/cpu';
 import { Net } from '../nn/net';
 import { loadSpec, type ModelSpec } from '../nn/spec';
+import type { Summary } from '../run/records';
+import { createRunDir, RunLog, writeModel, writeSummary } from '../run/writer';
 import { FaultInjector } from '../solver/fault-injection';
 import { Trainer, type TrainResult } from '../solver/trainer';
 import { UsageError } from './command';
 import { closeLogger, rankLogger } from './logger';
 import { Progress } from './progress';
-import { createRunDir, RunLog, runFiles } from './run-dir';
 import { parseTrainOptions, type TrainOptions } from './train-options';
 
 /** Bad input: printed as one line, exit code 2. */
@@ -141,8 +140,8 @@ async function main(): Promise<number> {
 
 function writeResults(options: TrainOptions, shards: number, net: Net, result: TrainResult, started: number): void {
   const tensors = net.params.views.map((view) => ({ name: view.name, shape: view.shape, data: net.params.param(view) }));
-  writeAtomically(path.join(options.runDir, runFiles.model), encodeSafetensors(tensors, { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }));
-  const summary = {
+  writeModel(options.runDir, encodeSafetensors(tensors, { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }));
+  const summary: Summary = {
     status: 'complete',
     steps: result.steps,
     final_loss: result.finalLoss,
@@ -162,7 +161,7 @@ function writeResults(options: TrainOptions, shards: number, net: Net, result: T
     batch: options.batch,
     seed: options.seed,
   };
-  writeAtomically(path.join(options.runDir, runFiles.summary), JSON.stringify(summary, null, 2) + '\n');
+  writeSummary(options.runDir, summary);
 }
 
 /** Before MPI starts every rank has the same problem: world rank 0 alone prints it. */

@@ -14,6 +14,7 @@ import { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
 import type { Backend } from '../nn/backend';
 import type { Net } from '../nn/net';
+import type { RunEvent, StepRecord } from '../run/records';
 import type { FaultInjector } from './fault-injection';
 import { learningRate, type LrSchedule } from './lr-schedule';
 import { ShardSum } from './shard-sum';
@@ -52,22 +53,6 @@ export interface TrainConfig {
 /** Why a run ended before its last step. */
 export type StopReason = 'min-ranks' | 'sigterm';
 
-/** One committed step, as metrics.jsonl holds it. */
-export interface StepRecord {
-  step: number;
-  epoch: number;
-  loss: number;
-  lr: number;
-  world: number;
-  /** samples in this step's global batch */
-  samples: number;
-  step_ms: number;
-  /** wall clock at commit, ms since the epoch */
-  time: number;
-  test_accuracy?: number;
-  test_loss?: number;
-}
-
 interface Evaluation {
   accuracy: number;
   loss: number;
@@ -76,7 +61,7 @@ interface Evaluation {
 /** What the trainer reports to the run directory and the console. */
 export interface TrainObserver {
   step(record: StepRecord): void;
-  event(record: Record<string, unknown>): void;
+  event(record: RunEvent): void;
   /** the lowest live rank leads (logs and metrics) */
   leader(isLeader: boolean): void;
   log(message: string): void;
