@@ -5,9 +5,10 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
-import type { Summary } from '../report/run-data';
+import { runFiles } from '../run/files';
+import { lastRecord, readObject } from '../run/reader';
+import type { StepRecord, Summary } from '../run/records';
 import { mpirunCommand } from './mpirun';
-import { lastRecord, runFiles } from './run-dir';
 
 export interface Kill {
   rank: number;
@@ -56,7 +57,7 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
 
   const metrics = path.join(runDir, runFiles.metrics);
   const follow = setInterval(() => {
-    const step = lastRecord<{ step: number }>(metrics)?.step ?? -1;
+    const step = lastRecord<StepRecord>(metrics)?.step ?? -1;
     for (const kill of plan) {
       if (kill.time !== undefined || kill.error !== undefined || step < kill.step) continue;
       try {
@@ -78,7 +79,7 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
   }
 
   const summaryFile = path.join(runDir, runFiles.summary);
-  const summary = fs.existsSync(summaryFile) ? (JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as DrillOutcome['summary']) : null;
+  const summary = fs.existsSync(summaryFile) ? (readObject(summaryFile) as DrillOutcome['summary']) : null;
   if (plan.length > 0) writeAtomically(path.join(runDir, runFiles.drill), JSON.stringify({ ranks, kills: plan, mpirun_exit: code }, null, 2) + '\n');
   const sent = plan.filter((k) => k.time !== undefined);
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));

@@ -8,7 +8,6 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type * as winston from 'winston';
 import { hideBin } from 'yargs/helpers';
-import { writeAtomically } from '../atomic-write';
 import { findCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
 import { encodeSafetensors } from '../checkpoint/safetensors';
 import { finalize, init, ulfm, type Communicator } from '../comm';
@@ -21,13 +20,15 @@ import { ProtocolStop } from '../ft/stop';
 import { cpu } from '../nn/cpu';
 import { Net } from '../nn/net';
 import { loadSpec, type ModelSpec } from '../nn/spec';
+import { runFiles } from '../run/files';
+import type { Summary } from '../run/records';
+import { createRunDir, RunLog, writeModel, writeSummary } from '../run/writer';
 import { FaultInjector } from '../solver/fault-injection';
 import { Trainer, type TrainObserver, type TrainResult } from '../solver/trainer';
 import { UsageError } from './command';
 import { launcherWorldRank, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from './launcher-env';
 import { closeLogger, rankLogger } from './logger';
 import { Progress } from './progress';
-import { createRunDir, RunLog, runFiles } from './run-dir';
 import { parseTrainOptions, type TrainOptions } from './train-options';
 
 /** Bad input: printed as one line, exit code 2. */
@@ -264,8 +265,8 @@ async function stopForError(error: Error, ft: Manager, worldRank: number, logger
 
 function writeResults(options: TrainOptions, shards: number, net: Net, result: TrainResult, started: number): void {
   const tensors = net.params.views.map((view) => ({ name: view.name, shape: view.shape, data: net.params.param(view) }));
-  writeAtomically(path.join(options.runDir, runFiles.model), encodeSafetensors(tensors, { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }));
-  const summary = {
+  writeModel(options.runDir, encodeSafetensors(tensors, { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }));
+  const summary: Summary = {
     status: 'complete',
     steps: result.steps,
     final_loss: result.finalLoss,
@@ -285,7 +286,7 @@ function writeResults(options: TrainOptions, shards: number, net: Net, result: T
     batch: options.batch,
     seed: options.seed,
   };
-  writeAtomically(path.join(options.runDir, runFiles.summary), JSON.stringify(summary, null, 2) + '\n');
+  writeSummary(options.runDir, summary);
 }
 
 export function run(): void {

@@ -1,7 +1,7 @@
 // Progress of a training run on the leader's console: a bar redrawn in place on a terminal,
 // otherwise a plain line every few seconds.
 import * as fs from 'node:fs';
-import type { StepRecord } from '../solver/trainer';
+import type { StepRecord } from '../run/records';
 
 /**
  * Under mpirun a rank's stdout is always a pty, whatever mpirun's own stdout is; so the answer is

@@ -1,7 +1,8 @@
 // The MPI binding as the rest of ft-train uses it: init/finalize, the Communicator, typed errors.
-import { addon, type MpiSession } from './native';
+import { addon } from '../native';
+import type { MpiSession } from './communicator';
 
-export type { CommBuffer, Communicator, MpiSession, ReduceOp } from './native';
+export type { CommBuffer, Communicator, MpiSession, ReduceOp } from './communicator';
 export { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, RevokedError, isFailure } from './errors';
 
 /** True when the addon was built against an MPI with ULFM (revoke, shrink, agree). */

@@ -10,7 +10,7 @@
 // A rank declared dead may still exist (stopped): the survivors kill it, so it can never come back
 // and mpirun ends with the job.
 import * as fs from 'node:fs';
-import { addon } from '../comm/native';
+import { addon } from '../native';
 
 export interface HangBounds {
   /** no beat from the event loop for this long: the rank kills itself */

@@ -11,6 +11,7 @@ import type { Dataset } from '../data/dataset';
 import type { ShardLayout } from '../data/shard-layout';
 import { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
+import type { RunEvent } from '../run/records';
 import type { FaultInjector, Phase } from '../solver/fault-injection';
 import { ShardSum } from '../solver/shard-sum';
 import { beat, killDeclaredDead } from './hangs';
@@ -42,7 +43,7 @@ export interface ProtocolConfig {
 
 /** What the protocol reports to the run directory and the console. */
 export interface ProtocolObserver {
-  event(record: Record<string, unknown>): void;
+  event(record: RunEvent): void;
   /** the lowest live rank leads (logs, metrics, the final write) */
   leader(isLeader: boolean): void;
   log(message: string): void;

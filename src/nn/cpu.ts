@@ -1,5 +1,5 @@
 // The CPU backend: oneDNN and OpenBLAS kernels in the addon.
-import { addon } from '../comm/native';
+import { addon } from '../native';
 import type { Backend } from './backend';
 
 export const cpu: Backend = addon.cpu;

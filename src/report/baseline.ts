@@ -1,7 +1,8 @@
 // Which run each run's final parameters are compared with: the baseline the user names, or else
 // the first run listed that survived no failure and trained the same setup (model, data, shards,
 // global batch, seed, steps). An exact recovery must end with the baseline's params_sha256.
-import type { Run, Summary } from './run-data';
+import type { Summary } from '../run/records';
+import type { Run } from './run-data';
 
 export type Verdict = 'baseline' | 'equal' | 'differs' | 'no baseline';
 

@@ -4,10 +4,11 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Resvg } from '@resvg/resvg-js';
 import { writeAtomically } from '../atomic-write';
+import { RunDirError } from '../run/reader';
 import { compareWithBaselines } from './baseline';
 import { combined, renderSvg, reportCharts, standalone } from './charts';
 import { reportHtml } from './html';
-import { readRun, RunDirError, type Run } from './run-data';
+import { readRun, type Run } from './run-data';
 
 export interface ReportInput {
   title: string;

@@ -3,40 +3,9 @@
 // missing, half-written or foreign one becomes one line naming the file and the problem.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { runFiles } from '../cli/run-dir';
-
-export class RunDirError extends Error {}
-
-/** One committed step (a line of metrics.jsonl). */
-export interface StepRecord {
-  step: number;
-  loss: number;
-  world: number;
-  /** ms since the epoch, when the step was committed */
-  time: number;
-  test_accuracy?: number;
-  test_loss?: number;
-}
-
-export interface Summary {
-  status: string;
-  steps: number;
-  final_loss: number;
-  test_accuracy: number | null;
-  wall_s: number;
-  failures: { step: number; lost: number[]; world: number }[];
-  ranks_lost: number;
-  bytes_read_back: number;
-  world_initial: number;
-  world_final: number;
-  params_sha256: string;
-  model: string;
-  data: string;
-  shards: number;
-  on_failure: string;
-  batch: number;
-  seed: number;
-}
+import { runFiles } from '../run/files';
+import { isObject, readLines, readObject, RunDirError, type Json } from '../run/reader';
+import type { StepRecord, Summary } from '../run/records';
 
 /** The recovery from the failures of one step, phase by phase (durations in ms). */
 export interface Recovery {
@@ -68,8 +37,6 @@ export interface Run {
   recoveries: Recovery[];
 }
 
-type Json = Record<string, unknown>;
-
 export function readRun(dir: string): Run {
   if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) throw new RunDirError(`${dir}: no such run directory`);
   const metricsFile = path.join(dir, runFiles.metrics);
@@ -85,54 +52,8 @@ export function readRun(dir: string): Run {
   return { dir, summary, steps, startTime: start.time, recoveries };
 }
 
-/** The file's text; a file that cannot be read is a RunDirError naming it. */
-function readText(file: string): string {
-  if (!fs.existsSync(file)) throw new RunDirError(`${file}: missing`);
-  try {
-    return fs.readFileSync(file, 'utf8');
-  } catch (error) {
-    throw new RunDirError(`${file}: cannot be read (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
-  }
-}
-
-/** A JSON file holding one object. */
-function readObject(file: string): Json {
-  let value: unknown;
-  try {
-    value = JSON.parse(readText(file));
-  } catch (error) {
-    if (error instanceof RunDirError) throw error;
-    throw new RunDirError(`${file}: not JSON`);
-  }
-  if (!isObject(value)) throw new RunDirError(`${file}: not a JSON object`);
-  return value;
-}
-
-function isObject(value: unknown): value is Json {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-/** The objects of a JSON-lines file with their line numbers (blank lines skipped). */
-function readLines(file: string): { value: Json; line: number }[] {
-  const text = readText(file);
-  if (text.length > 0 && !text.endsWith('\n')) throw new RunDirError(`${file}: half-written (its last line has no end)`);
-  const lines: { value: Json; line: number }[] = [];
-  text.split('\n').forEach((line, i) => {
-    if (line.length === 0) return;
-    let value: unknown;
-    try {
-      value = JSON.parse(line);
-    } catch {
-      value = undefined;
-    }
-    if (!isObject(value)) throw new RunDirError(`${file}: line ${i + 1} is not a JSON object`);
-    lines.push({ value, line: i + 1 });
-  });
-  return lines;
-}
-
 function checkStep(line: Json, where: string): StepRecord {
-  for (const name of ['step', 'loss', 'world', 'time']) {
+  for (const name of ['step', 'epoch', 'loss', 'lr', 'world', 'samples', 'step_ms', 'time']) {
     if (typeof line[name] !== 'number') throw new RunDirError(`${where}: "${name}" is missing or not a number`);
   }
   return line as unknown as StepRecord;
@@ -149,7 +70,7 @@ function readSummary(dir: string, steps: StepRecord[]): Summary {
   const numbers = ['steps', 'final_loss', 'wall_s', 'ranks_lost', 'bytes_read_back', 'world_initial', 'world_final', 'shards', 'batch', 'seed'];
   for (const name of numbers) if (typeof summary[name] !== 'number') throw new RunDirError(`${file}: "${name}" is missing or not a number`);
   for (const name of ['model', 'data', 'on_failure']) if (typeof summary[name] !== 'string') throw new RunDirError(`${file}: "${name}" is missing or not a string`);
-  if (summary.test_accuracy !== null && typeof summary.test_accuracy !== 'number') throw new RunDirError(`${file}: "test_accuracy" is not a number`);
+  for (const name of ['test_accuracy', 'test_loss']) if (summary[name] !== null && typeof summary[name] !== 'number') throw new RunDirError(`${file}: "${name}" is not a number`);
   if (typeof summary.params_sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(summary.params_sha256)) throw new RunDirError(`${file}: "params_sha256" is not a sha256`);
   const failures = summary.failures;
   if (!Array.isArray(failures) || !failures.every((f) => isObject(f) && typeof f.step === 'number' && isRanks(f.lost) && typeof f.world === 'number')) {

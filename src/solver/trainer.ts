@@ -13,10 +13,12 @@ import type { FailurePolicy, Manager, ProtocolObserver, StateSource } from '../f
 import { ProtocolStop } from '../ft/stop';
 import type { Backend } from '../nn/backend';
 import type { Net } from '../nn/net';
+import type { StepRecord } from '../run/records';
 import { learningRate, type LrSchedule } from './lr-schedule';
 import { ShrinkSchedule, type ShrinkStep } from './shrink-schedule';
 
 export type { FailurePolicy } from '../ft/manager';
+export type { StepRecord } from '../run/records';
 
 export interface TrainConfig {
   /** global batch at the start */
@@ -39,21 +41,6 @@ export interface TrainConfig {
   checkpointEvery: number;
 }
 
-/** One committed step, as metrics.jsonl holds it. */
-export interface StepRecord {
-  step: number;
-  epoch: number;
-  loss: number;
-  lr: number;
-  world: number;
-  /** samples in this step's global batch */
-  samples: number;
-  step_ms: number;
-  /** wall clock at commit, ms since the epoch */
-  time: number;
-  test_accuracy?: number;
-  test_loss?: number;
-}
 
 interface Evaluation {
   accuracy: number;

@@ -9,7 +9,8 @@ import * as path from 'node:path';
 import { PNG } from 'pngjs';
 import puppeteer from 'puppeteer-core';
 import { compareWithBaselines } from '../../src/report/baseline';
-import { readRun, RunDirError } from '../../src/report/run-data';
+import { readRun } from '../../src/report/run-data';
+import { RunDirError } from '../../src/run/reader';
 import { repoRoot, runCommand } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 

@@ -9,7 +9,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { Dataset } from '../../src/data/dataset';
-import type { Summary } from '../../src/report/run-data';
+import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -23,8 +23,8 @@ interface Run {
   stdout: string;
   stderr: string;
   summary: Summary;
-  metrics: { step: number; world: number; samples: number; loss: number; lr: number; step_ms: number; time: number }[];
-  events: { event: string; step?: number; phase?: string; duration_ms?: number; bytes?: number; lost?: number[] }[];
+  metrics: StepRecord[];
+  events: EventRecord[];
 }
 
 function readLines<T>(file: string): T[] {
@@ -121,7 +121,7 @@ describe('ft-train', function () {
     assertSurvived(run, plain, [2], 3);
     const failure = run.events.find((e) => e.event === 'failure')!;
     assert.deepEqual([failure.step, failure.phase], [10, 'evaluation']);
-    const accuracies = (r: Run) => r.metrics.map((m) => (m as { test_accuracy?: number }).test_accuracy).filter((a) => a !== undefined);
+    const accuracies = (r: Run) => r.metrics.map((m) => m.test_accuracy).filter((a) => a !== undefined);
     assert.equal(accuracies(run).length, 5);
     assert.deepEqual(accuracies(run), accuracies(plain));
   });

@@ -1,0 +1,17 @@
+// The names of what a run directory holds (DESIGN.md "Run directory"), for its writer and its readers.
+export const runFiles = {
+  /** one line per committed step (StepRecord) */
+  metrics: 'metrics.jsonl',
+  /** failures and each recovery phase, with durations (EventRecord) */
+  events: 'events.jsonl',
+  /** the outcome, written at the end (Summary) */
+  summary: 'summary.json',
+  /** the final parameters, written at the end */
+  model: 'model.safetensors',
+  /** one log per rank */
+  logs: 'logs',
+  /** each rank's pid, for launch/drill */
+  pids: 'pids',
+  /** launch/drill's record of its kills */
+  drill: 'drill.json',
+} as const;

@@ -1,0 +1,54 @@
+// The records of a run directory: a line of metrics.jsonl, a line of events.jsonl, summary.json.
+// The trainer and ft-train write them through RunLog and writeSummary; ft-report reads them back.
+
+/** One committed step, as metrics.jsonl holds it. */
+export interface StepRecord {
+  step: number;
+  epoch: number;
+  loss: number;
+  lr: number;
+  world: number;
+  /** samples in this step's global batch */
+  samples: number;
+  step_ms: number;
+  /** wall clock at commit, ms since the epoch */
+  time: number;
+  test_accuracy?: number;
+  test_loss?: number;
+}
+
+/** What happened (start, failure, revoke+shrink, agree, readback, checkpoint, retry, resume, stop) and its own fields. */
+export interface RunEvent {
+  event: string;
+  step?: number;
+  duration_ms?: number;
+  [field: string]: unknown;
+}
+
+/** One line of events.jsonl: an event and when it was recorded, ms since the epoch. */
+export interface EventRecord extends RunEvent {
+  time: number;
+}
+
+/** summary.json: the outcome of a run that completed, and every setting that changes the result. */
+export interface Summary {
+  status: 'complete';
+  steps: number;
+  final_loss: number;
+  /** null where there was nothing to evaluate (JSON has no NaN) */
+  test_accuracy: number | null;
+  test_loss: number | null;
+  wall_s: number;
+  failures: { step: number; lost: number[]; world: number }[];
+  ranks_lost: number;
+  bytes_read_back: number;
+  world_initial: number;
+  world_final: number;
+  params_sha256: string;
+  model: string;
+  data: string;
+  shards: number;
+  on_failure: string;
+  batch: number;
+  seed: number;
+}
