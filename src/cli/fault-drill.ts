@@ -6,7 +6,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
 import type { Summary } from '../report/run-data';
-import { mpirunCommand } from './mpirun';
+import { trainCommand, trainFlag } from './mpirun';
 import { lastRecord, runFiles } from './run-dir';
 
 export interface Kill {
@@ -38,16 +38,16 @@ export function parseKill(text: string): Kill {
 
 /** The run directory named in ft-train's arguments. */
 function runDirOf(trainArgs: string[]): string {
-  const at = trainArgs.indexOf('--run-dir');
-  if (at < 0 || at + 1 >= trainArgs.length) throw new Error('the ft-train arguments need --run-dir DIR (the drill follows its metrics)');
-  return trainArgs[at + 1];
+  const runDir = trainFlag(trainArgs, 'run-dir');
+  if (runDir === undefined) throw new Error('the ft-train arguments need --run-dir DIR (the drill follows its metrics)');
+  return runDir;
 }
 
 /** Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills`; writes drill.json when there are any. */
 export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]): Promise<DrillOutcome> {
   const runDir = runDirOf(trainArgs);
   const plan = kills.map((k) => ({ rank: k.rank, step: k.step }) as Kill);
-  const { command, args, env } = mpirunCommand({ ranks, program: [process.execPath, path.join(__dirname, '..', '..', '..', 'launch', 'ft-train.js'), ...trainArgs] });
+  const { command, args, env } = trainCommand(ranks, trainArgs);
   const job = spawn(command, args, { env, stdio: 'inherit' });
   const exited = new Promise<number>((resolve, reject) => {
     job.on('error', (error) => reject(new Error(`${command}: ${error.message}`)));
