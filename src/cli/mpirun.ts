@@ -40,12 +40,15 @@ export interface Command {
  * ULFM's heartbeat failure detector, tied to ft-train's --hang-timeout. It is off by default, and
  * then a rank that is alive but stuck (SIGSTOP, a kernel that never returns) leaves the others
  * waiting forever; on, a rank silent for `hangTimeoutS` is declared dead and the survivors repair
- * as after a kill -9 (ULFM-NOTES "Hangs": a SIGSTOPped rank was declared dead in about the
- * timeout). A heartbeat every quarter of the timeout, so one late beat is no failure; sent by a
- * thread of their own, so that a rank busy computing outside MPI still beats.
+ * as after a kill -9 (ULFM-NOTES "Hangs"; here a SIGSTOPped rank of 2 was declared dead 1.6 s
+ * into a 2 s timeout). A heartbeat every quarter of the timeout, so one late beat is no failure.
+ * Beats are sent from MPI's progress, not from a thread of their own: with
+ * mpi_ft_detector_thread true (which wants MPI_THREAD_MULTIPLE; the addon asks for FUNNELED) every
+ * job hung in MPI_Finalize after training, at 0.5/2, 1/4 and 7.5/30 s. The cost: a rank that
+ * stays out of MPI (one long kernel, a long write) for longer than the timeout is taken for hung.
  */
 export function detectorSettings(hangTimeoutS: number): string[] {
-  return ['--mca', 'mpi_ft_detector', 'true', '--mca', 'mpi_ft_detector_thread', 'true',
+  return ['--mca', 'mpi_ft_detector', 'true', '--mca', 'mpi_ft_detector_thread', 'false',
     '--mca', 'mpi_ft_detector_period', String(hangTimeoutS / 4), '--mca', 'mpi_ft_detector_timeout', String(hangTimeoutS)];
 }
 
