@@ -11,7 +11,7 @@
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { mpirunCommand } from '../src/cli/mpirun';
+import { trainCommand } from '../src/cli/mpirun';
 import { median } from './median';
 
 const root = path.resolve(__dirname, '..', '..');
@@ -49,9 +49,8 @@ function sequentialWrite(bytes: number): number {
 /** One drill: the JIT checkpoint's bytes and duration, and the median step time before the kill. */
 function jitCheckpoint(model: string, ranks: number, batch: number): { bytes: number; ms: number; stepMs: number } {
   const runDir = path.join(scratch, `run-${path.basename(model, '.json')}-${ranks}-${Date.now()}`);
-  const program = [process.execPath, path.join(root, 'launch', 'ft-train.js'), '--model', model, '--data', 'datasets/fashion-mnist',
-    '--run-dir', runDir, '--steps', '8', '--batch', String(batch), '--drill', `rank=${ranks - 1},step=4`];
-  const { command, args, env } = mpirunCommand({ ranks, program });
+  const { command, args, env } = trainCommand(ranks, ['--model', model, '--data', 'datasets/fashion-mnist',
+    '--run-dir', runDir, '--steps', '8', '--batch', String(batch), '--drill', `rank=${ranks - 1},step=4`]);
   const result = spawnSync(command, args, { env, cwd: root, encoding: 'utf8', timeout: 600_000 });
   if (result.status !== 0) throw new Error(`ft-train ${model} on ${ranks} ranks failed:\n${result.stdout}\n${result.stderr}`);
   const lines = (file: string) => fs.readFileSync(path.join(runDir, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l));

@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { mpirunCommand } from '../src/cli/mpirun';
+import { trainCommand } from '../src/cli/mpirun';
 import { median } from './median';
 
 const root = path.resolve(__dirname, '..', '..');
@@ -22,9 +22,8 @@ const warmup = 20;
 /** step_ms of every step after warm-up, from one ft-train run. */
 function stepTimes(ranks: number, mode: string, scratch: string): number[] {
   const runDir = path.join(scratch, `${mode}-${ranks}-${Date.now()}`);
-  const program = [process.execPath, path.join(root, 'launch', 'ft-train.js'), '--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist',
-    '--run-dir', runDir, '--steps', String(steps), '--batch', '64', '--on-failure', mode];
-  const { command, args, env } = mpirunCommand({ ranks, program });
+  const { command, args, env } = trainCommand(ranks, ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist',
+    '--run-dir', runDir, '--steps', String(steps), '--batch', '64', '--on-failure', mode]);
   const result = spawnSync(command, args, { env, cwd: root, encoding: 'utf8', timeout: 600_000 });
   if (result.status !== 0) throw new Error(`ft-train ${mode} on ${ranks} ranks failed:\n${result.stdout}\n${result.stderr}`);
   const lines = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n');

@@ -8,7 +8,7 @@ import { writeAtomically } from '../atomic-write';
 import { runFiles } from '../run/files';
 import { lastRecord, readObject } from '../run/reader';
 import type { StepRecord, Summary } from '../run/records';
-import { mpirunCommand } from './mpirun';
+import { forwardJobStderr, trainCommand, trainFlag } from './mpirun';
 
 export interface Kill {
   rank: number;
@@ -39,17 +39,18 @@ export function parseKill(text: string): Kill {
 
 /** The run directory named in ft-train's arguments. */
 function runDirOf(trainArgs: string[]): string {
-  const at = trainArgs.indexOf('--run-dir');
-  if (at < 0 || at + 1 >= trainArgs.length) throw new Error('the ft-train arguments need --run-dir DIR (the drill follows its metrics)');
-  return trainArgs[at + 1];
+  const runDir = trainFlag(trainArgs, 'run-dir');
+  if (runDir === undefined) throw new Error('the ft-train arguments need --run-dir DIR (the drill follows its metrics)');
+  return runDir;
 }
 
 /** Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills`; writes drill.json when there are any. */
 export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]): Promise<DrillOutcome> {
   const runDir = runDirOf(trainArgs);
   const plan = kills.map((k) => ({ rank: k.rank, step: k.step }) as Kill);
-  const { command, args, env } = mpirunCommand({ ranks, program: [process.execPath, path.join(__dirname, '..', '..', '..', 'launch', 'ft-train.js'), ...trainArgs] });
-  const job = spawn(command, args, { env, stdio: 'inherit' });
+  const { command, args, env } = trainCommand(ranks, trainArgs);
+  const job = spawn(command, args, { env, stdio: ['inherit', 'inherit', 'pipe'] });
+  forwardJobStderr(job.stderr!);
   const exited = new Promise<number>((resolve, reject) => {
     job.on('error', (error) => reject(new Error(`${command}: ${error.message}`)));
     job.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));

@@ -1,38 +1,168 @@
-// How ft-train starts MPI jobs: the ULFM Open MPI's mpirun, with fault tolerance turned on.
+// How ft-train starts MPI jobs: the ULFM Open MPI's mpirun with fault tolerance and its hang
+// detector on, oversubscribing only when there are more ranks than slots. launch/ft-run,
+// launch/drill, launch/compare, the MPI tests and the benchmarks all build their command here, so
+// every job runs with the same settings.
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 
 /** Prefix of the Open MPI build with ULFM (launch/setup makes it). */
 export const mpiHome = process.env.FT_MPI_HOME ?? '/opt/ompi-ulfm';
+
+/** ft-train's --hang-timeout when the flag is absent, in seconds. */
+export const defaultHangTimeoutS = 30;
+
+/** The script every rank of an ft-train job runs. */
+export const ftTrainScript = path.join(__dirname, '..', '..', '..', 'launch', 'ft-train.js');
 
 export interface MpirunOptions {
   /** Number of ranks. */
   ranks: number;
   /** The command each rank runs, e.g. [process.execPath, script, ...args]. */
   program: string[];
-  /** Extra mpirun options (placed before the program). */
-  mpirunArgs?: string[];
+  /** An Open MPI hostfile: passed to mpirun, and its slots decide oversubscription. */
+  hostfile?: string;
+  /** Seconds a rank may stay silent before it is declared dead (default defaultHangTimeoutS). */
+  hangTimeoutS?: number;
 }
 
 export interface Command {
   command: string;
   args: string[];
+  /** the environment to run it in: this process's, plus `envSet` */
   env: NodeJS.ProcessEnv;
+  /** the variables the command needs set (launch/ft-run --dry-run prints them) */
+  envSet: Record<string, string>;
 }
 
 /**
- * `mpirun --with-ft ulfm --oversubscribe -n N <program>`: without --with-ft a dead rank ends
- * the whole job; oversubscription lets more ranks than cores run (tests, drills on a laptop).
+ * ULFM's heartbeat failure detector, tied to ft-train's --hang-timeout. It is off by default, and
+ * then a rank that is alive but stuck (SIGSTOP, a kernel that never returns) leaves the others
+ * waiting forever; on, a rank silent for `hangTimeoutS` is declared dead and the survivors repair
+ * as after a kill -9 (ULFM-NOTES "Hangs"; here a SIGSTOPped rank of 2 was declared dead 1.6 s
+ * into a 2 s timeout). A heartbeat every quarter of the timeout, so one late beat is no failure.
+ * Beats are sent from MPI's progress, not from a thread of their own: with
+ * mpi_ft_detector_thread true (which wants MPI_THREAD_MULTIPLE; the addon asks for FUNNELED) every
+ * job hung in MPI_Finalize after training, at 0.5/2, 1/4 and 7.5/30 s. The cost: a rank that
+ * stays out of MPI (one long kernel, a long write) for longer than the timeout is taken for hung.
+ */
+export function detectorSettings(hangTimeoutS: number): string[] {
+  return ['--mca', 'mpi_ft_detector', 'true', '--mca', 'mpi_ft_detector_thread', 'false',
+    '--mca', 'mpi_ft_detector_period', String(hangTimeoutS / 4), '--mca', 'mpi_ft_detector_timeout', String(hangTimeoutS)];
+}
+
+/** Slots of an Open MPI hostfile: the sum of `slots=K` over its host lines, a line without it counting 1. */
+export function hostfileSlots(file: string): number {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new Error(`${file}: cannot read the hostfile (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+  }
+  let slots = 0;
+  text.split('\n').forEach((raw, index) => {
+    const line = raw.replace(/#.*/, '').trim();
+    if (line === '') return;
+    const [host, ...settings] = line.split(/\s+/);
+    const bad = () => new Error(`${file}:${index + 1}: expected "HOST [slots=K] [key=value ...]" with K an integer >= 1, got "${line}"`);
+    if (host.includes('=')) throw bad();
+    let hostSlots = 1;
+    for (const setting of settings) {
+      const match = /^([\w-]+)=(\S+)$/.exec(setting);
+      if (!match) throw bad();
+      if (match[1] !== 'slots') continue; // max_slots and the like: mpirun's business
+      if (!/^[1-9]\d*$/.test(match[2])) throw bad();
+      hostSlots = Number(match[2]);
+    }
+    slots += hostSlots;
+  });
+  if (slots === 0) throw new Error(`${file}: the hostfile names no host`);
+  return slots;
+}
+
+/**
+ * `mpirun --with-ft ulfm [--oversubscribe] -n N [--hostfile F] <detector> <program>`: without
+ * --with-ft a dead rank ends the whole job; oversubscription (more ranks than slots: this machine's
+ * cores, or the hostfile's slots) lets tests and drills run 4 or 8 ranks on a laptop; root needs
+ * Open MPI's explicit consent.
  */
 export function mpirunCommand(options: MpirunOptions): Command {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  if (process.getuid?.() === 0) {
-    env.OMPI_ALLOW_RUN_AS_ROOT = '1';
-    env.OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = '1';
-  }
+  const slots = options.hostfile !== undefined ? hostfileSlots(options.hostfile) : os.availableParallelism();
+  const envSet: Record<string, string> = process.getuid?.() === 0 ? { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } : {};
   return {
     command: path.join(mpiHome, 'bin', 'mpirun'),
-    args: ['--with-ft', 'ulfm', '--oversubscribe', '-n', String(options.ranks),
-      ...(options.mpirunArgs ?? []), ...options.program],
-    env,
+    args: ['--with-ft', 'ulfm', ...(options.ranks > slots ? ['--oversubscribe'] : []), '-n', String(options.ranks),
+      ...(options.hostfile !== undefined ? ['--hostfile', options.hostfile] : []),
+      ...detectorSettings(options.hangTimeoutS ?? defaultHangTimeoutS),
+      ...options.program],
+    env: { ...process.env, ...envSet },
+    envSet,
   };
+}
+
+/** The value of ft-train's `--name` in `args` as its parser reads it (`--name V`, `--name=V`, camelCase); the last counts. */
+export function trainFlag(args: string[], name: string): string | undefined {
+  const camel = name.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+  let value: string | undefined;
+  args.forEach((arg, at) => {
+    for (const flag of [`--${name}`, `--${camel}`]) {
+      if (arg === flag && at + 1 < args.length) value = args[at + 1];
+      else if (arg.startsWith(`${flag}=`)) value = arg.slice(flag.length + 1);
+    }
+  });
+  return value;
+}
+
+/** ft-train's --hang-timeout in `trainArgs` (defaultHangTimeoutS when absent); one line if it is no number > 0. */
+export function hangTimeoutOf(trainArgs: string[]): number {
+  const text = trainFlag(trainArgs, 'hang-timeout');
+  if (text === undefined) return defaultHangTimeoutS;
+  const seconds = Number(text);
+  if (!(Number.isFinite(seconds) && seconds > 0)) throw new Error(`--hang-timeout expects seconds > 0, got "${text}"`);
+  return seconds;
+}
+
+/** mpirun running ft-train with `trainArgs` on `ranks` ranks; the hang detector follows its --hang-timeout. */
+export function trainCommand(ranks: number, trainArgs: string[], hostfile?: string): Command {
+  return mpirunCommand({ ranks, hostfile, hangTimeoutS: hangTimeoutOf(trainArgs), program: [process.execPath, ftTrainScript, ...trainArgs] });
+}
+
+/** Throws one line unless mpiHome holds an Open MPI whose ompi_info reports "FT MPI support: yes". */
+export function checkUlfm(): void {
+  const ompiInfo = path.join(mpiHome, 'bin', 'ompi_info');
+  let info: string;
+  try {
+    info = execFileSync(ompiInfo, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 30_000 });
+  } catch {
+    throw new Error(`${ompiInfo} does not run: no Open MPI with ULFM in ${mpiHome}; launch/setup builds one (or set FT_MPI_HOME)`);
+  }
+  if (!/FT MPI support:\s*yes/.test(info)) throw new Error(`the Open MPI in ${mpiHome} has no ULFM (ompi_info lacks "FT MPI support: yes"); launch/setup builds one (or set FT_MPI_HOME)`);
+}
+
+/**
+ * Open MPI 5.0's non-blocking collectives (libnbc) print "NBC_Progress: an error N was found during
+ * schedule ... - aborting the schedule" on every rank whose collective a failure interrupts, with
+ * no setting to silence it. ft-train reports each failure in its own line, so the launchers pass
+ * the job's stderr on without that line (and the blank line after it).
+ */
+export function forwardJobStderr(stderr: NodeJS.ReadableStream, to: NodeJS.WritableStream = process.stderr): void {
+  let pending = '';
+  let dropBlank = false;
+  stderr.setEncoding('utf8');
+  stderr.on('data', (chunk: string) => {
+    const lines = (pending + chunk).split('\n');
+    pending = lines.pop()!;
+    for (const line of lines) {
+      if (/^NBC_Progress: an error \d+ was found during schedule /.test(line)) {
+        dropBlank = true;
+        continue;
+      }
+      if (!(dropBlank && line === '')) to.write(`${line}\n`);
+      dropBlank = false;
+    }
+  });
+  stderr.on('end', () => {
+    if (pending) to.write(pending);
+  });
 }

@@ -2,7 +2,7 @@
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { mpirunCommand } from '../../src/cli/mpirun';
+import { mpirunCommand, trainCommand } from '../../src/cli/mpirun';
 
 export interface JobResult<T> {
   code: number | null;
@@ -75,6 +75,6 @@ export function runProgram<T>(name: string, ranks: number, args: string[] = [], 
 
 /** Runs launch/ft-train.js on `ranks` ranks. */
 export function runTrain(ranks: number, args: string[], timeoutMs = 90_000): Promise<JobResult<never>> {
-  const { command, args: argv, env } = mpirunCommand({ ranks, program: [process.execPath, path.join(repoRoot, 'launch', 'ft-train.js'), ...args] });
+  const { command, args: argv, env } = trainCommand(ranks, args);
   return runCommand(command, argv, env, timeoutMs, `ft-train on ${ranks} ranks ${args.join(' ')}`);
 }

@@ -1,0 +1,136 @@
+// launch/ft-run: the mpirun command it builds (--dry-run: oversubscription against this machine's
+// cores or a hostfile's slots, the hang detector from ft-train's --hang-timeout, root's consent),
+// its one-line refusals, and real jobs judged by their run directory: a finished run exits 0, a job
+// whose ranks were all killed exits 1 although mpirun exits 0, and SIGTERM ends in a clean stop.
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { mpiHome } from '../../src/cli/mpirun';
+import { repoRoot, runCommand, type JobResult } from '../helpers/mpi-job';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-run-');
+const ftRun = path.join(repoRoot, 'launch', 'ft-run');
+const ftTrain = path.join(repoRoot, 'launch', 'ft-train.js');
+const trainFlags = ['--model', 'models/mlp.json', '--data', 'datasets/fashion-mnist'];
+
+function launch(args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs = 20_000): Promise<JobResult<never>> {
+  return runCommand(process.execPath, [ftRun, ...args], env, timeoutMs, `ft-run ${args.join(' ')}`);
+}
+
+/** The line --dry-run should print for `ranks` ranks, `slots` slots and ft-train's `trainArgs`. */
+function expectedLine(ranks: number, slots: number, detector: string, trainArgs: string, hostfile?: string): string {
+  return [
+    ...(process.getuid?.() === 0 ? ['OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'] : []),
+    `${mpiHome}/bin/mpirun --with-ft ulfm`, ...(ranks > slots ? ['--oversubscribe'] : []), `-n ${ranks}`,
+    ...(hostfile ? [`--hostfile ${hostfile}`] : []),
+    detector, process.execPath, ftTrain, trainArgs,
+  ].join(' ') + '\n';
+}
+
+const detector30 = '--mca mpi_ft_detector true --mca mpi_ft_detector_thread false --mca mpi_ft_detector_period 7.5 --mca mpi_ft_detector_timeout 30';
+
+describe('launch/ft-run', function () {
+  this.timeout(120_000);
+  after(() => removeScratch(scratch));
+
+  describe('--dry-run', () => {
+    const flags = [...trainFlags, '--run-dir', 'runs/a b'];
+    const quoted = "--model models/mlp.json --data datasets/fashion-mnist --run-dir 'runs/a b'";
+
+    for (const ranks of [2, 8]) {
+      it(`-n ${ranks}: oversubscribes only past os.availableParallelism() (${os.availableParallelism()}) slots`, async () => {
+        const job = await launch(['-n', String(ranks), '--dry-run', '--', ...flags]);
+        assert.equal(job.stderr, '');
+        assert.equal(job.code, 0);
+        assert.equal(job.stdout, expectedLine(ranks, os.availableParallelism(), detector30, quoted));
+      });
+    }
+
+    it('with a hostfile, the slots are the sum of its slots=K (a host without counts 1)', async () => {
+      const hostfile = path.join(scratch, 'hosts');
+      fs.writeFileSync(hostfile, '# two nodes and a small one\nnode1 slots=4 max_slots=8\n\nnode2   slots=3  # comment\nnode3\n');
+      for (const ranks of [6, 8, 9]) {
+        const job = await launch(['-n', String(ranks), '--hostfile', hostfile, '--dry-run', '--', ...flags]);
+        assert.equal(job.code, 0, job.stderr);
+        assert.equal(job.stdout, expectedLine(ranks, 8, detector30, quoted, hostfile));
+        assert.equal(job.stdout.includes('--oversubscribe'), ranks === 9);
+      }
+    });
+
+    it('the hang detector follows ft-train\'s last --hang-timeout', async () => {
+      const job = await launch(['-n', '1', '--dry-run', '--', ...flags, '--hang-timeout', '7', '--hang-timeout=2']);
+      assert.equal(job.code, 0, job.stderr);
+      assert.equal(job.stdout, expectedLine(1, os.availableParallelism(),
+        '--mca mpi_ft_detector true --mca mpi_ft_detector_thread false --mca mpi_ft_detector_period 0.5 --mca mpi_ft_detector_timeout 2',
+        `${quoted} --hang-timeout 7 --hang-timeout=2`));
+    });
+  });
+
+  describe('refuses in one line, exit 2', () => {
+    const refusals: [string, () => string[], string, NodeJS.ProcessEnv?][] = [
+      ['a bad hostfile line', () => {
+        const hostfile = path.join(scratch, 'bad-hosts');
+        fs.writeFileSync(hostfile, 'node1 slots=2\nnode2 slots=two\n');
+        return ['-n', '2', '--hostfile', hostfile, '--dry-run', '--', ...trainFlags, '--run-dir', 'runs/x'];
+      }, `ft-run: ${path.join(scratch, 'bad-hosts')}:2: expected "HOST [slots=K] [key=value ...]" with K an integer >= 1, got "node2 slots=two"`],
+      ['an unreadable hostfile', () => ['-n', '2', '--hostfile', path.join(scratch, 'missing'), '--', ...trainFlags, '--run-dir', 'runs/x'],
+        `ft-run: ${path.join(scratch, 'missing')}: cannot read the hostfile (ENOENT)`],
+      ['a bad --hang-timeout', () => ['-n', '2', '--', ...trainFlags, '--run-dir', 'runs/x', '--hang-timeout', '0'],
+        'ft-run: --hang-timeout expects seconds > 0, got "0"'],
+      ['no --run-dir', () => ['-n', '2', '--', ...trainFlags],
+        'ft-run: the ft-train flags need --run-dir DIR (its summary.json tells whether the run finished)'],
+      ['no Open MPI with ULFM', () => ['-n', '2', '--dry-run', '--', ...trainFlags, '--run-dir', 'runs/x'],
+        'ft-run: /nonexistent/bin/ompi_info does not run: no Open MPI with ULFM in /nonexistent; launch/setup builds one (or set FT_MPI_HOME)',
+        { ...process.env, FT_MPI_HOME: '/nonexistent' }],
+    ];
+    for (const [what, args, line, env] of refusals) {
+      it(what, async () => {
+        const job = await launch(args(), env);
+        assert.deepEqual([job.code, job.stdout, job.stderr], [2, '', `${line}\n`]);
+      });
+    }
+  });
+
+  describe('real jobs', () => {
+    it('a 2-rank run that finishes: exit 0 and a complete summary.json', async () => {
+      const runDir = path.join(scratch, 'done');
+      const job = await launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '5'], process.env, 90_000);
+      assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
+      const summary = JSON.parse(fs.readFileSync(path.join(runDir, 'summary.json'), 'utf8')) as { status: string; steps: number };
+      assert.deepEqual([summary.status, summary.steps], ['complete', 5]);
+    });
+
+    it('every rank killed: mpirun exits 0, ft-run exits 1 with one line', async () => {
+      const runDir = path.join(scratch, 'killed');
+      const job = await launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '5', '--drill', 'rank=0,step=2', '--drill', 'rank=1,step=2'], process.env, 90_000);
+      assert.equal(job.code, 1, `${job.stdout}\n${job.stderr}`);
+      assert.equal(job.stderr.trimEnd().split('\n').at(-1), `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0)`, job.stderr);
+      assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
+    });
+
+    it('SIGTERM to ft-run: the ranks checkpoint and stop cleanly, exit 0', async () => {
+      const runDir = path.join(scratch, 'stopped');
+      const running = launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '1000000'], process.env, 90_000);
+      let ended = false;
+      running.then(() => { ended = true; }, () => { ended = true; });
+      // ft-run's pid is in the ranks' environment (FT_RUN_JOB); signal it once a step is committed
+      const metrics = path.join(runDir, 'metrics.jsonl');
+      while (!ended && !(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('\n'))) await new Promise((r) => setTimeout(r, 50));
+      if (ended) {
+        const early = await running;
+        assert.fail(`the job ended before its first step (exit ${early.code})\n${early.stdout}\n${early.stderr}`);
+      }
+      const rankPid = fs.readFileSync(path.join(runDir, 'pids', '0'), 'utf8').trim();
+      const launcher = fs.readFileSync(`/proc/${rankPid}/environ`, 'latin1').split('\0').find((v) => v.startsWith('FT_RUN_JOB='))!;
+      process.kill(Number(launcher.slice('FT_RUN_JOB='.length)), 'SIGTERM');
+      const job = await running;
+      assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
+      assert.ok(job.stderr.includes('ft-run: SIGTERM: asked 2 rank(s) to checkpoint and stop'), job.stderr);
+      const stops = fs.readFileSync(path.join(runDir, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { event: string; reason?: string }).filter((e) => e.event === 'stop');
+      assert.deepEqual(stops.map((e) => e.reason), ['sigterm']);
+      assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
+    });
+  });
+});
