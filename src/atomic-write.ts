@@ -2,8 +2,24 @@
 // fsync of the directory, so that the new name too survives a crash of the machine.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { namingFile } from './file-errors';
 
 export function writeAtomically(file: string, bytes: string | Uint8Array): void {
+  removeStrayPartials(file);
+  namingFile(file, () => writeThenRename(file, bytes));
+  syncDirectory(path.dirname(file));
+}
+
+/** What a writer killed before its rename left (another process's partial of the same file). */
+function removeStrayPartials(file: string): void {
+  const base = `${path.basename(file)}.partial-`;
+  const dir = path.dirname(file);
+  for (const name of fs.existsSync(dir) ? fs.readdirSync(dir) : []) {
+    if (name.startsWith(base)) fs.rmSync(path.join(dir, name), { force: true });
+  }
+}
+
+function writeThenRename(file: string, bytes: string | Uint8Array): void {
   const partial = `${file}.partial-${process.pid}`;
   try {
     const fd = fs.openSync(partial, 'w');
@@ -18,7 +34,6 @@ export function writeAtomically(file: string, bytes: string | Uint8Array): void 
     fs.rmSync(partial, { force: true }); // a full disk or a failed rename leaves nothing behind
     throw error;
   }
-  syncDirectory(path.dirname(file));
 }
 
 /** Makes the entries of `dir` (names created, renamed or removed in it) durable. */

@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { syncDirectory, writeAtomically } from '../atomic-write';
 import { crc64 } from '../checksum';
+import { namingFile } from '../file-errors';
 import { canonicalSha256 } from './canonical-json';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
 
@@ -101,7 +102,14 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
     const to = Math.min(offset + length, start + piece.length);
     if (from < to) parts.push({ at: from, bytes: piece.subarray(from - start, to - start) });
   }
-  const fd = fs.openSync(path.join(dir, stateFile), fs.constants.O_WRONLY | fs.constants.O_CREAT, 0o644);
+  const file = path.join(dir, stateFile);
+  namingFile(file, () => writeParts(file, stateFileBytes(state), parts));
+  return crc64(...parts.map((p) => p.bytes));
+}
+
+/** pwrite of each part at its offset into a file of `bytes` bytes, fsynced. */
+function writeParts(file: string, bytes: number, parts: { at: number; bytes: Uint8Array }[]): void {
+  const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT, 0o644);
   try {
     // The directory may hold a longer file (an interrupted attempt, a bigger model): every writer
     // sets the final length, so no old tail survives whichever writer comes last. Concurrent
@@ -109,13 +117,12 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
     // the file with zeros past its current end, and never touches bytes another writer put below
     // it. (A fresh file renamed in would need one writer to create it before the others open it
     // and one to rename it after all have written: an ordering between ranks this avoids.)
-    fs.ftruncateSync(fd, stateFileBytes(state));
+    fs.ftruncateSync(fd, bytes);
     for (const part of parts) fs.writeSync(fd, part.bytes, 0, part.bytes.length, part.at);
     fs.fsyncSync(fd);
   } finally {
     fs.closeSync(fd);
   }
-  return crc64(...parts.map((p) => p.bytes));
 }
 
 /** The leader's commit: the manifest, renamed in last; then the step directory's own entry made durable. */

@@ -231,6 +231,7 @@ async function main(): Promise<number> {
     const stop = error instanceof ProtocolStop ? error : await stopForError(error as Error, ft, worldRank, logger);
     code = stop.exitCode;
     logger.warn(`stop: ${stop.reason}: ${stop.message}`);
+    if (stop.reason === 'error' && ft.isLeader) observer.event({ event: 'stop', step: ft.step, reason: 'error', ranks: stop.erred });
     if (stop.reason === 'unrecoverable') {
       // MPI cannot be trusted to finish: make sure no rank of this job lingers on this host, then leave
       console.error(`ft-train: rank ${worldRank}: ${stop.message}`);

@@ -267,11 +267,15 @@ export class Manager {
 
   /**
    * This rank met an error of its own (bad data, a full disk): revoke, so that every peer leaves
-   * whatever collective it is in, and join their repair saying so. Every survivor then stops
+   * whatever collective it is in, vote as they do, and join their repair saying so. Every survivor then stops
    * with the same decision (the ProtocolStop returned, which names the ranks that erred).
    */
   async reportError(): Promise<ProtocolStop> {
     try {
+      await this.comm.revoke();
+      // the peers vote on whatever collective the revoke interrupted: so does this rank, on the
+      // same communicator, before the repair (an agreement left alone would wait for it)
+      await this.vote(0);
       await this.repair(true);
     } catch (error) {
       if (error instanceof ProtocolStop) return error;

@@ -3,6 +3,7 @@
 // not have written. summary.json is written at the end, atomically.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { namingFile } from '../file-errors';
 import { writeAtomically } from '../atomic-write';
 import { runFiles } from './files';
 import { lastRecord } from './reader';
@@ -38,14 +39,42 @@ export class RunLog {
     if (leader && !this.leader) {
       const lastStep = lastRecord<StepRecord>(path.join(this.dir, runFiles.metrics))?.step ?? -1;
       for (const record of this.recent) if (record.step > lastStep) this.append(runFiles.metrics, record);
-      const lastTime = lastRecord<EventRecord>(path.join(this.dir, runFiles.events))?.time ?? -1;
-      for (const record of this.recentEvents) if (record.time > lastTime) this.append(runFiles.events, record);
+      for (const record of this.missingEvents()) this.append(runFiles.events, record);
     }
     this.leader = leader;
   }
 
   get isLeader(): boolean {
     return this.leader;
+  }
+
+  /**
+   * The recent events the file lacks. Every survivor records the same events of a recovery, each
+   * with its own clock, so they are matched by event and step: where the file has w records of a
+   * pair and this rank holds h, the file lacks this rank's latest h - w.
+   */
+  private missingEvents(): EventRecord[] {
+    const key = (record: RunEvent) => `${record.event}@${record.step ?? ''}`;
+    const written = new Map<string, number>();
+    const file = path.join(this.dir, runFiles.events);
+    if (fs.existsSync(file)) {
+      for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+        try {
+          const k = key(JSON.parse(line) as RunEvent);
+          written.set(k, (written.get(k) ?? 0) + 1);
+        } catch {
+          // a blank or half-written line
+        }
+      }
+    }
+    const held = new Map<string, number>();
+    for (const record of this.recentEvents) held.set(key(record), (held.get(key(record)) ?? 0) + 1);
+    const seen = new Map<string, number>();
+    return this.recentEvents.filter((record) => {
+      const k = key(record);
+      seen.set(k, (seen.get(k) ?? 0) + 1);
+      return seen.get(k)! > Math.min(held.get(k)!, written.get(k) ?? 0);
+    });
   }
 
   /** Every rank records each committed step; the leader writes it. */
@@ -64,7 +93,8 @@ export class RunLog {
 
   private append(file: string, record: StepRecord | EventRecord): void {
     // one write per line: a kill -9 cannot leave half of it
-    fs.appendFileSync(path.join(this.dir, file), JSON.stringify(record) + '\n');
+    const target = path.join(this.dir, file);
+    namingFile(target, () => fs.appendFileSync(target, JSON.stringify(record) + '\n'));
   }
 }
 
