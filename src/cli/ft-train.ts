@@ -300,6 +300,9 @@ export function run(): void {
       process.exitCode = input ? 2 : 1;
       if (error instanceof StartupError) {
         if (lowestAlive(error.runDir)) console.error(error.message);
+        // the job cannot start: a rank that hangs in start-up (stopped, say) must not keep mpirun alive
+        const pidsDir = path.join(error.runDir, runFiles.pids);
+        killDeclaredDead(pidsDir, fs.readdirSync(pidsDir).map(Number).filter((rank) => rank !== launcherWorldRank()));
         // MPI_Init may never return: leave without waiting for it
         process.exit(1);
       }

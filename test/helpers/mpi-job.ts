@@ -11,6 +11,8 @@ export interface JobResult<T> {
   stderr: string;
   /** Every `@result` line the ranks printed, in order of arrival. */
   results: T[];
+  /** processes of the job still alive when its command ended (then killed) */
+  stragglers: number;
 }
 
 const programsDir = path.join(__dirname, '..', 'mpi', 'programs');
@@ -62,7 +64,8 @@ export function runCommand<T = never>(command: string, argv: string[], env: Node
       clearTimeout(timer);
       const results = stdout.split('\n').filter((line) => line.startsWith('@result '))
         .map((line) => JSON.parse(line.slice('@result '.length)) as T);
-      void reap(marker, 10_000).then(() => resolve({ code, signal, stdout, stderr, results }));
+      const stragglers = jobProcesses(marker).length;
+      void reap(marker, 10_000).then(() => resolve({ code, signal, stdout, stderr, results, stragglers }));
     });
   });
 }
