@@ -17,7 +17,13 @@ namespace {
 // cores. Measured at 2 ranks on 2 cores: 4 KiB in 14 us (26 us with a busy spin), 1 MiB in 112 us
 // (218 us without polling).
 constexpr auto kSpin = std::chrono::microseconds(50);
-// At process exit, how long to wait for MPI_Finalize before leaving the thread behind.
+// A request still pending after kWaitSpin waits on a peer that is late: polling it then naps
+// between tests, which leaves the cores to the ranks still computing (several ranks share a core
+// on small machines, and a starved rank misses its failure-detector heartbeats) at the cost of
+// up to a nap's delay once the peer arrives.
+constexpr auto kWaitSpin = std::chrono::milliseconds(2);
+constexpr auto kWaitNap = std::chrono::microseconds(50);
+// At process exit, how long to wait for the comm thread to end before leaving it behind.
 constexpr auto kExitGrace = std::chrono::seconds(5);
 // After a timed-out request's communicator is revoked, how long the request may take to complete
 // with the revocation before it is left to MPI.
@@ -139,6 +145,7 @@ Op* CommThread::Next() {
 void CommThread::RunOp(Op* op) {
   Op* outer = current_;
   current_ = op;
+  busy_.store(true);
   try {
     op->Run();
   } catch (const OpException& e) {
@@ -147,6 +154,7 @@ void CommThread::RunOp(Op* op) {
     op->failure = Failure{FailureKind::kUsage, 0, e.what()};
   }
   current_ = outer;
+  busy_.store(outer != nullptr);
   tsfn_.NonBlockingCall(op);
 }
 
@@ -203,20 +211,21 @@ void CommThread::Wait(MPI_Request* request, MPI_Comm comm, const char* call) {
       if (current_ != nullptr) current_->abandoned = true;
       throw timedOut(" (its request was left to MPI)");
     }
-    std::this_thread::yield();
+    if (now - started < kWaitSpin) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(kWaitNap);
+    }
   }
 }
 
 void CommThread::Loop() {
   for (;;) {
     Op* op = Next();
-    if (op == nullptr) {  // process exit: nobody is left to settle anything
-      try {
-        FinalizeMpi();
-      } catch (const OpException&) {
-      }
-      break;
-    }
+    // Process exit without finalize(): leave MPI as it is. A rank that finalizes on its way out
+    // is not a failure in ULFM's eyes and its peers would wait for it forever; one that leaves
+    // without finalizing is, and they recover.
+    if (op == nullptr) break;
     bool last = op->EndsThread();
     if (last) mpiUp_ = false;
     RunOp(op);
@@ -256,8 +265,8 @@ void SettleOp(Napi::Env env, Napi::Function, void*, Op* raw) {
   }
 }
 
-// Process exit without finalize(): fail what is queued, finalize MPI if the thread is free to,
-// and never hang the exit on a thread stuck in a collective.
+// Process exit without finalize(): drop what is queued, let the thread end (without finalizing
+// MPI: see Loop), and never hang the exit on a thread stuck in an MPI call.
 void CommThread::AtExit(void* arg) {
   auto* self = static_cast<CommThread*>(arg);
   if (!self->thread_.joinable()) return;
@@ -269,7 +278,9 @@ void CommThread::AtExit(void* arg) {
   std::unique_lock<std::mutex> lock(self->mutex_);
   self->exitRequested_ = true;
   self->wake_.notify_all();
-  if (self->wake_.wait_for(lock, kExitGrace, [self] { return self->exited_; })) {
+  // a thread inside an MPI call (start-up, a shrink) that never returned: nothing to wait for
+  const auto grace = self->busy_.load() ? std::chrono::seconds(0) : kExitGrace;
+  if (self->wake_.wait_for(lock, grace, [self] { return self->exited_; })) {
     lock.unlock();
     self->thread_.join();
   } else {

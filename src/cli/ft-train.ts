@@ -219,8 +219,11 @@ async function main(): Promise<number> {
   }
   let code = 0;
   try {
-    const result = await trainer.run(resume);
-    await ft.finish(() => writeResults(options, shards, net, result, started));
+    const trained = await trainer.run(resume);
+    // a failure during the final write changes the world the results report
+    const outcome = (): TrainResult => ({ ...trained, worldFinal: ft.size, failures: ft.failures, bytesReadBack: ft.bytesReadBack });
+    await ft.finish(() => writeResults(options, shards, net, outcome(), started));
+    const result = outcome();
     if (ft.isLeader) {
       const lost = result.failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
       progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, ` +
@@ -299,7 +302,7 @@ export function run(): void {
       const input = error instanceof InputError || error instanceof UsageError;
       process.exitCode = input ? 2 : 1;
       if (error instanceof StartupError) {
-        if (lowestAlive(error.runDir)) console.error(error.message);
+        if (lowestAlive(error.runDir)) fs.writeSync(2, `${error.message}\n`); // console.error is lost to process.exit
         // the job cannot start: a rank that hangs in start-up (stopped, say) must not keep mpirun alive
         const pidsDir = path.join(error.runDir, runFiles.pids);
         killDeclaredDead(pidsDir, fs.readdirSync(pidsDir).map(Number).filter((rank) => rank !== launcherWorldRank()));
