@@ -67,7 +67,7 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     assert.equal(run.job.stragglers, 0, 'processes of the job outlived mpirun');
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, baseline.params_sha256, `${run.dir}: parameters differ from the run without failure`);
-    assert.deepEqual(summary.failures.flatMap((f) => f.lost).sort(), [...lost].sort());
+    assert.deepEqual(summary.failures.flatMap((f) => f.lost).sort(), [...lost].sort(), `${run.dir}: ${JSON.stringify(summary.failures)}\n${run.job.stdout}${run.job.stderr}`);
     assert.equal(summary.world_final, 4 - lost.length);
     return summary;
   }

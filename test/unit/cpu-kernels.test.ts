@@ -22,6 +22,13 @@ function conv(shape: ConvShape) {
 }
 
 describe('CPU kernels', () => {
+  it('an error inside oneDNN becomes a JS error, and the process lives on', () => {
+    // a 2e9-wide input passes the argument checks but no memory object of that size can exist
+    const one = new Float32Array(1);
+    const shape = [1, 1, 1, 2_000_000_000, 1, 1, 1, 1, 0] as unknown as ConvShape;
+    assert.throws(() => cpu.conv2dForward(one, one, one, one, shape), { name: 'Error', message: 'could not create a memory object' });
+  });
+
   it('conv2dForward equals a direct convolution', () => {
     const t = conv(convShape);
     cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape);
