@@ -75,7 +75,7 @@ runMain('compare', async () => {
 
   const plans: Plan[] = ranks.flatMap((n) => [
     { name: `n${n}-sgd`, ranks: n, onFailure: 'exact' as const, kills: [], describe: `${n} ranks, SGD, no failure` },
-    ...policies.map((policy) => ({ name: `n${n}-${policy}`, ranks: n, onFailure: policy, kills: [{ rank: killRank, step: killStep }], describe: `${n} ranks, FT-SGD ${policy}, kill -9 of rank ${killRank} after step ${killStep}` })),
+    ...policies.map((policy) => ({ name: `n${n}-${policy}`, ranks: n, onFailure: policy, kills: [{ rank: killRank, step: killStep, signal: 'SIGKILL' as const }], describe: `${n} ranks, FT-SGD ${policy}, kill -9 of rank ${killRank} after step ${killStep}` })),
   ]);
   fs.mkdirSync(out, { recursive: true });
   console.log(`[compare] ${plans.length} runs of ${model} on ${data}, ${steps} steps each, into ${out}`);
