@@ -13,7 +13,7 @@ import { encodeSafetensors } from '../checkpoint/safetensors';
 import { finalize, init, ulfm, type Communicator } from '../comm';
 import { Dataset } from '../data/dataset';
 import { DatasetError } from '../data/errors';
-import { guardAgainstHangs, hangBounds, killDeclaredDead } from '../ft/hangs';
+import { guardAgainstHangs, hangBounds, killDeclaredDead, peersGone } from '../ft/hangs';
 import { Manager } from '../ft/manager';
 import { withDeadline } from '../ft/repair';
 import { ProtocolStop } from '../ft/stop';
@@ -252,6 +252,18 @@ async function main(): Promise<number> {
   const finalized = await withDeadline(finalize(), bounds.commMs, 'MPI_Finalize').then(() => true, () => false);
   // a finalize that never returns would keep the process alive: every rank has agreed on the end already
   if (!finalized) process.exit(code);
+  return code === 0 ? 0 : exitLast(code, ft, path.join(options.runDir, runFiles.pids), bounds.commMs);
+}
+
+/**
+ * The exit code of a job that stops with `code`. Under --with-ft ulfm, mpirun returns as soon as
+ * one rank exits non-zero, leaving the others to finish on their own: so the other ranks exit 0
+ * and the leader, last, with `code` once they are gone from this host (mpirun waits for ranks
+ * that exit 0, on any host).
+ */
+async function exitLast(code: number, ft: Manager, pidsDir: string, ms: number): Promise<number> {
+  if (!ft.isLeader) return 0;
+  await peersGone(pidsDir, ft.liveRanks.filter((rank) => rank !== ft.worldRank), ms);
   return code;
 }
 

@@ -50,23 +50,40 @@ export function beat(): void {
 }
 
 /**
- * Kills the processes of `worldRanks` that still exist on this host: a rank declared dead for
- * hanging is stopped, not gone. A pid is killed only if that process belongs to this job (same
- * PMIx namespace) and has that rank, so a recycled pid or another host's rank is never touched.
+ * The pid of world rank `rank` of this job if it still runs on this host: its pid file names it,
+ * and that process carries this job's PMIx namespace and that rank (a recycled pid or another
+ * host's rank is never taken for it).
  */
-export function killDeclaredDead(pidsDir: string, worldRanks: readonly number[]): number[] {
+function jobProcess(pidsDir: string, rank: number): number | null {
   const namespace = process.env.PMIX_NAMESPACE;
+  try {
+    const pid = Number(fs.readFileSync(`${pidsDir}/${rank}`, 'utf8'));
+    const environ = fs.readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0');
+    if (!environ.includes(`OMPI_COMM_WORLD_RANK=${rank}`) || (namespace && !environ.includes(`PMIX_NAMESPACE=${namespace}`))) return null;
+    return pid;
+  } catch {
+    return null; // no pid file, gone already, or on another host
+  }
+}
+
+/** Kills the processes of `worldRanks` that still exist on this host: a rank declared dead for hanging is stopped, not gone. */
+export function killDeclaredDead(pidsDir: string, worldRanks: readonly number[]): number[] {
   const killed: number[] = [];
   for (const rank of worldRanks) {
-    try {
-      const pid = Number(fs.readFileSync(`${pidsDir}/${rank}`, 'utf8'));
-      const environ = fs.readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0');
-      if (!environ.includes(`OMPI_COMM_WORLD_RANK=${rank}`) || (namespace && !environ.includes(`PMIX_NAMESPACE=${namespace}`))) continue;
-      process.kill(pid, 'SIGKILL');
-      killed.push(rank);
-    } catch {
-      // no pid file, gone already, or on another host
-    }
+    const pid = jobProcess(pidsDir, rank);
+    if (pid === null) continue;
+    process.kill(pid, 'SIGKILL');
+    killed.push(rank);
   }
   return killed;
+}
+
+/** Waits (polling, at most `ms`) until none of `worldRanks` runs on this host any more. */
+export async function peersGone(pidsDir: string, worldRanks: readonly number[], ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (worldRanks.every((rank) => jobProcess(pidsDir, rank) === null)) return true;
+    if (Date.now() > deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
 }

@@ -116,6 +116,11 @@ export class Manager {
     return this.comm.worldRanks[this.comm.rank];
   }
 
+  /** World ranks of the live ranks, ascending. */
+  get liveRanks(): number[] {
+    return [...this.comm.worldRanks].sort((a, b) => a - b);
+  }
+
   get isLeader(): boolean {
     return this.worldRank === Math.min(...this.comm.worldRanks);
   }
