@@ -1,14 +1,16 @@
 // ft-train end to end under mpirun, with real kill -9s: in exact mode every run that loses ranks
 // (any rank, several at once, in any phase of the step, during recovery itself, killed from
 // outside) ends with parameters bit-identical to the run without failure, and so do runs at other
-// world sizes with the same shards. Readback stays within the lost shards' share; shrink mode
-// carries on with a smaller world and batch (bad input: inputs.test.ts).
+// world sizes with the same shards. Readback reads the retried step's record batches of the lost
+// shards first and the rest in the background, each batch once (the bytes asserted exactly); shrink
+// mode carries on with a smaller world and batch (bad input: inputs.test.ts).
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { Dataset } from '../../src/data/dataset';
+import { MicroBatches } from '../../src/data/micro-batches';
 import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -48,6 +50,34 @@ async function train(ranks: number, ...extra: string[]): Promise<Run> {
   const job = await runTrain(ranks, [...common, '--run-dir', dir, ...extra]);
   assert.equal(job.code, 0, `ft-train exited ${job.code}\n${job.stdout}\n${job.stderr}`);
   return load(dir, job);
+}
+
+/**
+ * What reading back `lost` (of S shards) takes from disk (in ft-train's default setup, --batch 64,
+ * seed 1): all of their record batches, each once, and, before step `retried` is retried, only
+ * the batches holding that step's rows of them.
+ */
+async function readbackBytes(S: number, lost: number[], retried: number): Promise<{ total: number; beforeRetry: number }> {
+  const dataset = await Dataset.open('datasets/fashion-mnist');
+  const layout = dataset.train.layout(S);
+  const plan = new MicroBatches(layout, 64, 1);
+  let [total, beforeRetry] = [0, 0];
+  for (const s of lost) {
+    total += dataset.train.shardBytes(layout, s);
+    const rows = plan.rows(s, Math.floor(retried / plan.stepsPerEpoch), retried % plan.stepsPerEpoch);
+    for (const b of new Set(Array.from(rows, (row) => layout.batchOf(s, row)))) beforeRetry += dataset.train.batchBytes(b, b + 1);
+  }
+  await dataset.close();
+  return { total, beforeRetry };
+}
+
+/** The run read back exactly `expected`: the retried step's batches first (the readback event), every batch once in all (the summary). */
+function assertReadBack(run: Run, expected: { total: number; beforeRetry: number }): void {
+  const readback = run.events.filter((e) => e.event === 'readback');
+  assert.equal(readback.length, 1, JSON.stringify(readback));
+  assert.equal(readback[0].bytes_before_retry, expected.beforeRetry, 'bytes read before the retried step');
+  assert.ok(expected.beforeRetry < expected.total / 2, `the retried step's batches, ${expected.beforeRetry} bytes, are not the whole lost shards, ${expected.total}`);
+  assert.equal(run.summary.bytes_read_back, expected.total, 'bytes read back in all: the lost shards\' record batches, each once');
 }
 
 function assertSurvived(run: Run, baseline: Run, lost: number[], worldFinal: number): void {
@@ -91,10 +121,8 @@ describe('ft-train', function () {
     const phases = run.events.filter((e) => e.step === 30).map((e) => e.event);
     assert.deepEqual(phases, ['failure', 'revoke+shrink', 'agree', 'readback', 'checkpoint', 'retry']);
     assert.ok(run.events.filter((e) => e.event !== 'start' && e.event !== 'failure').every((e) => typeof e.duration_ms === 'number'));
-    const dataset = await Dataset.open('datasets/fashion-mnist');
-    const bound = (dataset.train.bytes / 4) * 1.1 + dataset.train.largestBatchBytes;
-    await dataset.close();
-    assert.ok(run.summary.bytes_read_back > 0 && run.summary.bytes_read_back <= bound, `read back ${run.summary.bytes_read_back} bytes, bound ${bound}`);
+    assert.deepEqual(run.events.find((e) => e.event === 'readback')!.shards, [2]);
+    assertReadBack(run, await readbackBytes(4, [2], 30));
   });
 
   it('exact: the same job at 1 and 2 ranks with 4 shards gives the same bits', async () => {
@@ -141,15 +169,25 @@ describe('ft-train', function () {
     assertSurvived(run, baseline, [2], 3);
   });
 
-  it('exact: ranks holding several shards (S = 8); readback within the lost shards\' share', async () => {
-    const reference = await train(2, '--shards', '8');
-    const run = await train(4, '--shards', '8', '--drill', 'rank=3,step=10');
-    assertSurvived(run, reference, [3], 3);
-    const dataset = await Dataset.open('datasets/fashion-mnist');
-    const bound = 2 * ((dataset.train.bytes / 8) * 1.1 + dataset.train.largestBatchBytes);
-    await dataset.close();
-    assert.ok(run.summary.bytes_read_back <= bound, `read back ${run.summary.bytes_read_back}, bound ${bound}`);
-    assert.deepEqual(run.events.find((e) => e.event === 'readback')!.bytes, run.summary.bytes_read_back);
+  describe('ranks holding several shards (S = 8)', () => {
+    let reference: Run;
+    before(async () => {
+      reference = await train(2, '--shards', '8');
+    });
+
+    it('exact: rank 3 and its 2 shards lost at once: the retried step\'s batches first, the rest in the background, the same bits', async () => {
+      const run = await train(4, '--shards', '8', '--drill', 'rank=3,step=10');
+      assertSurvived(run, reference, [3], 3);
+      assert.deepEqual(run.events.find((e) => e.event === 'readback')!.shards, [6, 7]);
+      assertReadBack(run, await readbackBytes(8, [6, 7], 10));
+    });
+
+    it('exact: ranks 2 and 3 lost at once: each survivor reads back 2 shards, their retried step\'s batches first, the same bits', async () => {
+      const run = await train(4, '--shards', '8', '--drill', 'rank=2,step=10', '--drill', 'rank=3,step=10');
+      assertSurvived(run, reference, [2, 3], 2);
+      assert.deepEqual(run.events.find((e) => e.event === 'readback')!.shards, [4, 5, 6, 7]);
+      assertReadBack(run, await readbackBytes(8, [4, 5, 6, 7], 10));
+    });
   });
 
   it('shrink: survivors keep their per-rank batch; world, global batch and rate shrink', async () => {
