@@ -180,21 +180,25 @@ export class Split {
   /**
    * Reads record batches [first, end) in one contiguous read, checks each against the manifest's
    * checksum, then decodes them into `into` from row `row` on. Resolves to the bytes this read took
-   * from disk. Reads run one at a time (they share the file's kept ranges), in the order asked.
+   * from disk. The disk reads of several calls overlap; checking and decoding run one call at a
+   * time, in the order called (they share the file's kept ranges).
    */
   loadInto(first: number, end: number, into: ShardData, row: number): Promise<number> {
+    const { start, length } = this.span(first, end);
+    const read = this.file.load(start, length);
+    // handled where it is awaited, maybe after it failed: no unhandled rejection meanwhile
+    read.catch(() => undefined);
     const result = this.lastRead.then(async () => {
-      const before = this.file.bytesRead;
-      await this.loadBatches(first, end, into, row);
-      return this.file.bytesRead - before;
+      const bytes = await read;
+      await this.decodeInto(first, end, start, bytes, into, row);
+      return bytes.length;
     });
     this.lastRead = result.catch(() => undefined);
     return result;
   }
 
-  private async loadBatches(first: number, end: number, into: ShardData, row: number): Promise<void> {
-    const { start, length } = this.span(first, end);
-    const bytes = await this.file.load(start, length);
+  /** Checks record batches [first, end), read from `start` on as `bytes`, and decodes them into `into` from `row` on. */
+  private async decodeInto(first: number, end: number, start: number, bytes: Buffer, into: ShardData, row: number): Promise<void> {
     for (let i = first; i < end; ++i) {
       const block = bytes.subarray(this.blocks[i].offset - start, this.blocks[i].offset - start + this.blocks[i].length);
       if (crc64(block) !== this.entry.record_batches[i].crc64) {
