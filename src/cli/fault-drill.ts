@@ -1,6 +1,7 @@
-// One training job under mpirun with real kill -9s from outside: follows the run's metrics and,
-// when they reach step K, kills the process of world rank R (its pid from the run directory).
-// Used by launch/drill and launch/compare.
+// One training job under mpirun with real faults from outside: follows the run's metrics and,
+// when they reach step K, sends the process of world rank R (its pid from the run directory)
+// SIGKILL (a crash) or SIGSTOP (a hang, which the survivors detect, declare dead and kill).
+// Used by launch/drill, launch/compare and bench/recovery.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -10,11 +11,15 @@ import { lastRecord, readObject } from '../run/reader';
 import type { StepRecord, Summary } from '../run/records';
 import { forwardJobStderr, trainCommand, trainFlag } from './mpirun';
 
+export type DrillSignal = 'SIGKILL' | 'SIGSTOP';
+
 export interface Kill {
   rank: number;
   step: number;
+  /** SIGKILL unless said */
+  signal?: DrillSignal;
   pid?: number;
-  /** when the SIGKILL was sent */
+  /** when the signal was sent */
   time?: number;
   /** why it could not be sent (the process was gone, no pid file) */
   error?: string;
@@ -31,10 +36,11 @@ export interface DrillOutcome {
   passed: boolean;
 }
 
-export function parseKill(text: string): Kill {
+/** "R@K", as --kill (SIGKILL) or --stop (SIGSTOP) take it. */
+export function parseKill(text: string, signal: DrillSignal = 'SIGKILL'): Kill {
   const match = /^(\d+)@(\d+)$/.exec(text);
-  if (!match) throw new Error(`--kill expects RANK@STEP (e.g. 2@30), got "${text}"`);
-  return { rank: Number(match[1]), step: Number(match[2]) };
+  if (!match) throw new Error(`--${signal === 'SIGKILL' ? 'kill' : 'stop'} expects RANK@STEP (e.g. 2@30), got "${text}"`);
+  return { rank: Number(match[1]), step: Number(match[2]), signal };
 }
 
 /** The run directory named in ft-train's arguments. */
@@ -47,7 +53,7 @@ function runDirOf(trainArgs: string[]): string {
 /** Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills`; writes drill.json when there are any. */
 export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]): Promise<DrillOutcome> {
   const runDir = runDirOf(trainArgs);
-  const plan = kills.map((k) => ({ rank: k.rank, step: k.step }) as Kill);
+  const plan = kills.map((k) => ({ rank: k.rank, step: k.step, signal: k.signal ?? 'SIGKILL' }) as Kill);
   const { command, args, env } = trainCommand(ranks, trainArgs);
   const job = spawn(command, args, { env, stdio: ['inherit', 'inherit', 'pipe'] });
   forwardJobStderr(job.stderr!);
@@ -61,14 +67,15 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
     const step = lastRecord<StepRecord>(metrics)?.step ?? -1;
     for (const kill of plan) {
       if (kill.time !== undefined || kill.error !== undefined || step < kill.step) continue;
+      const what = kill.signal === 'SIGSTOP' ? 'kill -STOP' : 'kill -9';
       try {
         kill.pid = Number(fs.readFileSync(path.join(runDir, runFiles.pids, String(kill.rank)), 'utf8'));
-        process.kill(kill.pid, 'SIGKILL');
+        process.kill(kill.pid, kill.signal);
         kill.time = Date.now();
-        console.log(`[drill] kill -9 ${kill.pid} (world rank ${kill.rank}) after step ${step}`);
+        console.log(`[drill] ${what} ${kill.pid} (world rank ${kill.rank}) after step ${step}`);
       } catch (error) {
         kill.error = (error as Error).message;
-        console.log(`[drill] kill -9 of world rank ${kill.rank} failed: ${kill.error}`);
+        console.log(`[drill] ${what} of world rank ${kill.rank} failed: ${kill.error}`);
       }
     }
   }, 5);
