@@ -169,6 +169,20 @@ describe('ft-train', function () {
     assertSurvived(run, baseline, [2], 3);
   });
 
+  it('exact: an external SIGSTOP from launch/drill: declared dead after --hang-timeout, killed by the survivors, the same bits', async () => {
+    const dir = path.join(scratch, 'external-stop');
+    const job = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--stop', '2@30', '--', ...common, '--run-dir', dir, '--hang-timeout', '2'],
+      process.env, 90_000, 'launch/drill --stop');
+    assert.equal(job.code, 0, job.stdout + job.stderr);
+    assert.match(job.stdout, new RegExp(`\\[drill\\] run directory: ${dir}\\n\\[drill\\] PASS: killed rank 2@30 \\(stopped\\); 3 of 4 ranks finished 60 steps`));
+    assert.equal(job.stragglers, 0);
+    const run = load(dir, job);
+    const stop = JSON.parse(fs.readFileSync(path.join(dir, 'drill.json'), 'utf8')).kills[0];
+    assert.equal(stop.signal, 'SIGSTOP');
+    assert.throws(() => process.kill(stop.pid, 0), { code: 'ESRCH' }, 'the stopped process is gone');
+    assertSurvived(run, baseline, [2], 3);
+  });
+
   describe('ranks holding several shards (S = 8)', () => {
     let reference: Run;
     before(async () => {
