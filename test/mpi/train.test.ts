@@ -183,6 +183,37 @@ describe('ft-train', function () {
     assertSurvived(run, baseline, [2], 3);
   });
 
+  it('exact: a record batch found corrupt by the background readback stops the job in one line', async () => {
+    const data = path.join(scratch, 'fashion-mnist-copy');
+    fs.cpSync('datasets/fashion-mnist', data, { recursive: true, dereference: true });
+    const file = path.join(data, 'train.arrow');
+    // the first of lost shard 3's batches that the retried step (50) does not need: read by the background pass
+    const dataset = await Dataset.open(data);
+    const layout = dataset.train.layout(4);
+    const needed = new Set(Array.from(new MicroBatches(layout, 64, 1).rows(3, 0, 50), (row) => layout.batchOf(3, row)));
+    let batch = layout.batches(3).first;
+    while (needed.has(batch)) ++batch;
+    await dataset.close();
+    // 600 record batches of one size between the 8-byte magic and the tail
+    const tailOffset = JSON.parse(fs.readFileSync(path.join(data, 'manifest.json'), 'utf8')).splits.train.tail.offset;
+    const offset = 8 + batch * ((tailOffset - 8) / 600) + 300;
+    const dir = path.join(scratch, 'corrupt-readback');
+    const job = runTrain(4, [...common.map((arg) => (arg === 'datasets/fashion-mnist' ? data : arg)), '--run-dir', dir, '--drill', 'rank=3,step=50']);
+    // every rank has read its own shards once a step is committed; the readback comes 50 steps later
+    const metrics = path.join(dir, 'metrics.jsonl');
+    while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('\n'))) await new Promise((resolve) => setTimeout(resolve, 5));
+    const fd = fs.openSync(file, 'r+');
+    fs.writeSync(fd, Buffer.of(0xff), 0, 1, offset);
+    fs.closeSync(fd);
+    const { code, stderr } = await job;
+    assert.equal(code, 1, stderr);
+    assert.equal(stderr.trim().split('\n').filter((line) => line.startsWith('ft-train:')).join('\n'), `ft-train: rank 0: ${file}: corrupt: record batch ${batch} fails the manifest checksum`);
+    assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
+    const events = readLines<EventRecord>(path.join(dir, 'events.jsonl'));
+    assert.deepEqual(events.filter((e) => e.event === 'readback').map((e) => e.step), [50]);
+    assert.deepEqual([events.at(-1)!.event, events.at(-1)!.reason, events.at(-1)!.ranks], ['stop', 'error', [0]]);
+  });
+
   describe('ranks holding several shards (S = 8)', () => {
     let reference: Run;
     before(async () => {
