@@ -244,6 +244,11 @@ describe('ft-train', function () {
       assert.deepEqual(run.metrics.slice(0, 30), plain.metrics.slice(0, 30).map((m, i) => ({ ...m, step_ms: run.metrics[i].step_ms, time: run.metrics[i].time })));
       assert.ok(run.metrics.slice(30).every((m) => m.world === 3 && m.samples === 48 && m.lr === 0.0075), JSON.stringify(run.metrics[30]));
       assert.notEqual(run.summary.params_sha256, plain.summary.params_sha256);
+      // shard 2 goes to rank 0, which takes its own shard 0 first: nothing of it is read before the retry, all of it
+      // in the background; shard 0 goes to rank 1, which takes it first: its next 16 rows (as in exact mode) before the retry
+      const expected = await readbackBytes(4, [victim], 30);
+      assert.deepEqual(run.events.filter((e) => e.event === 'readback').map((e) => [e.shards, e.bytes_before_retry]), [[[victim], victim === 0 ? expected.beforeRetry : 0]]);
+      assert.equal(run.summary.bytes_read_back, expected.total);
     }
   });
 
