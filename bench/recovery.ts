@@ -1,15 +1,23 @@
-// bench/recovery: how long a kill -9 costs. At 2, 4 and 8 ranks, launch/drill runs ft-train (lenet,
-// Fashion-MNIST, exact mode) and kill -9s the highest rank from outside once step K is committed;
-// the time from the kill to the first step committed on the repaired world is taken from the
-// drill's record and the metrics, with the breakdown from events.jsonl; the JIT checkpoint the
-// survivors write on the way is counted apart (checkpoint_ms). In the same run, a C
+// bench/recovery: how long a kill -9 and a hang cost. At 2, 4 and 8 ranks, launch/drill runs
+// ft-train (lenet, Fashion-MNIST, exact mode) and kill -9s the highest rank from outside once step K
+// is committed; the time from the kill to the first step committed on the repaired world is taken
+// from the drill's record and the metrics, with the breakdown from events.jsonl (readback: what the
+// retried step needs, read before it; the rest of the lost shard loads in the background); the JIT
+// checkpoint the survivors write on the way is counted apart (checkpoint_ms). In the same run, a C
 // program (bench/raw_recovery.c) does the same repair with nothing around it: the raw ULFM floor.
+// At 4 ranks it also SIGSTOPs the highest rank from outside, with --hang-timeout 1 s (ULFM's
+// detector declares it dead, the survivors kill it): the time from the stop to the first step
+// committed without it, measured the same way. Every job carries a marker in its environment, and
+// whatever carries it after the job has ended is killed and reported as an error.
 // Prints a table, then one JSON line with kill_to_step_ms_<N> (median of the rounds; target for 4
-// ranks <= 250), raw_floor_ms_<N> and breakdown_<N>.
+// ranks <= 50), raw_floor_ms_<N>, breakdown_<N>, stop_to_step_ms_4 (target <= hang_timeout_ms +
+// 300), hang_timeout_ms and stop_breakdown_4. BENCH_ROUNDS sets the rounds (default 3).
+// Usage: node dist/bench/recovery.js
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { jobProcesses } from '../src/cli/job-processes';
 import { mpirunCommand } from '../src/cli/mpirun';
 import { compileMpiC } from './mpi-c';
 import { median } from './median';
@@ -20,9 +28,12 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
 const killAfter = 30;
 const steps = 80;
 const lenetParams = 431080;
+const stopRanks = 4;
+const hangTimeoutS = 1;
+let jobs = 0;
 
 interface Breakdown {
-  /** without the JIT checkpoint's write, which is counted apart */
+  /** from the kill (or stop) to the first step committed without the rank; without the JIT checkpoint's write, which is counted apart */
   kill_to_step_ms: number;
   checkpoint_ms: number;
   detect_ms: number;
@@ -36,12 +47,29 @@ function jsonLines<T>(text: string): T[] {
   return text.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as T);
 }
 
-function trainerRecovery(ranks: number, scratch: string): Breakdown {
-  const runDir = path.join(scratch, `drill-${ranks}-${Date.now()}`);
+/** Runs launch/drill with `args`; kills and reports whatever of the job outlives it. */
+function drill(args: string[], label: string): void {
+  const job = `${process.pid}-${++jobs}`;
+  const result = spawnSync(process.execPath, [path.join(root, 'launch', 'drill'), ...args], { cwd: root, encoding: 'utf8', timeout: 300_000, env: { ...process.env, FT_BENCH_JOB: job } });
+  const left = jobProcesses(`FT_BENCH_JOB=${job}`);
+  for (const pid of left) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // ended meanwhile
+    }
+  }
+  if (left.length > 0) throw new Error(`${label}: ${left.length} process(es) of the job outlived it (killed now: ${left.join(', ')})\n${result.stdout}\n${result.stderr}`);
+  if (result.status !== 0) throw new Error(`${label} failed (exit ${result.status}, ${result.error?.message ?? 'no error'}):\n${result.stdout}\n${result.stderr}`);
+}
+
+/** `signal` the highest rank once step killAfter is committed; the recovery's times. */
+function trainerRecovery(ranks: number, scratch: string, signal: 'kill' | 'stop'): Breakdown {
+  const runDir = path.join(scratch, `drill-${ranks}-${signal}-${Date.now()}`);
   const victim = ranks - 1;
-  const result = spawnSync(process.execPath, [path.join(root, 'launch', 'drill'), '-n', String(ranks), '--kill', `${victim}@${killAfter}`, '--',
-    '--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', runDir, '--steps', String(steps)], { cwd: root, encoding: 'utf8', timeout: 600_000 });
-  if (result.status !== 0) throw new Error(`drill on ${ranks} ranks failed:\n${result.stdout}\n${result.stderr}`);
+  const hang = signal === 'stop' ? ['--hang-timeout', String(hangTimeoutS)] : [];
+  drill(['-n', String(ranks), `--${signal}`, `${victim}@${killAfter}`, '--',
+    '--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', runDir, '--steps', String(steps), ...hang], `${signal} drill on ${ranks} ranks`);
   const kill = (JSON.parse(fs.readFileSync(path.join(runDir, 'drill.json'), 'utf8')) as { kills: { time: number }[] }).kills[0];
   const metrics = jsonLines<{ world: number; time: number }>(fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8'));
   const events = jsonLines<{ event: string; time: number; duration_ms?: number }>(fs.readFileSync(path.join(runDir, 'events.jsonl'), 'utf8'));
@@ -79,25 +107,46 @@ function main(): void {
       const floors: number[] = [];
       for (let round = 1; round <= rounds; ++round) {
         process.stderr.write(`[bench] ${ranks} ranks, round ${round}/${rounds}: ft-train drill ...`);
-        runs.push(trainerRecovery(ranks, scratch));
+        runs.push(trainerRecovery(ranks, scratch, 'kill'));
         process.stderr.write(' raw C ...');
         floors.push(rawFloor(floorProgram, ranks));
         process.stderr.write(' done\n');
       }
-      const breakdown = Object.fromEntries(Object.keys(runs[0]).map((k) => [k, Math.round(median(runs.map((r) => r[k as keyof Breakdown])) * 10) / 10])) as unknown as Breakdown;
+      const breakdown = medians(runs);
       const floor = Math.round(median(floors) * 10) / 10;
       out[`kill_to_step_ms_${ranks}`] = breakdown.kill_to_step_ms;
       out[`raw_floor_ms_${ranks}`] = floor;
       out[`breakdown_${ranks}`] = breakdown;
-      table.push(`${String(ranks).padStart(5)}  ${breakdown.kill_to_step_ms.toFixed(1).padStart(13)}  ${floor.toFixed(1).padStart(8)}  ${breakdown.detect_ms.toFixed(1).padStart(9)}  ${breakdown.revoke_shrink_ms.toFixed(2).padStart(13)}  ${breakdown.agree_ms.toFixed(2).padStart(8)}  ${breakdown.readback_ms.toFixed(1).padStart(11)}  ${breakdown.retry_ms.toFixed(1).padStart(8)}  ${breakdown.checkpoint_ms.toFixed(1).padStart(13)}`);
+      table.push(row(`${ranks} kill`, breakdown, floor.toFixed(1)));
     }
+    const stops: Breakdown[] = [];
+    for (let round = 1; round <= rounds; ++round) {
+      process.stderr.write(`[bench] ${stopRanks} ranks, SIGSTOP, round ${round}/${rounds}: ft-train drill ...`);
+      stops.push(trainerRecovery(stopRanks, scratch, 'stop'));
+      process.stderr.write(' done\n');
+    }
+    const stopped = medians(stops);
+    out[`stop_to_step_ms_${stopRanks}`] = stopped.kill_to_step_ms;
+    out.hang_timeout_ms = hangTimeoutS * 1000;
+    out[`stop_breakdown_${stopRanks}`] = stopped;
+    table.push(row(`${stopRanks} stop`, stopped, '-'));
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
-  console.log(`lenet + Fashion-MNIST, exact mode, kill -9 of the highest rank after step ${killAfter}; medians of ${rounds} rounds (ms)`);
-  console.log('ranks  kill->step ms  raw C ms  detect ms  revoke+shrink  agree ms  readback ms  retry ms  checkpoint ms');
+  console.log(`lenet + Fashion-MNIST, exact mode, kill -9 (or SIGSTOP, --hang-timeout ${hangTimeoutS} s) of the highest rank after step ${killAfter}; medians of ${rounds} rounds (ms)`);
+  console.log('ranks      fault->step ms  raw C ms  detect ms  revoke+shrink  agree ms  readback ms  retry ms  checkpoint ms');
   for (const line of table) console.log(line);
   console.log(JSON.stringify(out));
+}
+
+/** Each field's median over the rounds, to 0.1 ms. */
+function medians(runs: Breakdown[]): Breakdown {
+  return Object.fromEntries(Object.keys(runs[0]).map((k) => [k, Math.round(median(runs.map((r) => r[k as keyof Breakdown])) * 10) / 10])) as unknown as Breakdown;
+}
+
+function row(label: string, b: Breakdown, floor: string): string {
+  return `${label.padEnd(9)}  ${b.kill_to_step_ms.toFixed(1).padStart(14)}  ${floor.padStart(8)}  ${b.detect_ms.toFixed(1).padStart(9)}  ${b.revoke_shrink_ms.toFixed(2).padStart(13)}  ` +
+    `${b.agree_ms.toFixed(2).padStart(8)}  ${b.readback_ms.toFixed(1).padStart(11)}  ${b.retry_ms.toFixed(1).padStart(8)}  ${b.checkpoint_ms.toFixed(1).padStart(13)}`;
 }
 
 main();

@@ -1,6 +1,7 @@
 // One training job under mpirun with real faults from outside: follows the run's metrics and,
-// when they reach step K, sends kill -9 (or kill -STOP: a hang) to the process of world rank R
-// (its pid from the run directory). Used by launch/drill, launch/compare and bench/recovery.
+// when they reach step K, sends the process of world rank R (its pid from the run directory)
+// SIGKILL (a crash) or SIGSTOP (a hang, which the survivors detect, declare dead and kill).
+// Used by launch/drill, launch/compare and bench/recovery.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -10,11 +11,13 @@ import { lastRecord, readObject } from '../run/reader';
 import type { StepRecord, Summary } from '../run/records';
 import { forwardJobStderr, trainCommand, trainFlag } from './mpirun';
 
+export type DrillSignal = 'SIGKILL' | 'SIGSTOP';
+
 export interface Kill {
   rank: number;
   step: number;
-  /** SIGKILL (a crash) or SIGSTOP (a hang: the survivors declare the rank dead and kill it) */
-  signal: 'SIGKILL' | 'SIGSTOP';
+  /** SIGKILL unless said */
+  signal?: DrillSignal;
   pid?: number;
   /** when the signal was sent */
   time?: number;
@@ -33,14 +36,12 @@ export interface DrillOutcome {
   passed: boolean;
 }
 
-/** "R@K" of --kill (SIGKILL) or --stop (SIGSTOP). */
-export function parseKill(text: string, signal: Kill['signal'] = 'SIGKILL'): Kill {
+/** "R@K", as --kill (SIGKILL) or --stop (SIGSTOP) take it. */
+export function parseKill(text: string, signal: DrillSignal = 'SIGKILL'): Kill {
   const match = /^(\d+)@(\d+)$/.exec(text);
   if (!match) throw new Error(`--${signal === 'SIGKILL' ? 'kill' : 'stop'} expects RANK@STEP (e.g. 2@30), got "${text}"`);
   return { rank: Number(match[1]), step: Number(match[2]), signal };
 }
-
-export const signalName = (kill: Kill): string => (kill.signal === 'SIGKILL' ? 'kill -9' : 'kill -STOP');
 
 /** The run directory named in ft-train's arguments. */
 function runDirOf(trainArgs: string[]): string {
@@ -52,7 +53,7 @@ function runDirOf(trainArgs: string[]): string {
 /** Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills`; writes drill.json when there are any. */
 export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]): Promise<DrillOutcome> {
   const runDir = runDirOf(trainArgs);
-  const plan: Kill[] = kills.map((k) => ({ rank: k.rank, step: k.step, signal: k.signal }));
+  const plan = kills.map((k) => ({ rank: k.rank, step: k.step, signal: k.signal ?? 'SIGKILL' }) as Kill);
   const { command, args, env } = trainCommand(ranks, trainArgs);
   const job = spawn(command, args, { env, stdio: ['inherit', 'inherit', 'pipe'] });
   forwardJobStderr(job.stderr!);
@@ -66,14 +67,15 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
     const step = lastRecord<StepRecord>(metrics)?.step ?? -1;
     for (const kill of plan) {
       if (kill.time !== undefined || kill.error !== undefined || step < kill.step) continue;
+      const what = kill.signal === 'SIGSTOP' ? 'kill -STOP' : 'kill -9';
       try {
         kill.pid = Number(fs.readFileSync(path.join(runDir, runFiles.pids, String(kill.rank)), 'utf8'));
         process.kill(kill.pid, kill.signal);
         kill.time = Date.now();
-        console.log(`[drill] ${signalName(kill)} ${kill.pid} (world rank ${kill.rank}) after step ${step}`);
+        console.log(`[drill] ${what} ${kill.pid} (world rank ${kill.rank}) after step ${step}`);
       } catch (error) {
         kill.error = (error as Error).message;
-        console.log(`[drill] ${signalName(kill)} of world rank ${kill.rank} failed: ${kill.error}`);
+        console.log(`[drill] ${what} of world rank ${kill.rank} failed: ${kill.error}`);
       }
     }
   }, 5);

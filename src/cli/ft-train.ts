@@ -221,13 +221,13 @@ async function main(): Promise<number> {
   try {
     const trained = await trainer.run(resume);
     // a failure during the final write changes the world the results report
-    const outcome = (): TrainResult => ({ ...trained, worldFinal: ft.size, failures: ft.failures, bytesReadBack: ft.bytesReadBack });
-    await ft.finish(() => writeResults(options, shards, net, outcome(), started));
+    const outcome = (): TrainResult => ({ ...trained, worldFinal: ft.size, failures: ft.failures });
+    await ft.finish(() => writeResults(options, shards, net, outcome(), ft.bytesReadBack, started));
     const result = outcome();
     if (ft.isLeader) {
       const lost = result.failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
       progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, ` +
-        `${result.worldFinal} of ${result.worldInitial} ranks left${lost ? ` (lost ${lost}; ${result.bytesReadBack} bytes read back)` : ''}, params_sha256 ${result.paramsSha256.slice(0, 16)}`);
+        `${result.worldFinal} of ${result.worldInitial} ranks left${lost ? ` (lost ${lost}; ${ft.bytesReadBack} bytes read back)` : ''}, params_sha256 ${result.paramsSha256.slice(0, 16)}`);
     }
     logger.info('end', { ...result });
   } catch (error) {
@@ -279,7 +279,8 @@ async function stopForError(error: Error, ft: Manager, worldRank: number, logger
   return stop;
 }
 
-function writeResults(options: TrainOptions, shards: number, net: Net, result: TrainResult, started: number): void {
+/** `bytesReadBack`: what every rank read back from disk, summed (the Manager's, once it has finished). */
+function writeResults(options: TrainOptions, shards: number, net: Net, result: TrainResult, bytesReadBack: number, started: number): void {
   const tensors = net.params.views.map((view) => ({ name: view.name, shape: view.shape, data: net.params.param(view) }));
   writeModel(options.runDir, encodeSafetensors(tensors, { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }));
   const summary: Summary = {
@@ -291,7 +292,7 @@ function writeResults(options: TrainOptions, shards: number, net: Net, result: T
     wall_s: (Date.now() - started) / 1000,
     failures: result.failures,
     ranks_lost: result.failures.reduce((n, f) => n + f.lost.length, 0),
-    bytes_read_back: result.bytesReadBack,
+    bytes_read_back: bytesReadBack,
     world_initial: result.worldInitial,
     world_final: result.worldFinal,
     params_sha256: result.paramsSha256,

@@ -1,6 +1,7 @@
 // One split (train or test) of a dataset: an Arrow IPC file read with random access through its
 // footer. Opening verifies the size and the footer; reading shards loads only their record batches
-// (one contiguous read per shard), checks each batch's CRC-64 against the manifest, then decodes.
+// (one contiguous read per shard, or per run of batches for a readback that loads them on demand),
+// checks each batch's CRC-64 against the manifest, then decodes.
 import type { FileHandle } from 'node:fs/promises';
 import * as path from 'node:path';
 import { AsyncRecordBatchFileReader, RecordBatchReader } from 'apache-arrow';
@@ -122,6 +123,11 @@ export class Split {
   /** Bytes of shard s's record batches: what reading it takes from disk. */
   shardBytes(layout: ShardLayout, shard: number): number {
     const { first, end } = layout.batches(shard);
+    return this.batchBytes(first, end);
+  }
+
+  /** Bytes of record batches [first, end). */
+  batchBytes(first: number, end: number): number {
     return this.span(first, end).length;
   }
 
@@ -133,18 +139,22 @@ export class Split {
 
   /** Loads only the given shards' record batches. */
   async readShards(layout: ShardLayout, shards: readonly number[]): Promise<Map<number, ShardData>> {
-    if (layout.batchRows.length !== this.blocks.length) throw new RangeError(`readShards: the layout is not one of ${this.path}`);
+    this.checkLayout(layout);
     const loaded = new Map<number, ShardData>();
     for (const s of shards) {
+      const data = this.emptyShard(s, layout.rows(s));
       const { first, end } = layout.batches(s);
-      loaded.set(s, await this.readBatches(s, first, end, layout.rows(s)));
+      await this.loadInto(first, end, data, 0);
+      loaded.set(s, data);
     }
     return loaded;
   }
 
   /** The whole split as one piece (shard -1). */
   async readAll(): Promise<ShardData> {
-    return this.readBatches(-1, 0, this.blocks.length, this.rows);
+    const data = this.emptyShard(-1, this.rows);
+    await this.loadInto(0, this.blocks.length, data, 0);
+    return data;
   }
 
   /** Hashes the whole file against the manifest (reads it all). */
@@ -157,38 +167,57 @@ export class Split {
     await this.file.close();
   }
 
-  /** Reads run one at a time: they share the file's kept ranges. */
-  private readBatches(shard: number, first: number, end: number, rows: number): Promise<ShardData> {
-    const result = this.lastRead.then(() => this.loadBatches(shard, first, end, rows));
+  /** Throws unless `layout` was made over this split's record batches. */
+  checkLayout(layout: ShardLayout): void {
+    if (layout.batchRows.length !== this.blocks.length) throw new RangeError(`the shard layout is not one of ${this.path}`);
+  }
+
+  /** Room for `rows` samples of shard `shard`, filled by loadInto. */
+  emptyShard(shard: number, rows: number): ShardData {
+    return { shard, rows, sampleSize: this.sampleSize, images: new Uint8Array(rows * this.sampleSize), labels: new Int32Array(rows) };
+  }
+
+  /**
+   * Reads record batches [first, end) in one contiguous read, checks each against the manifest's
+   * checksum, then decodes them into `into` from row `row` on. Resolves to the bytes this read took
+   * from disk. The disk reads of several calls overlap; checking and decoding run one call at a
+   * time, in the order called (they share the file's kept ranges).
+   */
+  loadInto(first: number, end: number, into: ShardData, row: number): Promise<number> {
+    const { start, length } = this.span(first, end);
+    const read = this.file.load(start, length);
+    // handled where it is awaited, maybe after it failed: no unhandled rejection meanwhile
+    read.catch(() => undefined);
+    const result = this.lastRead.then(async () => {
+      const bytes = await read;
+      await this.decodeInto(first, end, start, bytes, into, row);
+      return bytes.length;
+    });
     this.lastRead = result.catch(() => undefined);
     return result;
   }
 
-  private async loadBatches(shard: number, first: number, end: number, rows: number): Promise<ShardData> {
-    const { start, length } = this.span(first, end);
-    const bytes = await this.file.load(start, length);
+  /** Checks record batches [first, end), read from `start` on as `bytes`, and decodes them into `into` from `row` on. */
+  private async decodeInto(first: number, end: number, start: number, bytes: Buffer, into: ShardData, row: number): Promise<void> {
     for (let i = first; i < end; ++i) {
       const block = bytes.subarray(this.blocks[i].offset - start, this.blocks[i].offset - start + this.blocks[i].length);
       if (crc64(block) !== this.entry.record_batches[i].crc64) {
         throw new DatasetError(this.path, `corrupt: record batch ${i} fails the manifest checksum`);
       }
     }
-    const data: ShardData = { shard, rows, sampleSize: this.sampleSize, images: new Uint8Array(rows * this.sampleSize), labels: new Int32Array(rows) };
     this.file.keep(start, bytes);
     try {
-      let row = 0;
       for (let i = first; i < end; ++i) {
         const decoded = await this.decodeBatch(i);
         const bad = decoded.labels.find((label) => !(label >= 0 && label < this.classes));
         if (bad !== undefined) throw new DatasetError(this.path, `corrupt: record batch ${i} holds label ${bad}, outside [0, ${this.classes})`);
-        data.images.set(decoded.images, row * this.sampleSize);
-        data.labels.set(decoded.labels, row);
+        into.images.set(decoded.images, row * this.sampleSize);
+        into.labels.set(decoded.labels, row);
         row += decoded.labels.length;
       }
     } finally {
       this.file.forget(1);
     }
-    return data;
   }
 
   /** Record batch i's pixels and labels (views into arrow's buffers). */

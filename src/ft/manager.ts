@@ -2,12 +2,16 @@
 // shard map and the shards' data, and runs every collective of the program through one path,
 // "collective, then vote", so that no survivor is ever left in a different collective from the
 // others. A failed vote sends every survivor into the same recovery (repair, reassignment and
-// readback of the lost shards, JIT checkpoint) before the caller retries. It also writes
-// checkpoints (stripes, digest gather, commit, each voted), ends the run (the final write, voted
-// like the rest), and stops the job when a rank reports an error of its own.
+// readback of the lost shards, JIT checkpoint) before the caller retries. The readback reads the
+// retried step's rows first: the recovery awaits only the record batches they live in, and the
+// rest of the lost shards loads in the background once the retried step has committed. It also
+// writes checkpoints (stripes, digest gather, commit, each voted), ends the run (the final write,
+// voted like the rest, with the job's readback total), and stops the job when a rank reports an
+// error of its own.
 import { isFailure, type Communicator } from '../comm';
 import { checkpointDir, commitCheckpoint, configSha256, pruneCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
+import { LazyShard, Readback } from '../data/readback';
 import type { ShardLayout } from '../data/shard-layout';
 import { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
@@ -49,11 +53,14 @@ export interface ProtocolObserver {
   log(message: string): void;
 }
 
-/** The training state a checkpoint holds, as the training loop has it at the current step's start. */
+/** What the protocol asks of the training loop, as it stands at the current step's start. */
 export interface StateSource {
+  /** the training state a checkpoint holds */
   state(): TrainingState;
   /** the epoch, and shrink mode's data position */
   position(): Pick<CheckpointMeta, 'epoch' | 'shrink'>;
+  /** the rows (within each shard) the current step reads of `shards` under `map`; absent: none */
+  stepRows(map: ShardMap, shards: readonly number[]): Map<number, Int32Array>;
 }
 
 export interface Failure {
@@ -79,6 +86,11 @@ export class Manager {
   private map: ShardMap;
   private sum?: ShardSum;
   private readonly held = new Map<number, ShardData>();
+  private readonly readbacks: Readback[] = [];
+  /** readbacks whose background pass starts once the retried step has committed */
+  private readonly awaitingCommit: Readback[] = [];
+  /** of this rank's readback bytes, those already summed into bytesReadBack */
+  private readBackReported = 0;
   private failedAt = -1;
   private source?: StateSource;
   /** the step being worked on (drills and events name it) */
@@ -86,6 +98,7 @@ export class Manager {
   /** training has ended: a recovery no longer reads back or checkpoints */
   trainingDone = false;
   readonly failures: Failure[] = [];
+  /** bytes read back from disk by every rank, as of the last recovery or the final write */
   bytesReadBack = 0;
   readonly worldInitial: number;
   readonly worldHistory: CheckpointMeta['world_history'] = [];
@@ -140,6 +153,15 @@ export class Manager {
     return data;
   }
 
+  /**
+   * Resolves once `rows` of shard s are in memory: a shard being read back reads their record
+   * batches ahead of the rest. Rejects when a read failed (bad data: the caller's error path).
+   */
+  ready(s: number, rows: Int32Array): Promise<void> {
+    const data = this.shard(s);
+    return data instanceof LazyShard ? data.ready(rows) : Promise.resolve();
+  }
+
   /** The exact mode's shard-ordered sum over the current communicator and map. */
   get shardSum(): ShardSum {
     if (!this.sum) throw new Error('the shard-ordered sum exists in exact mode only');
@@ -185,7 +207,10 @@ export class Manager {
     if (this.config.onFailure === 'none') return { ok, stop };
     if (phase === 'collective') this.faults.at(this.step, 'agree');
     const agreed = await this.vote((ok ? OK : 0) | (stop ? 0 : CARRY_ON));
-    if (agreed !== null && (agreed & OK) !== 0) return { ok: true, stop: (agreed & CARRY_ON) === 0 };
+    if (agreed !== null && (agreed & OK) !== 0) {
+      for (const readback of this.awaitingCommit.splice(0)) readback.startBackground();
+      return { ok: true, stop: (agreed & CARRY_ON) === 0 };
+    }
     await this.recover();
     return { ok: false, stop: false };
   }
@@ -215,14 +240,17 @@ export class Manager {
 
   /**
    * The recovery protocol, run alike by every survivor: repair, give the lost shards to the
-   * least-loaded survivors and read them back, write the JIT checkpoint. A failure during any of
-   * it starts it again. Throws ProtocolStop below --min-ranks (after a checkpoint) and when a rank
-   * reported an error.
+   * least-loaded survivors and read back what the retried step needs of them, write the JIT
+   * checkpoint. A failure during any of it starts it again. Throws ProtocolStop below --min-ranks
+   * (after a checkpoint) and when a rank reported an error.
    */
   async recover(): Promise<void> {
     const step = this.step;
     this.faults.at(step, 'recovery');
     if (this.failedAt !== step) this.noteFailure(new Error('agreed failure'), 'agree');
+    const lostShards = new Set<number>();
+    let readMs = 0;
+    let readBeforeRetry = 0;
     for (;;) {
       const fixed = await this.repair(false);
       const next = this.map.without(fixed.lost, this.comm.worldRanks);
@@ -237,15 +265,17 @@ export class Manager {
       if (this.trainingDone) return;
       this.faults.at(step, 'readback');
       const readStart = now();
-      const bytes = await this.load(moved.get(this.worldRank) ?? []);
-      const readMs = now() - readStart;
+      readBeforeRetry += await this.readBackFirst(moved.get(this.worldRank) ?? []);
+      readMs += now() - readStart;
+      for (const shards of moved.values()) for (const s of shards) lostShards.add(s);
       // every rank reports what the others read too: the leader's events hold the whole job's readback
-      const total = Float64Array.of(bytes);
-      if (!(await this.attempt('readback', () => this.comm.allreduce(total, 'sum')))) continue;
-      this.bytesReadBack += total[0];
-      this.observer.event({ event: 'readback', step, shards: [...moved.values()].flat().sort((a, b) => a - b), bytes: total[0], duration_ms: readMs });
+      const mine = this.readBackUnreported();
+      const counts = Float64Array.of(readBeforeRetry, mine);
+      if (!(await this.attempt('readback', () => this.comm.allreduce(counts, 'sum')))) continue;
+      this.noteReadBackReported(counts[1], mine);
+      this.observer.event({ event: 'readback', step, shards: [...lostShards].sort((a, b) => a - b), bytes_before_retry: counts[0], duration_ms: readMs });
       this.observer.log(`step ${step}: lost rank(s) ${fixed.lost.join(', ') || 'none'}; revoke+shrink ${fixed.revokeShrinkMs.toFixed(1)} ms, agree ${fixed.agreeMs.toFixed(1)} ms, ` +
-        `read back ${total[0]} bytes in ${readMs.toFixed(1)} ms; retrying on ${this.comm.size} ranks`);
+        `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retrying on ${this.comm.size} ranks`);
       if (this.config.jitCheckpoint && !(await this.tryCheckpoint('jit'))) continue;
       return;
     }
@@ -345,11 +375,25 @@ export class Manager {
     return (await this.vote(ok ? OK : 0)) === OK;
   }
 
-  /** The end of the run: the leader writes the results, and all vote that it did (a new leader writes them otherwise). */
+  /**
+   * The end of the run: background readbacks stop, the ranks sum what they read back (bytesReadBack
+   * then holds the job's total), the leader writes the results, and all vote that it did (a new
+   * leader writes them otherwise).
+   */
   async finish(write: () => void): Promise<void> {
     this.trainingDone = true;
+    await Promise.all(this.readbacks.map((readback) => readback.stop()));
     for (;;) {
       this.faults.at(this.step, 'final-write');
+      if (this.config.onFailure !== 'none') {
+        const mine = this.readBackUnreported();
+        const unreported = Float64Array.of(mine);
+        if (!(await this.attempt('final-write', () => this.comm.allreduce(unreported, 'sum')))) {
+          await this.recover();
+          continue;
+        }
+        this.noteReadBackReported(unreported[0], mine);
+      }
       if (this.isLeader) write();
       if (this.config.onFailure === 'none' || (await this.attempt('final-write', async () => undefined))) return;
       await this.recover();
@@ -366,10 +410,36 @@ export class Manager {
     this.sum = onFailure === 'exact' ? new ShardSum(this.comm, this.map, sumLength, add) : undefined;
   }
 
-  /** Reads `shards` into memory; the bytes actually read from disk. */
-  private async load(shards: number[]): Promise<number> {
-    const before = this.dataset.train.bytesRead;
+  /** Reads `shards` into memory, whole. */
+  private async load(shards: number[]): Promise<void> {
     for (const [s, data] of await this.dataset.train.readShards(this.layout, shards)) this.held.set(s, data);
-    return this.dataset.train.bytesRead - before;
+  }
+
+  /**
+   * Takes over `shards` as shards that load on demand and reads the record batches of the rows the
+   * current (retried) step needs of them; the rest follows in the background once a collective
+   * has committed. The bytes read from disk before returning.
+   */
+  private async readBackFirst(shards: number[]): Promise<number> {
+    if (shards.length === 0) return 0;
+    const readback = new Readback(this.dataset.train, this.layout, shards);
+    for (const shard of readback.shards) this.held.set(shard.shard, shard);
+    this.readbacks.push(readback);
+    const rows = this.source!.stepRows(this.map, shards);
+    await Promise.all([...rows].map(([s, r]) => this.ready(s, r)));
+    const bytes = readback.bytesRead;
+    this.awaitingCommit.push(readback);
+    return bytes;
+  }
+
+  /** This rank's readback bytes not yet summed into bytesReadBack (background reads go on between sums). */
+  private readBackUnreported(): number {
+    return this.readbacks.reduce((sum, readback) => sum + readback.bytesRead, 0) - this.readBackReported;
+  }
+
+  /** A vote succeeded on the sum of every rank's unreported bytes, `sum`: this rank's `mine` are reported. */
+  private noteReadBackReported(sum: number, mine: number): void {
+    this.bytesReadBack += sum;
+    this.readBackReported += mine;
   }
 }

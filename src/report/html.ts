@@ -83,9 +83,9 @@ function recoveriesTable(content: ReportContent): string {
     `<td>${ms(r.checkpointMs)}</td><td>${ms(r.retryMs)}</td><td><b>${ms(recoveryTotal(r))}</b></td><td>${ms(r.killToCommitMs)}</td></tr>`));
   if (rows.length === 0) return '<p class="note">No run had a failure.</p>';
   return `<table><thead><tr><th class="text">run</th><th>step</th><th>lost ranks</th><th>ranks left</th><th class="text">seen in</th>` +
-    `<th>detect</th><th>revoke+shrink</th><th>agree</th><th>readback</th><th>bytes read</th><th>checkpoint</th><th>retry</th><th>total</th><th>kill → next commit</th></tr></thead>` +
+    `<th>detect</th><th>revoke+shrink</th><th>agree</th><th>readback</th><th>read before retry</th><th>checkpoint</th><th>retry</th><th>total</th><th>kill → next commit</th></tr></thead>` +
     `<tbody>${rows.join('\n')}</tbody></table>` +
-    '<p class="note">Milliseconds. Detect: from the call that failed to the error; readback: re-reading the lost ranks\' shards; ' +
+    '<p class="note">Milliseconds. Detect: from the call that failed to the error; readback: re-reading what the retried step needs of the lost ranks\' shards (the rest follows in the background); ' +
     'checkpoint: the just-in-time checkpoint; retry: running the step again; kill → next commit: from launch/drill\'s kill -9 to the next committed step (drills only).</p>';
 }
 

@@ -21,6 +21,7 @@ export interface Recovery {
   revokeShrinkMs: number;
   agreeMs: number;
   readbackMs: number;
+  /** what the survivors read back before retrying (the rest of the lost shards follows in the background) */
   readbackBytes: number;
   checkpointMs: number;
   retryMs: number;
@@ -123,7 +124,7 @@ function readRecoveries(dir: string, events: Json[], summary: Summary): Recovery
       case 'agree': recovery.agreeMs += total(e); break;
       case 'readback':
         recovery.readbackMs += total(e);
-        recovery.readbackBytes += typeof e.bytes === 'number' ? e.bytes : 0;
+        recovery.readbackBytes += typeof e.bytes_before_retry === 'number' ? e.bytes_before_retry : 0;
         break;
       case 'checkpoint': recovery.checkpointMs += total(e); break;
       case 'retry': recovery.retryMs += total(e); break;

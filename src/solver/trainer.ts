@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { loadCheckpoint, type CheckpointManifest, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
 import { gatherBatch, MicroBatches } from '../data/micro-batches';
+import type { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
 import type { FailurePolicy, Manager, ProtocolObserver, StateSource } from '../ft/manager';
 import { ProtocolStop } from '../ft/stop';
@@ -58,7 +59,6 @@ export interface TrainResult {
   testAccuracy: number;
   testLoss: number;
   failures: { step: number; lost: number[]; world: number }[];
-  bytesReadBack: number;
   worldInitial: number;
   worldFinal: number;
   paramsSha256: string;
@@ -145,8 +145,8 @@ export class Trainer implements StateSource {
     const { epoch, samples, lr } = this.prepareStep();
 
     this.ft.at('compute');
-    if (this.config.onFailure === 'exact') this.computeShards(epoch, samples);
-    else this.computeRank(epoch, samples);
+    if (this.config.onFailure === 'exact') await this.computeShards(epoch, samples);
+    else await this.computeRank(epoch, samples);
 
     const retried = this.ft.retrying;
     const sum = this.config.onFailure === 'exact' ? this.ft.shardSum : undefined;
@@ -191,7 +191,7 @@ export class Trainer implements StateSource {
   }
 
   /** Exact mode: one gradient per held shard, each into the shard-ordered sum. */
-  private computeShards(epoch: number, samples: number): void {
+  private async computeShards(epoch: number, samples: number): Promise<void> {
     const t = this.step % this.plan.stepsPerEpoch;
     const gradients = this.net.params.gradients;
     const sum = this.ft.shardSum;
@@ -201,6 +201,7 @@ export class Trainer implements StateSource {
       if (rows.length === 0) gradients.fill(0);
       else {
         const [x, labels] = this.batchBuffers(rows.length);
+        await this.ft.ready(shard, rows);
         gatherBatch(this.ft.shard(shard), rows, x, labels);
         const key = { seed: this.config.seed, epoch, step: t, shard };
         loss = this.net.lossAndGradient(x, labels, rows.length, key, samples).loss * (rows.length / samples);
@@ -213,11 +214,12 @@ export class Trainer implements StateSource {
    * Shrink and none modes: this rank's gradient over its pieces, one piece (a shard's run of rows)
    * at a time so that every draw is keyed by the piece's shard, never by the rank holding it.
    */
-  private computeRank(epoch: number, samples: number): void {
+  private async computeRank(epoch: number, samples: number): Promise<void> {
     const P = this.net.params.data.length;
     this.contribution.fill(0);
     for (const piece of this.shrinkStep!.pieces.get(this.ft.worldRank) ?? []) {
       const [x, labels] = this.batchBuffers(piece.rows.length);
+      await this.ft.ready(piece.shard, piece.rows);
       gatherBatch(this.ft.shard(piece.shard), piece.rows, x, labels);
       const key = { seed: this.config.seed, epoch, step: this.step, shard: piece.shard };
       const { loss } = this.net.lossAndGradient(x, labels, piece.rows.length, key, samples);
@@ -267,6 +269,19 @@ export class Trainer implements StateSource {
     return { tensors: this.net.params.views, params: this.net.params.data, velocity: this.velocity };
   }
 
+  /** StateSource: the rows the current step reads of `shards` under `map` (shrink mode's pieces depend on it). */
+  stepRows(map: ShardMap, shards: readonly number[]): Map<number, Int32Array> {
+    const rows = new Map<number, Int32Array>();
+    if (this.shrink) {
+      const wanted = new Set(shards);
+      for (const piece of [...this.shrink.peek(map).pieces.values()].flat()) if (wanted.has(piece.shard)) rows.set(piece.shard, piece.rows);
+    } else {
+      const t = this.step % this.plan.stepsPerEpoch;
+      for (const shard of shards) rows.set(shard, this.plan.rows(shard, Math.floor(this.step / this.plan.stepsPerEpoch), t));
+    }
+    return rows;
+  }
+
   position(): { epoch: number; shrink?: { epoch: number; cursors: number[] } } {
     return {
       epoch: this.shrink ? this.shrink.epoch : Math.floor(this.step / this.plan.stepsPerEpoch),
@@ -282,7 +297,6 @@ export class Trainer implements StateSource {
       testAccuracy: evaluation.accuracy,
       testLoss: evaluation.loss,
       failures: this.ft.failures,
-      bytesReadBack: this.ft.bytesReadBack,
       worldInitial: this.ft.worldInitial,
       worldFinal: this.ft.size,
       paramsSha256: createHash('sha256').update(Buffer.from(params.buffer, params.byteOffset, params.byteLength)).digest('hex'),

@@ -1,7 +1,7 @@
 // Runs jobs under mpirun (test programs, ft-train, launch/drill) with a hard timeout.
 import { spawn } from 'node:child_process';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { jobProcesses } from '../../src/cli/job-processes';
 import { mpirunCommand, trainCommand } from '../../src/cli/mpirun';
 
 export interface JobResult<T> {
@@ -19,24 +19,6 @@ const programsDir = path.join(__dirname, '..', 'mpi', 'programs');
 export const repoRoot = path.join(__dirname, '..', '..', '..');
 
 let jobs = 0;
-
-/**
- * Live processes whose environment carries `marker`. mpirun puts each rank in a process group of
- * its own, and when one rank exits non-zero before MPI starts it returns at once, leaving the
- * others running: a job is over only when every process that inherited its marker is gone.
- */
-function jobProcesses(marker: string): number[] {
-  const pids: number[] = [];
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (fs.readFileSync(`/proc/${entry}/environ`, 'latin1').split('\0').includes(marker)) pids.push(Number(entry));
-    } catch {
-      // gone meanwhile, or not ours to read
-    }
-  }
-  return pids;
-}
 
 /** Waits up to `graceMs` for the job's processes to end, then kills what is left. */
 async function reap(marker: string, graceMs: number): Promise<void> {

@@ -87,7 +87,7 @@ describe('reports', function () {
     assert.equal(recovery.step, data.summary.failures[0].step);
     assert.equal(recovery.detectMs, of('failure')[0].detect_ms);
     assert.equal(recovery.revokeShrinkMs, of('revoke+shrink')[0].duration_ms);
-    assert.equal(recovery.readbackBytes, data.summary.bytes_read_back);
+    assert.equal(recovery.readbackBytes, of('readback')[0].bytes_before_retry);
     assert.equal(recovery.readbackMs, of('readback')[0].duration_ms);
     assert.equal(recovery.checkpointMs, events.find((e) => e.event === 'checkpoint' && e.reason === 'jit')!.duration_ms);
     assert.equal(recovery.retryMs, of('retry')[0].duration_ms);

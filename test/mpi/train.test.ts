@@ -1,14 +1,16 @@
 // ft-train end to end under mpirun, with real kill -9s: in exact mode every run that loses ranks
 // (any rank, several at once, in any phase of the step, during recovery itself, killed from
 // outside) ends with parameters bit-identical to the run without failure, and so do runs at other
-// world sizes with the same shards. Readback stays within the lost shards' share; shrink mode
-// carries on with a smaller world and batch (bad input: inputs.test.ts).
+// world sizes with the same shards. Readback reads the retried step's record batches of the lost
+// shards first and the rest in the background, each batch once (the bytes asserted exactly); shrink
+// mode carries on with a smaller world and batch (bad input: inputs.test.ts).
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { Dataset } from '../../src/data/dataset';
+import { MicroBatches } from '../../src/data/micro-batches';
 import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -48,6 +50,34 @@ async function train(ranks: number, ...extra: string[]): Promise<Run> {
   const job = await runTrain(ranks, [...common, '--run-dir', dir, ...extra]);
   assert.equal(job.code, 0, `ft-train exited ${job.code}\n${job.stdout}\n${job.stderr}`);
   return load(dir, job);
+}
+
+/**
+ * What reading back `lost` (of S shards) takes from disk (in ft-train's default setup, --batch 64,
+ * seed 1): all of their record batches, each once, and, before step `retried` is retried, only
+ * the batches holding that step's rows of them.
+ */
+async function readbackBytes(S: number, lost: number[], retried: number): Promise<{ total: number; beforeRetry: number }> {
+  const dataset = await Dataset.open('datasets/fashion-mnist');
+  const layout = dataset.train.layout(S);
+  const plan = new MicroBatches(layout, 64, 1);
+  let [total, beforeRetry] = [0, 0];
+  for (const s of lost) {
+    total += dataset.train.shardBytes(layout, s);
+    const rows = plan.rows(s, Math.floor(retried / plan.stepsPerEpoch), retried % plan.stepsPerEpoch);
+    for (const b of new Set(Array.from(rows, (row) => layout.batchOf(s, row)))) beforeRetry += dataset.train.batchBytes(b, b + 1);
+  }
+  await dataset.close();
+  return { total, beforeRetry };
+}
+
+/** The run read back exactly `expected`: the retried step's batches first (the readback event), every batch once in all (the summary). */
+function assertReadBack(run: Run, expected: { total: number; beforeRetry: number }): void {
+  const readback = run.events.filter((e) => e.event === 'readback');
+  assert.equal(readback.length, 1, JSON.stringify(readback));
+  assert.equal(readback[0].bytes_before_retry, expected.beforeRetry, 'bytes read before the retried step');
+  assert.ok(expected.beforeRetry < expected.total / 2, `the retried step's batches, ${expected.beforeRetry} bytes, are not the whole lost shards, ${expected.total}`);
+  assert.equal(run.summary.bytes_read_back, expected.total, 'bytes read back in all: the lost shards\' record batches, each once');
 }
 
 function assertSurvived(run: Run, baseline: Run, lost: number[], worldFinal: number): void {
@@ -91,10 +121,8 @@ describe('ft-train', function () {
     const phases = run.events.filter((e) => e.step === 30).map((e) => e.event);
     assert.deepEqual(phases, ['failure', 'revoke+shrink', 'agree', 'readback', 'checkpoint', 'retry']);
     assert.ok(run.events.filter((e) => e.event !== 'start' && e.event !== 'failure').every((e) => typeof e.duration_ms === 'number'));
-    const dataset = await Dataset.open('datasets/fashion-mnist');
-    const bound = (dataset.train.bytes / 4) * 1.1 + dataset.train.largestBatchBytes;
-    await dataset.close();
-    assert.ok(run.summary.bytes_read_back > 0 && run.summary.bytes_read_back <= bound, `read back ${run.summary.bytes_read_back} bytes, bound ${bound}`);
+    assert.deepEqual(run.events.find((e) => e.event === 'readback')!.shards, [2]);
+    assertReadBack(run, await readbackBytes(4, [2], 30));
   });
 
   it('exact: the same job at 1 and 2 ranks with 4 shards gives the same bits', async () => {
@@ -141,15 +169,70 @@ describe('ft-train', function () {
     assertSurvived(run, baseline, [2], 3);
   });
 
-  it('exact: ranks holding several shards (S = 8); readback within the lost shards\' share', async () => {
-    const reference = await train(2, '--shards', '8');
-    const run = await train(4, '--shards', '8', '--drill', 'rank=3,step=10');
-    assertSurvived(run, reference, [3], 3);
-    const dataset = await Dataset.open('datasets/fashion-mnist');
-    const bound = 2 * ((dataset.train.bytes / 8) * 1.1 + dataset.train.largestBatchBytes);
+  it('exact: an external SIGSTOP from launch/drill: declared dead after --hang-timeout, killed by the survivors, the same bits', async () => {
+    const dir = path.join(scratch, 'external-stop');
+    const job = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--stop', '2@30', '--', ...common, '--run-dir', dir, '--hang-timeout', '2'],
+      process.env, 90_000, 'launch/drill --stop');
+    assert.equal(job.code, 0, job.stdout + job.stderr);
+    assert.match(job.stdout, new RegExp(`\\[drill\\] run directory: ${dir}\\n\\[drill\\] PASS: killed rank 2@30 \\(stopped\\); 3 of 4 ranks finished 60 steps`));
+    assert.equal(job.stragglers, 0);
+    const run = load(dir, job);
+    const stop = JSON.parse(fs.readFileSync(path.join(dir, 'drill.json'), 'utf8')).kills[0];
+    assert.equal(stop.signal, 'SIGSTOP');
+    assert.throws(() => process.kill(stop.pid, 0), { code: 'ESRCH' }, 'the stopped process is gone');
+    assertSurvived(run, baseline, [2], 3);
+  });
+
+  it('exact: a record batch found corrupt by the background readback stops the job in one line', async () => {
+    const data = path.join(scratch, 'fashion-mnist-copy');
+    fs.cpSync('datasets/fashion-mnist', data, { recursive: true, dereference: true });
+    const file = path.join(data, 'train.arrow');
+    // the first of lost shard 3's batches that the retried step (50) does not need: read by the background pass
+    const dataset = await Dataset.open(data);
+    const layout = dataset.train.layout(4);
+    const needed = new Set(Array.from(new MicroBatches(layout, 64, 1).rows(3, 0, 50), (row) => layout.batchOf(3, row)));
+    let batch = layout.batches(3).first;
+    while (needed.has(batch)) ++batch;
     await dataset.close();
-    assert.ok(run.summary.bytes_read_back <= bound, `read back ${run.summary.bytes_read_back}, bound ${bound}`);
-    assert.deepEqual(run.events.find((e) => e.event === 'readback')!.bytes, run.summary.bytes_read_back);
+    // 600 record batches of one size between the 8-byte magic and the tail
+    const tailOffset = JSON.parse(fs.readFileSync(path.join(data, 'manifest.json'), 'utf8')).splits.train.tail.offset;
+    const offset = 8 + batch * ((tailOffset - 8) / 600) + 300;
+    const dir = path.join(scratch, 'corrupt-readback');
+    const job = runTrain(4, [...common.map((arg) => (arg === 'datasets/fashion-mnist' ? data : arg)), '--run-dir', dir, '--drill', 'rank=3,step=50']);
+    // every rank has read its own shards once a step is committed; the readback comes 50 steps later
+    const metrics = path.join(dir, 'metrics.jsonl');
+    while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('\n'))) await new Promise((resolve) => setTimeout(resolve, 5));
+    const fd = fs.openSync(file, 'r+');
+    fs.writeSync(fd, Buffer.of(0xff), 0, 1, offset);
+    fs.closeSync(fd);
+    const { code, stderr } = await job;
+    assert.equal(code, 1, stderr);
+    assert.equal(stderr.trim().split('\n').filter((line) => line.startsWith('ft-train:')).join('\n'), `ft-train: rank 0: ${file}: corrupt: record batch ${batch} fails the manifest checksum`);
+    assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
+    const events = readLines<EventRecord>(path.join(dir, 'events.jsonl'));
+    assert.deepEqual(events.filter((e) => e.event === 'readback').map((e) => e.step), [50]);
+    assert.deepEqual([events.at(-1)!.event, events.at(-1)!.reason, events.at(-1)!.ranks], ['stop', 'error', [0]]);
+  });
+
+  describe('ranks holding several shards (S = 8)', () => {
+    let reference: Run;
+    before(async () => {
+      reference = await train(2, '--shards', '8');
+    });
+
+    it('exact: rank 3 and its 2 shards lost at once: the retried step\'s batches first, the rest in the background, the same bits', async () => {
+      const run = await train(4, '--shards', '8', '--drill', 'rank=3,step=10');
+      assertSurvived(run, reference, [3], 3);
+      assert.deepEqual(run.events.find((e) => e.event === 'readback')!.shards, [6, 7]);
+      assertReadBack(run, await readbackBytes(8, [6, 7], 10));
+    });
+
+    it('exact: ranks 2 and 3 lost at once: each survivor reads back 2 shards, their retried step\'s batches first, the same bits', async () => {
+      const run = await train(4, '--shards', '8', '--drill', 'rank=2,step=10', '--drill', 'rank=3,step=10');
+      assertSurvived(run, reference, [2, 3], 2);
+      assert.deepEqual(run.events.find((e) => e.event === 'readback')!.shards, [4, 5, 6, 7]);
+      assertReadBack(run, await readbackBytes(8, [4, 5, 6, 7], 10));
+    });
   });
 
   it('shrink: survivors keep their per-rank batch; world, global batch and rate shrink', async () => {
@@ -161,6 +244,11 @@ describe('ft-train', function () {
       assert.deepEqual(run.metrics.slice(0, 30), plain.metrics.slice(0, 30).map((m, i) => ({ ...m, step_ms: run.metrics[i].step_ms, time: run.metrics[i].time })));
       assert.ok(run.metrics.slice(30).every((m) => m.world === 3 && m.samples === 48 && m.lr === 0.0075), JSON.stringify(run.metrics[30]));
       assert.notEqual(run.summary.params_sha256, plain.summary.params_sha256);
+      // shard 2 goes to rank 0, which takes its own shard 0 first: nothing of it is read before the retry, all of it
+      // in the background; shard 0 goes to rank 1, which takes it first: its next 16 rows (as in exact mode) before the retry
+      const expected = await readbackBytes(4, [victim], 30);
+      assert.deepEqual(run.events.filter((e) => e.event === 'readback').map((e) => [e.shards, e.bytes_before_retry]), [[[victim], victim === 0 ? expected.beforeRetry : 0]]);
+      assert.equal(run.summary.bytes_read_back, expected.total);
     }
   });
 

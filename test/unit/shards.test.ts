@@ -33,6 +33,15 @@ describe('ShardLayout', () => {
     }
   });
 
+  it('finds the record batch of a shard\'s row, and where each batch starts in the shard', () => {
+    const layout = new ShardLayout([10, 10, 5, 10, 7], 2, 'train.arrow'); // shard 1: batches 2..4, 22 rows
+    assert.deepEqual([0, 4, 5, 14, 15, 21].map((row) => layout.batchOf(1, row)), [2, 2, 3, 3, 4, 4]);
+    assert.deepEqual([0, 9, 10, 19].map((row) => layout.batchOf(0, row)), [0, 0, 1, 1]);
+    assert.deepEqual([2, 3, 4].map((b) => layout.batchRow(1, b)), [0, 5, 15]);
+    assert.throws(() => layout.batchOf(1, 22), { message: 'batchOf: expected a row in [0, 22) of shard 1, got 22' });
+    assert.throws(() => layout.batchRow(1, 1), { message: 'batchRow: shard 1 holds record batches [2, 5), not 1' });
+  });
+
   it('refuses more shards than record batches, naming the file', () => {
     assert.throws(() => new ShardLayout([5, 5, 5], 4, 'data/train.arrow'), {
       name: 'DatasetError',

@@ -1,0 +1,20 @@
+// The processes of one job, found by a marker variable in their environment (every process that
+// mpirun starts inherits it). mpirun puts each rank in a process group of its own, and when one rank
+// exits non-zero before MPI starts it returns at once, leaving the others running: a job is over
+// only when every process carrying its marker is gone. The MPI tests and the benchmarks use this
+// to make sure that nothing of a job is left behind.
+import * as fs from 'node:fs';
+
+/** Pids of the live processes whose environment holds `marker` ("NAME=value"). */
+export function jobProcesses(marker: string): number[] {
+  const pids: number[] = [];
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${entry}/environ`, 'latin1').split('\0').includes(marker)) pids.push(Number(entry));
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return pids;
+}

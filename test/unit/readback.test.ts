@@ -1,0 +1,123 @@
+// Readback of lost shards on demand, over a small synthetic dataset (20 record batches of 50 rows,
+// 4 shards of 5 batches): ready(rows) reads exactly the batches those rows live in, what a step asks
+// for goes ahead of the background pass, every batch is read once (the bytes taken equal the
+// shards' bytes), the data equals a whole read, and a batch that fails its checksum is kept and
+// thrown by the next ready().
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { generateSynthetic, syntheticDefaults } from '../../datasets/synthetic';
+import { Dataset } from '../../src/data/dataset';
+import { Readback } from '../../src/data/readback';
+import type { ShardLayout } from '../../src/data/shard-layout';
+import type { ShardData, Split } from '../../src/data/split';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-readback-');
+const synthetic = path.join(scratch, 'synthetic');
+const small = { ...syntheticDefaults, shape: [1, 8, 8] as [number, number, number], classes: 4, trainRows: 1000, testRows: 200, rowsPerBatch: 50 };
+
+const nextTick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/** The given rows of a shard: their pixels and labels. */
+function rowsOf(data: ShardData, rows: number[]): { images: number[][]; labels: number[] } {
+  return {
+    images: rows.map((r) => Array.from(data.images.subarray(r * data.sampleSize, (r + 1) * data.sampleSize))),
+    labels: rows.map((r) => data.labels[r]),
+  };
+}
+
+describe('Readback', function () {
+  this.timeout(30_000);
+  let dataset: Dataset;
+  let split: Split;
+  let layout: ShardLayout;
+
+  before(async () => {
+    await generateSynthetic(synthetic, small);
+    dataset = await Dataset.open(synthetic);
+    split = dataset.train;
+    layout = split.layout(4);
+  });
+  after(async () => {
+    await dataset.close();
+    removeScratch(scratch);
+  });
+
+  it('ready(rows) reads exactly the record batches holding them, the background pass the rest, each batch once', async () => {
+    const whole = await split.readShards(layout, [1, 2]);
+    const readback = new Readback(split, layout, [2, 1]);
+    assert.deepEqual(readback.shards.map((s) => s.shard), [1, 2]);
+    const before = split.bytesRead;
+    // shard 2 holds batches 10..14: rows 0 and 1 lie in batch 10, 120 in 12, 249 in 14
+    const rows = [249, 0, 120, 1];
+    await readback.shards[1].ready(Int32Array.from(rows));
+    const asked = split.batchBytes(10, 11) + split.batchBytes(12, 13) + split.batchBytes(14, 15);
+    assert.equal(readback.bytesRead, asked);
+    assert.equal(split.bytesRead - before, asked);
+    assert.deepEqual(rowsOf(readback.shards[1], rows), rowsOf(whole.get(2)!, rows));
+    assert.equal(readback.complete, false);
+
+    readback.startBackground();
+    while (!readback.complete) await nextTick();
+    const shardBytes = split.shardBytes(layout, 1) + split.shardBytes(layout, 2);
+    assert.equal(readback.bytesRead, shardBytes);
+    assert.equal(split.bytesRead - before, shardBytes);
+    for (const shard of readback.shards) {
+      assert.ok(Buffer.from(shard.images).equals(Buffer.from(whole.get(shard.shard)!.images)), `shard ${shard.shard} pixels`);
+      assert.deepEqual(Array.from(shard.labels), Array.from(whole.get(shard.shard)!.labels));
+    }
+    await readback.shards[0].ready(Int32Array.from([0, 249]));
+    assert.equal(readback.bytesRead, shardBytes, 'nothing read twice');
+  });
+
+  it('what a step asks for goes ahead of the background pass, whichever shard it is in; stop() ends the pass', async () => {
+    const readback = new Readback(split, layout, [0, 1, 2]);
+    const [, , shard2] = readback.shards;
+    readback.startBackground();
+    // the pass has claimed its first read (all of shard 0, below the size limit of one read); batch 14 comes next
+    await shard2.ready(Int32Array.of(249));
+    assert.equal(readback.bytesRead, split.shardBytes(layout, 0) + split.batchBytes(14, 15));
+    // shard 1 is being read: stop() lets it finish, and nothing is read after it
+    await readback.stop();
+    assert.equal(readback.bytesRead, split.shardBytes(layout, 0) + split.batchBytes(14, 15) + split.shardBytes(layout, 1));
+    for (let i = 0; i < 5; ++i) await nextTick();
+    assert.equal(readback.bytesRead, split.shardBytes(layout, 0) + split.batchBytes(14, 15) + split.shardBytes(layout, 1));
+    assert.equal(readback.complete, false);
+    await shard2.ready(Int32Array.of(0));
+    assert.equal(readback.bytesRead, split.shardBytes(layout, 0) + split.batchBytes(10, 11) + split.batchBytes(14, 15) + split.shardBytes(layout, 1), 'on demand after stop()');
+  });
+
+  it('a record batch that fails its checksum: kept and thrown by the next ready(), its rows loaded or not', async () => {
+    const dir = path.join(scratch, 'flipped');
+    fs.cpSync(synthetic, dir, { recursive: true });
+    const file = path.join(dir, 'train.arrow');
+    // 20 record batches of one size between the 8-byte magic and the tail: batch 12 is in shard 2
+    const tailOffset = JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).splits.train.tail.offset;
+    const fd = fs.openSync(file, 'r+');
+    fs.writeSync(fd, Buffer.of(0xff), 0, 1, 8 + 12 * ((tailOffset - 8) / 20) + 300);
+    fs.closeSync(fd);
+    const broken = await Dataset.open(dir);
+    try {
+      const message = `${file}: corrupt: record batch 12 fails the manifest checksum`;
+      const readback = new Readback(broken.train, broken.train.layout(4), [2]);
+      const [shard] = readback.shards;
+      await shard.ready(Int32Array.of(0));
+      readback.startBackground();
+      // the pass reads 11..14 at once and fails; until then, rows already loaded are ready
+      let polls = 0;
+      await assert.rejects(async () => {
+        for (;; ++polls) {
+          await shard.ready(Int32Array.of(0));
+          await nextTick();
+        }
+      }, { name: 'DatasetError', message });
+      assert.ok(polls > 0);
+      await assert.rejects(shard.ready(Int32Array.of(0)), { message });
+      await assert.rejects(shard.ready(Int32Array.of(249)), { message });
+      assert.equal(readback.bytesRead, broken.train.batchBytes(10, 11));
+    } finally {
+      await broken.close();
+    }
+  });
+});
