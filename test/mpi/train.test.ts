@@ -163,7 +163,7 @@ describe('ft-train', function () {
     const dir = path.join(scratch, 'external');
     const job = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--kill', '2@30', '--', ...common, '--run-dir', dir], process.env, 90_000, 'launch/drill');
     assert.equal(job.code, 0, job.stdout + job.stderr);
-    assert.match(job.stdout, new RegExp(`\\[drill\\] run directory: ${dir}\\n\\[drill\\] PASS: kill -9 of rank 2@30; 3 of 4 ranks finished 60 steps`));
+    assert.match(job.stdout, new RegExp(`\\[drill\\] run directory: ${dir}\\n\\[drill\\] PASS: killed rank 2@30; 3 of 4 ranks finished 60 steps`));
     const run = load(dir, job);
     assert.ok(run.summary.failures[0].step >= 30, `failure at step ${run.summary.failures[0].step}`);
     assertSurvived(run, baseline, [2], 3);
