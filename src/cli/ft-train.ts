@@ -23,7 +23,7 @@ import { loadSpec, type ModelSpec } from '../nn/spec';
 import { runFiles } from '../run/files';
 import type { Summary } from '../run/records';
 import { createRunDir, RunLog, writeModel, writeSummary } from '../run/writer';
-import { FaultInjector } from '../solver/fault-injection';
+import { FaultInjector } from '../ft/drills';
 import { Trainer, type TrainObserver, type TrainResult } from '../solver/trainer';
 import { UsageError } from './command';
 import { launcherWorldRank, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from './launcher-env';

@@ -1,6 +1,6 @@
 // ft-train's command line: every flag, its default, and its checks (one line per problem).
 import * as path from 'node:path';
-import { parseDrill, phases, type Drill } from '../solver/fault-injection';
+import { parseDrill, phases, type Drill } from '../ft/drills';
 import { parseLrSchedule } from '../solver/lr-schedule';
 import type { TrainConfig } from '../solver/trainer';
 import { commandLine, last, UsageError } from './command';

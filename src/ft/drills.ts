@@ -1,4 +1,4 @@
-// Deterministic fault injection for tests and drills: `--drill rank=R,step=K,phase=P,action=A`
+// Drill points: deterministic fault injection for tests and drills: `--drill rank=R,step=K,phase=P,action=A`
 // makes world rank R SIGKILL (kill), SIGSTOP (stop) or SIGTERM (term: a preemption notice) itself
 // when it reaches phase P of step K. A real signal to a real process, at a point that does not
 // depend on timing.
