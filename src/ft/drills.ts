@@ -1,7 +1,7 @@
-// Drill points: deterministic fault injection for tests and drills: `--drill rank=R,step=K,phase=P,action=A`
-// makes world rank R SIGKILL (kill), SIGSTOP (stop) or SIGTERM (term: a preemption notice) itself
-// when it reaches phase P of step K. A real signal to a real process, at a point that does not
-// depend on timing.
+// Drill points, deterministic fault injection for tests and drills: `--drill rank=R,step=K,phase=P,
+// action=A` makes world rank R SIGKILL (kill), SIGSTOP (stop) or SIGTERM (term: a preemption
+// notice) itself when it reaches phase P of step K. A real signal to a real process, at a point
+// that does not depend on timing.
 import * as fs from 'node:fs';
 
 /** Every point where a run can fail, in the order a step, a recovery, a checkpoint and a run pass them. */
