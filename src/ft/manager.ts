@@ -197,11 +197,12 @@ export class Manager {
   async collective(phase: Phase, run: () => Promise<void>, stop = false): Promise<Outcome> {
     this.faults.at(this.step, phase);
     let ok = true;
+    const started = now();
     try {
       await run();
     } catch (error) {
       if (!isFailure(error) || this.config.onFailure === 'none') throw error;
-      this.noteFailure(error, phase);
+      this.noteFailure(error, phase, now() - started);
       ok = false;
     }
     if (this.config.onFailure === 'none') return { ok, stop };
@@ -217,19 +218,21 @@ export class Manager {
 
   /** The AND of `flag` over the survivors, or null when the agreement itself met a failure (alike on all). */
   private async vote(flag: number): Promise<number | null> {
+    const started = now();
     try {
       return await this.comm.agree(flag);
     } catch (error) {
       if (!isFailure(error)) throw error;
-      this.noteFailure(error, 'agree');
+      this.noteFailure(error, 'agree', now() - started);
       return null;
     }
   }
 
-  private noteFailure(error: Error, phase: string): void {
+  /** The first failure seen at this step; `detectMs`: how long the call that met it had waited. */
+  private noteFailure(error: Error, phase: string, detectMs: number): void {
     if (this.failedAt === this.step) return;
     this.failedAt = this.step;
-    this.observer.event({ event: 'failure', step: this.step, phase, error: error.name });
+    this.observer.event({ event: 'failure', step: this.step, phase, error: error.name, detect_ms: detectMs });
     this.observer.log(`step ${this.step}: ${error.name} in the ${phase} phase`);
   }
 
@@ -247,7 +250,7 @@ export class Manager {
   async recover(): Promise<void> {
     const step = this.step;
     this.faults.at(step, 'recovery');
-    if (this.failedAt !== step) this.noteFailure(new Error('agreed failure'), 'agree');
+    if (this.failedAt !== step) this.noteFailure(new Error('agreed failure'), 'agree', 0);
     const lostShards = new Set<number>();
     let readMs = 0;
     let readBeforeRetry = 0;
@@ -365,11 +368,12 @@ export class Manager {
   /** A collective and its vote without recovering: the caller decides how to go on. */
   private async attempt(phase: Phase, run: () => Promise<void>): Promise<boolean> {
     let ok = true;
+    const started = now();
     try {
       await run();
     } catch (error) {
       if (!isFailure(error)) throw error;
-      this.noteFailure(error, phase);
+      this.noteFailure(error, phase, now() - started);
       ok = false;
     }
     return (await this.vote(ok ? OK : 0)) === OK;
