@@ -41,20 +41,32 @@ class StartupError extends Error {
   }
 }
 
-/** Whether this process is the lowest-ranked of the job still alive (from the run's pid files). */
-function lowestAlive(runDir: string): boolean {
-  const pidsDir = path.join(runDir, runFiles.pids);
-  const ranks = fs.existsSync(pidsDir) ? fs.readdirSync(pidsDir).map(Number).sort((a, b) => a - b) : [];
-  for (const rank of ranks) {
-    try {
-      const pid = Number(fs.readFileSync(path.join(pidsDir, String(rank)), 'utf8'));
-      process.kill(pid, 0);
-      return pid === process.pid;
-    } catch {
-      // gone: the next one
-    }
+/** Whether a process exists and is not stopped (a SIGSTOPped rank is as good as gone). */
+function running(pid: number): boolean {
+  try {
+    const state = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0];
+    return !['T', 't', 'Z', 'X'].includes(state);
+  } catch {
+    return false;
   }
-  return true;
+}
+
+/**
+ * MPI did not start: the lowest rank still running prints the line, kills the job's other ranks
+ * on this host (a stopped one would keep mpirun alive) and, once they are gone, exits 1 last
+ * (mpirun returns at the first non-zero exit); every other rank leaves quietly, exit 0.
+ */
+async function endStartup(error: StartupError): Promise<never> {
+  const pidsDir = path.join(error.runDir, runFiles.pids);
+  const ranks = fs.readdirSync(pidsDir).map(Number).sort((a, b) => a - b);
+  const lowest = ranks.find((rank) => running(Number(fs.readFileSync(path.join(pidsDir, String(rank)), 'utf8'))));
+  if (lowest !== launcherWorldRank()) process.exit(0);
+  fs.writeSync(2, `${error.message}\n`); // console.error would be lost to process.exit
+  const others = ranks.filter((rank) => rank !== lowest);
+  killDeclaredDead(pidsDir, others);
+  await peersGone(pidsDir, others, 5000);
+  // MPI_Init may never return: leave without waiting for it
+  process.exit(1);
 }
 
 interface Resume {
@@ -315,12 +327,8 @@ export function run(): void {
       const input = error instanceof InputError || error instanceof UsageError;
       process.exitCode = input ? 2 : 1;
       if (error instanceof StartupError) {
-        if (lowestAlive(error.runDir)) fs.writeSync(2, `${error.message}\n`); // console.error is lost to process.exit
-        // the job cannot start: a rank that hangs in start-up (stopped, say) must not keep mpirun alive
-        const pidsDir = path.join(error.runDir, runFiles.pids);
-        killDeclaredDead(pidsDir, fs.readdirSync(pidsDir).map(Number).filter((rank) => rank !== launcherWorldRank()));
-        // MPI_Init may never return: leave without waiting for it
-        process.exit(1);
+        void endStartup(error);
+        return;
       }
       // bad input is found before MPI starts, alike on every rank: world rank 0 alone prints it
       if (launcherWorldRank() === 0 || !input) console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
