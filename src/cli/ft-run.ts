@@ -11,6 +11,8 @@ import * as path from 'node:path';
 import { commandLine, last, UsageError } from './command';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, trainCommand, trainFlag, type Command } from './mpirun';
 import { runFiles } from '../run/files';
+import { rankList, rankProcess } from '../run/pids';
+import { readObject } from '../run/reader';
 
 /** How long the ranks get to checkpoint and stop after the first SIGINT/SIGTERM before mpirun is told to end the job. */
 const stopGraceMs = 30_000;
@@ -36,12 +38,13 @@ function unfinished(runDir: string): string | undefined {
   if (fs.existsSync(summaryFile)) {
     let status: unknown;
     try {
-      status = (JSON.parse(fs.readFileSync(summaryFile, 'utf8')) as { status?: unknown }).status;
+      status = readObject(summaryFile).status;
     } catch (error) {
-      return `${summaryFile}: ${(error as Error).message}`;
+      return (error as Error).message;
     }
     return status === 'complete' ? undefined : `${summaryFile} says status ${JSON.stringify(status)}`;
   }
+  // the events of a run that may have been killed mid-line: read leniently
   const eventsFile = path.join(runDir, runFiles.events);
   const stops = (fs.existsSync(eventsFile) ? fs.readFileSync(eventsFile, 'utf8').split('\n') : [])
     .map((line) => { try { return JSON.parse(line) as { event?: string; reason?: string }; } catch { return {}; } })
@@ -57,10 +60,10 @@ function unfinished(runDir: string): string | undefined {
 function stopRanks(runDir: string, marker: string): number {
   const pidsDir = path.join(runDir, runFiles.pids);
   let signalled = 0;
-  for (const name of fs.existsSync(pidsDir) ? fs.readdirSync(pidsDir) : []) {
+  for (const rank of rankList(pidsDir)) {
+    const pid = rankProcess(pidsDir, rank, [marker]);
     try {
-      const pid = Number(fs.readFileSync(path.join(pidsDir, name), 'utf8'));
-      if (!fs.readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(marker)) continue;
+      if (pid === null) continue;
       process.kill(pid, 'SIGTERM');
       ++signalled;
     } catch {

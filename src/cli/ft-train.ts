@@ -21,6 +21,7 @@ import { cpu } from '../nn/cpu';
 import { Net } from '../nn/net';
 import { loadSpec, type ModelSpec } from '../nn/spec';
 import { runFiles } from '../run/files';
+import { rankList, readPid } from '../run/pids';
 import type { Summary } from '../run/records';
 import { createRunDir, RunLog, writeModel, writeSummary } from '../run/writer';
 import { FaultInjector } from '../ft/drills';
@@ -42,7 +43,8 @@ class StartupError extends Error {
 }
 
 /** Whether a process exists and is not stopped (a SIGSTOPped rank is as good as gone). */
-function running(pid: number): boolean {
+function running(pid: number | null): boolean {
+  if (pid === null) return false;
   try {
     const state = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0];
     return !['T', 't', 'Z', 'X'].includes(state);
@@ -58,8 +60,8 @@ function running(pid: number): boolean {
  */
 async function endStartup(error: StartupError): Promise<never> {
   const pidsDir = path.join(error.runDir, runFiles.pids);
-  const ranks = fs.readdirSync(pidsDir).map(Number).sort((a, b) => a - b);
-  const lowest = ranks.find((rank) => running(Number(fs.readFileSync(path.join(pidsDir, String(rank)), 'utf8'))));
+  const ranks = rankList(pidsDir);
+  const lowest = ranks.find((rank) => running(readPid(pidsDir, rank)));
   if (lowest !== launcherWorldRank()) process.exit(0);
   fs.writeSync(2, `${error.message}\n`); // console.error would be lost to process.exit
   const others = ranks.filter((rank) => rank !== lowest);
@@ -178,6 +180,7 @@ async function main(): Promise<number> {
   // under mpirun the rank is known before MPI starts: the pid file and the start-up drill need it
   const launchRank = launcherWorldRank();
   const runLog = new RunLog(options.runDir, launchRank);
+  const pidsDir = path.join(options.runDir, runFiles.pids);
   const logger = rankLogger(runLog.logFile, launchRank);
   const faults = new FaultInjector(options.drills, launchRank, runLog.logFile);
   // preemption: a checkpoint at the next step boundary, then a clean exit; also when it comes during start-up
@@ -218,7 +221,7 @@ async function main(): Promise<number> {
     },
   };
   const ft = new Manager({
-    ...options, shards, identity: identity(options, net.spec, dataset, shards), commTimeoutMs: bounds.commMs, pidsDir: path.join(options.runDir, runFiles.pids),
+    ...options, shards, identity: identity(options, net.spec, dataset, shards), commTimeoutMs: bounds.commMs, pidsDir,
     sumLength: net.params.data.length + 1, add: (acc, x) => cpu.addInPlace(acc, x),
   }, world, dataset, dataset.train.layout(shards), observer, faults);
   trainer = new Trainer({ ...options, shards }, ft, dataset, net, cpu, observer);
@@ -250,7 +253,7 @@ async function main(): Promise<number> {
     if (stop.reason === 'unrecoverable') {
       // MPI cannot be trusted to finish: make sure no rank of this job lingers on this host, then leave
       console.error(`ft-train: rank ${worldRank}: ${stop.message}`);
-      killDeclaredDead(path.join(options.runDir, runFiles.pids), world.worldRanks.filter((r) => r !== worldRank));
+      killDeclaredDead(pidsDir, world.worldRanks.filter((r) => r !== worldRank));
       await closeLogger(logger);
       disarm();
       return code;
@@ -264,7 +267,7 @@ async function main(): Promise<number> {
   const finalized = await withDeadline(finalize(), bounds.commMs, 'MPI_Finalize').then(() => true, () => false);
   // a finalize that never returns would keep the process alive: every rank has agreed on the end already
   if (!finalized) process.exit(code);
-  return code === 0 ? 0 : exitLast(code, ft, path.join(options.runDir, runFiles.pids), bounds.commMs);
+  return code === 0 ? 0 : exitLast(code, ft, pidsDir, bounds.commMs);
 }
 
 /**

@@ -4,17 +4,9 @@
 // only when every process carrying its marker is gone. The MPI tests and the benchmarks use this
 // to make sure that nothing of a job is left behind.
 import * as fs from 'node:fs';
+import { environOf } from '../run/pids';
 
 /** Pids of the live processes whose environment holds `marker` ("NAME=value"). */
 export function jobProcesses(marker: string): number[] {
-  const pids: number[] = [];
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (fs.readFileSync(`/proc/${entry}/environ`, 'latin1').split('\0').includes(marker)) pids.push(Number(entry));
-    } catch {
-      // gone meanwhile, or not ours to read
-    }
-  }
-  return pids;
+  return fs.readdirSync('/proc').filter((entry) => /^\d+$/.test(entry)).map(Number).filter((pid) => environOf(pid)?.includes(marker));
 }

@@ -9,8 +9,8 @@
 //   has a deadline of a few T, after which the thread revokes the communicator itself.
 // A rank declared dead may still exist (stopped): the survivors kill it, so it can never come back
 // and mpirun ends with the job.
-import * as fs from 'node:fs';
 import { addon } from '../native';
+import { rankProcess } from '../run/pids';
 
 export interface HangBounds {
   /** no beat from the event loop for this long: the rank kills itself */
@@ -30,11 +30,12 @@ export function hangBounds(seconds: number): HangBounds {
 
 /** Arms the deadlines and the watchdog; returns a function that disarms both (at exit). */
 export function guardAgainstHangs(bounds: HangBounds, worldRank: number): () => void {
+  const tick = Math.max(10, Math.floor(bounds.watchdogMs / 8));
   addon.setCommTimeout(bounds.commMs);
   // the detector's heartbeats ride on MPI's progress (its thread mode hangs MPI_Finalize in Open MPI 5.0.7)
-  addon.setIdleProgress(Math.max(10, Math.floor(bounds.watchdogMs / 8)));
+  addon.setIdleProgress(tick);
   addon.watchdog(bounds.watchdogMs, `ft-train: rank ${worldRank}: no progress for ${bounds.watchdogMs / 1000} s (stuck in a computation or a blocking call); this rank declares itself failed`);
-  const timer = setInterval(() => addon.beat(), Math.max(1, Math.floor(bounds.watchdogMs / 8)));
+  const timer = setInterval(() => addon.beat(), tick);
   timer.unref();
   return () => {
     clearInterval(timer);
@@ -49,21 +50,10 @@ export function beat(): void {
   addon.beat();
 }
 
-/**
- * The pid of world rank `rank` of this job if it still runs on this host: its pid file names it,
- * and that process carries this job's PMIx namespace and that rank (a recycled pid or another
- * host's rank is never taken for it).
- */
+/** The pid of world rank `rank` of this job (its rank and PMIx namespace) if it still runs on this host. */
 function jobProcess(pidsDir: string, rank: number): number | null {
   const namespace = process.env.PMIX_NAMESPACE;
-  try {
-    const pid = Number(fs.readFileSync(`${pidsDir}/${rank}`, 'utf8'));
-    const environ = fs.readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0');
-    if (!environ.includes(`OMPI_COMM_WORLD_RANK=${rank}`) || (namespace && !environ.includes(`PMIX_NAMESPACE=${namespace}`))) return null;
-    return pid;
-  } catch {
-    return null; // no pid file, gone already, or on another host
-  }
+  return rankProcess(pidsDir, rank, [`OMPI_COMM_WORLD_RANK=${rank}`, ...(namespace ? [`PMIX_NAMESPACE=${namespace}`] : [])]);
 }
 
 /** Kills the processes of `worldRanks` that still exist on this host: a rank declared dead for hanging is stopped, not gone. */

@@ -1,0 +1,36 @@
+// The run directory's pids/: each rank writes its pid there (RunLog); launchers and survivors read
+// it to signal a rank of this job. A pid file only names a candidate: the process counts as that
+// rank while its environment still carries the job's marks (a pid file left by an earlier job, a
+// recycled pid or a rank on another host does not).
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+
+/** The world ranks with a pid file, ascending. */
+export function rankList(pidsDir: string): number[] {
+  return fs.existsSync(pidsDir) ? fs.readdirSync(pidsDir).map(Number).filter(Number.isSafeInteger).sort((a, b) => a - b) : [];
+}
+
+/** The pid world rank `rank` wrote, or null without a readable pid file. */
+export function readPid(pidsDir: string, rank: number): number | null {
+  try {
+    return Number(fs.readFileSync(path.join(pidsDir, String(rank)), 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/** A process's environment ("NAME=value" entries), or null when it is gone or not ours to read. */
+export function environOf(pid: number): string[] | null {
+  try {
+    return fs.readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0');
+  } catch {
+    return null;
+  }
+}
+
+/** The pid of rank `rank` while that process runs on this host with every one of `marks` in its environment. */
+export function rankProcess(pidsDir: string, rank: number, marks: readonly string[]): number | null {
+  const pid = readPid(pidsDir, rank);
+  const environ = pid === null ? null : environOf(pid);
+  return environ !== null && marks.every((mark) => environ.includes(mark)) ? pid : null;
+}
