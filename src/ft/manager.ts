@@ -195,18 +195,10 @@ export class Manager {
    * returns (ok false: retry whatever `run` was for). Errors that are not failures pass through.
    */
   async collective(phase: Phase, run: () => Promise<void>, stop = false): Promise<Outcome> {
-    this.faults.at(this.step, phase);
-    let ok = true;
-    const started = now();
-    try {
-      await run();
-    } catch (error) {
-      if (!isFailure(error) || this.config.onFailure === 'none') throw error;
-      this.noteFailure(error, phase, now() - started);
-      ok = false;
-    }
+    this.at(phase);
+    const ok = await this.survives(phase, run);
     if (this.config.onFailure === 'none') return { ok, stop };
-    if (phase === 'collective') this.faults.at(this.step, 'agree');
+    if (phase === 'collective') this.at('agree');
     const agreed = await this.vote((ok ? OK : 0) | (stop ? 0 : CARRY_ON));
     if (agreed !== null && (agreed & OK) !== 0) {
       for (const readback of this.awaitingCommit.splice(0)) readback.startBackground();
@@ -249,7 +241,7 @@ export class Manager {
    */
   async recover(): Promise<void> {
     const step = this.step;
-    this.faults.at(step, 'recovery');
+    this.at('recovery');
     if (this.failedAt !== step) this.noteFailure(new Error('agreed failure'), 'agree', 0);
     const lostShards = new Set<number>();
     let readMs = 0;
@@ -266,7 +258,7 @@ export class Manager {
         throw new ProtocolStop('min-ranks', `${this.comm.size} rank(s) left, below --min-ranks ${this.config.minRanks}: stopping (checkpoint ${this.lastCheckpoint})`, this.lastCheckpoint);
       }
       if (this.trainingDone) return;
-      this.faults.at(step, 'readback');
+      this.at('readback');
       const readStart = now();
       readBeforeRetry += await this.readBackFirst(moved.get(this.worldRank) ?? []);
       readMs += now() - readStart;
@@ -336,12 +328,12 @@ export class Manager {
     const started = now();
     const state = this.source!.state();
     const dir = checkpointDir(this.config.checkpointDir, this.step);
-    this.faults.at(this.step, 'checkpoint-stripe');
+    this.at('checkpoint-stripe');
     const mine = Buffer.from(writeStripe(dir, state, this.comm.rank, this.comm.size), 'hex');
     const digests = new Uint8Array(mine.length * this.comm.size);
-    this.faults.at(this.step, 'checkpoint-gather');
+    this.at('checkpoint-gather');
     if (!(await this.attempt('checkpoint-gather', () => this.comm.allgather(new Uint8Array(mine), digests)))) return false;
-    this.faults.at(this.step, 'checkpoint-commit');
+    this.at('checkpoint-commit');
     if (this.isLeader) {
       const meta: CheckpointMeta = {
         step: this.step,
@@ -367,16 +359,24 @@ export class Manager {
 
   /** A collective and its vote without recovering: the caller decides how to go on. */
   private async attempt(phase: Phase, run: () => Promise<void>): Promise<boolean> {
-    let ok = true;
+    const ok = await this.survives(phase, run);
+    return (await this.vote(ok ? OK : 0)) === OK;
+  }
+
+  /**
+   * Runs a collective; false when a failure interrupted it (noted as this step's failure). Any
+   * other error passes through, and so does a failure with --on-failure none (it ends the job).
+   */
+  private async survives(phase: Phase, run: () => Promise<void>): Promise<boolean> {
     const started = now();
     try {
       await run();
+      return true;
     } catch (error) {
-      if (!isFailure(error)) throw error;
+      if (!isFailure(error) || this.config.onFailure === 'none') throw error;
       this.noteFailure(error, phase, now() - started);
-      ok = false;
+      return false;
     }
-    return (await this.vote(ok ? OK : 0)) === OK;
   }
 
   /**
@@ -388,7 +388,7 @@ export class Manager {
     this.trainingDone = true;
     await Promise.all(this.readbacks.map((readback) => readback.stop()));
     for (;;) {
-      this.faults.at(this.step, 'final-write');
+      this.at('final-write');
       if (this.config.onFailure !== 'none') {
         const mine = this.readBackUnreported();
         const unreported = Float64Array.of(mine);
