@@ -29,8 +29,13 @@ constexpr auto kExitGrace = std::chrono::seconds(5);
 // with the revocation before it is left to MPI.
 constexpr auto kRevokeGrace = std::chrono::seconds(1);
 
-// One turn of MPI's progress engine: a probe on COMM_SELF, where no failure can be reported.
+// One turn of MPI's progress engine, between MPI_Init and MPI_Finalize: a probe on COMM_SELF,
+// where no failure can be reported.
 void DriveProgress() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
   int flag = 0;
   MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
 }
@@ -124,7 +129,7 @@ Op* CommThread::Next() {
   auto ready = [this] { return !queue_.empty() || !urgent_.empty() || exitRequested_; };
   while (!ready()) {
     const long long period = idleProgressMs_.load();
-    if (period <= 0 || !mpiUp_) {
+    if (period <= 0) {
       wake_.wait(lock);
       continue;
     }
@@ -227,13 +232,8 @@ void CommThread::Loop() {
     // without finalizing is, and they recover.
     if (op == nullptr) break;
     bool last = op->EndsThread();
-    if (last) mpiUp_ = false;
     RunOp(op);
     if (last) break;
-    int initialized = 0, finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    mpiUp_ = initialized && !finalized;
   }
   std::lock_guard<std::mutex> lock(mutex_);
   exited_ = true;

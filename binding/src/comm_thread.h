@@ -135,7 +135,6 @@ class CommThread {
   std::atomic<size_t> urgentQueued_{0};
   std::atomic<long long> timeoutMs_{0};
   std::atomic<long long> idleProgressMs_{0};
-  bool mpiUp_ = false;  // comm thread only: between MPI_Init and MPI_Finalize
   Op* current_ = nullptr;  // comm thread only: the Op being run
   std::atomic<bool> busy_{false};  // an Op is running (process exit does not wait for it)
   bool exitRequested_ = false;  // guarded by mutex_
