@@ -67,13 +67,12 @@ export class RunLog {
         }
       }
     }
-    const held = new Map<string, number>();
-    for (const record of this.recentEvents) held.set(key(record), (held.get(key(record)) ?? 0) + 1);
+    // the file lacks a pair's records past the first w this rank holds
     const seen = new Map<string, number>();
     return this.recentEvents.filter((record) => {
       const k = key(record);
       seen.set(k, (seen.get(k) ?? 0) + 1);
-      return seen.get(k)! > Math.min(held.get(k)!, written.get(k) ?? 0);
+      return seen.get(k)! > (written.get(k) ?? 0);
     });
   }
 

@@ -121,24 +121,26 @@ export class Trainer implements StateSource {
     await this.ft.start(this, resume !== undefined);
     this.test = await this.dataset.test.readAll();
     while (!this.done()) {
-      const record = await this.trainStep();
-      if (!record) continue; // recovered: the same step again
+      const committed = await this.trainStep();
+      if (!committed) continue; // recovered: the same step again
+      const { record, stop } = committed;
       if (this.config.evalEvery > 0 && this.step % this.config.evalEvery === 0 && !this.done()) {
         const evaluation = await this.evaluate();
         Object.assign(record, { test_accuracy: evaluation.accuracy, test_loss: evaluation.loss });
       }
       this.observer.step(record);
-      if (this.stopAgreed) await this.stopOnRequest();
+      if (stop) await this.stopOnRequest();
       if (this.config.checkpointEvery > 0 && this.step % this.config.checkpointEvery === 0 && !this.done()) await this.ft.checkpoint('periodic');
     }
     this.ft.trainingDone = true;
     return this.result(await this.evaluate());
   }
 
-  private stopAgreed = false;
-
-  /** One try at the current step: its record once committed, undefined when it must be tried again. */
-  private async trainStep(): Promise<StepRecord | undefined> {
+  /**
+   * One try at the current step: its record once committed, with whether the ranks agreed to stop
+   * after it (SIGTERM); undefined when it must be tried again.
+   */
+  private async trainStep(): Promise<{ record: StepRecord; stop: boolean } | undefined> {
     const step = this.step;
     this.ft.step = step;
     const started = now();
@@ -164,10 +166,9 @@ export class Trainer implements StateSource {
     this.shrink?.commit(this.shrinkStep!);
     this.step += 1;
     this.ft.step = this.step;
-    this.stopAgreed = outcome.stop;
     const stepMs = now() - started;
     if (retried) this.observer.event({ event: 'retry', step, duration_ms: stepMs });
-    return { step, epoch, loss: this.lastLoss, lr, world: this.ft.size, samples, step_ms: stepMs, time: Date.now() };
+    return { record: { step, epoch, loss: this.lastLoss, lr, world: this.ft.size, samples, step_ms: stepMs, time: Date.now() }, stop: outcome.stop };
   }
 
   /** SIGTERM reached every rank through the vote: checkpoint, then stop. */
