@@ -40,6 +40,20 @@ void DriveProgress() {
   MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
 }
 
+// A request's failure. A non-blocking collective cut short by a revoke of its communicator on
+// this rank (urgent revoke while it waits) reports libnbc's internal error, not MPIX_ERR_REVOKED:
+// a revoked communicator makes it a revocation, as the same cut on a peer reports it.
+Failure RequestFailure(int rc, MPI_Comm comm, const char* call) {
+  Failure failure = MpiFailure(rc, call, __FILE__, __LINE__);
+#if defined(FT_HAVE_MPIX_COMM_IS_REVOKED) && defined(MPIX_ERR_REVOKED)
+  int revoked = 0;
+  if (MPIX_Comm_is_revoked(comm, &revoked) == MPI_SUCCESS && revoked) failure.errorClass = MPIX_ERR_REVOKED;
+#else
+  (void)comm;
+#endif
+  return failure;
+}
+
 void FinalizeMpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -195,7 +209,7 @@ void CommThread::Wait(MPI_Request* request, MPI_Comm comm, const char* call) {
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
       if (revoked) throw timedOut("");
-      throw OpException(MpiFailure(rc, call, __FILE__, __LINE__));
+      throw OpException(RequestFailure(rc, comm, call));
     }
     if (done) {
       if (revoked) throw timedOut("");

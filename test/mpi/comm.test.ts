@@ -103,6 +103,20 @@ describe('Comm thread', function () {
     assert.ok(waiter.ticks >= waiter.waitedMs / 5 / 3, `${waiter.ticks} ticks in ${waiter.waitedMs} ms`);
   });
 
+  it('bounds every wait: past the deadline the thread revokes (CommTimeoutError); a revoke never queues behind a waiting call', async () => {
+    interface Deadline { rank: number; timedOut: { name: string; ms: number } | null; revoked: { name: string; ms: number } | null; sizes: number[] }
+    const job = await runProgram<Deadline>('deadline', 2, ['500']);
+    assert.equal(job.code, 0, job.stderr);
+    const waiter = job.results.find((r) => r.rank === 0)!;
+    assert.equal(waiter.timedOut!.name, 'CommTimeoutError');
+    // the deadline, then at most the grace a revoked request gets to complete
+    assert.ok(waiter.timedOut!.ms >= 500 && waiter.timedOut!.ms < 1500 + 500, `timed out after ${waiter.timedOut!.ms} ms`);
+    // with a 60 s deadline, the revoke issued during the wait ends it at once
+    assert.equal(waiter.revoked!.name, 'RevokedError');
+    assert.ok(waiter.revoked!.ms < 5000, `the revoke took ${waiter.revoked!.ms} ms`);
+    assert.deepEqual(job.results.map((r) => r.sizes), [[2, 2], [2, 2]]);
+  });
+
   it('rejects bad arguments with errors naming the argument', async () => {
     const job = await runProgram<Record<string, string>>('bad-args', 1);
     assert.equal(job.code, 0, job.stderr);
