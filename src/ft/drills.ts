@@ -1,7 +1,8 @@
 // Drill points, deterministic fault injection for tests and drills: `--drill rank=R,step=K,phase=P,
 // action=A` makes world rank R SIGKILL (kill), SIGSTOP (stop) or SIGTERM (term: a preemption
-// notice) itself when it reaches phase P of step K. A real signal to a real process, at a point
-// that does not depend on timing.
+// notice) itself, or spin its main thread forever (hang: a kernel that never returns), when it
+// reaches phase P of step K. A real fault of a real process, at a point that does not depend on
+// timing.
 import * as fs from 'node:fs';
 
 /** Every point where a run can fail, in the order a step, a recovery, a checkpoint and a run pass them. */
@@ -11,8 +12,10 @@ export const phases = [
 ] as const;
 export type Phase = (typeof phases)[number];
 
-export const actions = ['kill', 'stop', 'term'] as const;
+export const actions = ['kill', 'stop', 'term', 'hang'] as const;
 export type Action = (typeof actions)[number];
+
+const signals = { kill: 'SIGKILL', stop: 'SIGSTOP', term: 'SIGTERM' } as const;
 
 export interface Drill {
   rank: number;
@@ -26,7 +29,7 @@ export function parseDrill(text: string): Drill {
   const fields = new Map<string, string>();
   for (const part of text.split(',')) {
     const [key, value, ...rest] = part.split('=');
-    if (value === undefined || rest.length > 0 || fields.has(key)) throw new Error(`--drill expects rank=R,step=K[,phase=P][,action=kill|stop|term], got "${text}"`);
+    if (value === undefined || rest.length > 0 || fields.has(key)) throw new Error(`--drill expects rank=R,step=K[,phase=P][,action=kill|stop|term|hang], got "${text}"`);
     fields.set(key, value);
   }
   const unknown = [...fields.keys()].filter((k) => !['rank', 'step', 'phase', 'action'].includes(k));
@@ -47,12 +50,13 @@ export class FaultInjector {
   /** `note` is a file that gets one line before the signal (logs may not be flushed by then). */
   constructor(private readonly drills: readonly Drill[], private readonly worldRank: number, private readonly note: string) {}
 
-  /** Signals this process if a drill names this rank, step and phase. */
+  /** Injects the fault if a drill names this rank, step and phase. */
   at(step: number, phase: Phase): void {
     const drill = this.drills.find((d) => d.rank === this.worldRank && d.step === step && d.phase === phase);
     if (!drill) return;
-    const signal = ({ kill: 'SIGKILL', stop: 'SIGSTOP', term: 'SIGTERM' } as const)[drill.action];
-    fs.appendFileSync(this.note, `${new Date().toISOString()} drill: rank ${this.worldRank} sends itself ${signal} at step ${step}, phase ${phase}\n`);
-    process.kill(process.pid, signal);
+    const fault = drill.action === 'hang' ? 'spins its main thread forever' : `sends itself ${signals[drill.action]}`;
+    fs.appendFileSync(this.note, `${new Date().toISOString()} drill: rank ${this.worldRank} ${fault} at step ${step}, phase ${phase}\n`);
+    if (drill.action === 'hang') for (;;);
+    process.kill(process.pid, signals[drill.action]);
   }
 }

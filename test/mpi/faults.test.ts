@@ -1,7 +1,7 @@
 // Faults anywhere, at 4 ranks under the launcher's settings (ULFM's detector on, --hang-timeout 3):
 // a rank SIGSTOPped in any phase of a step, an evaluation, a recovery or a checkpoint, rank 0
-// included, is declared dead, killed by the survivors, and the run ends with the parameters of the
-// run without failure and with mpirun gone; a kill -9 in each step of a JIT, periodic or
+// included, is declared dead and killed by the survivors (one whose main thread is stuck kills
+// itself), and the run ends with the parameters of the run without failure and with mpirun gone; a kill -9 in each step of a JIT, periodic or
 // SIGTERM-triggered checkpoint, in the final write, at resume and at start-up ends in the same
 // bits, a resumable checkpoint, or one line and a non-zero exit. Every fault is a drill at a fixed
 // (rank, step, phase): nothing depends on timing.
@@ -90,6 +90,12 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
       assert.ok(!alive(pidOf(run, rank)), `the stopped rank ${rank} (pid ${pidOf(run, rank)}) is still there`);
     });
   }
+
+  it('a main thread that never returns (a stuck kernel): the rank\'s watchdog kills it, same bits', async () => {
+    const run = await train('--drill', 'rank=2,step=10,phase=compute,action=hang');
+    assertRecovered(run, [2]);
+    assert.ok(ftLines(run.job).includes('ft-train: rank 2: no progress for 3 s (stuck in a computation or a blocking call); this rank declares itself failed'), run.job.stderr);
+  });
 
   it('SIGSTOP during a recovery and during its readback', async () => {
     for (const phase of ['recovery', 'readback']) {
