@@ -9,7 +9,8 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { EventRecord, Summary } from '../../src/run/records';
-import { runTrain, type JobResult } from '../helpers/mpi-job';
+import { trainCommand } from '../../src/cli/mpirun';
+import { runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-faults-');
@@ -137,6 +138,19 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     const run = await train('--drill', 'rank=2,step=0,phase=startup,action=term');
     assert.equal(run.job.code, 0, run.job.stderr);
     assert.deepEqual(eventsOf(run).filter((e) => e.event === 'stop').map((e) => e.reason), ['sigterm']);
+  });
+
+  it('without the detector, a SIGSTOP meets the deadlines: CommTimeoutError, a shrink that cannot finish, the stop line, nothing left', async () => {
+    const dir = path.join(scratch, `run-${++runs}`);
+    const job = trainCommand(4, [...common, '--hang-timeout', '2', '--run-dir', dir, '--drill', 'rank=2,step=10,action=stop']);
+    job.args[job.args.indexOf('mpi_ft_detector') + 1] = 'false';
+    const run = { dir, job: await runCommand(job.command, job.args, job.env, 60_000, 'ft-train without the detector') };
+    assert.equal(run.job.code, 1, run.job.stderr);
+    assert.equal(run.job.stragglers, 0);
+    assert.ok(!alive(pidOf(run, 2)), 'the stopped rank is still there');
+    const lines = ftLines(run.job);
+    assert.ok(lines.length >= 1 && lines.every((line) => /^ft-train: rank [013]: the repair at step 10 cannot finish: MPIX_Comm_shrink did not return within 6000 ms: a peer is alive but does not take part$/.test(line)), lines.join('\n'));
+    assert.ok(eventsOf(run).some((e) => e.event === 'failure' && e.error === 'CommTimeoutError'), 'the collective ran into its deadline');
   });
 
   it('a kill during start-up ends every rank within the start-up bound, with one line', async () => {
