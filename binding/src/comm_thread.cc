@@ -29,15 +29,21 @@ constexpr auto kExitGrace = std::chrono::seconds(5);
 // with the revocation before it is left to MPI.
 constexpr auto kRevokeGrace = std::chrono::seconds(1);
 
-// One turn of MPI's progress engine, between MPI_Init and MPI_Finalize: a probe on COMM_SELF,
+// Open MPI's progress engine runs its event loop, where ULFM's heartbeat timer lives, on one call
+// of opal_progress in 8: one idle turn makes that many calls, so every turn sends the heartbeat.
+constexpr int kProgressCallsPerEventLoop = 8;
+
+// One turn of MPI's progress engine, between MPI_Init and MPI_Finalize: probes on COMM_SELF,
 // where no failure can be reported.
 void DriveProgress() {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (!initialized || finalized) return;
-  int flag = 0;
-  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+  for (int call = 0; call < kProgressCallsPerEventLoop; ++call) {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+  }
 }
 
 // A request's failure. A non-blocking collective cut short by a revoke of its communicator on

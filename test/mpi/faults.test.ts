@@ -92,10 +92,16 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     });
   }
 
-  it('a main thread that never returns (a stuck kernel): the rank\'s watchdog kills it, same bits', async () => {
-    const run = await train('--drill', 'rank=2,step=10,phase=compute,action=hang');
+  it('a main thread that never returns (a stuck kernel): its comm thread keeps the heartbeats going, the rank\'s watchdog kills it, same bits', async () => {
+    // ULFM's detector at half the watchdog's timeout: had the stuck rank stopped sending heartbeats,
+    // the survivors would declare it dead (and kill it) before its watchdog speaks.
+    const dir = path.join(scratch, `run-${++runs}`);
+    const job = trainCommand(4, [...common, '--hang-timeout', '4', '--run-dir', dir, '--drill', 'rank=2,step=10,phase=compute,action=hang']);
+    job.args[job.args.indexOf('mpi_ft_detector_period') + 1] = '0.5';
+    job.args[job.args.indexOf('mpi_ft_detector_timeout') + 1] = '2';
+    const run = { dir, job: await runCommand(job.command, job.args, job.env, 60_000, 'ft-train with a fast detector') };
     assertRecovered(run, [2]);
-    assert.ok(ftLines(run.job).includes('ft-train: rank 2: no progress for 3 s (stuck in a computation or a blocking call); this rank declares itself failed'), run.job.stderr);
+    assert.deepEqual(ftLines(run.job), ['ft-train: rank 2: no progress for 4 s (stuck in a computation or a blocking call); this rank declares itself failed'], run.job.stderr);
   });
 
   it('SIGSTOP during a recovery and during its readback', async () => {
