@@ -1,8 +1,8 @@
 // Lost shards read back in the order training needs them. A LazyShard's record batches load on
-// demand: ready(rows) reads at once exactly the batches those rows live in (their disk reads
-// overlapping) and awaits them; once started, a background pass reads the other batches in file
-// order, one read of at most 1 MiB at a time, while training goes on, so what a step asks for waits
-// for one background read at most, whichever of the readback's shards it is in. Each record batch
+// demand: ready(rows) reads at once exactly the batches those rows live in (blocking reads: the step
+// can only wait for them, and the threadpool's hand-offs cost more than the reads on busy cores); once started, a background pass reads the other batches in file
+// order, one read of at most 1 MiB at a time, while training goes on; what a step asks for never
+// waits for it, whichever of the readback's shards it is in. Each record batch
 // is read once (every read covers exactly the batches it loads, each checked against the
 // manifest's checksum), so a readback takes from disk at most its shards' bytes, and exactly them
 // once done. A read that fails (a batch that fails its checksum) is kept and thrown by the next
@@ -10,7 +10,7 @@
 import type { ShardLayout } from './shard-layout';
 import type { ShardData, Split } from './split';
 
-/** The largest background read: a step that needs a batch waits at most for this much. */
+/** The largest background read, so that the pass keeps little memory in flight. */
 const backgroundReadBytes = 1 << 20;
 
 const ABSENT = 0;
@@ -84,7 +84,7 @@ export class Readback {
 
   /**
    * Resolves once `rows` of `shard` are in memory. Their batches not yet asked for are read at
-   * once (adjacent ones in one read, the reads overlapping), behind at most one background read.
+   * once (adjacent ones in one read); a batch the background pass is reading is awaited.
    */
   ready(shard: number, rows: Int32Array): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
@@ -92,7 +92,7 @@ export class Readback {
     if (batches.length === 0) return Promise.resolve();
     const waiting = new Promise<void>((resolve, reject) => this.waiters.push({ batches, resolve, reject }));
     const wanted = new Set(batches);
-    for (const b of batches) if (this.state[b] === ABSENT) void this.read(this.claim(b, (next) => wanted.has(next)));
+    for (const b of batches) if (this.state[b] === ABSENT) void this.read(this.claim(b, (next) => wanted.has(next)), true);
     return waiting;
   }
 
@@ -129,9 +129,9 @@ export class Readback {
     return { shard, first, end };
   }
 
-  /** Reads a claimed run; never rejects (a failure is kept, and every waiter gets it). */
-  private read(run: Run): Promise<void> {
-    const done = this.split.loadInto(run.first, run.end, run.shard, this.layout.batchRow(run.shard.shard, run.first)).then((bytes) => {
+  /** Reads a claimed run, blocking if `now`; never rejects (a failure is kept, and every waiter gets it). */
+  private read(run: Run, now = false): Promise<void> {
+    const done = this.split.loadInto(run.first, run.end, run.shard, this.layout.batchRow(run.shard.shard, run.first), now).then((bytes) => {
       this.bytesRead += bytes;
       this.state.fill(LOADED, run.first, run.end);
       for (let i = this.waiters.length - 1; i >= 0; --i) {

@@ -1,12 +1,13 @@
 // One split (train or test) of a dataset: an Arrow IPC file read with random access through its
 // footer. Opening verifies the size and the footer; reading shards loads only their record batches
 // (one contiguous read per shard, or per run of batches for a readback that loads them on demand),
-// checks each batch's CRC-64 against the manifest, then decodes.
+// checks each batch's CRC-64 against the manifest, then decodes it (record-batch.ts).
 import type { FileHandle } from 'node:fs/promises';
 import * as path from 'node:path';
 import { AsyncRecordBatchFileReader, RecordBatchReader } from 'apache-arrow';
 import { DatasetError } from './errors';
 import { expectedSchema, type SplitEntry } from './manifest';
+import { batchLayout, copyBatch } from './record-batch';
 import { ShardLayout } from './shard-layout';
 import { crc64 } from '../checksum';
 import { sha256, VerifiedFile } from './verified-file';
@@ -25,16 +26,15 @@ export interface ShardData {
 interface Block {
   offset: number;
   length: number;
+  /** the prefix and flatbuffer metadata ahead of the body */
+  metadataLength: number;
 }
 
 export class Split {
-  private lastRead: Promise<unknown> = Promise.resolve();
-
   private constructor(
     readonly name: string,
     private readonly entry: SplitEntry,
     private readonly file: VerifiedFile,
-    private readonly reader: AsyncRecordBatchFileReader,
     private readonly blocks: Block[],
     readonly sampleSize: number,
     private readonly classes: number,
@@ -65,7 +65,7 @@ export class Split {
         throw new DatasetError(filePath, `wrong schema: expected ${describe(expected)}, got ${describe(got)}`);
       }
       const blocks = Split.blockTable(filePath, reader, entry);
-      return new Split(name, entry, file, reader, blocks, sampleShape.reduce((a, b) => a * b, 1), classes);
+      return new Split(name, entry, file, blocks, sampleShape.reduce((a, b) => a * b, 1), classes);
     } catch (error) {
       await file.close();
       throw error;
@@ -84,7 +84,7 @@ export class Split {
       const length = block.metaDataLength + Number(block.bodyLength);
       if (offset < end || offset + length > entry.tail.offset) throw new DatasetError(filePath, `corrupt: record batch ${i} lies outside the data area`);
       end = offset + length;
-      return { offset, length };
+      return { offset, length, metadataLength: block.metaDataLength };
     });
   }
 
@@ -180,59 +180,40 @@ export class Split {
   /**
    * Reads record batches [first, end) in one contiguous read, checks each against the manifest's
    * checksum, then decodes them into `into` from row `row` on. Resolves to the bytes this read took
-   * from disk. The disk reads of several calls overlap; checking and decoding run one call at a
-   * time, in the order called (they share the file's kept ranges).
+   * from disk. The disk reads of several calls overlap, unless `now`: then the read blocks (for
+   * data the caller can only wait for).
    */
-  loadInto(first: number, end: number, into: ShardData, row: number): Promise<number> {
+  async loadInto(first: number, end: number, into: ShardData, row: number, now = false): Promise<number> {
     const { start, length } = this.span(first, end);
-    const read = this.file.load(start, length);
-    // handled where it is awaited, maybe after it failed: no unhandled rejection meanwhile
-    read.catch(() => undefined);
-    const result = this.lastRead.then(async () => {
-      const bytes = await read;
-      await this.decodeInto(first, end, start, bytes, into, row);
-      return bytes.length;
-    });
-    this.lastRead = result.catch(() => undefined);
-    return result;
+    const bytes = now ? this.file.loadNow(start, length) : await this.file.load(start, length);
+    this.decodeInto(first, end, start, bytes, into, row);
+    return bytes.length;
   }
 
   /** Checks record batches [first, end), read from `start` on as `bytes`, and decodes them into `into` from `row` on. */
-  private async decodeInto(first: number, end: number, start: number, bytes: Buffer, into: ShardData, row: number): Promise<void> {
+  private decodeInto(first: number, end: number, start: number, bytes: Buffer, into: ShardData, row: number): void {
     for (let i = first; i < end; ++i) {
       const block = bytes.subarray(this.blocks[i].offset - start, this.blocks[i].offset - start + this.blocks[i].length);
       if (crc64(block) !== this.entry.record_batches[i].crc64) {
         throw new DatasetError(this.path, `corrupt: record batch ${i} fails the manifest checksum`);
       }
     }
-    this.file.keep(start, bytes);
-    try {
-      for (let i = first; i < end; ++i) {
-        const decoded = await this.decodeBatch(i);
-        const bad = decoded.labels.find((label) => !(label >= 0 && label < this.classes));
-        if (bad !== undefined) throw new DatasetError(this.path, `corrupt: record batch ${i} holds label ${bad}, outside [0, ${this.classes})`);
-        into.images.set(decoded.images, row * this.sampleSize);
-        into.labels.set(decoded.labels, row);
-        row += decoded.labels.length;
+    for (let i = first; i < end; ++i) {
+      const block = bytes.subarray(this.blocks[i].offset - start, this.blocks[i].offset - start + this.blocks[i].length);
+      let layout;
+      try {
+        layout = batchLayout(block, this.blocks[i].metadataLength, this.sampleSize);
+      } catch (error) {
+        throw new DatasetError(this.path, `corrupt: record batch ${i}: ${(error as Error).message}`);
       }
-    } finally {
-      this.file.forget(1);
+      const expectedRows = this.entry.record_batches[i].rows;
+      if (layout.rows !== expectedRows) throw new DatasetError(this.path, `corrupt: record batch ${i} has ${layout.rows} rows, the manifest says ${expectedRows}`);
+      copyBatch(block, layout, this.sampleSize, into.images, into.labels, row);
+      const labels = into.labels.subarray(row, row + layout.rows);
+      const bad = labels.find((label) => !(label >= 0 && label < this.classes));
+      if (bad !== undefined) throw new DatasetError(this.path, `corrupt: record batch ${i} holds label ${bad}, outside [0, ${this.classes})`);
+      row += layout.rows;
     }
-  }
-
-  /** Record batch i's pixels and labels (views into arrow's buffers). */
-  private async decodeBatch(i: number): Promise<{ images: Uint8Array; labels: Int32Array }> {
-    const batch = await this.reader.readRecordBatch(i);
-    const expectedRows = this.entry.record_batches[i].rows;
-    if (!batch || batch.numRows !== expectedRows) throw new DatasetError(this.path, `corrupt: record batch ${i} has ${batch?.numRows ?? 0} rows, the manifest says ${expectedRows}`);
-    const image = batch.getChildAt(0)!.data[0];
-    const pixels = image.children[0];
-    const labels = batch.getChildAt(1)!.data[0];
-    const first = pixels.offset + image.offset * this.sampleSize;
-    return {
-      images: (pixels.values as Uint8Array).subarray(first, first + expectedRows * this.sampleSize),
-      labels: (labels.values as Int32Array).subarray(labels.offset, labels.offset + expectedRows),
-    };
   }
 }
 

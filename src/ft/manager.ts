@@ -411,7 +411,10 @@ export class Manager {
 
   private rebuildSum(): void {
     const { onFailure, sumLength, add } = this.config;
+    const previous = this.sum;
     this.sum = onFailure === 'exact' ? new ShardSum(this.comm, this.map, sumLength, add) : undefined;
+    // a survivor's vectors for the step being retried stay valid: the parameters are untouched
+    if (previous && this.sum) this.sum.carryFrom(previous);
   }
 
   /** Reads `shards` into memory, whole. */

@@ -3,7 +3,9 @@
 // alltoallv sends every held shard's piece of chunk c to c's owner, which adds the S pieces in shard
 // order ((g0 + g1) + g2) + ...; an allgatherv gives everyone the sum. Chunk bounds move with the
 // world size, the order of additions per element never does, so the result has the same bits at
-// any world size and under any shard map.
+// any world size and under any shard map. Each held shard's vector is tagged with its step, so that
+// the sum a recovery builds for the smaller world keeps the vectors the survivors already computed
+// for the step being retried.
 import type { Communicator } from '../comm';
 import type { ShardMap } from '../data/shard-map';
 
@@ -19,6 +21,8 @@ export class ShardSum {
   /** where shard s's piece of my chunk starts in receiveBuffer */
   private readonly pieceAt: number[];
   private readonly chunk: Float32Array;
+  /** the step whose vector held shard s's slot holds */
+  private readonly stepOf = new Map<number, number>();
   readonly total: Float32Array;
 
   /** `add(acc, x)`: acc += x element-wise (the backend's addInPlace). */
@@ -46,8 +50,8 @@ export class ShardSum {
     this.total = new Float32Array(length);
   }
 
-  /** Stores held shard s's vector followed by `tail` (copied; the caller may reuse its buffer). */
-  put(shard: number, vector: Float32Array, ...tail: number[]): void {
+  /** Stores held shard s's vector for `step` followed by `tail` (copied; the caller may reuse its buffer). */
+  put(shard: number, step: number, vector: Float32Array, ...tail: number[]): void {
     const h = this.held.indexOf(shard);
     if (h < 0) throw new RangeError(`ShardSum.put: shard ${shard} is not held by this rank (holds ${this.held})`);
     const split = vector.length;
@@ -57,6 +61,37 @@ export class ShardSum {
       const at = this.held.length * start + h * (end - start);
       if (start < split) this.sendBuffer.set(vector.subarray(start, Math.min(end, split)), at);
       for (let i = Math.max(start, split); i < end; ++i) this.sendBuffer[at + i - start] = tail[i - split];
+    }
+    this.stepOf.set(shard, step);
+  }
+
+  /** Whether held shard s's vector for `step` is stored. */
+  holds(shard: number, step: number): boolean {
+    return this.stepOf.get(shard) === step;
+  }
+
+  /** Stores the vectors `previous` (this rank's sum before a repair) holds of shards this sum holds too. */
+  carryFrom(previous: ShardSum): void {
+    if (previous.length !== this.length) throw new RangeError(`ShardSum.carryFrom: vectors of ${previous.length} elements, this sum's have ${this.length}`);
+    for (const [shard, step] of previous.stepOf) {
+      const h = this.held.indexOf(shard);
+      if (h < 0) continue;
+      for (let c = 0; c + 1 < this.bounds.length; ++c) {
+        const [start, end] = [this.bounds[c], this.bounds[c + 1]];
+        previous.copyOut(shard, start, end, this.sendBuffer, this.held.length * start + h * (end - start));
+      }
+      this.stepOf.set(shard, step);
+    }
+  }
+
+  /** Copies elements [from, to) of held shard s's vector into `target` at `at`. */
+  private copyOut(shard: number, from: number, to: number, target: Float32Array, at: number): void {
+    const h = this.held.indexOf(shard);
+    for (let c = 0; c + 1 < this.bounds.length; ++c) {
+      const [start, end] = [Math.max(from, this.bounds[c]), Math.min(to, this.bounds[c + 1])];
+      if (start >= end) continue;
+      const source = this.held.length * this.bounds[c] + h * (this.bounds[c + 1] - this.bounds[c]) + start - this.bounds[c];
+      target.set(this.sendBuffer.subarray(source, source + end - start), at + start - from);
     }
   }
 

@@ -191,12 +191,16 @@ export class Trainer implements StateSource {
     return { epoch: this.shrinkStep.epoch, samples: this.shrinkStep.samples, lr: base * rescale };
   }
 
-  /** Exact mode: one gradient per held shard, each into the shard-ordered sum. */
+  /**
+   * Exact mode: one gradient per held shard, each into the shard-ordered sum; a retried step
+   * computes only the shards whose gradient is not there yet (those taken over from lost ranks).
+   */
   private async computeShards(epoch: number, samples: number): Promise<void> {
     const t = this.step % this.plan.stepsPerEpoch;
     const gradients = this.net.params.gradients;
     const sum = this.ft.shardSum;
     for (const shard of sum.held) {
+      if (sum.holds(shard, this.step)) continue;
       const rows = this.plan.rows(shard, epoch, t);
       let loss = 0;
       if (rows.length === 0) gradients.fill(0);
@@ -207,7 +211,7 @@ export class Trainer implements StateSource {
         const key = { seed: this.config.seed, epoch, step: t, shard };
         loss = this.net.lossAndGradient(x, labels, rows.length, key, samples).loss * (rows.length / samples);
       }
-      sum.put(shard, gradients, loss);
+      sum.put(shard, this.step, gradients, loss);
     }
   }
 

@@ -1,6 +1,7 @@
 // Arrow datasets on disk: the Fashion-MNIST conversion against Debian's IDX files, partial readback
 // of shards (bytes counted), sample identity whichever rank reads a shard, the synthetic generator,
 // and one clear error line for every kind of broken dataset.
+import { RecordBatchReader, type RecordBatchFileReader } from 'apache-arrow';
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -8,6 +9,7 @@ import { convertFashionMnist, debianSource, readIdxSplit } from '../../datasets/
 import { generateSynthetic, syntheticDefaults } from '../../datasets/synthetic';
 import { Dataset } from '../../src/data/dataset';
 import { gatherBatch, MicroBatches } from '../../src/data/micro-batches';
+import { batchLayout, copyBatch } from '../../src/data/record-batch';
 import { ShardMap } from '../../src/data/shard-map';
 import type { ShardData } from '../../src/data/split';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -237,6 +239,28 @@ describe('Arrow datasets', function () {
       const file = path.join(dir, 'train.arrow');
       flipByte(file, fs.statSync(file).size - 40);
       await expectError(dir, `${file}: corrupt: its footer fails the manifest checksum`);
+    });
+
+    it('a record batch whose bytes do not hold the schema\'s columns, its checksum aside', async () => {
+      const file = path.join(synthetic, 'train.arrow');
+      const reader = RecordBatchReader.from(fs.readFileSync(file)) as RecordBatchFileReader;
+      reader.open();
+      const { offset, metaDataLength, bodyLength } = reader.footer!.getRecordBatch(3)!;
+      const block = fs.readFileSync(file).subarray(Number(offset), Number(offset) + metaDataLength + Number(bodyLength));
+      const layout = batchLayout(block, metaDataLength, 64);
+      assert.equal(layout.rows, 50);
+      const images = new Uint8Array(50 * 64);
+      const labels = new Int32Array(50);
+      copyBatch(block, layout, 64, images, labels, 0);
+      await withDataset(synthetic, async (d) => {
+        const shard = (await d.train.readShards(d.train.layout(20), [3])).get(3)!;
+        assert.deepEqual(images, shard.images);
+        assert.deepEqual(labels, shard.labels);
+      });
+      assert.throws(() => batchLayout(block, metaDataLength, 63), { message: 'its columns are not 50 images of 63 pixels and 50 labels' });
+      assert.throws(() => batchLayout(block.subarray(0, metaDataLength + 100), metaDataLength, 64), { message: `its body of ${Number(bodyLength)} bytes overruns its block` });
+      assert.throws(() => batchLayout(block, block.length + 8, 64), { message: `its metadata length ${block.length + 8} does not fit its ${block.length} bytes` });
+      assert.throws(() => batchLayout(block.subarray(metaDataLength), 16, 64), { message: /^its metadata/ });
     });
 
     it('more shards than the data allows', async () => {
