@@ -414,7 +414,7 @@ export class Manager {
     const previous = this.sum;
     this.sum = onFailure === 'exact' ? new ShardSum(this.comm, this.map, sumLength, add) : undefined;
     // a survivor's vectors for the step being retried stay valid: the parameters are untouched
-    if (previous && this.sum) this.sum.carryFrom(previous);
+    if (previous && this.sum) this.sum.carryFrom(previous, this.step);
   }
 
   /** Reads `shards` into memory, whole. */

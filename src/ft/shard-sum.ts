@@ -70,12 +70,12 @@ export class ShardSum {
     return this.stepOf.get(shard) === step;
   }
 
-  /** Stores the vectors `previous` (this rank's sum before a repair) holds of shards this sum holds too. */
-  carryFrom(previous: ShardSum): void {
+  /** Stores the vectors for `step` that `previous` (this rank's sum before a repair) holds of shards this sum holds too. */
+  carryFrom(previous: ShardSum, step: number): void {
     if (previous.length !== this.length) throw new RangeError(`ShardSum.carryFrom: vectors of ${previous.length} elements, this sum's have ${this.length}`);
-    for (const [shard, step] of previous.stepOf) {
+    for (const shard of previous.held) {
       const h = this.held.indexOf(shard);
-      if (h < 0) continue;
+      if (h < 0 || !previous.holds(shard, step)) continue;
       for (let c = 0; c + 1 < this.bounds.length; ++c) {
         const [start, end] = [this.bounds[c], this.bounds[c + 1]];
         previous.copyOut(shard, start, end, this.sendBuffer, this.held.length * start + h * (end - start));
