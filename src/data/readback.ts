@@ -1,11 +1,11 @@
 // Lost shards read back in the order training needs them. A LazyShard's record batches load on
-// demand: ready(rows) reads at once exactly the batches those rows live in (blocking reads: the step
-// can only wait for them, and the threadpool's hand-offs cost more than the reads on busy cores); once started, a background pass reads the other batches in file
-// order, one read of at most 1 MiB at a time, while training goes on; what a step asks for never
-// waits for it, whichever of the readback's shards it is in. Each record batch
-// is read once (every read covers exactly the batches it loads, each checked against the
-// manifest's checksum), so a readback takes from disk at most its shards' bytes, and exactly them
-// once done. A read that fails (a batch that fails its checksum) is kept and thrown by the next
+// demand: ready(rows) reads at once exactly the batches those rows live in (blocking reads: the
+// step can only wait for them, and the threadpool's hand-offs cost more than the reads on busy
+// cores); once started, a background pass reads the other batches in file order, one read of at
+// most 1 MiB at a time, while training goes on; what a step asks for never waits for it, whichever
+// of the readback's shards it is in. Each record batch is read once (every read covers exactly the
+// batches it loads, each checked against the manifest's checksum), so a readback takes from disk
+// at most its shards' bytes, and exactly them once done. A read that fails (a batch that fails its checksum) is kept and thrown by the next
 // ready(), so the step that needs the data stops the job through the normal error path.
 import type { ShardLayout } from './shard-layout';
 import type { ShardData, Split } from './split';

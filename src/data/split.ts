@@ -192,14 +192,14 @@ export class Split {
 
   /** Checks record batches [first, end), read from `start` on as `bytes`, and decodes them into `into` from `row` on. */
   private decodeInto(first: number, end: number, start: number, bytes: Buffer, into: ShardData, row: number): void {
+    const blocks = this.blocks.slice(first, end).map(({ offset, length }) => bytes.subarray(offset - start, offset - start + length));
     for (let i = first; i < end; ++i) {
-      const block = bytes.subarray(this.blocks[i].offset - start, this.blocks[i].offset - start + this.blocks[i].length);
-      if (crc64(block) !== this.entry.record_batches[i].crc64) {
+      if (crc64(blocks[i - first]) !== this.entry.record_batches[i].crc64) {
         throw new DatasetError(this.path, `corrupt: record batch ${i} fails the manifest checksum`);
       }
     }
     for (let i = first; i < end; ++i) {
-      const block = bytes.subarray(this.blocks[i].offset - start, this.blocks[i].offset - start + this.blocks[i].length);
+      const block = blocks[i - first];
       let layout;
       try {
         layout = batchLayout(block, this.blocks[i].metadataLength, this.sampleSize);

@@ -58,7 +58,7 @@ export class ShardSum {
     if (split + tail.length !== this.length) throw new RangeError(`ShardSum.put: expected ${this.length} elements, got ${split} + ${tail.length}`);
     for (let c = 0; c + 1 < this.bounds.length; ++c) {
       const [start, end] = [this.bounds[c], this.bounds[c + 1]];
-      const at = this.held.length * start + h * (end - start);
+      const at = this.pieceStart(h, c);
       if (start < split) this.sendBuffer.set(vector.subarray(start, Math.min(end, split)), at);
       for (let i = Math.max(start, split); i < end; ++i) this.sendBuffer[at + i - start] = tail[i - split];
     }
@@ -76,10 +76,7 @@ export class ShardSum {
     for (const shard of previous.held) {
       const h = this.held.indexOf(shard);
       if (h < 0 || !previous.holds(shard, step)) continue;
-      for (let c = 0; c + 1 < this.bounds.length; ++c) {
-        const [start, end] = [this.bounds[c], this.bounds[c + 1]];
-        previous.copyOut(shard, start, end, this.sendBuffer, this.held.length * start + h * (end - start));
-      }
+      for (let c = 0; c + 1 < this.bounds.length; ++c) previous.copyOut(shard, this.bounds[c], this.bounds[c + 1], this.sendBuffer, this.pieceStart(h, c));
       this.stepOf.set(shard, step);
     }
   }
@@ -90,9 +87,14 @@ export class ShardSum {
     for (let c = 0; c + 1 < this.bounds.length; ++c) {
       const [start, end] = [Math.max(from, this.bounds[c]), Math.min(to, this.bounds[c + 1])];
       if (start >= end) continue;
-      const source = this.held.length * this.bounds[c] + h * (this.bounds[c + 1] - this.bounds[c]) + start - this.bounds[c];
+      const source = this.pieceStart(h, c) + start - this.bounds[c];
       target.set(this.sendBuffer.subarray(source, source + end - start), at + start - from);
     }
+  }
+
+  /** Where the piece of chunk c of the held shard at index h starts in sendBuffer (chunk by chunk, shard by shard within one). */
+  private pieceStart(h: number, c: number): number {
+    return this.held.length * this.bounds[c] + h * (this.bounds[c + 1] - this.bounds[c]);
   }
 
   /** The shard-ordered sum of every shard's vector, on every rank (in `total`). */
