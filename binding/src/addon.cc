@@ -17,8 +17,7 @@
 namespace ft {
 
 namespace {
-#if defined(FT_HAVE_MPIX_COMM_REVOKE) && defined(FT_HAVE_MPIX_COMM_SHRINK) && \
-    defined(FT_HAVE_MPIX_COMM_AGREE) && defined(FT_HAVE_MPIX_COMM_IAGREE)
+#if defined(FT_HAVE_MPIX_COMM_REVOKE) && defined(FT_HAVE_MPIX_COMM_SHRINK) && defined(FT_HAVE_MPIX_COMM_IAGREE)
 constexpr bool kUlfm = true;
 #else
 constexpr bool kUlfm = false;

@@ -1,10 +1,11 @@
 // The comm thread: one dedicated thread owns every MPI call (Horovod's background loop). JS
 // enqueues an Op and gets a Promise; the thread runs the Op and hands it back to the main thread
 // through a thread-safe function, which settles the Promise. The event loop never blocks on MPI.
-// Collectives are started non-blocking and polled (Wait) against a deadline, so that no wait is
-// unbounded and an urgent Op (revoke) runs even while a collective is stuck: it never queues
-// behind one. Past the deadline the thread revokes the communicator itself and the Op fails with
-// a timeout (CommTimeoutError in JS).
+// Collectives and agreements are started non-blocking and polled (Wait) against a deadline, so
+// that none waits unbounded and an urgent Op (revoke) runs even while one is stuck: it never queues
+// behind it. Past the deadline the thread revokes the communicator itself and the Op fails with a
+// timeout (CommTimeoutError in JS). MPI's blocking calls (init, shrink, finalize: Open MPI 5.0 has
+// no non-blocking shrink) are bounded from JS instead (withDeadline), which then ends the process.
 #pragma once
 #include <napi.h>
 
@@ -82,7 +83,11 @@ class CommThread {
   // detector, in its thread-less mode, sends and checks heartbeats only from MPI's progress: an
   // idle comm thread would otherwise look dead to its peers while the main thread computes.
   void SetIdleProgress(std::chrono::milliseconds period) {
-    idleProgressMs_.store(period.count());
+    {
+      // under the mutex: a comm thread that just read the old period must be waiting when notified
+      std::lock_guard<std::mutex> lock(mutex_);
+      idleProgressMs_.store(period.count());
+    }
     wake_.notify_one();
   }
 
