@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
  * units (JavaScript's default sort), keys whose value is undefined left out; array items in order,
  * undefined as null; strings and numbers as JSON.stringify writes them.
  */
-export function canonicalJson(value: unknown): string {
+function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map((item) => canonicalJson(item ?? null)).join(',')}]`;
   if (value !== null && typeof value === 'object') {
     const entries = Object.entries(value).filter(([, v]) => v !== undefined);

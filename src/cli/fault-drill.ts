@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
 import { runFiles } from '../run/files';
+import { readPid } from '../run/pids';
 import { lastRecord, readObject } from '../run/reader';
 import type { StepRecord, Summary } from '../run/records';
 import { forwardJobStderr, trainCommand, trainFlag } from './mpirun';
@@ -16,8 +17,8 @@ export type DrillSignal = 'SIGKILL' | 'SIGSTOP';
 export interface Kill {
   rank: number;
   step: number;
-  /** SIGKILL unless said */
-  signal?: DrillSignal;
+  /** SIGKILL (--kill) or SIGSTOP (--stop) */
+  signal: DrillSignal;
   pid?: number;
   /** when the signal was sent */
   time?: number;
@@ -53,7 +54,7 @@ function runDirOf(trainArgs: string[]): string {
 /** Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills`; writes drill.json when there are any. */
 export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]): Promise<DrillOutcome> {
   const runDir = runDirOf(trainArgs);
-  const plan = kills.map((k) => ({ rank: k.rank, step: k.step, signal: k.signal ?? 'SIGKILL' }) as Kill);
+  const plan = kills.map((k) => ({ rank: k.rank, step: k.step, signal: k.signal }) as Kill);
   const { command, args, env } = trainCommand(ranks, trainArgs);
   const job = spawn(command, args, { env, stdio: ['inherit', 'inherit', 'pipe'] });
   forwardJobStderr(job.stderr!);
@@ -69,7 +70,9 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
       if (kill.time !== undefined || kill.error !== undefined || step < kill.step) continue;
       const what = kill.signal === 'SIGSTOP' ? 'kill -STOP' : 'kill -9';
       try {
-        kill.pid = Number(fs.readFileSync(path.join(runDir, runFiles.pids, String(kill.rank)), 'utf8'));
+        const pid = readPid(path.join(runDir, runFiles.pids), kill.rank);
+        if (pid === null) throw new Error(`no pid file for world rank ${kill.rank}`);
+        kill.pid = pid;
         process.kill(kill.pid, kill.signal);
         kill.time = Date.now();
         console.log(`[drill] ${what} ${kill.pid} (world rank ${kill.rank}) after step ${step}`);

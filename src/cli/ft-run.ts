@@ -11,7 +11,7 @@ import * as path from 'node:path';
 import { commandLine, last, UsageError } from './command';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, trainCommand, trainFlag, type Command } from './mpirun';
 import { runFiles } from '../run/files';
-import { rankList, rankProcess } from '../run/pids';
+import { rankList, signalRanks } from '../run/pids';
 import { readObject } from '../run/reader';
 
 /** How long the ranks get to checkpoint and stop after the first SIGINT/SIGTERM before mpirun is told to end the job. */
@@ -59,18 +59,7 @@ function unfinished(runDir: string): string | undefined {
  */
 function stopRanks(runDir: string, marker: string): number {
   const pidsDir = path.join(runDir, runFiles.pids);
-  let signalled = 0;
-  for (const rank of rankList(pidsDir)) {
-    const pid = rankProcess(pidsDir, rank, [marker]);
-    try {
-      if (pid === null) continue;
-      process.kill(pid, 'SIGTERM');
-      ++signalled;
-    } catch {
-      // the rank is gone already
-    }
-  }
-  return signalled;
+  return signalRanks(pidsDir, rankList(pidsDir), () => [marker], 'SIGTERM').length;
 }
 
 /** Runs the job with the terminal's stdout and stderr; resolves to mpirun's exit code. */

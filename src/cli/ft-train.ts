@@ -263,7 +263,7 @@ async function main(): Promise<number> {
   disarm();
   await dataset.close();
   await closeLogger(logger);
-  await ft.close().catch(() => undefined);
+  await withDeadline(ft.close(), bounds.commMs, 'MPI_Comm_free').catch(() => undefined);
   const finalized = await withDeadline(finalize(), bounds.commMs, 'MPI_Finalize').then(() => true, () => false);
   // a finalize that never returns would keep the process alive: every rank has agreed on the end already
   if (!finalized) process.exit(code);

@@ -14,7 +14,7 @@ export const mpiHome = process.env.FT_MPI_HOME ?? '/opt/ompi-ulfm';
 export const defaultHangTimeoutS = 30;
 
 /** The script every rank of an ft-train job runs. */
-export const ftTrainScript = path.join(__dirname, '..', '..', '..', 'launch', 'ft-train.js');
+const ftTrainScript = path.join(__dirname, '..', '..', '..', 'launch', 'ft-train.js');
 
 export interface MpirunOptions {
   /** Number of ranks. */
@@ -47,13 +47,13 @@ export interface Command {
  * job hung in MPI_Finalize after training, at 0.5/2, 1/4 and 7.5/30 s. The cost: a rank that
  * stays out of MPI (one long kernel, a long write) for longer than the timeout is taken for hung.
  */
-export function detectorSettings(hangTimeoutS: number): string[] {
+function detectorSettings(hangTimeoutS: number): string[] {
   return ['--mca', 'mpi_ft_detector', 'true', '--mca', 'mpi_ft_detector_thread', 'false',
     '--mca', 'mpi_ft_detector_period', String(hangTimeoutS / 4), '--mca', 'mpi_ft_detector_timeout', String(hangTimeoutS)];
 }
 
 /** Slots of an Open MPI hostfile: the sum of `slots=K` over its host lines, a line without it counting 1. */
-export function hostfileSlots(file: string): number {
+function hostfileSlots(file: string): number {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
@@ -115,7 +115,7 @@ export function trainFlag(args: string[], name: string): string | undefined {
 }
 
 /** ft-train's --hang-timeout in `trainArgs` (defaultHangTimeoutS when absent); one line if it is no number > 0. */
-export function hangTimeoutOf(trainArgs: string[]): number {
+function hangTimeoutOf(trainArgs: string[]): number {
   const text = trainFlag(trainArgs, 'hang-timeout');
   if (text === undefined) return defaultHangTimeoutS;
   const seconds = Number(text);

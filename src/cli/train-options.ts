@@ -4,6 +4,7 @@ import { parseDrill, phases, type Drill } from '../ft/drills';
 import { parseLrSchedule } from '../solver/lr-schedule';
 import type { TrainConfig } from '../solver/trainer';
 import { commandLine, last, UsageError } from './command';
+import { defaultHangTimeoutS } from './mpirun';
 
 export interface TrainOptions extends Omit<TrainConfig, 'shards'> {
   model: string;
@@ -75,7 +76,7 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     .option('lr-rescale', { choices: ['linear', 'none'] as const, default: 'linear' as const, coerce: last<'linear' | 'none'>, describe: 'shrink mode: scale the rate with the global batch', group: 'Fault tolerance:' })
     .option('min-ranks', { type: 'number', default: 1, coerce: positiveInt('min-ranks'), describe: 'stop (exit code 3) when fewer ranks survive', group: 'Fault tolerance:' })
     .option('max-retries', { type: 'number', default: 5, coerce: positiveInt('max-retries'), describe: 'repair attempts per failure', group: 'Fault tolerance:' })
-    .option('hang-timeout', { type: 'number', default: 30, coerce: positive('hang-timeout'), describe: 'seconds without progress after which a rank counts as failed: it is declared dead (by MPI\'s detector, which launch/ft-run sets to the same value) and killed; also bounds every wait', group: 'Fault tolerance:' })
+    .option('hang-timeout', { type: 'number', default: defaultHangTimeoutS, coerce: positive('hang-timeout'), describe: 'seconds without progress after which a rank counts as failed: it is declared dead (by MPI\'s detector, which launch/ft-run sets to the same value) and killed; also bounds every wait', group: 'Fault tolerance:' })
     .option('drill', { type: 'string', array: true, default: [] as string[], describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), or spins forever (hang), at phase P of step K (repeatable; for tests). P: ${phases.join('|')}`, group: 'Fault tolerance:' })
     .option('jit-checkpoint', { choices: ['on', 'off'] as const, default: 'on' as const, coerce: last<'on' | 'off'>, describe: 'after a failure, the survivors write a checkpoint of the failed step\'s start', group: 'Checkpoints:' })
     .option('checkpoint-dir', { type: 'string', coerce: nonEmptyPath('checkpoint-dir'), describe: 'where checkpoints go (default: <run-dir>/ckpt)', group: 'Checkpoints:' })

@@ -10,7 +10,7 @@
 // A rank declared dead may still exist (stopped): the survivors kill it, so it can never come back
 // and mpirun ends with the job.
 import { addon } from '../native';
-import { rankProcess } from '../run/pids';
+import { rankProcess, signalRanks } from '../run/pids';
 
 export interface HangBounds {
   /** no beat from the event loop for this long: the rank kills itself */
@@ -50,29 +50,22 @@ export function beat(): void {
   addon.beat();
 }
 
-/** The pid of world rank `rank` of this job (its rank and PMIx namespace) if it still runs on this host. */
-function jobProcess(pidsDir: string, rank: number): number | null {
+/** What identifies world rank `rank` of this job in a process's environment (its rank and PMIx namespace). */
+function jobMarks(rank: number): string[] {
   const namespace = process.env.PMIX_NAMESPACE;
-  return rankProcess(pidsDir, rank, [`OMPI_COMM_WORLD_RANK=${rank}`, ...(namespace ? [`PMIX_NAMESPACE=${namespace}`] : [])]);
+  return [`OMPI_COMM_WORLD_RANK=${rank}`, ...(namespace ? [`PMIX_NAMESPACE=${namespace}`] : [])];
 }
 
 /** Kills the processes of `worldRanks` that still exist on this host: a rank declared dead for hanging is stopped, not gone. */
 export function killDeclaredDead(pidsDir: string, worldRanks: readonly number[]): number[] {
-  const killed: number[] = [];
-  for (const rank of worldRanks) {
-    const pid = jobProcess(pidsDir, rank);
-    if (pid === null) continue;
-    process.kill(pid, 'SIGKILL');
-    killed.push(rank);
-  }
-  return killed;
+  return signalRanks(pidsDir, worldRanks, jobMarks, 'SIGKILL');
 }
 
 /** Waits (polling, at most `ms`) until none of `worldRanks` runs on this host any more. */
 export async function peersGone(pidsDir: string, worldRanks: readonly number[], ms: number): Promise<boolean> {
   const deadline = Date.now() + ms;
   for (;;) {
-    if (worldRanks.every((rank) => jobProcess(pidsDir, rank) === null)) return true;
+    if (worldRanks.every((rank) => rankProcess(pidsDir, rank, jobMarks(rank)) === null)) return true;
     if (Date.now() > deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }

@@ -34,3 +34,22 @@ export function rankProcess(pidsDir: string, rank: number, marks: readonly strin
   const environ = pid === null ? null : environOf(pid);
   return environ !== null && marks.every((mark) => environ.includes(mark)) ? pid : null;
 }
+
+/**
+ * Sends `signal` to each of `ranks` whose process runs on this host with the marks `marksOf(rank)`
+ * gives; a process that ends in the meantime is skipped. The ranks signalled.
+ */
+export function signalRanks(pidsDir: string, ranks: readonly number[], marksOf: (rank: number) => readonly string[], signal: NodeJS.Signals): number[] {
+  const signalled: number[] = [];
+  for (const rank of ranks) {
+    const pid = rankProcess(pidsDir, rank, marksOf(rank));
+    if (pid === null) continue;
+    try {
+      process.kill(pid, signal);
+      signalled.push(rank);
+    } catch {
+      // it ended between the check and the signal
+    }
+  }
+  return signalled;
+}
