@@ -1,13 +1,16 @@
-// Checkpoints: the training state at the start of a step (parameters and momentum in one
-// safetensors file, state.safetensors) plus manifest.json (step, shards, shard map, seed, the
+// Checkpoints: the training state at the start of a step (parameters and the optimizer's state
+// slots in one safetensors file, state.safetensors) plus manifest.json (step, shards, shard map, seed, the
 // settings that fix the result and their sha256, world history, a CRC-64 per stripe of the file,
-// and the manifest's own sha256). The live ranks write the file in parallel stripes; the leader
+// and the manifest's own sha256). The live ranks write the file in parallel stripes, rank c the
+// chunk c (chunks.ts) of every tensor group, which is the part of the state it holds when the
+// optimizer state is sharded; the leader
 // commits by renaming the manifest in last, so a checkpoint without a manifest, or whose checksums
 // fail, is never used.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { syncDirectory, writeAtomically } from '../atomic-write';
 import { crc64 } from '../checksum';
+import { chunkBounds } from '../chunks';
 import { namingFile } from '../file-errors';
 import { canonicalSha256 } from './canonical-json';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
@@ -58,53 +61,73 @@ function manifestSha256(manifest: Omit<CheckpointManifest, 'manifest_sha256'>): 
   return canonicalSha256(manifest);
 }
 
-/** The state a checkpoint holds: `params` then `velocity`, each laid out as `tensors`. */
+/**
+ * The state a checkpoint holds: `params`, then each optimizer state slot (SGD: velocity; AdamW:
+ * exp_avg, exp_avg_sq), each laid out as `tensors`. A slot's `data` holds elements [held.from,
+ * held.to) only: all of them when the state is replicated, this rank's chunk when it is sharded.
+ */
 export interface TrainingState {
   tensors: readonly TensorInfo[];
   params: Float32Array;
-  velocity: Float32Array;
+  slots: { name: string; data: Float32Array }[];
+  held: { from: number; to: number };
 }
 
 export function checkpointDir(root: string, step: number): string {
   return path.join(root, `step-${String(step).padStart(8, '0')}`);
 }
 
-function stateTensors(tensors: readonly TensorInfo[]): TensorInfo[] {
-  return [...tensors.map((t) => ({ name: `params.${t.name}`, shape: t.shape })), ...tensors.map((t) => ({ name: `velocity.${t.name}`, shape: t.shape }))];
+function stateTensors(tensors: readonly TensorInfo[], slots: readonly string[]): TensorInfo[] {
+  return ['params', ...slots].flatMap((group) => tensors.map((t) => ({ name: `${group}.${t.name}`, shape: t.shape })));
 }
 
-/** The state file's size: header, then params and velocity as float32. */
+function headerOf(state: TrainingState): Buffer {
+  return safetensorsHeader(stateTensors(state.tensors, state.slots.map((s) => s.name)));
+}
+
+/** The state file's size: header, then params and every slot as float32. */
 function stateFileBytes(state: TrainingState): number {
-  return safetensorsHeader(stateTensors(state.tensors)).length + 4 * (state.params.length + state.velocity.length);
+  return headerOf(state).length + 4 * state.params.length * (1 + state.slots.length);
 }
 
-/** Byte ranges of the n stripes of the state file (stripe 0 also holds the header). */
+/**
+ * The stripes of the state file written by n ranks: one per tensor group (params, then each slot)
+ * and chunk, group by group; stripe g n + c is chunk c of group g (stripe 0 also holds the header).
+ */
 export function stripeRanges(state: TrainingState, n: number): { offset: number; length: number }[] {
-  const header = safetensorsHeader(stateTensors(state.tensors)).length;
-  const floats = state.params.length + state.velocity.length;
-  return Array.from({ length: n }, (_, i) => {
-    const start = i === 0 ? 0 : header + 4 * Math.floor((i * floats) / n);
-    const end = header + 4 * Math.floor(((i + 1) * floats) / n);
+  const header = headerOf(state).length;
+  const P = state.params.length;
+  const bounds = chunkBounds(P + 1, n).map((b) => Math.min(b, P));
+  return Array.from({ length: (1 + state.slots.length) * n }, (_, i) => {
+    const [g, c] = [Math.floor(i / n), i % n];
+    const start = i === 0 ? 0 : header + 4 * (g * P + bounds[c]);
+    const end = header + 4 * (g * P + bounds[c + 1]);
     return { offset: start, length: end - start };
   });
 }
 
-/** Writes stripe i of n of the state file into `dir` (straight from the buffers, fsynced); returns its CRC-64. */
-export function writeStripe(dir: string, state: TrainingState, i: number, n: number): string {
+/**
+ * Writes rank i of n's stripes of the state file into `dir` (chunk i of every group, straight from
+ * the buffers, fsynced); returns their CRC-64s, group by group.
+ */
+export function writeStripe(dir: string, state: TrainingState, i: number, n: number): string[] {
   fs.mkdirSync(dir, { recursive: true });
-  const header = safetensorsHeader(stateTensors(state.tensors));
-  const { offset, length } = stripeRanges(state, n)[i];
-  const [params, velocity] = [state.params, state.velocity].map((a) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
-  // the file is [header | params | velocity]; this stripe's part of each, in file order
-  const parts: { at: number; bytes: Uint8Array }[] = [];
-  for (const [start, piece] of [[0, header], [header.length, params], [header.length + params.length, velocity]] as const) {
-    const from = Math.max(offset, start);
-    const to = Math.min(offset + length, start + piece.length);
-    if (from < to) parts.push({ at: from, bytes: piece.subarray(from - start, to - start) });
-  }
+  const header = headerOf(state);
+  const P = state.params.length;
+  const bounds = chunkBounds(P + 1, n).map((b) => Math.min(b, P));
+  const [from, to] = [bounds[i], bounds[i + 1]];
+  const groups = [state.params, ...state.slots.map((s) => s.data)];
+  const parts = groups.map((data, g) => {
+    const first = g === 0 ? from : from - state.held.from;
+    if (first < 0 || first + to - from > data.length) {
+      throw new RangeError(`writeStripe: rank ${i} of ${n} does not hold its chunk (elements ${from}..${to}) of ${g === 0 ? 'params' : state.slots[g - 1].name}`);
+    }
+    const piece = { at: header.length + 4 * (g * P + from), bytes: new Uint8Array(data.buffer, data.byteOffset + 4 * first, 4 * (to - from)) };
+    return g === 0 && i === 0 ? [{ at: 0, bytes: header }, piece] : [piece];
+  });
   const file = path.join(dir, stateFile);
-  namingFile(file, () => writeParts(file, stateFileBytes(state), parts));
-  return crc64(...parts.map((p) => p.bytes));
+  namingFile(file, () => writeParts(file, stateFileBytes(state), parts.flat()));
+  return parts.map((list) => crc64(...list.map((p) => p.bytes)));
 }
 
 /** pwrite of each part at its offset into a file of `bytes` bytes, fsynced. */
@@ -125,14 +148,18 @@ function writeParts(file: string, bytes: number, parts: { at: number; bytes: Uin
   }
 }
 
-/** The leader's commit: the manifest, renamed in last; then the step directory's own entry made durable. */
-export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: TrainingState, digests: string[]): CheckpointManifest {
-  const ranges = stripeRanges(state, digests.length);
+/**
+ * The leader's commit: the manifest, renamed in last; then the step directory's own entry made
+ * durable. `digests[c]`: what rank c's writeStripe returned.
+ */
+export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: TrainingState, digests: string[][]): CheckpointManifest {
+  const n = digests.length;
+  const ranges = stripeRanges(state, n);
   const unsealed = {
     format: checkpointFormat,
     time: Date.now(),
     ...meta,
-    file: { name: stateFile, bytes: stateFileBytes(state), stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i] })) },
+    file: { name: stateFile, bytes: stateFileBytes(state), stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i % n][Math.floor(i / n)] })) },
   };
   const manifest: CheckpointManifest = { ...unsealed, manifest_sha256: manifestSha256(unsealed) };
   writeAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
@@ -202,21 +229,21 @@ export function findCheckpoint(target: string): { dir: string; manifest: Checkpo
   throw new Error(`${target}: no complete checkpoint${skipped.length ? ` (${skipped.join('; ')})` : ''}`);
 }
 
-/** Loads a verified checkpoint's tensors into params and velocity laid out as `tensors`. */
-export function loadCheckpoint(dir: string, manifest: CheckpointManifest, tensors: readonly TensorInfo[], params: Float32Array, velocity: Float32Array): void {
+/**
+ * Loads a verified checkpoint's tensors into `params` and each of `slots` (the optimizer's state,
+ * whole), laid out as `tensors`.
+ */
+export function loadCheckpoint(dir: string, manifest: CheckpointManifest, tensors: readonly TensorInfo[], params: Float32Array, slots: { name: string; data: Float32Array }[]): void {
   const file = path.join(dir, manifest.file.name);
   const { tensors: stored } = decodeSafetensors(fs.readFileSync(file), file);
-  const expected = stateTensors(tensors);
+  const expected = stateTensors(tensors, slots.map((s) => s.name));
   const names = (list: readonly TensorInfo[]) => list.map((t) => `${t.name}[${t.shape}]`).join(', ');
   if (names(stored) !== names(expected)) throw new Error(`${file}: holds ${names(stored).slice(0, 120)}..., not this model's ${names(expected).slice(0, 120)}...`);
-  let at = 0;
-  for (const t of stored.slice(0, tensors.length)) {
-    params.set(t.data, at);
-    at += t.data.length;
-  }
-  at = 0;
-  for (const t of stored.slice(tensors.length)) {
-    velocity.set(t.data, at);
-    at += t.data.length;
-  }
+  [params, ...slots.map((s) => s.data)].forEach((target, g) => {
+    let at = 0;
+    for (const t of stored.slice(g * tensors.length, (g + 1) * tensors.length)) {
+      target.set(t.data, at);
+      at += t.data.length;
+    }
+  });
 }

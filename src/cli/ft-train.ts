@@ -16,7 +16,9 @@ import { DatasetError } from '../data/errors';
 import { guardAgainstHangs, hangBounds, killDeclaredDead, peersGone } from '../ft/hangs';
 import { Manager } from '../ft/manager';
 import { withDeadline } from '../ft/repair';
+import { formatRedundancy } from '../ft/placement';
 import { ProtocolStop } from '../ft/stop';
+import { Optimizer, type OptimizerSettings } from '../solver/optimizer';
 import { cpu } from '../nn/cpu';
 import { Net } from '../nn/net';
 import { loadSpec, type ModelSpec } from '../nn/spec';
@@ -78,12 +80,19 @@ interface Resume {
   skipped: string[];
 }
 
+/** The optimizer's settings that change the result (a resume may switch between replicated and sharded state: the same bits). */
+function optimizerIdentity(o: OptimizerSettings): Record<string, unknown> {
+  return o.name === 'sgd'
+    ? { name: o.name, momentum: o.momentum, weight_decay: o.weightDecay }
+    : { name: o.name, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weightDecay };
+}
+
 /** The settings that fix a run's result; a resume must match the checkpoint's. */
 function identity(options: TrainOptions, spec: ModelSpec, dataset: Dataset, shards: number): Record<string, unknown> {
   return {
     model: { name: spec.name, input: spec.input, classes: spec.classes, layers: spec.layers },
     data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },
-    batch: options.batch, lr: options.lr, momentum: options.momentum, weight_decay: options.weightDecay,
+    batch: options.batch, lr: options.lr, optimizer: optimizerIdentity(options.optimizer),
     lr_schedule: options.lrSchedule, seed: options.seed, shards, on_failure: options.onFailure,
     lr_rescale: options.lrRescale, steps: options.steps ?? null, epochs: options.epochs ?? null,
     // the CPU kernels' reductions are split by thread: another count gives other bits
@@ -223,6 +232,9 @@ async function main(): Promise<number> {
   const ft = new Manager({
     ...options, shards, identity: identity(options, net.spec, dataset, shards), commTimeoutMs: bounds.commMs, pidsDir,
     sumLength: net.params.data.length + 1, add: (acc, x) => cpu.addInPlace(acc, x),
+    sharded: options.optimizerState === 'sharded'
+      ? { optimizer: new Optimizer(options.optimizer, cpu), params: net.params.dataWithTail, redundancy: options.redundancy }
+      : undefined,
   }, world, dataset, dataset.train.layout(shards), observer, faults);
   trainer = new Trainer({ ...options, shards }, ft, dataset, net, cpu, observer);
   if (stopRequested) trainer.requestStop();
@@ -317,6 +329,11 @@ function writeResults(options: TrainOptions, shards: number, net: Net, result: T
     on_failure: options.onFailure,
     batch: options.batch,
     seed: options.seed,
+    optimizer: options.optimizer.name,
+    optimizer_state: options.optimizerState,
+    redundancy: options.optimizerState === 'sharded' ? formatRedundancy(options.redundancy) : null,
+    optimizer_state_bytes_per_rank: result.optimizerBytes.state,
+    redundancy_bytes_per_rank: result.optimizerBytes.redundancy,
   };
   writeSummary(options.runDir, summary);
 }

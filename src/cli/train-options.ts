@@ -1,6 +1,8 @@
 // ft-train's command line: every flag, its default, and its checks (one line per problem).
 import * as path from 'node:path';
 import { parseDrill, phases, type Drill } from '../ft/drills';
+import { parseRedundancy, type RedundancySpec } from '../ft/placement';
+import { optimizerNames, type OptimizerName } from '../solver/optimizer';
 import { parseLrSchedule } from '../solver/lr-schedule';
 import type { TrainConfig } from '../solver/trainer';
 import { commandLine, last, UsageError } from './command';
@@ -23,6 +25,8 @@ export interface TrainOptions extends Omit<TrainConfig, 'shards'> {
   /** write a checkpoint from the survivors after each failure */
   jitCheckpoint: boolean;
   keepCheckpoints: number;
+  /** sharded optimizer state: what peers keep of each rank's chunk */
+  redundancy: RedundancySpec;
   /** seconds without progress after which a rank counts as failed (see src/ft/hangs.ts) */
   hangTimeout: number;
   /**
@@ -54,6 +58,11 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     if (!(Number.isFinite(value) && value >= 0)) throw new Error(`--${flag} expects a number >= 0, got ${value}`);
     return value;
   };
+  const unitInterval = (flag: string) => (values: number | number[]) => {
+    const value = last(values);
+    if (!(Number.isFinite(value) && value >= 0 && value < 1)) throw new Error(`--${flag} expects a number in [0, 1), got ${value}`);
+    return value;
+  };
   const nonEmptyPath = (flag: string) => (values: string | string[]) => {
     const value = last(values);
     if (value === '') throw new Error(`--${flag} expects a path, got ""`);
@@ -66,9 +75,15 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     .option('steps', { type: 'number', coerce: positiveInt('steps'), describe: 'steps to train (or --epochs)', group: 'Job:' })
     .option('epochs', { type: 'number', coerce: positiveInt('epochs'), describe: 'epochs to train (default 1 when --steps is absent)', group: 'Job:' })
     .option('batch', { type: 'number', default: 64, coerce: positiveInt('batch'), describe: 'global batch (split over the shards)', group: 'Optimizer:' })
-    .option('lr', { type: 'number', default: 0.01, coerce: nonNegative('lr'), describe: 'learning rate', group: 'Optimizer:' })
+    .option('optimizer', { choices: optimizerNames, default: 'sgd' as OptimizerName, coerce: last<OptimizerName>, describe: 'sgd (momentum, L2 weight decay) | adamw (PyTorch\'s: bias correction, decoupled weight decay)', group: 'Optimizer:' })
+    .option('lr', { type: 'number', coerce: nonNegative('lr'), describe: 'learning rate (default 0.01 for sgd, 0.001 for adamw)', group: 'Optimizer:' })
     .option('momentum', { type: 'number', default: 0.9, coerce: nonNegative('momentum'), describe: 'SGD momentum', group: 'Optimizer:' })
-    .option('weight-decay', { type: 'number', default: 5e-4, coerce: nonNegative('weight-decay'), describe: 'L2 weight decay', group: 'Optimizer:' })
+    .option('weight-decay', { type: 'number', coerce: nonNegative('weight-decay'), describe: 'weight decay (default 5e-4 for sgd, 0.01 for adamw)', group: 'Optimizer:' })
+    .option('beta1', { type: 'number', default: 0.9, coerce: unitInterval('beta1'), describe: 'AdamW: decay of the first moment', group: 'Optimizer:' })
+    .option('beta2', { type: 'number', default: 0.999, coerce: unitInterval('beta2'), describe: 'AdamW: decay of the second moment', group: 'Optimizer:' })
+    .option('eps', { type: 'number', default: 1e-8, coerce: positive('eps'), describe: 'AdamW: added to the denominator', group: 'Optimizer:' })
+    .option('optimizer-state', { choices: ['replicated', 'sharded'] as const, default: 'replicated' as const, coerce: last<'replicated' | 'sharded'>, describe: 'replicated: every rank holds all of it; sharded: each rank the state of one chunk of the parameters (exact mode; the same bits)', group: 'Optimizer:' })
+    .option('redundancy', { type: 'string', coerce: last<string>, describe: 'sharded state: copies in peers\' memory: none | replicate:M[:group|:ring] (M copies in all, Gemini\'s placement) | ec:K+M (Reed-Solomon, M parities per K ranks) (default replicate:2)', group: 'Fault tolerance:' })
     .option('lr-schedule', { type: 'string', coerce: last<string>, default: 'constant', describe: 'constant | cosine | step:EVERY:GAMMA', group: 'Optimizer:' })
     .option('seed', { type: 'number', default: 1, coerce: positiveInt('seed', 0), describe: 'seed of init, shuffles and dropout', group: 'Optimizer:' })
     .option('shards', { type: 'number', coerce: positiveInt('shards'), describe: 'logical shards S (default: the initial world size)', group: 'Fault tolerance:' })
@@ -87,14 +102,18 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     .option('threads', { type: 'number', default: 1, coerce: positiveInt('threads'), describe: 'compute threads per rank (the result depends on it: a resume must keep it)', group: 'Job:' })
     .check((a) => {
       if (a.steps !== undefined && a.epochs !== undefined) throw new Error('give --steps or --epochs, not both');
+      if (a.optimizerState === 'sharded' && a.onFailure !== 'exact') throw new Error(`--optimizer-state sharded needs --on-failure exact, got ${a.onFailure}`);
+      if (a.redundancy !== undefined && a.optimizerState !== 'sharded') throw new Error('--redundancy applies to --optimizer-state sharded only');
       return true;
     })
     .parseSync(argv);
   let lrSchedule;
   let drills;
+  let redundancy: RedundancySpec;
   try {
     lrSchedule = parseLrSchedule(args.lrSchedule);
     drills = args.drill.map(parseDrill);
+    redundancy = parseRedundancy(args.redundancy ?? (args.optimizerState === 'sharded' ? 'replicate:2' : 'none'));
   } catch (error) {
     throw new UsageError(`ft-train: ${(error as Error).message} (see --help)`);
   }
@@ -105,9 +124,13 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     steps: args.steps,
     epochs: args.steps === undefined ? (args.epochs ?? 1) : undefined,
     batch: args.batch,
-    lr: args.lr,
-    momentum: args.momentum,
-    weightDecay: args.weightDecay,
+    lr: args.lr ?? (args.optimizer === 'sgd' ? 0.01 : 0.001),
+    optimizer: {
+      name: args.optimizer, momentum: args.momentum, weightDecay: args.weightDecay ?? (args.optimizer === 'sgd' ? 5e-4 : 0.01),
+      beta1: args.beta1, beta2: args.beta2, eps: args.eps,
+    },
+    optimizerState: args.optimizerState,
+    redundancy,
     lrSchedule,
     seed: args.seed,
     shards: args.shards,

@@ -18,6 +18,7 @@ import type { ShardData } from '../data/split';
 import type { RunEvent } from '../run/records';
 import type { FaultInjector, Phase } from './drills';
 import { ShardSum } from './shard-sum';
+import { ShardedState, type ShardedStateConfig } from './sharded-state';
 import { beat, killDeclaredDead } from './hangs';
 import { repair, type Repair } from './repair';
 import { ProtocolStop } from './stop';
@@ -43,6 +44,8 @@ export interface ProtocolConfig {
   /** exact mode: the length of what one shard contributes to the sum, and the add in shard order */
   sumLength: number;
   add(acc: Float32Array, x: Float32Array): void;
+  /** --optimizer-state sharded (exact mode): the optimizer, parameters and redundancy it needs */
+  sharded?: Omit<ShardedStateConfig, 'log' | 'initial'>;
 }
 
 /** What the protocol reports to the run directory and the console. */
@@ -61,6 +64,8 @@ export interface StateSource {
   position(): Pick<CheckpointMeta, 'epoch' | 'shrink'>;
   /** the rows (within each shard) the current step reads of `shards` under `map`; absent: none */
   stepRows(map: ShardMap, shards: readonly number[]): Map<number, Int32Array>;
+  /** sharded state: the optimizer state at the run's start, slot k over elements [from, to) */
+  initialState(slot: number, from: number, to: number, out: Float32Array): void;
 }
 
 export interface Failure {
@@ -85,6 +90,7 @@ export class Manager {
   private comm: Communicator;
   private map: ShardMap;
   private sum?: ShardSum;
+  private sharded?: ShardedState;
   private readonly held = new Map<number, ShardData>();
   private readonly readbacks: Readback[] = [];
   /** readbacks whose background pass starts once the retried step has committed */
@@ -168,6 +174,11 @@ export class Manager {
     return this.sum;
   }
 
+  /** The sharded optimizer state (--optimizer-state sharded). */
+  get shardedState(): ShardedState | undefined {
+    return this.sharded;
+  }
+
   /** A drill point of the current step; also tells the watchdog that this rank is alive. */
   at(phase: Phase): void {
     beat();
@@ -185,6 +196,10 @@ export class Manager {
     this.observer.leader(this.isLeader);
     await this.load(this.heldShards);
     this.rebuildSum();
+    if (this.config.sharded) {
+      const initial = source.initialState.bind(source);
+      this.sharded = new ShardedState({ ...this.config.sharded, initial, log: (message) => this.observer.log(message) }, this.comm);
+    }
     this.worldHistory.push({ step: this.step, world: this.comm.size, lost: [] });
     if (resumed) while (!(await this.collective('resume', async () => undefined)).ok);
   }
@@ -241,6 +256,7 @@ export class Manager {
    */
   async recover(): Promise<void> {
     const step = this.step;
+    this.sharded?.rollback();
     this.at('recovery');
     if (this.failedAt !== step) this.noteFailure(new Error('agreed failure'), 'agree', 0);
     const lostShards = new Set<number>();
@@ -252,6 +268,7 @@ export class Manager {
       const moved = this.map.movedTo(next);
       this.map = next;
       this.rebuildSum();
+      if (this.sharded && !this.trainingDone && !(await this.rebuildState(step))) continue;
       if (this.comm.size < this.config.minRanks) {
         if (!(await this.tryCheckpoint('min-ranks'))) continue;
         this.observer.event({ event: 'stop', step, reason: 'below-min-ranks', world: this.comm.size, min_ranks: this.config.minRanks, checkpoint: this.lastCheckpoint });
@@ -274,6 +291,20 @@ export class Manager {
       if (this.config.jitCheckpoint && !(await this.tryCheckpoint('jit'))) continue;
       return;
     }
+  }
+
+  /**
+   * Sharded state: rebuilds the lost ranks' chunks from the survivors' memory, redistributes the
+   * state to the new world and rebuilds its redundancy, voted; false when a failure interrupted it.
+   */
+  private async rebuildState(step: number): Promise<boolean> {
+    const started = now();
+    const sharded = this.sharded!;
+    this.at('rebuild');
+    if (!(await this.attempt('rebuild', () => sharded.rebuild(this.comm, step)))) return false;
+    sharded.adopt(step);
+    this.observer.event({ event: 'redundancy-rebuild', step, world: this.comm.size, duration_ms: now() - started, state_bytes: sharded.bytes.state });
+    return true;
   }
 
   /** Revoke, shrink, agree; kills what was declared dead; stops the job if a rank erred. */
@@ -329,7 +360,7 @@ export class Manager {
     const state = this.source!.state();
     const dir = checkpointDir(this.config.checkpointDir, this.step);
     this.at('checkpoint-stripe');
-    const mine = Buffer.from(writeStripe(dir, state, this.comm.rank, this.comm.size), 'hex');
+    const mine = Buffer.from(writeStripe(dir, state, this.comm.rank, this.comm.size).join(''), 'hex');
     const digests = new Uint8Array(mine.length * this.comm.size);
     this.at('checkpoint-gather');
     if (!(await this.attempt('checkpoint-gather', () => this.comm.allgather(new Uint8Array(mine), digests)))) return false;
@@ -347,7 +378,7 @@ export class Manager {
         rng: { seed: this.config.identity.seed as number, kind: 'counter-based' },
         world_history: this.worldHistory,
       };
-      const hex = Array.from({ length: this.comm.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex'));
+      const hex = Array.from({ length: this.comm.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex').match(/.{16}/g)!);
       const manifest = commitCheckpoint(dir, meta, state, hex);
       pruneCheckpoints(this.config.checkpointDir, this.config.keepCheckpoints);
       this.observer.event({ event: 'checkpoint', step: this.step, reason, dir, bytes: manifest.file.bytes, stripes: this.comm.size, duration_ms: now() - started });

@@ -7,11 +7,12 @@
 // the sum a recovery builds for the smaller world keeps the vectors the survivors already computed
 // for the step being retried.
 import type { Communicator } from '../comm';
+import { chunkBounds } from '../chunks';
 import type { ShardMap } from '../data/shard-map';
 
 export class ShardSum {
   /** chunk c = elements [bounds[c], bounds[c+1]), owned by comm rank c */
-  private readonly bounds: number[];
+  readonly bounds: number[];
   /** this rank's shards, ascending */
   readonly held: number[];
   private readonly sendBuffer: Float32Array;
@@ -28,7 +29,7 @@ export class ShardSum {
   /** `add(acc, x)`: acc += x element-wise (the backend's addInPlace). */
   constructor(private readonly comm: Communicator, map: ShardMap, readonly length: number, private readonly add: (acc: Float32Array, x: Float32Array) => void) {
     const size = comm.size;
-    this.bounds = Array.from({ length: size + 1 }, (_, c) => Math.floor((c * length) / size));
+    this.bounds = chunkBounds(length, size);
     const chunkLength = (c: number) => this.bounds[c + 1] - this.bounds[c];
     const heldBy = comm.worldRanks.map((worldRank) => map.shardsOf(worldRank));
     if (heldBy.reduce((n, shards) => n + shards.length, 0) !== map.shardCount) {
@@ -97,13 +98,23 @@ export class ShardSum {
     return this.held.length * this.bounds[c] + h * (this.bounds[c + 1] - this.bounds[c]);
   }
 
-  /** The shard-ordered sum of every shard's vector, on every rank (in `total`). */
-  async sum(): Promise<Float32Array> {
+  /** The shard-ordered sum of this rank's chunk (elements [bounds[rank], bounds[rank+1])): the reduce-scatter half. */
+  async reduce(): Promise<Float32Array> {
     await this.comm.alltoallv(this.sendBuffer, this.sendCounts, this.receiveBuffer, this.receiveCounts);
     const { chunk, receiveBuffer, pieceAt } = this;
     chunk.set(receiveBuffer.subarray(pieceAt[0], pieceAt[0] + chunk.length));
     for (let s = 1; s < pieceAt.length; ++s) this.add(chunk, receiveBuffer.subarray(pieceAt[s], pieceAt[s] + chunk.length));
-    await this.comm.allgatherv(chunk, this.total, this.bounds.slice(1).map((end, c) => end - this.bounds[c]));
+    return chunk;
+  }
+
+  /** The chunks' lengths, in rank order (the counts of an allgatherv of the chunks). */
+  get chunkLengths(): number[] {
+    return this.bounds.slice(1).map((end, c) => end - this.bounds[c]);
+  }
+
+  /** The shard-ordered sum of every shard's vector, on every rank (in `total`). */
+  async sum(): Promise<Float32Array> {
+    await this.comm.allgatherv(await this.reduce(), this.total, this.chunkLengths);
     return this.total;
   }
 }

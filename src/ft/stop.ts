@@ -1,9 +1,10 @@
 // Why the protocol ends a run early, as one typed error the training loop lets through: below
 // --min-ranks (after a checkpoint), SIGTERM (after a checkpoint), a rank's own error that every
-// survivor agreed to stop for, or a repair that cannot finish. Each has its exit code.
-export type StopReason = 'min-ranks' | 'sigterm' | 'error' | 'unrecoverable';
+// survivor agreed to stop for, a repair that cannot finish, or sharded optimizer state that no
+// survivor's memory can rebuild. Each has its exit code.
+export type StopReason = 'min-ranks' | 'sigterm' | 'error' | 'unrecoverable' | 'state-lost';
 
-const exitCodes: Record<StopReason, number> = { sigterm: 0, 'min-ranks': 3, error: 1, unrecoverable: 1 };
+const exitCodes: Record<StopReason, number> = { sigterm: 0, 'min-ranks': 3, error: 1, unrecoverable: 1, 'state-lost': 3 };
 
 export class ProtocolStop extends Error {
   override name = 'ProtocolStop';

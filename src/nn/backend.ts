@@ -36,4 +36,16 @@ export interface Backend {
   /** v = momentum v + (g + weightDecay p); p -= lr v. */
   sgdUpdate(params: Float32Array, grads: Float32Array, velocity: Float32Array, lr: number,
     momentum: number, weightDecay: number): void;
+  /** input = g + weightDecay p: what sgdUpdate adds to the momentum (the same bits). */
+  sgdStateInput(params: Float32Array, grads: Float32Array, weightDecay: number, input: Float32Array): void;
+  /** v = momentum v + input: sgdUpdate's momentum step alone. */
+  sgdReplay(velocity: Float32Array, input: Float32Array, momentum: number): void;
+  /**
+   * PyTorch's AdamW, in float32: p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
+   * p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). `step` counts from 1.
+   */
+  adamwUpdate(params: Float32Array, grads: Float32Array, m: Float32Array, v: Float32Array, lr: number,
+    beta1: number, beta2: number, eps: number, weightDecay: number, step: number): void;
+  /** adamwUpdate's moment updates alone (the same bits). */
+  adamwReplay(m: Float32Array, v: Float32Array, grads: Float32Array, beta1: number, beta2: number): void;
 }

@@ -13,6 +13,7 @@ export interface ParamView {
 export class ParameterStore {
   readonly views: ParamView[] = [];
   private size = 0;
+  private withTail?: Float32Array;
   private params?: Float32Array;
   private grads?: Float32Array;
 
@@ -26,8 +27,18 @@ export class ParameterStore {
   }
 
   allocate(): void {
-    this.params = new Float32Array(this.size);
+    this.withTail = new Float32Array(this.size + 1);
+    this.params = this.withTail.subarray(0, this.size);
     this.grads = new Float32Array(this.size);
+  }
+
+  /**
+   * The parameters followed by one more float: sharded optimizer state allgathers the updated
+   * parameters into it with the step's summed loss as the last element (see ft/sharded-state.ts).
+   */
+  get dataWithTail(): Float32Array {
+    if (!this.withTail) throw new Error('the parameter buffer is not allocated yet');
+    return this.withTail;
   }
 
   /** All parameters, in reservation order. */

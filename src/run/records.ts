@@ -51,4 +51,12 @@ export interface Summary {
   on_failure: string;
   batch: number;
   seed: number;
+  optimizer: string;
+  optimizer_state: 'replicated' | 'sharded';
+  /** sharded state's redundancy (formatted as --redundancy takes it); null when replicated */
+  redundancy: string | null;
+  /** the leader's optimizer state (sharded: its chunk; P/N of the replicated state) */
+  optimizer_state_bytes_per_rank: number;
+  /** what the leader keeps for peers (replicas, parities, their previous generation and buffers) */
+  redundancy_bytes_per_rank: number;
 }

@@ -1,7 +1,9 @@
 // The training loop, read top to bottom: each rank computes the gradients of its shards'
 // micro-batches, the gradients are summed (exact: over all S shards in shard order; shrink/none: a
 // plain allreduce), the survivors vote on the outcome (the fault-tolerance Manager), and only then
-// is the update applied and the step recorded. A failed vote has already been recovered from when
+// is the update applied and the step recorded. With sharded optimizer state the sum stops at each
+// rank's chunk, whose owner works out its update inside the collective (ft/sharded-state.ts), and
+// the commit puts it in place. A failed vote has already been recovered from when
 // the Manager returns: the same step is computed again on the repaired world, with the parameters
 // untouched.
 import { createHash } from 'node:crypto';
@@ -16,6 +18,7 @@ import type { Backend } from '../nn/backend';
 import type { Net } from '../nn/net';
 import type { StepRecord } from '../run/records';
 import { learningRate, type LrSchedule } from './lr-schedule';
+import { Optimizer, type OptimizerSettings } from './optimizer';
 import { ShrinkSchedule, type ShrinkStep } from './shrink-schedule';
 
 export type { FailurePolicy } from '../ft/manager';
@@ -29,8 +32,9 @@ export interface TrainConfig {
   steps?: number;
   epochs?: number;
   lr: number;
-  momentum: number;
-  weightDecay: number;
+  optimizer: OptimizerSettings;
+  /** replicated: every rank holds the whole optimizer state; sharded: one chunk each (the Manager's) */
+  optimizerState: 'replicated' | 'sharded';
   lrSchedule: LrSchedule;
   seed: number;
   shards: number;
@@ -62,6 +66,8 @@ export interface TrainResult {
   worldInitial: number;
   worldFinal: number;
   paramsSha256: string;
+  /** bytes of optimizer state this rank holds, and of what it keeps for peers' redundancy */
+  optimizerBytes: { state: number; redundancy: number };
 }
 
 const now = (): number => performance.now();
@@ -70,7 +76,11 @@ export class Trainer implements StateSource {
   private readonly plan: MicroBatches;
   private readonly shrink?: ShrinkSchedule;
   private test?: ShardData;
-  private readonly velocity: Float32Array;
+  private readonly optimizer: Optimizer;
+  /** replicated optimizer state: each slot over all P parameters (sharded: none, the Manager holds it) */
+  private readonly slots: Float32Array[];
+  /** sharded state resumed from a checkpoint: its slots, whole, until the first step commits (ShardedState's initial state) */
+  private initialSlots?: Float32Array[];
   /** [gradient (P) | loss]: what one rank contributes to the sum in shrink and none modes */
   private readonly contribution: Float32Array;
   private readonly x: Float32Array;
@@ -91,7 +101,8 @@ export class Trainer implements StateSource {
     this.plan = new MicroBatches(dataset.train.layout(config.shards), config.batch, config.seed);
     if (config.onFailure !== 'exact') this.shrink = new ShrinkSchedule(this.plan, config.rankBatch ?? config.batch / ft.size);
     const P = net.params.data.length;
-    this.velocity = new Float32Array(P);
+    this.optimizer = new Optimizer(config.optimizer, backend);
+    this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map(() => new Float32Array(P));
     this.contribution = new Float32Array(P + 1);
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => this.plan.size(s)));
     this.x = new Float32Array(largest * net.inputSize);
@@ -145,6 +156,8 @@ export class Trainer implements StateSource {
     this.ft.step = step;
     const started = now();
     const { epoch, samples, lr } = this.prepareStep();
+    const sharded = this.ft.shardedState;
+    sharded?.beginStep(step);
 
     this.ft.at('compute');
     if (this.config.onFailure === 'exact') await this.computeShards(epoch, samples);
@@ -153,16 +166,23 @@ export class Trainer implements StateSource {
     const retried = this.ft.retrying;
     const sum = this.config.onFailure === 'exact' ? this.ft.shardSum : undefined;
     const outcome = await this.ft.collective('collective', async () => {
-      if (sum) await sum.sum();
+      if (sharded) await sharded.update(sum!, lr, step, () => this.ft.at('redundancy'));
+      else if (sum) await sum.sum();
       else await this.ft.allreduce(this.contribution);
     }, this.stopRequested);
     if (!outcome.ok) return undefined;
 
     this.ft.at('update');
-    const total = sum ? sum.total : this.contribution;
     const P = this.net.params.data.length;
-    this.backend.sgdUpdate(this.net.params.data, total.subarray(0, P), this.velocity, lr, this.config.momentum, this.config.weightDecay);
-    this.lastLoss = total[P];
+    if (sharded) {
+      sharded.commit(step);
+      this.initialSlots = undefined;
+      this.lastLoss = this.net.params.dataWithTail[P];
+    } else {
+      const total = sum ? sum.total : this.contribution;
+      this.optimizer.update(this.net.params.data, total.subarray(0, P), this.slots, lr, step);
+      this.lastLoss = total[P];
+    }
     this.shrink?.commit(this.shrinkStep!);
     this.step += 1;
     this.ft.step = this.step;
@@ -261,7 +281,10 @@ export class Trainer implements StateSource {
   }
 
   private restore(dir: string, manifest: CheckpointManifest): void {
-    loadCheckpoint(dir, manifest, this.net.params.views, this.net.params.data, this.velocity);
+    const P = this.net.params.data.length;
+    const slots = this.config.optimizerState === 'sharded' ? this.optimizer.slots.map(() => new Float32Array(P)) : this.slots;
+    loadCheckpoint(dir, manifest, this.net.params.views, this.net.params.data, this.optimizer.slots.map((name, k) => ({ name, data: slots[k] })));
+    if (this.config.optimizerState === 'sharded') this.initialSlots = slots;
     this.step = manifest.step;
     if (this.shrink && manifest.shrink) this.shrink.commit({ epoch: manifest.shrink.epoch, cursors: manifest.shrink.cursors, pieces: new Map(), samples: 0 });
     this.ft.worldHistory.push(...manifest.world_history);
@@ -271,7 +294,20 @@ export class Trainer implements StateSource {
 
   /** StateSource: the state at the current step's start (no survivor has updated it yet). */
   state(): TrainingState {
-    return { tensors: this.net.params.views, params: this.net.params.data, velocity: this.velocity };
+    const params = this.net.params.data;
+    const sharded = this.ft.shardedState?.held();
+    const slots = sharded ? sharded.slots : this.slots;
+    return {
+      tensors: this.net.params.views, params,
+      slots: this.optimizer.slots.map((name, k) => ({ name, data: slots[k] })),
+      held: sharded ? { from: sharded.from, to: sharded.to } : { from: 0, to: params.length },
+    };
+  }
+
+  /** StateSource: the optimizer state at the run's start, slot k over elements [from, to): zeros, or the resumed checkpoint's. */
+  initialState(slot: number, from: number, to: number, out: Float32Array): void {
+    if (this.initialSlots) out.set(this.initialSlots[slot].subarray(from, to));
+    else out.fill(0);
   }
 
   /** StateSource: the rows the current step reads of `shards` under `map` (shrink mode's pieces depend on it). */
@@ -305,6 +341,7 @@ export class Trainer implements StateSource {
       worldInitial: this.ft.worldInitial,
       worldFinal: this.ft.size,
       paramsSha256: createHash('sha256').update(Buffer.from(params.buffer, params.byteOffset, params.byteLength)).digest('hex'),
+      optimizerBytes: this.ft.shardedState?.bytes ?? { state: 4 * this.slots.length * params.length, redundancy: 0 },
     };
   }
 }

@@ -15,7 +15,7 @@ const tensors = [{ name: 'fc.weight', shape: [7, 5] }, { name: 'fc.bias', shape:
 const P = 35 + 7 + 21;
 
 function state(seed: number): TrainingState {
-  return { tensors, params: randomTensor(P, seed), velocity: randomTensor(P, seed + 100) };
+  return { tensors, params: randomTensor(P, seed), slots: [{ name: 'velocity', data: randomTensor(P, seed + 100) }], held: { from: 0, to: P } };
 }
 
 const config = { lr: 0.01, model: 'tiny' };
@@ -59,13 +59,14 @@ describe('checkpoints', () => {
     assert.deepEqual(decoded.tensors.map((t) => t.name), ['params.fc.weight', 'params.fc.bias', 'params.out.weight', 'velocity.fc.weight', 'velocity.fc.bias', 'velocity.out.weight']);
     const dir = path.join(root, 'n3', 'step-00000010');
     const manifest = verifyCheckpoint(dir);
-    assert.equal(manifest.file.stripes.length, 3);
+    assert.equal(manifest.file.stripes.length, 3 * 2); // a stripe per rank and tensor group
     assert.deepEqual(manifest.file.stripes.map((x) => x.length).reduce((a, b) => a + b), files[0].length);
     const params = new Float32Array(P);
     const velocity = new Float32Array(P);
-    loadCheckpoint(dir, manifest, tensors, params, velocity);
-    assert.deepEqual([params, velocity], [s.params, s.velocity]);
-    assert.deepEqual(stripeRanges(s, 2).map((r) => r.offset + r.length), [stripeRanges(s, 2)[1].offset, files[0].length]);
+    loadCheckpoint(dir, manifest, tensors, params, [{ name: 'velocity', data: velocity }]);
+    assert.deepEqual([params, velocity], [s.params, s.slots[0].data]);
+    const ranges = stripeRanges(s, 2);
+    assert.deepEqual(ranges.map((r) => r.offset + r.length), [...ranges.slice(1).map((r) => r.offset), files[0].length]);
   });
 
   it('detects a flipped byte and a truncated file, and falls back to the previous complete checkpoint', () => {
@@ -126,7 +127,7 @@ describe('checkpoints', () => {
 
   it('a checkpoint written over a larger state file (a bigger model\'s) keeps no old tail: it verifies and loads', () => {
     const big = [{ name: 'fc.weight', shape: [70, 50] }, { name: 'fc.bias', shape: [70] }];
-    const dir = write(root, 10, { tensors: big, params: randomTensor(3570, 7), velocity: randomTensor(3570, 8) }, 2);
+    const dir = write(root, 10, { tensors: big, params: randomTensor(3570, 7), slots: [{ name: 'velocity', data: randomTensor(3570, 8) }], held: { from: 0, to: 3570 } }, 2);
     const bigBytes = fs.statSync(path.join(dir, 'state.safetensors')).size;
     const s = state(3);
     write(root, 10, s, 3);
@@ -135,8 +136,28 @@ describe('checkpoints', () => {
     assert.equal(fs.statSync(path.join(dir, 'state.safetensors')).size, manifest.file.bytes);
     const params = new Float32Array(P);
     const velocity = new Float32Array(P);
-    loadCheckpoint(dir, manifest, tensors, params, velocity);
-    assert.deepEqual([params, velocity], [s.params, s.velocity]);
+    loadCheckpoint(dir, manifest, tensors, params, [{ name: 'velocity', data: velocity }]);
+    assert.deepEqual([params, velocity], [s.params, s.slots[0].data]);
+  });
+
+  it('sharded state: ranks holding only their chunk of each slot write the same file as replicated state; one that lacks its chunk is refused', () => {
+    const slots = ['exp_avg', 'exp_avg_sq'].map((name, k) => ({ name, data: randomTensor(P, 40 + k) }));
+    const whole: TrainingState = { tensors, params: randomTensor(P, 4), slots, held: { from: 0, to: P } };
+    const n = 3;
+    const bounds = [0, 1, 2, 3].map((c) => Math.min(Math.floor((c * (P + 1)) / n), P)); // chunks.ts's cut of P + 1
+    const shard = (i: number): TrainingState => ({
+      ...whole, held: { from: bounds[i], to: bounds[i + 1] }, slots: slots.map((s) => ({ name: s.name, data: s.data.slice(bounds[i], bounds[i + 1]) })),
+    });
+    const dirs = ['replicated', 'sharded'].map((kind) => checkpointDir(path.join(root, kind), 5));
+    const digests = [0, 1, 2].map((i) => [writeStripe(dirs[0], whole, i, n), writeStripe(dirs[1], shard(i), i, n)]);
+    assert.deepEqual(digests.map((d) => d[0]), digests.map((d) => d[1]));
+    commitCheckpoint(dirs[1], meta(5), whole, digests.map((d) => d[1]));
+    const files = dirs.map((d) => fs.readFileSync(path.join(d, 'state.safetensors')));
+    assert.ok(files[0].equals(files[1]));
+    const loaded = slots.map((s) => ({ name: s.name, data: new Float32Array(P) }));
+    loadCheckpoint(dirs[1], verifyCheckpoint(dirs[1]), tensors, new Float32Array(P), loaded);
+    assert.deepEqual(loaded.map((s) => s.data), slots.map((s) => s.data));
+    assert.throws(() => writeStripe(dirs[1], shard(0), 1, n), { message: `writeStripe: rank 1 of 3 does not hold its chunk (elements ${bounds[1]}..${bounds[2]}) of exp_avg` });
   });
 
   it('CRC-64 (ISA-L) gives the published check value and chains over pieces', () => {

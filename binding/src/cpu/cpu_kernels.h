@@ -18,6 +18,10 @@ Napi::Value ReluBackward(const Napi::CallbackInfo& info);
 Napi::Value AddInPlace(const Napi::CallbackInfo& info);
 Napi::Value SoftmaxCrossEntropy(const Napi::CallbackInfo& info);
 Napi::Value SgdUpdate(const Napi::CallbackInfo& info);
+Napi::Value SgdStateInput(const Napi::CallbackInfo& info);
+Napi::Value SgdReplay(const Napi::CallbackInfo& info);
+Napi::Value AdamwUpdate(const Napi::CallbackInfo& info);
+Napi::Value AdamwReplay(const Napi::CallbackInfo& info);
 
 // The `cpu` object: the kernels above and setThreads(n).
 Napi::Object Exports(Napi::Env env);

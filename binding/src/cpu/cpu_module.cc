@@ -40,6 +40,10 @@ Napi::Object Exports(Napi::Env env) {
   add("addInPlace", AddInPlace);
   add("softmaxCrossEntropy", SoftmaxCrossEntropy);
   add("sgdUpdate", SgdUpdate);
+  add("sgdStateInput", SgdStateInput);
+  add("sgdReplay", SgdReplay);
+  add("adamwUpdate", AdamwUpdate);
+  add("adamwReplay", AdamwReplay);
   return cpu;
 }
 

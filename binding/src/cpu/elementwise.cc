@@ -1,5 +1,7 @@
-// Element-wise kernels: ReLU, in-place add, softmax + cross-entropy, and the SGD update (momentum,
-// weight decay).
+// Element-wise kernels: ReLU, in-place add, softmax + cross-entropy, and the optimizers' updates
+// (SGD with momentum and weight decay, AdamW), each with the part that advances its state alone
+// ("replay"), which sharded state uses to rebuild a lost chunk's state from a copy of the chunk's
+// previous state and the step's input.
 // Plain loops in a fixed order: the same inputs give the same bits.
 #include <cmath>
 #include <string>
@@ -82,6 +84,94 @@ Napi::Value SgdUpdate(const Napi::CallbackInfo& info) {
     v[i] = momentum * v[i] + (g[i] + decay * p[i]);
     p[i] -= lr * v[i];
   }
+  return info.Env().Undefined();
+}
+
+// sgdStateInput(params, grads, weightDecay, input): input = g + weightDecay * p, what the SGD
+// update adds to the momentum (the same float operations as sgdUpdate, so the same bits).
+Napi::Value SgdStateInput(const Napi::CallbackInfo& info) {
+  const char* m = "sgdStateInput";
+  auto [p, n] = FloatSpanArg(info, 0, m, "params");
+  const float* g = FloatArg(info, 1, m, "grads", n);
+  float decay = static_cast<float>(NumberArg(info, 2, m, "weightDecay"));
+  float* input = FloatArg(info, 3, m, "input", n);
+  for (size_t i = 0; i < n; ++i) input[i] = g[i] + decay * p[i];
+  return info.Env().Undefined();
+}
+
+// sgdReplay(velocity, input, momentum): v = momentum * v + input, sgdUpdate's momentum step.
+Napi::Value SgdReplay(const Napi::CallbackInfo& info) {
+  const char* m = "sgdReplay";
+  auto [v, n] = FloatSpanArg(info, 0, m, "velocity");
+  const float* input = FloatArg(info, 1, m, "input", n);
+  float momentum = static_cast<float>(NumberArg(info, 2, m, "momentum"));
+  for (size_t i = 0; i < n; ++i) v[i] = momentum * v[i] + input[i];
+  return info.Env().Undefined();
+}
+
+namespace {
+// AdamW's moment updates, shared by adamwUpdate and adamwReplay so that both give the same bits:
+// m = beta1 m + (1 - beta1) g;  v = beta2 v + ((1 - beta2) g) g  (PyTorch's mul_/add_/addcmul_).
+struct AdamMoments {
+  float beta1, oneMinusBeta1, beta2, oneMinusBeta2;
+  AdamMoments(double b1, double b2)
+      : beta1(static_cast<float>(b1)), oneMinusBeta1(static_cast<float>(1.0 - b1)),
+        beta2(static_cast<float>(b2)), oneMinusBeta2(static_cast<float>(1.0 - b2)) {}
+  void Advance(float& m, float& v, float g) const {
+    m = beta1 * m + oneMinusBeta1 * g;
+    v = beta2 * v + oneMinusBeta2 * g * g;
+  }
+};
+
+double BetaArg(const Napi::CallbackInfo& info, size_t i, const char* method, const char* name) {
+  double beta = NumberArg(info, i, method, name);
+  if (!(beta >= 0.0 && beta < 1.0)) {
+    throw Napi::RangeError::New(info.Env(), std::string(method) + ": expected " + name + " in [0, 1), got " + std::to_string(beta));
+  }
+  return beta;
+}
+}  // namespace
+
+// adamwUpdate(params, grads, m, v, lr, beta1, beta2, eps, weightDecay, step), PyTorch's AdamW
+// (decoupled weight decay, bias correction; step counts from 1), in float32 like PyTorch's CPU
+// kernels, with the scalars worked out in double first as PyTorch does:
+//   p *= 1 - lr wd;  moments;  p += -(lr / (1 - beta1^t)) * (m / (sqrt(v) / sqrt(1 - beta2^t) + eps)).
+Napi::Value AdamwUpdate(const Napi::CallbackInfo& info) {
+  const char* name = "adamwUpdate";
+  auto [p, n] = FloatSpanArg(info, 0, name, "params");
+  const float* g = FloatArg(info, 1, name, "grads", n);
+  float* m = FloatArg(info, 2, name, "m", n);
+  float* v = FloatArg(info, 3, name, "v", n);
+  double lr = NumberArg(info, 4, name, "lr");
+  double beta1 = BetaArg(info, 5, name, "beta1");
+  double beta2 = BetaArg(info, 6, name, "beta2");
+  AdamMoments moments(beta1, beta2);
+  float eps = static_cast<float>(NumberArg(info, 7, name, "eps"));
+  double decay = NumberArg(info, 8, name, "weightDecay");
+  double step = NumberArg(info, 9, name, "step");
+  if (!(step >= 1.0 && step == std::floor(step))) {
+    throw Napi::RangeError::New(info.Env(), std::string(name) + ": expected step to be an integer >= 1, got " + std::to_string(step));
+  }
+  float keep = static_cast<float>(1.0 - lr * decay);
+  float stepSize = static_cast<float>(-(lr / (1.0 - std::pow(beta1, step))));
+  float correction2Sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, step)));
+  for (size_t i = 0; i < n; ++i) {
+    p[i] *= keep;
+    moments.Advance(m[i], v[i], g[i]);
+    float denom = std::sqrt(v[i]) / correction2Sqrt + eps;
+    p[i] += stepSize * (m[i] / denom);
+  }
+  return info.Env().Undefined();
+}
+
+// adamwReplay(m, v, grads, beta1, beta2): adamwUpdate's moment updates alone.
+Napi::Value AdamwReplay(const Napi::CallbackInfo& info) {
+  const char* name = "adamwReplay";
+  auto [m, n] = FloatSpanArg(info, 0, name, "m");
+  float* v = FloatArg(info, 1, name, "v", n);
+  const float* g = FloatArg(info, 2, name, "grads", n);
+  AdamMoments moments(BetaArg(info, 3, name, "beta1"), BetaArg(info, 4, name, "beta2"));
+  for (size_t i = 0; i < n; ++i) moments.Advance(m[i], v[i], g[i]);
   return info.Env().Undefined();
 }
 

@@ -1,0 +1,405 @@
+// Sharded optimizer state (ZeRO-1) kept alive in peers' memory. Comm rank c owns the optimizer
+// state of parameter chunk c, the chunk of the shard-ordered sum it adds: right after the
+// reduce-scatter it works out c's update (into a scratch copy: nothing changes before the vote),
+// and the updated chunks are allgathered into the parameters, with the step's loss riding along.
+// Redundancy (placement.ts, redundancy.ts), two kinds of fragment per chunk:
+//  - the state at the step's start, sent while the step computes (queued at its start on the comm
+//    thread), when the peers' copy is of an older step;
+//  - the step's state input (SGD: g + wd p; AdamW: g), sent before the vote.
+// So at every vote the peers hold the state at step b and the input of step b, b = the last
+// committed step: a chunk lost later is rebuilt as replay(copy of state_b, input_b), the same bits
+// its owner had. A rank that dies after the vote takes nothing that exists only with it.
+// Recovery: lost chunks are rebuilt (from a replica, or decoded from parities gathered to one
+// survivor of the group), the whole state is redistributed to the new world's chunks, and the
+// redundancy is rebuilt for the new world before training resumes. Nothing is replaced until the
+// recovery's vote: a failure during it starts again from the same old layout.
+import type { Communicator } from '../comm';
+import { ecDecode } from '../checkpoint/erasure';
+import { chunkBounds } from '../chunks';
+import { planRedundancy, unrecoverableChunks, type RedundancyPlan, type RedundancySpec } from './placement';
+import { PeerRedundancy, type Item } from './redundancy';
+import type { ShardSum } from './shard-sum';
+import { ProtocolStop } from './stop';
+
+/** What sharded state needs of an optimizer (solver/optimizer.ts). */
+export interface StateOptimizer {
+  readonly slots: readonly string[];
+  update(params: Float32Array, grads: Float32Array, state: readonly Float32Array[], lr: number, step: number): void;
+  stateInput(params: Float32Array, grads: Float32Array, input: Float32Array): void;
+  replay(state: readonly Float32Array[], input: Float32Array): void;
+}
+
+export interface ShardedStateConfig {
+  optimizer: StateOptimizer;
+  /** the parameters (P) and one more float for the loss: ParameterStore.dataWithTail */
+  params: Float32Array;
+  redundancy: RedundancySpec;
+  /** the state at the run's start: slot `slot` of elements [from, to) into `out` (zeros, or a checkpoint's) */
+  initial(slot: number, from: number, to: number, out: Float32Array): void;
+  log(message: string): void;
+}
+
+/** The chunks of one communicator: chunk c is owned by comm rank c, elements [from(c), to(c)) of the P parameters. */
+class Layout {
+  readonly bounds: number[];
+  readonly longest: number;
+
+  constructor(readonly worldRanks: readonly number[], readonly P: number) {
+    this.bounds = chunkBounds(P + 1, worldRanks.length);
+    this.longest = Math.max(...worldRanks.map((_, c) => this.to(c) - this.from(c)));
+  }
+
+  from(c: number): number {
+    return Math.min(this.bounds[c], this.P);
+  }
+
+  to(c: number): number {
+    return Math.min(this.bounds[c + 1], this.P);
+  }
+}
+
+/** What a recovery builds, put in place once its vote commits. */
+interface Next {
+  layout: Layout;
+  comm: Communicator;
+  plan: RedundancyPlan;
+  store: PeerRedundancy;
+  live: Float32Array;
+}
+
+export class ShardedState {
+  private layout: Layout;
+  private comm: Communicator;
+  private plan!: RedundancyPlan;
+  private store!: PeerRedundancy;
+  /** this rank's chunk: slot k at [k L, (k+1) L), L = its length; padded to `slots × longest` floats, the fragment size */
+  private live!: Float32Array;
+  /** the state the current step's update goes into, swapped in at the commit */
+  private scratch!: Float32Array;
+  /** this rank's chunk at step baseStep: its data fragment for parities that peers hold */
+  private base!: Float32Array;
+  /** this rank's state input of the current step, and of step baseStep */
+  private input!: Float32Array;
+  private baseInput!: Float32Array;
+  /** no step has committed yet: any rank can refill any chunk from the initial state */
+  private pristine = true;
+  /** the step whose state the committed redundancy holds */
+  private baseStep = -1;
+  /** whether the committed redundancy also holds step baseStep's input (it then stands for step baseStep + 1) */
+  private baseHasInput = false;
+  private stateSending?: Promise<void>;
+  /** the updated chunk (and the loss, on the last rank): the allgather's contribution */
+  private send!: Float32Array;
+  /** the parameters at the step's start, while the allgather overwrites them before the vote */
+  private readonly previous: Float32Array;
+  private paramsTouched = false;
+  private next?: Next;
+
+  constructor(private readonly config: ShardedStateConfig, comm: Communicator) {
+    const P = config.params.length - 1;
+    this.comm = comm;
+    this.layout = new Layout(comm.worldRanks, P);
+    this.previous = new Float32Array(P + 1);
+    const live = this.allocate(this.layout);
+    this.fillInitial(this.layout, comm.rank, live);
+    this.install({ layout: this.layout, comm, ...this.redundancyFor(comm), live });
+  }
+
+  private get slots(): number {
+    return this.config.optimizer.slots.length;
+  }
+
+  /** Bytes of optimizer state this rank holds (its chunk), and of what it keeps for redundancy (copies, parities, their buffers). */
+  get bytes(): { state: number; redundancy: number } {
+    const L = this.length(this.layout, this.comm.rank);
+    return { state: 4 * this.slots * L, redundancy: this.store.bytes + 4 * (this.base.length + this.input.length + this.baseInput.length) };
+  }
+
+  /** The checkpoint's view: this rank's slots over elements [from, to). */
+  held(): { from: number; to: number; slots: Float32Array[] } {
+    const c = this.comm.rank;
+    return { from: this.layout.from(c), to: this.layout.to(c), slots: this.slotViews(this.live, this.length(this.layout, c)) };
+  }
+
+  /** At a step's start: when the peers' copy is of an older state, this one goes out while the step computes. */
+  beginStep(step: number): void {
+    if (this.plan.kind === 'none' || this.baseStep === step) return;
+    const sending = this.store.exchange('state', this.live);
+    sending.catch(() => undefined); // awaited in update(); a failure before then fails the step anyway
+    this.stateSending = sending;
+  }
+
+  /**
+   * Inside the step's collective: the reduce-scatter, this chunk's update (into scratch), the
+   * allgather of the updated parameters (with the summed loss last), the input's redundancy, and
+   * the wait for the state's. `beforeRedundancy` marks the drill point.
+   */
+  async update(sum: ShardSum, lr: number, step: number, beforeRedundancy: () => void): Promise<void> {
+    const chunk = await sum.reduce();
+    const c = this.comm.rank;
+    const [from, L] = [this.layout.from(c), this.length(this.layout, c)];
+    const params = this.config.params;
+    const updated = this.send.subarray(0, L);
+    updated.set(params.subarray(from, from + L));
+    const grads = chunk.subarray(0, L);
+    this.config.optimizer.stateInput(updated, grads, this.input.subarray(0, L));
+    this.scratch.set(this.live);
+    this.config.optimizer.update(updated, grads, this.slotViews(this.scratch, L), lr, step);
+    if (chunk.length > L) this.send[L] = chunk[L]; // the loss: the last chunk's last element
+    this.previous.set(params);
+    this.paramsTouched = true;
+    await this.comm.allgatherv(this.send.subarray(0, chunk.length), params, sum.chunkLengths);
+    if (this.plan.kind !== 'none') {
+      beforeRedundancy();
+      await this.store.exchange('input', this.input);
+    }
+    await this.stateSending;
+  }
+
+  /** The step's vote committed: the updated chunk becomes the state, and the copies sent become the ones to recover from. */
+  commit(step: number): void {
+    if (this.stateSending) [this.base, this.live, this.scratch] = [this.live, this.scratch, this.base];
+    else [this.live, this.scratch] = [this.scratch, this.live];
+    [this.input, this.baseInput] = [this.baseInput, this.input];
+    this.store.commit();
+    if (this.plan.kind !== 'none') [this.baseStep, this.baseHasInput] = [step, true];
+    this.stateSending = undefined;
+    this.paramsTouched = false;
+    this.pristine = false;
+  }
+
+  /** A vote failed: the parameters go back to the step's start (the state never left it). */
+  rollback(): void {
+    if (this.paramsTouched) this.config.params.set(this.previous);
+    this.paramsTouched = false;
+    this.stateSending = undefined;
+    this.store.discard();
+  }
+
+  /**
+   * Recovery on the repaired communicator, for the state at `step`'s start: rebuilds the chunks
+   * of the ranks lost since the layout was made, redistributes the state to the new world's
+   * chunks and rebuilds the redundancy for it. Nothing changes until adopt(). Throws ProtocolStop
+   * ('state-lost') when the survivors' memory cannot rebuild a lost chunk.
+   */
+  async rebuild(comm: Communicator, step: number): Promise<void> {
+    const old = this.layout;
+    const lost = old.worldRanks.map((_, i) => i).filter((i) => !comm.worldRanks.includes(old.worldRanks[i]));
+    const layout = new Layout(comm.worldRanks, old.P);
+    const live = this.allocate(layout);
+    if (this.pristine) this.fillInitial(layout, comm.rank, live);
+    else {
+      const unrecoverable = unrecoverableChunks(this.plan, old.worldRanks.length, lost);
+      if (unrecoverable.length > 0) throw this.stateLost(unrecoverable);
+      if (lost.length > 0 && this.baseStep + (this.baseHasInput ? 1 : 0) !== step) {
+        throw new Error(`ShardedState: the redundancy stands for step ${this.baseStep + (this.baseHasInput ? 1 : 0)}, recovering step ${step}`);
+      }
+      const rebuilt = await this.rebuildLost(comm, lost);
+      await this.redistribute(comm, layout, live, rebuilt);
+    }
+    const next: Next = { layout, comm, ...this.redundancyFor(comm), live };
+    await next.store.exchange('state', live);
+    this.next = next;
+  }
+
+  /** The recovery's vote committed: the rebuilt state and redundancy take over, standing for `step`. */
+  adopt(step: number): void {
+    if (!this.next) throw new Error('ShardedState.adopt: no rebuilt state');
+    this.install(this.next);
+    this.next = undefined;
+    this.store.commit();
+    this.base.set(this.live);
+    [this.baseStep, this.baseHasInput] = [step, false];
+  }
+
+  private install(next: Next): void {
+    const fragment = next.live.length;
+    const longest = next.layout.longest;
+    [this.layout, this.comm, this.plan, this.store, this.live] = [next.layout, next.comm, next.plan, next.store, next.live];
+    this.scratch = new Float32Array(fragment);
+    this.send = new Float32Array(longest + 1);
+    this.base = new Float32Array(fragment);
+    this.input = new Float32Array(longest);
+    this.baseInput = new Float32Array(longest);
+    this.stateSending = undefined;
+  }
+
+  private redundancyFor(comm: Communicator): { plan: RedundancyPlan; store: PeerRedundancy } {
+    const { plan, degraded } = planRedundancy(this.config.redundancy, comm.size);
+    if (degraded) this.config.log(`redundancy: ${degraded}`);
+    const longest = new Layout(comm.worldRanks, this.config.params.length - 1).longest;
+    return { plan, store: new PeerRedundancy(plan, comm, { state: this.slots * longest, input: longest }) };
+  }
+
+  private length(layout: Layout, c: number): number {
+    return layout.to(c) - layout.from(c);
+  }
+
+  private allocate(layout: Layout): Float32Array {
+    return new Float32Array(this.slots * layout.longest);
+  }
+
+  private slotViews(fragment: Float32Array, L: number): Float32Array[] {
+    return Array.from({ length: this.slots }, (_, k) => fragment.subarray(k * L, (k + 1) * L));
+  }
+
+  private fillInitial(layout: Layout, c: number, live: Float32Array): void {
+    const [from, to] = [layout.from(c), layout.to(c)];
+    this.slotViews(live, to - from).forEach((slot, k) => this.config.initial(k, from, to, slot));
+  }
+
+  private stateLost(chunks: number[]): ProtocolStop {
+    const ranks = chunks.map((c) => this.layout.worldRanks[c]);
+    return new ProtocolStop('state-lost',
+      `the optimizer state of rank(s) ${ranks.join(', ')} (chunk(s) ${chunks.join(', ')} of ${this.layout.worldRanks.length}) is lost: ` +
+      `no copy of it survives in memory under --redundancy ${describe(this.plan)}; stopping without a checkpoint (resume from the newest complete one)`);
+  }
+
+  /**
+   * Rebuilds each lost chunk (old comm rank i) on one survivor: a replica's holder, or for a code
+   * the lowest-ranked survivor among the first k surviving fragments of its group, which receives
+   * the others. Returns this rank's rebuilt chunks, at the state of the current step.
+   */
+  private async rebuildLost(comm: Communicator, lost: number[]): Promise<Map<number, Float32Array>> {
+    const tasks = rebuildTasks(this.plan, lost);
+    const me = this.layout.worldRanks.indexOf(comm.worldRanks[comm.rank]);
+    const items: Item[] = this.baseHasInput ? ['state', 'input'] : ['state'];
+    const gathered = new Map<Item, Map<string, Float32Array>>();
+    if (this.plan.kind === 'ec') for (const item of items) gathered.set(item, await this.gatherFragments(comm, tasks, item, me));
+    const rebuilt = new Map<number, Float32Array>();
+    for (const task of tasks.filter((t) => t.rebuilder === me)) {
+      const plan = this.plan;
+      const pieces = (item: Item): Float32Array[] => {
+        if (plan.kind === 'replicate') return task.chunks.map((c) => this.store.replica(item, c));
+        if (plan.kind !== 'ec') throw new Error('rebuildLost: no redundancy');
+        const fragments = task.fragments.map((f) => gathered.get(item)!.get(`${task.group}:${f.index}`)!);
+        const outputs = task.chunks.map(() => new Float32Array(this.store.lengths[item]));
+        const kg = plan.groups[task.group].data.length;
+        ecDecode(kg, plan.parity, task.fragments.map((f) => f.index), fragments, task.chunks.map((c) => plan.groups[task.group].data.indexOf(c)), outputs);
+        return outputs;
+      };
+      const states = pieces('state');
+      const inputs = this.baseHasInput ? pieces('input') : [];
+      task.chunks.forEach((c, i) => {
+        const state = states[i].slice();
+        const L = this.length(this.layout, c);
+        if (this.baseHasInput) this.config.optimizer.replay(this.slotViews(state, L), inputs[i].subarray(0, L));
+        rebuilt.set(c, state);
+      });
+    }
+    return rebuilt;
+  }
+
+  /** ec: every holder of a fragment a rebuilder needs sends it there; keyed "group:fragment index" on the rebuilder. */
+  private async gatherFragments(comm: Communicator, tasks: RebuildTask[], item: Item, me: number): Promise<Map<string, Float32Array>> {
+    const f = this.store.lengths[item];
+    const newRank = (old: number) => comm.worldRanks.indexOf(this.layout.worldRanks[old]);
+    const mine = new Map<string, Float32Array>();
+    const sendTo: Float32Array[][] = Array.from({ length: comm.size }, () => []);
+    const receiveFrom: string[][] = Array.from({ length: comm.size }, () => []);
+    for (const task of tasks) {
+      for (const fragment of task.fragments) {
+        const key = `${task.group}:${fragment.index}`;
+        if (fragment.holder === me) {
+          const bytes = this.ownFragment(item, task.group, fragment.index);
+          if (task.rebuilder === me) mine.set(key, bytes);
+          else sendTo[newRank(task.rebuilder)].push(bytes);
+        } else if (task.rebuilder === me) receiveFrom[newRank(fragment.holder)].push(key);
+      }
+    }
+    const send = new Float32Array(sendTo.flat().length * f);
+    sendTo.flat().forEach((bytes, i) => send.set(bytes, i * f));
+    const receive = new Float32Array(receiveFrom.flat().length * f);
+    await comm.alltoallv(send, sendTo.map((list) => list.length * f), receive, receiveFrom.map((list) => list.length * f));
+    receiveFrom.flat().forEach((key, i) => mine.set(key, receive.subarray(i * f, (i + 1) * f)));
+    return mine;
+  }
+
+  /** This rank's fragment `index` of ec group `group`: its own chunk (data) at step baseStep, or a parity it keeps. */
+  private ownFragment(item: Item, group: number, index: number): Float32Array {
+    if (this.plan.kind !== 'ec') throw new Error('ownFragment: not an erasure code');
+    const kg = this.plan.groups[group].data.length;
+    if (index >= kg) return this.store.parity(item, group, index - kg);
+    return item === 'state' ? this.base : this.baseInput;
+  }
+
+  /**
+   * Every survivor sends the pieces of the chunks it has (its own and those it rebuilt) that fall
+   * in each new rank's chunk; every new rank places what it receives by element.
+   */
+  private async redistribute(comm: Communicator, layout: Layout, live: Float32Array, rebuilt: Map<number, Float32Array>): Promise<void> {
+    const old = this.layout;
+    const oldIndex = (newRank: number) => old.worldRanks.indexOf(comm.worldRanks[newRank]);
+    const tasks = rebuildTasks(this.plan, old.worldRanks.map((_, i) => i).filter((i) => !comm.worldRanks.includes(old.worldRanks[i])));
+    /** the old chunks new rank r has after the rebuild, ascending */
+    const holdings = (r: number): number[] => [oldIndex(r), ...tasks.filter((t) => t.rebuilder === oldIndex(r)).flatMap((t) => t.chunks)].sort((a, b) => a - b);
+    const me = comm.rank;
+    const chunkState = (c: number) => (c === oldIndex(me) ? this.live : rebuilt.get(c)!);
+    // the pieces between (old chunk c, held by `holder`) and new rank d, in a fixed order on both sides
+    const pieces = (holder: number, d: number) => {
+      const list: { c: number; k: number; from: number; to: number }[] = [];
+      for (let k = 0; k < this.slots; ++k) {
+        for (const c of holdings(holder)) {
+          const from = Math.max(old.from(c), layout.from(d));
+          const to = Math.min(old.to(c), layout.to(d));
+          if (from < to) list.push({ c, k, from, to });
+        }
+      }
+      return list;
+    };
+    const outgoing = Array.from({ length: comm.size }, (_, d) => pieces(me, d));
+    const incoming = Array.from({ length: comm.size }, (_, s) => pieces(s, me));
+    const count = (list: { from: number; to: number }[]) => list.reduce((n, p) => n + p.to - p.from, 0);
+    const send = new Float32Array(outgoing.reduce((n, list) => n + count(list), 0));
+    let at = 0;
+    for (const p of outgoing.flat()) {
+      const L = this.length(old, p.c);
+      const start = p.k * L + p.from - old.from(p.c);
+      send.set(chunkState(p.c).subarray(start, start + p.to - p.from), at);
+      at += p.to - p.from;
+    }
+    const receive = new Float32Array(incoming.reduce((n, list) => n + count(list), 0));
+    await comm.alltoallv(send, outgoing.map(count), receive, incoming.map(count));
+    const mine = this.length(layout, me);
+    at = 0;
+    for (const p of incoming.flat()) {
+      live.set(receive.subarray(at, at + p.to - p.from), p.k * mine + p.from - layout.from(me));
+      at += p.to - p.from;
+    }
+  }
+}
+
+interface RebuildTask {
+  /** ec group (replicate: the lost chunk itself) */
+  group: number;
+  /** the lost chunks this task rebuilds, ascending */
+  chunks: number[];
+  /** the old comm rank that rebuilds them */
+  rebuilder: number;
+  /** ec: the fragments decoded from (index in the group's code, old comm rank holding it) */
+  fragments: { index: number; holder: number }[];
+}
+
+/** Who rebuilds which lost chunks from which fragments: the same answer on every survivor. */
+function rebuildTasks(plan: RedundancyPlan, lost: readonly number[]): RebuildTask[] {
+  const alive = (r: number) => !lost.includes(r);
+  if (plan.kind === 'replicate') {
+    return lost.map((c) => ({ group: c, chunks: [c], rebuilder: Math.min(...plan.holders[c].filter(alive)), fragments: [] }));
+  }
+  if (plan.kind !== 'ec') return [];
+  const tasks: RebuildTask[] = [];
+  plan.groups.forEach((group, g) => {
+    const chunks = group.data.filter((c) => lost.includes(c));
+    if (chunks.length === 0) return;
+    const candidates = [...group.data.map((holder, index) => ({ index, holder })), ...group.parity.map((holder, j) => ({ index: group.data.length + j, holder }))];
+    const fragments = candidates.filter((f) => alive(f.holder)).slice(0, group.data.length);
+    tasks.push({ group: g, chunks, rebuilder: Math.min(...fragments.map((f) => f.holder)), fragments });
+  });
+  return tasks;
+}
+
+function describe(plan: RedundancyPlan): string {
+  if (plan.kind === 'none') return 'none';
+  if (plan.kind === 'replicate') return `replicate:${plan.copies} (${plan.placement} placement)`;
+  return `ec:${plan.data}+${plan.parity}`;
+}

@@ -1,0 +1,51 @@
+// The optimizers (SGD with momentum, PyTorch's AdamW) over any range of the parameters: replicated
+// state updates all P at once, sharded state (src/ft/sharded-state.ts) one chunk per rank; the
+// update is element-wise, so both give the same bits. Each optimizer also splits its state's
+// advance into an input worked out with the parameters (stateInput) and a step that needs nothing
+// else (replay): a lost chunk's state is rebuilt from a peer's copy of its previous state and the
+// input the owner sent before the vote.
+import type { Backend } from '../nn/backend';
+
+export const optimizerNames = ['sgd', 'adamw'] as const;
+export type OptimizerName = (typeof optimizerNames)[number];
+
+export interface OptimizerSettings {
+  name: OptimizerName;
+  /** SGD */
+  momentum: number;
+  /** SGD: L2 (added to the gradient); AdamW: decoupled */
+  weightDecay: number;
+  /** AdamW */
+  beta1: number;
+  beta2: number;
+  eps: number;
+}
+
+export class Optimizer {
+  /** the state tensors per parameter, in checkpoint order (PyTorch's names) */
+  readonly slots: readonly string[];
+
+  constructor(readonly settings: OptimizerSettings, private readonly backend: Backend) {
+    this.slots = settings.name === 'sgd' ? ['velocity'] : ['exp_avg', 'exp_avg_sq'];
+  }
+
+  /** Applies step `step`'s update (0-based) to `params` from `grads`; `state[k]` is slot k over the same elements. */
+  update(params: Float32Array, grads: Float32Array, state: readonly Float32Array[], lr: number, step: number): void {
+    const s = this.settings;
+    if (s.name === 'sgd') this.backend.sgdUpdate(params, grads, state[0], lr, s.momentum, s.weightDecay);
+    else this.backend.adamwUpdate(params, grads, state[0], state[1], lr, s.beta1, s.beta2, s.eps, s.weightDecay, step + 1);
+  }
+
+  /** What the update adds into the state besides the state itself (SGD: g + wd p; AdamW: g). */
+  stateInput(params: Float32Array, grads: Float32Array, input: Float32Array): void {
+    if (this.settings.name === 'sgd') this.backend.sgdStateInput(params, grads, this.settings.weightDecay, input);
+    else input.set(grads);
+  }
+
+  /** Advances `state` by one update from its input alone: the same bits as update() gives it. */
+  replay(state: readonly Float32Array[], input: Float32Array): void {
+    const s = this.settings;
+    if (s.name === 'sgd') this.backend.sgdReplay(state[0], input, s.momentum);
+    else this.backend.adamwReplay(state[0], state[1], input, s.beta1, s.beta2);
+  }
+}
