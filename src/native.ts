@@ -1,5 +1,6 @@
 // The one place the addon is loaded, and its surface typed by hand (the addon's own argument checks
-// hold it to this at run time): MPI for comm/, kernels for nn/, CRC-64 for checksums.
+// hold it to this at run time): MPI for comm/, kernels for nn/, CRC-64 for checksums, erasure
+// coding for checkpoint/.
 import * as path from 'node:path';
 import type { MpiSession } from './comm/communicator';
 import { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, RevokedError } from './comm/errors';
@@ -20,6 +21,18 @@ interface Addon {
   beat(): void;
   /** CRC-64 (ECMA-182, reflected; ISA-L) of the bytes, chained from `previous`; 16 hex digits. */
   crc64(bytes: ArrayBufferView, previous?: string): string;
+  /**
+   * Reed-Solomon erasure coding (ISA-L, Cauchy matrix) over the raw bytes of the views: k data
+   * fragments and m parity fragments (k + m <= 255), any k of which rebuild the others. Fragment i
+   * < k is data fragment i, fragment k + j is parity row j. Every view holds the same number of
+   * bytes; outputs overlap no other view. Synchronous, on the calling thread.
+   */
+  ec: {
+    /** Writes parity rows `rows` (default 0 .. m-1; distinct, in [0, m)) of the k `data` fragments into `parity`, one per row. */
+    encode(k: number, m: number, data: ArrayBufferView[], parity: ArrayBufferView[], rows?: number[]): void;
+    /** Rebuilds fragments `wanted` (distinct, in [0, k + m)) into `outputs` from the k `fragments` numbered `present`. */
+    decode(k: number, m: number, present: number[], fragments: ArrayBufferView[], wanted: number[], outputs: ArrayBufferView[]): void;
+  };
 }
 
 const addonPath = path.resolve(__dirname, '..', '..', 'build', 'Release', 'ft_train_native.node');

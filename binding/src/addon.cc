@@ -1,6 +1,6 @@
 // The addon's entry: init()/finalize() of MPI on the comm thread, the Communicator class, the
-// deadline of every wait, the registration of the JS error types, the progress watchdog, and the
-// CPU kernels.
+// deadline of every wait, the registration of the JS error types, the progress watchdog, the
+// CPU kernels, CRC-64 and erasure coding.
 #include <napi.h>
 
 #include <cstdlib>
@@ -10,6 +10,7 @@
 #include "comm_thread.h"
 #include "cpu/cpu_kernels.h"
 #include "communicator.h"
+#include "erasure_module.h"
 #include "errors.h"
 #include "args.h"
 #include "watchdog.h"
@@ -109,6 +110,7 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   Communicator::Init(env, exports);
   exports.Set("cpu", cpu::Exports(env));
   exports.Set("crc64", Napi::Function::New(env, Crc64, "crc64"));
+  exports.Set("ec", EcExports(env));
   return exports;
 }
 
