@@ -270,7 +270,8 @@ async function main(): Promise<number> {
       disarm();
       return code;
     }
-    if (ft.isLeader && stop.reason !== 'error') progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? options.checkpointDir}`);
+    if (ft.isLeader && stop.reason === 'state-lost') progress.line(`${stop.message}; stopping: ${newestCheckpoint(options.checkpointDir)}`);
+    else if (ft.isLeader && stop.reason !== 'error') progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? options.checkpointDir}`);
   }
   disarm();
   await dataset.close();
@@ -292,6 +293,16 @@ async function exitLast(code: number, ft: Manager, pidsDir: string, ms: number):
   if (!ft.isLeader) return 0;
   await peersGone(pidsDir, ft.liveRanks.filter((rank) => rank !== ft.worldRank), ms);
   return code;
+}
+
+/** Where a run that lost state it cannot rebuild can go on from, in words. */
+function newestCheckpoint(root: string): string {
+  try {
+    const { dir } = findCheckpoint(root);
+    return `the newest complete checkpoint is ${dir} (continue with --resume ${dir})`;
+  } catch {
+    return 'no complete checkpoint to go back to';
+  }
 }
 
 /**

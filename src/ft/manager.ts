@@ -268,6 +268,14 @@ export class Manager {
       const moved = this.map.movedTo(next);
       this.map = next;
       this.rebuildSum();
+      if (!this.trainingDone) {
+        // taken over now, before anything below can fail and repair again with a newer map
+        this.at('readback');
+        const readStart = now();
+        readBeforeRetry += await this.readBackFirst(moved.get(this.worldRank) ?? []);
+        readMs += now() - readStart;
+        for (const shards of moved.values()) for (const s of shards) lostShards.add(s);
+      }
       if (this.sharded && !this.trainingDone && !(await this.rebuildState(step))) continue;
       if (this.comm.size < this.config.minRanks) {
         if (!(await this.tryCheckpoint('min-ranks'))) continue;
@@ -275,11 +283,6 @@ export class Manager {
         throw new ProtocolStop('min-ranks', `${this.comm.size} rank(s) left, below --min-ranks ${this.config.minRanks}: stopping (checkpoint ${this.lastCheckpoint})`, this.lastCheckpoint);
       }
       if (this.trainingDone) return;
-      this.at('readback');
-      const readStart = now();
-      readBeforeRetry += await this.readBackFirst(moved.get(this.worldRank) ?? []);
-      readMs += now() - readStart;
-      for (const shards of moved.values()) for (const s of shards) lostShards.add(s);
       // every rank reports what the others read too: the leader's events hold the whole job's readback
       const mine = this.readBackUnreported();
       const counts = Float64Array.of(readBeforeRetry, mine);

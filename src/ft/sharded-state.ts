@@ -252,7 +252,7 @@ export class ShardedState {
     const ranks = chunks.map((c) => this.layout.worldRanks[c]);
     return new ProtocolStop('state-lost',
       `the optimizer state of rank(s) ${ranks.join(', ')} (chunk(s) ${chunks.join(', ')} of ${this.layout.worldRanks.length}) is lost: ` +
-      `no copy of it survives in memory under --redundancy ${describe(this.plan)}; stopping without a checkpoint (resume from the newest complete one)`);
+      `no copy of it survives in memory under --redundancy ${describe(this.plan)}`);
   }
 
   /**
