@@ -1,0 +1,83 @@
+// Sharded optimizer state under mpirun: the same parameters as replicated state (SGD and AdamW, at
+// 1 to 4 ranks, S = 4), with P/N of the state per rank; real kill -9s in every phase of a step and
+// during the state's rebuild, under replicate:2, ec:2+1 and ec:2+2 at 4 and 6 ranks, end with the
+// bits of the run without failure; losing more than the redundancy covers stops with exit 3 and
+// one line naming the lost chunks, writing nothing.
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { EventRecord, Summary } from '../../src/run/records';
+import { runTrain } from '../helpers/mpi-job';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-sharded-');
+const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '4'];
+const lenetParams = 431080; // models/lenet.json's P
+let runs = 0;
+
+async function train(ranks: number, ...extra: string[]): Promise<{ dir: string; code: number | null; stdout: string; stderr: string }> {
+  const dir = path.join(scratch, `run-${++runs}`);
+  const job = await runTrain(ranks, [...common, '--run-dir', dir, ...extra]);
+  return { dir, ...job };
+}
+
+function summaryOf(run: { dir: string; code: number | null; stdout: string; stderr: string }): Summary {
+  assert.equal(run.code, 0, `ft-train exited ${run.code}\n${run.stdout}\n${run.stderr}`);
+  return JSON.parse(fs.readFileSync(path.join(run.dir, 'summary.json'), 'utf8'));
+}
+
+function events(dir: string): EventRecord[] {
+  return fs.readFileSync(path.join(dir, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as EventRecord);
+}
+
+describe('sharded optimizer state', function () {
+  this.timeout(600_000);
+  const reference = new Map<string, string>();
+
+  after(() => removeScratch(scratch));
+
+  for (const optimizer of ['sgd', 'adamw']) {
+    it(`${optimizer}: sharded state gives replicated state's parameters at 1, 2, 3 and 4 ranks, holding P/N of it per rank`, async () => {
+      const replicated = summaryOf(await train(4, '--optimizer', optimizer));
+      const slots = optimizer === 'sgd' ? 1 : 2;
+      assert.equal(replicated.optimizer_state_bytes_per_rank, 4 * slots * lenetParams);
+      reference.set(optimizer, replicated.params_sha256);
+      for (const ranks of [1, 2, 3, 4]) {
+        const sharded = summaryOf(await train(ranks, '--optimizer', optimizer, '--optimizer-state', 'sharded'));
+        assert.equal(sharded.params_sha256, replicated.params_sha256, `${ranks} ranks`);
+        // the leader (rank 0) holds chunk 0 of P + 1 (the sum's last element is the loss)
+        assert.equal(sharded.optimizer_state_bytes_per_rank, 4 * slots * Math.min(Math.floor((lenetParams + 1) / ranks), lenetParams), `${ranks} ranks`);
+        assert.equal(sharded.redundancy, 'replicate:2');
+      }
+    });
+  }
+
+  const drills: { ranks: number; redundancy: string; optimizer: string; kills: string[]; world: number; extra?: string[] }[] = [
+    { ranks: 4, redundancy: 'replicate:2', optimizer: 'sgd', kills: ['rank=1,step=3,phase=compute', 'rank=2,step=6,phase=update'], world: 2 },
+    { ranks: 4, redundancy: 'replicate:2', optimizer: 'adamw', kills: ['rank=3,step=5,phase=redundancy', 'rank=0,step=5,phase=rebuild'], world: 2 },
+    { ranks: 4, redundancy: 'ec:2+1', optimizer: 'adamw', kills: ['rank=2,step=4,phase=update'], world: 3 },
+    { ranks: 4, redundancy: 'ec:2+2', optimizer: 'sgd', kills: ['rank=0,step=4,phase=collective', 'rank=1,step=4,phase=collective'], world: 2 },
+    { ranks: 6, redundancy: 'ec:2+2', optimizer: 'adamw', kills: ['rank=0,step=2,phase=update', 'rank=1,step=2,phase=update', 'rank=4,step=7,phase=redundancy'], world: 3 },
+    { ranks: 6, redundancy: 'ec:2+1', optimizer: 'sgd', kills: ['rank=5,step=3,phase=compute', 'rank=2,step=3,phase=rebuild', 'rank=3,step=8,phase=agree'], world: 3 },
+    { ranks: 6, redundancy: 'replicate:3', optimizer: 'sgd', kills: ['rank=4,step=2,phase=redundancy', 'rank=5,step=2,phase=redundancy', 'rank=1,step=8,phase=checkpoint-stripe'], world: 3, extra: ['--checkpoint-every', '4'] },
+  ];
+  for (const d of drills) {
+    it(`${d.ranks} ranks, --redundancy ${d.redundancy}, ${d.optimizer}, kills ${d.kills.join('; ')}: the bits of the run without failure`, async () => {
+      const run = await train(d.ranks, '--optimizer', d.optimizer, '--optimizer-state', 'sharded', '--redundancy', d.redundancy, ...d.kills.flatMap((k) => ['--drill', k]), ...(d.extra ?? []));
+      const summary = summaryOf(run);
+      assert.equal(summary.params_sha256, reference.get(d.optimizer));
+      assert.equal(summary.world_final, d.world);
+      const rebuilds = events(run.dir).filter((e) => e.event === 'redundancy-rebuild');
+      assert.ok(rebuilds.length >= new Set(d.kills.map((k) => k.match(/step=(\d+)/)![1])).size, JSON.stringify(rebuilds));
+    });
+  }
+
+  it('losing both copies of a chunk (replicate:2, group placement) stops with exit 3 and one line, writing no checkpoint or summary', async () => {
+    const run = await train(4, '--optimizer-state', 'sharded', '--drill', 'rank=2,step=5', '--drill', 'rank=3,step=5');
+    assert.equal(run.code, 3, `${run.stdout}\n${run.stderr}`);
+    assert.ok(run.stdout.includes('[ft-train] the optimizer state of rank(s) 2, 3 (chunk(s) 2, 3 of 4) is lost: no copy of it survives in memory under ' +
+      '--redundancy replicate:2 (group placement); stopping: no complete checkpoint to go back to\n'), run.stdout);
+    assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
+    assert.ok(!fs.existsSync(path.join(run.dir, 'ckpt')) || fs.readdirSync(path.join(run.dir, 'ckpt')).length === 0);
+  });
+});
