@@ -27,9 +27,9 @@ export class ParameterStore {
   }
 
   allocate(): void {
+    this.grads = new Float32Array(this.size); // first: a size too large is refused naming the parameter count
     this.withTail = new Float32Array(this.size + 1);
     this.params = this.withTail.subarray(0, this.size);
-    this.grads = new Float32Array(this.size);
   }
 
   /**

@@ -91,7 +91,7 @@ describe('checkpoints and --resume', function () {
     const newest = path.join(dir, 'ckpt', 'step-00000040', 'state.safetensors');
     flipByte(newest, fs.statSync(newest).size - 100);
     const run = await resumed(3, dir);
-    assert.match(run.job.stdout, /step-00000040\/state\.safetensors: corrupt: stripe 1 \(bytes \d+\.\.\d+\) fails the manifest checksum; using .*step-00000020/);
+    assert.match(run.job.stdout, /step-00000040\/state\.safetensors: corrupt: stripe 3 \(bytes \d+\.\.\d+\) fails the manifest checksum; using .*step-00000020/);
     assert.equal(sha(run.dir), sha(baseline));
     const older = path.join(dir, 'ckpt', 'step-00000020', 'state.safetensors');
     fs.truncateSync(older, 1000);
@@ -99,7 +99,7 @@ describe('checkpoints and --resume', function () {
     const failed = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'ft-train.js'), ...common, '--run-dir', broken, '--resume', dir], process.env, 30_000, 'resume from broken checkpoints');
     assert.equal(failed.code, 2);
     assert.equal(failed.stderr.trim().split('\n').length, 1, failed.stderr);
-    assert.match(failed.stderr, new RegExp(`^ft-train: ${dir}: no complete checkpoint \\(.*corrupt: stripe 1.*; .*truncated: 1000 bytes, the manifest says \\d+\\)`));
+    assert.match(failed.stderr, new RegExp(`^ft-train: ${dir}: no complete checkpoint \\(.*corrupt: stripe 3.*; .*truncated: 1000 bytes, the manifest says \\d+\\)`));
     assert.ok(!fs.existsSync(broken));
   });
 
