@@ -76,10 +76,10 @@ describe('checkpoints', () => {
     const bytes = fs.readFileSync(file);
     bytes[bytes.length - 5] ^= 1;
     fs.writeFileSync(file, bytes);
-    assert.throws(() => verifyCheckpoint(newer), { message: `${file}: corrupt: stripe 1 (bytes ${verifyStripe(newer)}) fails the manifest checksum` });
+    assert.throws(() => verifyCheckpoint(newer), { message: `${file}: corrupt: stripe 3 (bytes ${lastStripe(newer)}) fails the manifest checksum` });
     const found = findCheckpoint(root);
     assert.equal(found.dir, checkpointDir(root, 10));
-    assert.match(found.skipped[0], /step-00000020\/state.safetensors: corrupt: stripe 1/);
+    assert.match(found.skipped[0], /step-00000020\/state.safetensors: corrupt: stripe 3/);
     fs.truncateSync(file, bytes.length - 100);
     assert.throws(() => verifyCheckpoint(newer), { message: `${file}: truncated: ${bytes.length - 100} bytes, the manifest says ${bytes.length}` });
     fs.mkdirSync(checkpointDir(root, 30));
@@ -173,7 +173,8 @@ describe('checkpoints', () => {
   });
 });
 
-function verifyStripe(dir: string): string {
-  const stripe = JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).file.stripes[1];
+/** The byte range of a checkpoint's last stripe (rank n-1's chunk of the last tensor group: the file's tail). */
+function lastStripe(dir: string): string {
+  const stripe = JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).file.stripes.at(-1);
   return `${stripe.offset}..${stripe.offset + stripe.length}`;
 }
