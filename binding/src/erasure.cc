@@ -97,6 +97,16 @@ std::vector<uint8_t> Generator(int k, int m) {
   return matrix;
 }
 
+// Rows `first + r` of a generator for each r of `rows`, one after the other (k coefficients each).
+std::vector<uint8_t> RowsOf(const std::vector<uint8_t>& generator, int k, int first, const std::vector<int>& rows) {
+  std::vector<uint8_t> selected;
+  for (int row : rows) {
+    auto start = generator.begin() + static_cast<size_t>(first + row) * k;
+    selected.insert(selected.end(), start, start + k);
+  }
+  return selected;
+}
+
 // Product in GF(2^8) modulo ISA-L's polynomial x^8 + x^4 + x^3 + x^2 + 1 (0x11d).
 uint8_t GfMul(uint8_t a, uint8_t b) {
   unsigned product = 0, shifted = a;
@@ -191,12 +201,7 @@ void EcEncode(int k, int m, const std::vector<int>& parityRows, size_t len,
   CheckCount(method, "data", data.size(), k, "one per data fragment");
   CheckCount(method, "parity", parity.size(), parityRows.size(), "one per entry of rows");
   CheckApart(method, len, "data", data, "parity", parity);
-  std::vector<uint8_t> generator = Generator(k, m);
-  std::vector<uint8_t> coefficients;
-  for (int row : parityRows) {
-    auto first = generator.begin() + static_cast<size_t>(k + row) * k;
-    coefficients.insert(coefficients.end(), first, first + k);
-  }
+  std::vector<uint8_t> coefficients = RowsOf(Generator(k, m), k, k, parityRows);
   Apply(k, coefficients, len, data, parity);
 }
 
@@ -210,14 +215,9 @@ void EcDecode(int k, int m, const std::vector<int>& present, size_t len,
   CheckCount(method, "fragments", fragments.size(), k, "one per entry of present");
   CheckCount(method, "outputs", outputs.size(), wanted.size(), "one per entry of wanted");
   CheckApart(method, len, "fragments", fragments, "outputs", outputs);
-  std::vector<uint8_t> generator = Generator(k, m);
   // present fragments = rows(present) x data, so data = inverse x present fragments
-  std::vector<uint8_t> presentRows;
-  for (int index : present) {
-    auto first = generator.begin() + static_cast<size_t>(index) * k;
-    presentRows.insert(presentRows.end(), first, first + k);
-  }
-  std::vector<uint8_t> inverse = Invert(presentRows, k);
+  std::vector<uint8_t> generator = Generator(k, m);
+  std::vector<uint8_t> inverse = Invert(RowsOf(generator, k, 0, present), k);
   if (inverse.empty()) {
     throw std::logic_error("ec.decode: the generator rows " + ListOf(present) + " are singular");
   }
