@@ -10,7 +10,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { syncDirectory, writeAtomically } from '../atomic-write';
 import { crc64 } from '../checksum';
-import { chunkBounds } from '../chunks';
+import { parameterChunks } from '../chunks';
 import { namingFile } from '../file-errors';
 import { canonicalSha256 } from './canonical-json';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
@@ -97,7 +97,7 @@ function stateFileBytes(state: TrainingState): number {
 export function stripeRanges(state: TrainingState, n: number): { offset: number; length: number }[] {
   const header = headerOf(state).length;
   const P = state.params.length;
-  const bounds = chunkBounds(P + 1, n).map((b) => Math.min(b, P));
+  const bounds = parameterChunks(P, n);
   return Array.from({ length: (1 + state.slots.length) * n }, (_, i) => {
     const [g, c] = [Math.floor(i / n), i % n];
     const start = i === 0 ? 0 : header + 4 * (g * P + bounds[c]);
@@ -114,7 +114,7 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   fs.mkdirSync(dir, { recursive: true });
   const header = headerOf(state);
   const P = state.params.length;
-  const bounds = chunkBounds(P + 1, n).map((b) => Math.min(b, P));
+  const bounds = parameterChunks(P, n);
   const [from, to] = [bounds[i], bounds[i + 1]];
   const groups = [state.params, ...state.slots.map((s) => s.data)];
   const parts = groups.map((data, g) => {

@@ -23,6 +23,9 @@ interface Generation {
 export class PeerRedundancy {
   /** comm ranks this rank's fragment goes to, ascending */
   private readonly destinations: number[];
+  /** alltoallv's counts for one fragment per destination and per source, in fragments */
+  private readonly sendsTo: number[];
+  private readonly receivesFrom: number[];
   /** comm ranks whose fragments this rank receives, ascending */
   readonly sources: number[];
   readonly parities: { group: number; row: number }[];
@@ -50,6 +53,8 @@ export class PeerRedundancy {
       this.sources = [];
     }
     if (this.destinations.some((d) => d < 0 || d >= n)) throw new Error(`PeerRedundancy: a plan for more than ${n} ranks`);
+    this.sendsTo = Array.from({ length: n }, (_, r) => (this.destinations.includes(r) ? 1 : 0));
+    this.receivesFrom = Array.from({ length: n }, (_, r) => (this.sources.includes(r) ? 1 : 0));
     const generation = (f: number): Generation => ({
       replicas: new Float32Array(plan.kind === 'replicate' ? this.sources.length * f : 0),
       parities: this.parities.map(() => new Float32Array(f)),
@@ -74,16 +79,13 @@ export class PeerRedundancy {
   async exchange(item: Item, fragment: Float32Array): Promise<void> {
     const f = this.lengths[item];
     if (fragment.length !== f) throw new RangeError(`PeerRedundancy.exchange: a ${item} fragment of ${fragment.length} floats, expected ${f}`);
-    const n = this.comm.size;
     let send = fragment;
     if (this.destinations.length > 1) {
       send = this.copies[item];
       for (let i = 0; i < this.destinations.length; ++i) send.set(fragment, i * f);
     }
-    const sendCounts = Array.from({ length: n }, (_, r) => (this.destinations.includes(r) ? f : 0));
-    const receiveCounts = Array.from({ length: n }, (_, r) => (this.sources.includes(r) ? f : 0));
     const into = this.plan.kind === 'replicate' ? this.pending[item].replicas : this.received[item];
-    await this.comm.alltoallv(send, sendCounts, into, receiveCounts);
+    await this.comm.alltoallv(send, this.sendsTo.map((c) => c * f), into, this.receivesFrom.map((c) => c * f));
     if (this.plan.kind === 'ec') {
       const plan = this.plan;
       this.parities.forEach(({ group, row }, i) => {

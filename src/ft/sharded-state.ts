@@ -15,7 +15,7 @@
 // recovery's vote: a failure during it starts again from the same old layout.
 import type { Communicator } from '../comm';
 import { ecDecode } from '../checkpoint/erasure';
-import { chunkBounds } from '../chunks';
+import { parameterChunks } from '../chunks';
 import { planRedundancy, unrecoverableChunks, type RedundancyPlan, type RedundancySpec } from './placement';
 import { PeerRedundancy, type Item } from './redundancy';
 import type { ShardSum } from './shard-sum';
@@ -41,20 +41,25 @@ export interface ShardedStateConfig {
 
 /** The chunks of one communicator: chunk c is owned by comm rank c, elements [from(c), to(c)) of the P parameters. */
 class Layout {
-  readonly bounds: number[];
+  private readonly bounds: number[];
   readonly longest: number;
 
   constructor(readonly worldRanks: readonly number[], readonly P: number) {
-    this.bounds = chunkBounds(P + 1, worldRanks.length);
+    this.bounds = parameterChunks(P, worldRanks.length);
     this.longest = Math.max(...worldRanks.map((_, c) => this.to(c) - this.from(c)));
   }
 
   from(c: number): number {
-    return Math.min(this.bounds[c], this.P);
+    return this.bounds[c];
   }
 
   to(c: number): number {
-    return Math.min(this.bounds[c + 1], this.P);
+    return this.bounds[c + 1];
+  }
+
+  /** The old comm ranks (indices into worldRanks) that `comm` no longer has. */
+  lostIn(comm: Communicator): number[] {
+    return this.worldRanks.map((_, i) => i).filter((i) => !comm.worldRanks.includes(this.worldRanks[i]));
   }
 }
 
@@ -76,9 +81,9 @@ export class ShardedState {
   private live!: Float32Array;
   /** the state the current step's update goes into, swapped in at the commit */
   private scratch!: Float32Array;
-  /** this rank's chunk at step baseStep: its data fragment for parities that peers hold */
+  /** this rank's chunk at step baseStep: its data fragment for parities that peers hold (empty without redundancy) */
   private base!: Float32Array;
-  /** this rank's state input of the current step, and of step baseStep */
+  /** this rank's state input of the current step, and of step baseStep (empty without redundancy) */
   private input!: Float32Array;
   private baseInput!: Float32Array;
   /** no step has committed yet: any rank can refill any chunk from the initial state */
@@ -102,7 +107,7 @@ export class ShardedState {
     this.previous = new Float32Array(P + 1);
     const live = this.allocate(this.layout);
     this.fillInitial(this.layout, comm.rank, live);
-    this.install({ layout: this.layout, comm, ...this.redundancyFor(comm), live });
+    this.install({ layout: this.layout, comm, ...this.redundancyFor(comm, this.layout), live });
   }
 
   private get slots(): number {
@@ -142,7 +147,7 @@ export class ShardedState {
     const updated = this.send.subarray(0, L);
     updated.set(params.subarray(from, from + L));
     const grads = chunk.subarray(0, L);
-    this.config.optimizer.stateInput(updated, grads, this.input.subarray(0, L));
+    if (this.plan.kind !== 'none') this.config.optimizer.stateInput(updated, grads, this.input.subarray(0, L));
     this.scratch.set(this.live);
     this.config.optimizer.update(updated, grads, this.slotViews(this.scratch, L), lr, step);
     if (chunk.length > L) this.send[L] = chunk[L]; // the loss: the last chunk's last element
@@ -184,7 +189,7 @@ export class ShardedState {
    */
   async rebuild(comm: Communicator, step: number): Promise<void> {
     const old = this.layout;
-    const lost = old.worldRanks.map((_, i) => i).filter((i) => !comm.worldRanks.includes(old.worldRanks[i]));
+    const lost = old.lostIn(comm);
     const layout = new Layout(comm.worldRanks, old.P);
     const live = this.allocate(layout);
     if (this.pristine) this.fillInitial(layout, comm.rank, live);
@@ -194,10 +199,11 @@ export class ShardedState {
       if (lost.length > 0 && this.baseStep + (this.baseHasInput ? 1 : 0) !== step) {
         throw new Error(`ShardedState: the redundancy stands for step ${this.baseStep + (this.baseHasInput ? 1 : 0)}, recovering step ${step}`);
       }
-      const rebuilt = await this.rebuildLost(comm, lost);
-      await this.redistribute(comm, layout, live, rebuilt);
+      const tasks = rebuildTasks(this.plan, lost);
+      const rebuilt = await this.rebuildLost(comm, tasks);
+      await this.redistribute(comm, layout, live, tasks, rebuilt);
     }
-    const next: Next = { layout, comm, ...this.redundancyFor(comm), live };
+    const next: Next = { layout, comm, ...this.redundancyFor(comm, layout), live };
     await next.store.exchange('state', live);
     this.next = next;
   }
@@ -208,7 +214,7 @@ export class ShardedState {
     this.install(this.next);
     this.next = undefined;
     this.store.commit();
-    this.base.set(this.live);
+    if (this.plan.kind !== 'none') this.base.set(this.live);
     [this.baseStep, this.baseHasInput] = [step, false];
   }
 
@@ -218,17 +224,17 @@ export class ShardedState {
     [this.layout, this.comm, this.plan, this.store, this.live] = [next.layout, next.comm, next.plan, next.store, next.live];
     this.scratch = new Float32Array(fragment);
     this.send = new Float32Array(longest + 1);
-    this.base = new Float32Array(fragment);
-    this.input = new Float32Array(longest);
-    this.baseInput = new Float32Array(longest);
+    const redundant = next.plan.kind !== 'none';
+    this.base = new Float32Array(redundant ? fragment : 0);
+    this.input = new Float32Array(redundant ? longest : 0);
+    this.baseInput = new Float32Array(redundant ? longest : 0);
     this.stateSending = undefined;
   }
 
-  private redundancyFor(comm: Communicator): { plan: RedundancyPlan; store: PeerRedundancy } {
+  private redundancyFor(comm: Communicator, layout: Layout): { plan: RedundancyPlan; store: PeerRedundancy } {
     const { plan, degraded } = planRedundancy(this.config.redundancy, comm.size);
     if (degraded) this.config.log(`redundancy: ${degraded}`);
-    const longest = new Layout(comm.worldRanks, this.config.params.length - 1).longest;
-    return { plan, store: new PeerRedundancy(plan, comm, { state: this.slots * longest, input: longest }) };
+    return { plan, store: new PeerRedundancy(plan, comm, { state: this.slots * layout.longest, input: layout.longest }) };
   }
 
   private length(layout: Layout, c: number): number {
@@ -260,8 +266,7 @@ export class ShardedState {
    * the lowest-ranked survivor among the first k surviving fragments of its group, which receives
    * the others. Returns this rank's rebuilt chunks, at the state of the current step.
    */
-  private async rebuildLost(comm: Communicator, lost: number[]): Promise<Map<number, Float32Array>> {
-    const tasks = rebuildTasks(this.plan, lost);
+  private async rebuildLost(comm: Communicator, tasks: RebuildTask[]): Promise<Map<number, Float32Array>> {
     const me = this.layout.worldRanks.indexOf(comm.worldRanks[comm.rank]);
     const items: Item[] = this.baseHasInput ? ['state', 'input'] : ['state'];
     const gathered = new Map<Item, Map<string, Float32Array>>();
@@ -327,10 +332,9 @@ export class ShardedState {
    * Every survivor sends the pieces of the chunks it has (its own and those it rebuilt) that fall
    * in each new rank's chunk; every new rank places what it receives by element.
    */
-  private async redistribute(comm: Communicator, layout: Layout, live: Float32Array, rebuilt: Map<number, Float32Array>): Promise<void> {
+  private async redistribute(comm: Communicator, layout: Layout, live: Float32Array, tasks: RebuildTask[], rebuilt: Map<number, Float32Array>): Promise<void> {
     const old = this.layout;
     const oldIndex = (newRank: number) => old.worldRanks.indexOf(comm.worldRanks[newRank]);
-    const tasks = rebuildTasks(this.plan, old.worldRanks.map((_, i) => i).filter((i) => !comm.worldRanks.includes(old.worldRanks[i])));
     /** the old chunks new rank r has after the rebuild, ascending */
     const holdings = (r: number): number[] => [oldIndex(r), ...tasks.filter((t) => t.rebuilder === oldIndex(r)).flatMap((t) => t.chunks)].sort((a, b) => a - b);
     const me = comm.rank;
