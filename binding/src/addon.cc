@@ -39,12 +39,15 @@ void SkipFinalizeFenceUnderUlfm() {
 
 struct Started {
   CommInfo world;
+  bool joined;
   int threadLevel;
   std::string library;
 };
 
 // init(): starts the comm thread, which initialises MPI (it alone calls MPI, so FUNNELED is
-// enough) and resolves with the world communicator: a dup of COMM_WORLD with MPI_ERRORS_RETURN.
+// enough) and resolves with the world communicator: a dup of COMM_WORLD with MPI_ERRORS_RETURN,
+// or, in a process that ranks of a running job spawned (spawn()), the communicator merging them
+// with it (`joined` true; its ranks numbered as the spawning ranks said).
 Napi::Value InitMpi(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CommThread& thread = CommThread::Get();
@@ -57,16 +60,28 @@ Napi::Value InitMpi(const Napi::CallbackInfo& info) {
         int provided = 0;
         MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
         MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-        MPI_Comm world;
-        MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
         char library[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
         int length = 0;
         MPI_CHECK(MPI_Get_library_version(library, &length));
-        return Started{Describe(world), provided, std::string(library)};  // length may count the NUL
+        MPI_Comm parent;
+        MPI_CHECK(MPI_Comm_get_parent(&parent));
+        MPI_Comm world;
+        if (parent == MPI_COMM_NULL) {
+          MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+          return Started{Describe(world, WorldIds(world)), false, provided, std::string(library)};
+        }
+        MPI_CHECK(MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN));
+        int rc = MPI_Intercomm_merge(parent, /*high=*/1, &world);
+        MPI_Comm_free(&parent);
+        MPI_CHECK(rc);
+        MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
+        std::vector<int> ids = MergedIds(world, -1, -1);
+        return Started{Describe(world, std::move(ids)), true, provided, std::string(library)};  // length may count the NUL
       },
       [](Napi::Env env, Started& started) {
         Napi::Object result = Napi::Object::New(env);
         result.Set("world", Communicator::New(env, started.world));
+        result.Set("joined", started.joined);
         result.Set("threadLevel", started.threadLevel);
         result.Set("library", started.library);
         return result;

@@ -1,4 +1,7 @@
-// The Communicator's methods: collectives and the ULFM calls (revoke, shrink, agree, getFailed).
+// The Communicator's methods: collectives, the ULFM calls (revoke, shrink, agree, getFailed), and
+// the calls that make communicators of some or more processes (split, spawn). A communicator names
+// its processes by ids that outlive it: MPI_COMM_WORLD ranks for the job's own processes, ids the
+// spawning ranks hand out for those they start (their MPI_COMM_WORLD is a different one).
 #include "communicator.h"
 
 #include <mpi-ext.h>
@@ -19,16 +22,27 @@ char kToken = 0;
 
 Napi::Value Undefined(Napi::Env env, Unit&) { return env.Undefined(); }
 
-std::vector<int> ToWorldRanks(MPI_Group group) {
-  MPI_Group world;
-  MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+// The ids of `group`'s processes, from the ids of `comm`'s (every process of `group` is in `comm`).
+std::vector<int> IdsOf(MPI_Group group, MPI_Comm comm, const std::vector<int>& commIds) {
+  MPI_Group within;
+  MPI_CHECK(MPI_Comm_group(comm, &within));
   int size = 0;
   MPI_CHECK(MPI_Group_size(group, &size));
-  std::vector<int> ranks(size), worldRanks(size);
+  std::vector<int> ranks(size), translated(size), ids(size);
   for (int i = 0; i < size; ++i) ranks[i] = i;
-  MPI_CHECK(MPI_Group_translate_ranks(group, size, ranks.data(), world, worldRanks.data()));
-  MPI_CHECK(MPI_Group_free(&world));
-  return worldRanks;
+  MPI_CHECK(MPI_Group_translate_ranks(group, size, ranks.data(), within, translated.data()));
+  MPI_CHECK(MPI_Group_free(&within));
+  for (int i = 0; i < size; ++i) ids[i] = commIds.at(translated[i]);
+  return ids;
+}
+
+// The ids of `part`'s ranks, `part` made of processes of `comm`.
+std::vector<int> IdsWithin(MPI_Comm part, MPI_Comm comm, const std::vector<int>& commIds) {
+  MPI_Group group;
+  MPI_CHECK(MPI_Comm_group(part, &group));
+  std::vector<int> ids = IdsOf(group, comm, commIds);
+  MPI_CHECK(MPI_Group_free(&group));
+  return ids;
 }
 
 Napi::Array ToArray(Napi::Env env, const std::vector<int>& values) {
@@ -44,16 +58,35 @@ void RequireSameType(Napi::Env env, const char* method, const Buffer& send, cons
 }
 }  // namespace
 
-CommInfo Describe(MPI_Comm comm) {
+CommInfo Describe(MPI_Comm comm, std::vector<int> ids) {
   MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
-  CommInfo info{comm, 0, 0, {}};
+  CommInfo info{comm, 0, 0, std::move(ids)};
   MPI_CHECK(MPI_Comm_rank(comm, &info.rank));
   MPI_CHECK(MPI_Comm_size(comm, &info.size));
-  MPI_Group group;
-  MPI_CHECK(MPI_Comm_group(comm, &group));
-  info.worldRanks = ToWorldRanks(group);
-  MPI_CHECK(MPI_Group_free(&group));
   return info;
+}
+
+std::vector<int> WorldIds(MPI_Comm comm) {
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  std::vector<int> worldIds(size);
+  for (int i = 0; i < size; ++i) worldIds[i] = i;
+  return IdsWithin(comm, MPI_COMM_WORLD, worldIds);
+}
+
+std::vector<int> MergedIds(MPI_Comm merged, int myId, int firstId) {
+  int size = 0;
+  MPI_CHECK(MPI_Comm_size(merged, &size));
+  int mine[2] = {myId, firstId};
+  std::vector<int> pairs(2 * size);
+  MPI_Request request;
+  MPI_CHECK(MPI_Iallgather(mine, 2, MPI_INT, pairs.data(), 2, MPI_INT, merged, &request));
+  CommThread::Get().Wait(&request, merged, "MPI_Iallgather");
+  int spawners = 0;
+  while (spawners < size && pairs[2 * spawners] >= 0) ++spawners;
+  std::vector<int> ids(size);
+  for (int i = 0; i < size; ++i) ids[i] = i < spawners ? pairs[2 * i] : pairs[1] + i - spawners;
+  return ids;
 }
 
 void Communicator::Init(Napi::Env env, Napi::Object exports) {
@@ -72,6 +105,8 @@ void Communicator::Init(Napi::Env env, Napi::Object exports) {
           InstanceMethod<&Communicator::Revoke>("revoke"),
           InstanceMethod<&Communicator::IsRevoked>("isRevoked"),
           InstanceMethod<&Communicator::Shrink>("shrink"),
+          InstanceMethod<&Communicator::Split>("split"),
+          InstanceMethod<&Communicator::Spawn>("spawn"),
           InstanceMethod<&Communicator::Agree>("agree"),
           InstanceMethod<&Communicator::GetFailed>("getFailed"),
           InstanceMethod<&Communicator::Free>("free"),
@@ -91,7 +126,7 @@ Communicator::Communicator(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Co
   if (info.Length() != 1 || !info[0].IsExternal() ||
       info[0].As<Napi::External<char>>().Data() != &kToken) {
     throw Napi::TypeError::New(info.Env(),
-                               "Communicator: not constructible; use init() or shrink()");
+                               "Communicator: not constructible; use init(), shrink(), split() or spawn()");
   }
 }
 
@@ -282,11 +317,11 @@ Napi::Value Communicator::Shrink(const Napi::CallbackInfo& info) {
   MPI_Comm comm = Handle(env, "shrink");
   return CommThread::Get().Submit(
       env, {},
-      [comm] {
+      [comm, ids = info_.worldRanks] {
 #ifdef FT_HAVE_MPIX_COMM_SHRINK
         MPI_Comm shrunk;
         MPI_CHECK(MPIX_Comm_shrink(comm, &shrunk));
-        return Describe(shrunk);
+        return Describe(shrunk, IdsWithin(shrunk, comm, ids));
 #else
         (void)comm;
         NOT_SUPPORTED("MPIX_Comm_shrink");
@@ -319,17 +354,17 @@ Napi::Value Communicator::Agree(const Napi::CallbackInfo& info) {
       [](Napi::Env env, int& agreed) { return Napi::Number::New(env, agreed); });
 }
 
-// getFailed(): COMM_WORLD ranks of this communicator's processes known to have failed.
+// getFailed(): the ids of this communicator's processes known to have failed.
 Napi::Value Communicator::GetFailed(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   MPI_Comm comm = Handle(env, "getFailed");
   return CommThread::Get().Submit(
       env, {},
-      [comm] {
+      [comm, ids = info_.worldRanks] {
 #ifdef FT_HAVE_MPIX_COMM_GET_FAILED
         MPI_Group failed;
         MPI_CHECK(MPIX_Comm_get_failed(comm, &failed));
-        std::vector<int> ranks = ToWorldRanks(failed);
+        std::vector<int> ranks = IdsOf(failed, comm, ids);
         MPI_CHECK(MPI_Group_free(&failed));
         return ranks;
 #else
@@ -339,6 +374,68 @@ Napi::Value Communicator::GetFailed(const Napi::CallbackInfo& info) {
 #endif
       },
       [](Napi::Env env, std::vector<int>& ranks) { return ToArray(env, ranks); });
+}
+
+// split(color, key): MPI_Comm_split; the ranks passing the same color >= 0 get a communicator of
+// their own, ordered by key, and a negative color gets null (MPI_UNDEFINED). Blocking in MPI (there
+// is no non-blocking split): bound it from JS.
+Napi::Value Communicator::Split(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  MPI_Comm comm = Handle(env, "split");
+  int color = IntArg(info, 0, "split", "color", -1, INT32_MAX);
+  int key = IntArg(info, 1, "split", "key", INT32_MIN, INT32_MAX);
+  return CommThread::Get().Submit(
+      env, {},
+      [comm, color, key, ids = info_.worldRanks] {
+        MPI_Comm part;
+        MPI_CHECK(MPI_Comm_split(comm, color < 0 ? MPI_UNDEFINED : color, key, &part));
+        if (part == MPI_COMM_NULL) return std::optional<CommInfo>();
+        return std::optional<CommInfo>(Describe(part, IdsWithin(part, comm, ids)));
+      },
+      [](Napi::Env env, std::optional<CommInfo>& part) -> Napi::Value {
+        if (!part) return env.Null();
+        return New(env, *part);
+      });
+}
+
+// spawn(command, args, count, firstId): collective; MPI_Comm_spawn of `count` processes running
+// `command args` (rank 0 starts them), merged with this communicator's ranks into one
+// communicator, theirs last, the new processes numbered firstId, firstId + 1, ... (they learn
+// their ids in the same call: see joinParent()). Blocking in MPI: bound it from JS.
+Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  MPI_Comm comm = Handle(env, "spawn");
+  if (!info[0].IsString()) ThrowArg(env, "spawn", "command", "a string", info[0]);
+  std::string command = info[0].As<Napi::String>();
+  if (!info[1].IsArray()) ThrowArg(env, "spawn", "args", "an Array of strings", info[1]);
+  std::vector<std::string> args;
+  Napi::Array list = info[1].As<Napi::Array>();
+  for (uint32_t i = 0; i < list.Length(); ++i) {
+    Napi::Value arg = list.Get(i);
+    if (!arg.IsString()) ThrowArg(env, "spawn", "args", "an Array of strings", arg);
+    args.push_back(arg.As<Napi::String>());
+  }
+  int count = IntArg(info, 2, "spawn", "count", 1, 4096);
+  int firstId = IntArg(info, 3, "spawn", "firstId", 0, INT32_MAX - 4096);
+  return CommThread::Get().Submit(
+      env, {},
+      [comm, command, args, count, firstId, ids = info_.worldRanks, rank = info_.rank] {
+        std::vector<char*> argv;
+        for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+        argv.push_back(nullptr);
+        std::vector<int> codes(count);
+        MPI_Comm children;
+        MPI_CHECK(MPI_Comm_spawn(command.c_str(), argv.data(), count, MPI_INFO_NULL, 0, comm,
+                                 &children, codes.data()));
+        MPI_CHECK(MPI_Comm_set_errhandler(children, MPI_ERRORS_RETURN));
+        MPI_Comm merged;
+        int rc = MPI_Intercomm_merge(children, /*high=*/0, &merged);
+        MPI_Comm_free(&children);
+        MPI_CHECK(rc);
+        MPI_CHECK(MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN));
+        return Describe(merged, MergedIds(merged, ids[rank], firstId));
+      },
+      [](Napi::Env env, CommInfo& merged) { return New(env, merged); });
 }
 
 Napi::Value Communicator::Free(const Napi::CallbackInfo& info) {

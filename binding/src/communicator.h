@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <napi.h>
 
+#include <optional>
 #include <vector>
 
 namespace ft {
@@ -14,11 +15,19 @@ struct CommInfo {
   MPI_Comm comm;
   int rank;
   int size;
-  std::vector<int> worldRanks;  // worldRanks[r] = rank in MPI_COMM_WORLD of rank r here
+  std::vector<int> worldRanks;  // worldRanks[r] = the id of rank r here (see communicator.cc)
 };
 
-// Comm thread: sets MPI_ERRORS_RETURN on `comm` and describes it.
-CommInfo Describe(MPI_Comm comm);
+// Comm thread: sets MPI_ERRORS_RETURN on `comm` and describes it, its ranks named by `ids`.
+CommInfo Describe(MPI_Comm comm, std::vector<int> ids);
+
+// Comm thread: the ids of `comm`'s ranks, made of processes of this job's MPI_COMM_WORLD.
+std::vector<int> WorldIds(MPI_Comm comm);
+
+// Comm thread: collective over a communicator merged from spawning ranks (first, passing their
+// ids) and the processes they spawned (last, passing -1): every rank's id, the spawned ones
+// numbered from `firstId` (which the spawning ranks pass, the spawned -1).
+std::vector<int> MergedIds(MPI_Comm merged, int myId, int firstId);
 
 class Communicator : public Napi::ObjectWrap<Communicator> {
  public:
@@ -39,6 +48,8 @@ class Communicator : public Napi::ObjectWrap<Communicator> {
   Napi::Value Revoke(const Napi::CallbackInfo& info);
   Napi::Value IsRevoked(const Napi::CallbackInfo& info);
   Napi::Value Shrink(const Napi::CallbackInfo& info);
+  Napi::Value Split(const Napi::CallbackInfo& info);
+  Napi::Value Spawn(const Napi::CallbackInfo& info);
   Napi::Value Agree(const Napi::CallbackInfo& info);
   Napi::Value GetFailed(const Napi::CallbackInfo& info);
   Napi::Value Free(const Napi::CallbackInfo& info);

@@ -121,7 +121,8 @@ function checkLauncher(options: TrainOptions, worldSize: number): void {
     if (!ulfm) throw new Error(`--on-failure ${options.onFailure} needs MPI fault tolerance, but the addon was built against an MPI without ULFM: run launch/setup and npm run build, or use --on-failure none`);
     if (!mpiFaultToleranceOn()) throw new Error(`--on-failure ${options.onFailure} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`);
   }
-  if (options.minRanks > worldSize) throw new Error(`--min-ranks ${options.minRanks} is above the world size ${worldSize}`);
+  if (options.spares >= worldSize) throw new Error(`--spares ${options.spares} leaves no working rank in the world size ${worldSize}`);
+  if (options.minRanks > worldSize - options.spares) throw new Error(`--min-ranks ${options.minRanks} is above the working world size ${worldSize - options.spares}`);
   const absent = options.drills.find((d) => d.rank >= worldSize);
   if (absent) throw new Error(`--drill names rank ${absent.rank}, but the world size is ${worldSize}`);
 }
@@ -160,19 +161,21 @@ async function prepare(): Promise<{ options: TrainOptions; dataset: Dataset; net
   } catch (error) {
     throw new InputError((error as Error).message);
   }
-  const worldSize = launcherWorldSize();
+  // a spawned rank joins a running job: the job's ranks checked its flags already
+  const joining = options.joinId !== undefined;
+  const worldSize = launcherWorldSize() - options.spares;
   let dataset: Dataset | undefined;
   try {
-    checkLauncher(options, worldSize);
+    if (!joining) checkLauncher(options, launcherWorldSize());
     const spec = loadSpec(options.model);
     dataset = await Dataset.open(options.data);
     const [shape, input] = [dataset.sampleShape.join('x'), spec.input.join('x')];
     if (shape !== input) throw new Error(`${options.model}: takes ${input} inputs, but ${options.data} holds ${shape} samples`);
     if (spec.classes !== dataset.classes) throw new Error(`${options.model}: has ${spec.classes} classes, but ${options.data} has ${dataset.classes}`);
     const net = new Net(spec, cpu);
-    const resume = options.resume !== undefined ? checkResume(options, spec, dataset) : undefined;
+    const resume = options.resume !== undefined && !joining ? checkResume(options, spec, dataset) : undefined;
     options.rankBatch = checkShards(options, dataset, worldSize, resume);
-    createRunDir(options.runDir);
+    if (!joining) createRunDir(options.runDir);
     return { options, dataset, net, resume };
   } catch (error) {
     // its file handles would otherwise be closed by the garbage collector, with a warning on stderr
@@ -187,7 +190,7 @@ async function main(): Promise<number> {
   cpu.setThreads(options.threads);
   const bounds = hangBounds(options.hangTimeout);
   // under mpirun the rank is known before MPI starts: the pid file and the start-up drill need it
-  const launchRank = launcherWorldRank();
+  const launchRank = (options.joinId ?? 0) + launcherWorldRank();
   const runLog = new RunLog(options.runDir, launchRank);
   const pidsDir = path.join(options.runDir, runFiles.pids);
   const logger = rankLogger(runLog.logFile, launchRank);
@@ -203,16 +206,17 @@ async function main(): Promise<number> {
   }
   faults.at(resume?.manifest.step ?? 0, 'startup');
   let world: Communicator;
+  let joined: boolean;
   try {
-    ({ world } = await withDeadline(init(), bounds.startupMs, 'MPI start-up'));
+    ({ world, joined } = await withDeadline(init(), bounds.startupMs, 'MPI start-up'));
   } catch (error) {
     await closeLogger(logger);
     throw new StartupError(`ft-train: rank ${launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, runLog.dir);
   }
   const disarm = guardAgainstHangs(bounds, launchRank);
   const worldRank = world.worldRanks[world.rank];
-  runLog.setLeader(world.rank === 0);
-  const shards = resume?.manifest.shards ?? options.shards ?? world.size;
+  runLog.setLeader(world.rank === 0 && !joined);
+  const shards = resume?.manifest.shards ?? options.shards ?? world.size - options.spares;
   const progress = new Progress(options.steps);
   const observer: TrainObserver = {
     step: (record) => {
@@ -235,13 +239,16 @@ async function main(): Promise<number> {
     sharded: options.optimizerState === 'sharded'
       ? { optimizer: new Optimizer(options.optimizer, cpu), params: net.params.dataWithTail, redundancy: options.redundancy }
       : undefined,
+    respawn: options.respawn ? { limit: options.respawnLimit ?? world.size - options.spares, ...respawnCommand(shards) } : undefined,
+    joined,
   }, world, dataset, dataset.train.layout(shards), observer, faults);
   trainer = new Trainer({ ...options, shards }, ft, dataset, net, cpu, observer);
   if (stopRequested) trainer.requestStop();
-  logger.info('start', { world: world.size, shards, options });
+  logger.info(joined ? 'joined' : 'start', { world: world.size, shards, options });
   if (runLog.isLeader) {
-    runLog.event({ event: 'start', world: world.size, shards, on_failure: options.onFailure, batch: options.batch });
-    progress.line(`training ${options.model} on ${options.data}: ${world.size} ranks, ${shards} shards, global batch ${options.batch}, on failure: ${options.onFailure}; run dir ${options.runDir}`);
+    const spares = options.spares > 0 ? ` (+${options.spares} spare${options.spares > 1 ? 's' : ''})` : '';
+    runLog.event({ event: 'start', world: world.size - options.spares, spares: options.spares, shards, on_failure: options.onFailure, batch: options.batch });
+    progress.line(`training ${options.model} on ${options.data}: ${world.size - options.spares} ranks${spares}, ${shards} shards, global batch ${options.batch}, on failure: ${options.onFailure}; run dir ${options.runDir}`);
     for (const reason of resume?.skipped ?? []) progress.line(`${reason}; using ${resume!.dir}`);
   }
   let code = 0;
@@ -281,6 +288,25 @@ async function main(): Promise<number> {
   // a finalize that never returns would keep the process alive: every rank has agreed on the end already
   if (!finalized) process.exit(code);
   return code === 0 ? 0 : exitLast(code, ft, pidsDir, bounds.commMs);
+}
+
+/**
+ * What a rank spawned to replace a lost one runs: this program with this rank's flags, minus
+ * --resume (it receives the run's state from the ranks instead), with the shard count fixed and
+ * its id given (it joins under ids that no rank had).
+ */
+function respawnCommand(shards: number): { command: string; args(firstId: number): string[] } {
+  const flags: string[] = [];
+  const argv = hideBin(process.argv);
+  for (let i = 0; i < argv.length; ++i) {
+    const [flag] = argv[i].split('=');
+    if (['--resume', '--shards', '--join-id'].includes(flag)) {
+      if (!argv[i].includes('=')) i += 1;
+      continue;
+    }
+    flags.push(argv[i]);
+  }
+  return { command: process.execPath, args: (firstId) => [...process.execArgv, process.argv[1], ...flags, '--shards', String(shards), '--join-id', String(firstId)] };
 }
 
 /**

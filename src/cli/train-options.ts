@@ -29,6 +29,14 @@ export interface TrainOptions extends Omit<TrainConfig, 'shards'> {
   redundancy: RedundancySpec;
   /** seconds without progress after which a rank counts as failed (see src/ft/hangs.ts) */
   hangTimeout: number;
+  /** the launch's last K ranks wait as hot spares */
+  spares: number;
+  /** spawn ranks to replace the lost */
+  respawn: boolean;
+  /** ranks spawned in all, at most (undefined: the initial working world size) */
+  respawnLimit?: number;
+  /** set on a rank the job's ranks spawned: its id is joinId + its rank among those spawned with it */
+  joinId?: number;
   /**
    * Shrink and none modes: the samples each rank takes per step, fixed when the run starts
    * (--batch / the initial world size; on --resume, the checkpoint's initial world size), so the
@@ -92,6 +100,10 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     .option('min-ranks', { type: 'number', default: 1, coerce: positiveInt('min-ranks'), describe: 'stop (exit code 3) when fewer ranks survive', group: 'Fault tolerance:' })
     .option('max-retries', { type: 'number', default: 5, coerce: positiveInt('max-retries'), describe: 'repair attempts per failure', group: 'Fault tolerance:' })
     .option('hang-timeout', { type: 'number', default: defaultHangTimeoutS, coerce: positive('hang-timeout'), describe: 'seconds without progress after which a rank counts as failed: it is declared dead (by MPI\'s detector, which launch/ft-run sets to the same value) and killed; also bounds every wait', group: 'Fault tolerance:' })
+    .option('spares', { type: 'number', default: 0, coerce: positiveInt('spares', 0), describe: 'hot spares: the launch\'s last K ranks hold no shards and only wait; a lost rank\'s place (its shards, its optimizer state) goes to one of them in the same recovery, so the working world keeps its size while they last', group: 'Fault tolerance:' })
+    .option('respawn', { type: 'boolean', default: false, describe: 'after a failure, spawn ranks (MPI_Comm_spawn) to take the lost ranks\' places, once spares are used up (exact mode)', group: 'Fault tolerance:' })
+    .option('respawn-limit', { type: 'number', coerce: positiveInt('respawn-limit', 0), describe: 'with --respawn: ranks spawned in all, at most (default: the initial working world size)', group: 'Fault tolerance:' })
+    .option('join-id', { type: 'number', hidden: true, coerce: positiveInt('join-id', 0) })
     .option('drill', { type: 'string', array: true, default: [] as string[], describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), or spins forever (hang), at phase P of step K (repeatable; for tests). P: ${phases.join('|')}`, group: 'Fault tolerance:' })
     .option('jit-checkpoint', { choices: ['on', 'off'] as const, default: 'on' as const, coerce: last<'on' | 'off'>, describe: 'after a failure, the survivors write a checkpoint of the failed step\'s start', group: 'Checkpoints:' })
     .option('checkpoint-dir', { type: 'string', coerce: nonEmptyPath('checkpoint-dir'), describe: 'where checkpoints go (default: <run-dir>/ckpt)', group: 'Checkpoints:' })
@@ -104,6 +116,9 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
       if (a.steps !== undefined && a.epochs !== undefined) throw new Error('give --steps or --epochs, not both');
       if (a.optimizerState === 'sharded' && a.onFailure !== 'exact') throw new Error(`--optimizer-state sharded needs --on-failure exact, got ${a.onFailure}`);
       if (a.redundancy !== undefined && a.optimizerState !== 'sharded') throw new Error('--redundancy applies to --optimizer-state sharded only');
+      if (a.spares > 0 && a.onFailure === 'none') throw new Error('--spares needs fault tolerance: --on-failure exact or shrink');
+      if (a.respawn && a.onFailure !== 'exact') throw new Error(`--respawn needs --on-failure exact, got ${a.onFailure}`);
+      if (a.respawnLimit !== undefined && !a.respawn) throw new Error('--respawn-limit applies with --respawn only');
       return true;
     })
     .parseSync(argv);
@@ -147,5 +162,9 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     threads: args.threads,
     drills,
     hangTimeout: args.hangTimeout,
+    spares: args.spares,
+    respawn: args.respawn,
+    respawnLimit: args.respawnLimit,
+    joinId: args.joinId,
   };
 }

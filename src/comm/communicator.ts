@@ -6,14 +6,18 @@ export type CommBuffer = Float32Array | Float64Array | Int32Array | Uint8Array;
 export type ReduceOp = 'sum' | 'max' | 'min';
 
 /**
- * One MPI communicator (a dup of COMM_WORLD with MPI_ERRORS_RETURN, or shrunk from one). Every
+ * One MPI communicator (a dup of COMM_WORLD with MPI_ERRORS_RETURN, or made from one: shrunk,
+ * split, grown by spawn). Every
  * method queues its call on the comm thread and settles when MPI returns; calls run in the order
  * they were made. Buffers must not be touched until the Promise settles.
  */
 export interface Communicator {
   readonly rank: number;
   readonly size: number;
-  /** worldRanks[r] is the MPI_COMM_WORLD rank of rank r of this communicator. */
+  /**
+   * worldRanks[r] is the id of rank r of this communicator, the same in every communicator it is
+   * in: its MPI_COMM_WORLD rank for a process the job started, the id spawn() gave it otherwise.
+   */
   readonly worldRanks: number[];
   /** In place: buffer becomes the element-wise reduction over all ranks. */
   allreduce(buffer: CommBuffer, op?: ReduceOp): Promise<void>;
@@ -36,20 +40,37 @@ export interface Communicator {
   /** MPIX_Comm_shrink: a new communicator of the live ranks (collective over them). */
   shrink(): Promise<Communicator>;
   /**
+   * MPI_Comm_split (collective; blocking in MPI, so bound it): the ranks passing the same color
+   * >= 0 get a communicator of their own, ordered by key; color -1 gets null.
+   */
+  split(color: number, key: number): Promise<Communicator | null>;
+  /**
+   * MPI_Comm_spawn + MPI_Intercomm_merge (collective; blocking in MPI, so bound it): starts `count`
+   * processes running `command ...args` (their init() resolves with `joined` true) and resolves
+   * with one communicator of this one's ranks followed by theirs, theirs numbered firstId, firstId
+   * + 1, ... Rejects with MpiError (MPI_ERR_SPAWN and the like) when they cannot be started.
+   */
+  spawn(command: string, args: string[], count: number, firstId: number): Promise<Communicator>;
+  /**
    * MPIX_Comm_agree: the bitwise AND of every live rank's flag, the same on each. Rejects with
    * ProcFailedError, alike on every survivor, if a failure is not yet acknowledged (the flag is
    * then undefined).
    */
   agree(flag: number): Promise<number>;
-  /** MPIX_Comm_get_failed: MPI_COMM_WORLD ranks of this communicator's known-dead processes, in the order they were detected. */
+  /** MPIX_Comm_get_failed: the ids of this communicator's known-dead processes, in the order they were detected. */
   getFailed(): Promise<number[]>;
   /** MPI_Comm_free; any later call on it throws. */
   free(): Promise<void>;
 }
 
 export interface MpiSession {
-  /** A dup of MPI_COMM_WORLD with MPI_ERRORS_RETURN: never COMM_WORLD itself. */
+  /**
+   * A dup of MPI_COMM_WORLD with MPI_ERRORS_RETURN, never COMM_WORLD itself; in a process that a
+   * running job spawned, the communicator merging it with the ranks that spawned it.
+   */
   world: Communicator;
+  /** this process was spawned by a running job's ranks (Communicator.spawn) */
+  joined: boolean;
   /** MPI's provided thread level (the comm thread alone calls MPI). */
   threadLevel: number;
   /** MPI_Get_library_version. */

@@ -3,7 +3,8 @@
 // one without talking: at start, contiguous blocks of shards per rank in rank order; after a loss,
 // the lost ranks' shards go, lowest shard first, each to the live rank holding the fewest shards,
 // whether it held any before or not (ties: lowest rank). Survivors keep their own shards, so only the
-// lost shards are read back, and the per-rank shard counts stay within one of each other.
+// lost shards are read back, and the per-rank shard counts stay within one of each other. Ranks
+// that join (spares, respawned ranks) take a lost rank's shards whole, lowest lost rank first.
 
 export class ShardMap {
   /** owners[s] = world rank holding shard s */
@@ -67,6 +68,22 @@ export class ShardMap {
       return target;
     });
     return new ShardMap(owners);
+  }
+
+  /**
+   * The map once the owners missing from `live` are replaced: the lost owners, ascending, hand
+   * their shards whole to `joiners` (ranks in `live` holding none), in order, while joiners last;
+   * the shards of the others go as in without().
+   */
+  handOver(live: readonly number[], joiners: readonly number[]): ShardMap {
+    const alive = new Set(live);
+    const lost = this.ranks.filter((r) => !alive.has(r));
+    const taken = joiners.filter((r) => this.owners.includes(r) || !alive.has(r));
+    if (taken.length > 0) throw new RangeError(`handOver: joiners ${JSON.stringify(taken)} hold shards already or are not live`);
+    const heir = new Map(lost.slice(0, joiners.length).map((r, i) => [r, joiners[i]]));
+    const replaced = new ShardMap(this.owners.map((owner) => heir.get(owner) ?? owner));
+    const workers = uniqueSorted([...replaced.ranks.filter((r) => alive.has(r)), ...joiners]);
+    return replaced.without(lost.slice(joiners.length), workers);
   }
 
   /** The shards whose owner differs in `next`, grouped by their new owner. */

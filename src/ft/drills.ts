@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 
 /** Every point where a run can fail, in the order a step, a recovery, a checkpoint and a run pass them. */
 export const phases = [
-  'startup', 'resume', 'compute', 'collective', 'redundancy', 'agree', 'update', 'evaluation', 'recovery', 'rebuild', 'readback',
+  'startup', 'resume', 'compute', 'collective', 'redundancy', 'agree', 'update', 'evaluation', 'recovery', 'spawn', 'join', 'rebuild', 'readback',
   'checkpoint-stripe', 'checkpoint-gather', 'checkpoint-commit', 'final-write',
 ] as const;
 export type Phase = (typeof phases)[number];

@@ -1,4 +1,4 @@
-// The fault-tolerance protocol's one owner (torchft's Manager): it holds the communicator, the
+// The fault-tolerance protocol's one owner (torchft's Manager): it holds the communicators, the
 // shard map and the shards' data, and runs every collective of the program through one path,
 // "collective, then vote", so that no survivor is ever left in a different collective from the
 // others. A failed vote sends every survivor into the same recovery (repair, reassignment and
@@ -8,6 +8,12 @@
 // writes checkpoints (stripes, digest gather, commit, each voted), ends the run (the final write,
 // voted like the rest, with the job's readback total), and stops the job when a rank reports an
 // error of its own.
+// Two communicators: every live rank (votes, repair, growth) and the working ranks (the sum and
+// everything else), the same one unless hot spares wait (--spares): they hold no shards, only
+// vote and receive each step's outcome, so that any of them can take a lost rank's place, and its
+// shards, in the recovery. Lost ranks are also replaced by ranks spawned for them (--respawn):
+// once the communicator is repaired, the survivors grow it with MPI_Comm_spawn, send the newcomers
+// the parameters and where the run stands (the join), and the newcomers take the lost shards.
 import { isFailure, type Communicator } from '../comm';
 import { checkpointDir, commitCheckpoint, configSha256, pruneCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
@@ -18,9 +24,9 @@ import type { ShardData } from '../data/split';
 import type { RunEvent } from '../run/records';
 import type { FaultInjector, Phase } from './drills';
 import { ShardSum } from './shard-sum';
-import { ShardedState, type ShardedStateConfig } from './sharded-state';
+import { ShardedState, type JoinMeta, type ShardedStateConfig } from './sharded-state';
 import { beat, killDeclaredDead } from './hangs';
-import { repair, type Repair } from './repair';
+import { repair, withDeadline, type Repair } from './repair';
 import { ProtocolStop } from './stop';
 
 export type FailurePolicy = 'exact' | 'shrink' | 'none';
@@ -46,6 +52,12 @@ export interface ProtocolConfig {
   add(acc: Float32Array, x: Float32Array): void;
   /** --optimizer-state sharded (exact mode): the optimizer, parameters and redundancy it needs */
   sharded?: Omit<ShardedStateConfig, 'log' | 'initial'>;
+  /** --spares: the ranks of the job beyond the working ones (the highest ids) */
+  spares: number;
+  /** --respawn: how many ranks may be spawned in all, and the command a spawned rank runs given its first id */
+  respawn?: { limit: number; command: string; args(firstId: number): string[] };
+  /** this process was spawned by the job's ranks: it joins in their recovery */
+  joined: boolean;
 }
 
 /** What the protocol reports to the run directory and the console. */
@@ -66,6 +78,26 @@ export interface StateSource {
   stepRows(map: ShardMap, shards: readonly number[]): Map<number, Int32Array>;
   /** sharded state: the optimizer state at the run's start, slot k over elements [from, to) */
   initialState(slot: number, from: number, to: number, out: Float32Array): void;
+  /** what a joining rank receives, as it stands at the current step's start: buffers of the same length on every rank (sent in place) */
+  joinBuffers(): Float32Array[];
+  /** a joining rank's training loop takes up `position` at `step` */
+  joinAt(step: number, position: Pick<CheckpointMeta, 'epoch' | 'shrink'>): void;
+}
+
+/** What the ranks already in the run tell the ones joining it. */
+interface JoinMessage {
+  step: number;
+  owners: number[];
+  joiners: number[];
+  worldInitial: number;
+  nextId: number;
+  respawnsLeft: number;
+  failures: Failure[];
+  worldHistory: CheckpointMeta['world_history'];
+  bytesReadBack: number;
+  lastCheckpoint: string | null;
+  position: Pick<CheckpointMeta, 'epoch' | 'shrink'>;
+  sharded?: JoinMeta;
 }
 
 export interface Failure {
@@ -87,7 +119,10 @@ const CARRY_ON = 2;
 const now = (): number => performance.now();
 
 export class Manager {
+  /** every live rank */
   private comm: Communicator;
+  /** the working ranks (null on a spare): `comm` itself when every live rank works */
+  private workers: Communicator | null;
   private map: ShardMap;
   private sum?: ShardSum;
   private sharded?: ShardedState;
@@ -106,9 +141,15 @@ export class Manager {
   readonly failures: Failure[] = [];
   /** bytes read back from disk by every rank, as of the last recovery or the final write */
   bytesReadBack = 0;
-  readonly worldInitial: number;
+  /** the working ranks at the start: how many the recovery keeps working while spares and respawns last */
+  worldInitial: number;
   readonly worldHistory: CheckpointMeta['world_history'] = [];
   lastCheckpoint: string | null = null;
+  /** the id the next spawned rank gets, and how many more may be spawned */
+  private nextId: number;
+  private respawnsLeft: number;
+  /** a spawned rank that has not yet received the run's state: it leaves if the join fails */
+  private awaitingJoin: boolean;
 
   constructor(
     private readonly config: ProtocolConfig,
@@ -119,16 +160,34 @@ export class Manager {
     private readonly faults: FaultInjector,
   ) {
     this.comm = world;
-    this.worldInitial = world.size;
-    this.map = ShardMap.initial(config.shards, world.worldRanks);
+    // a spawned rank learns the run's sizes and map at the join
+    this.worldInitial = config.joined ? world.size : world.size - config.spares;
+    const ids = [...world.worldRanks].sort((a, b) => a - b);
+    this.map = ShardMap.initial(config.shards, ids.slice(0, this.worldInitial));
+    this.workers = config.spares === 0 ? world : null;
+    this.nextId = ids[ids.length - 1] + 1;
+    this.respawnsLeft = config.respawn?.limit ?? 0;
+    this.awaitingJoin = config.joined;
   }
 
+  /** The number of working ranks. */
   get size(): number {
-    return this.comm.size;
+    return this.workers?.size ?? this.map.ranks.length;
   }
 
+  /** This rank's rank among the working ones (-1 on a spare). */
   get rank(): number {
-    return this.comm.rank;
+    return this.workers?.rank ?? -1;
+  }
+
+  /** Whether this rank works (holds shards and takes part in the sum), or waits as a spare. */
+  get working(): boolean {
+    return this.workers !== null;
+  }
+
+  /** The live ranks waiting as spares, ascending. */
+  get spares(): number[] {
+    return this.liveRanks.filter((r) => !this.map.owners.includes(r));
   }
 
   get worldRank(): number {
@@ -140,8 +199,14 @@ export class Manager {
     return [...this.comm.worldRanks].sort((a, b) => a - b);
   }
 
+  /** The lowest live working rank leads (a spare, when no working rank is left). */
   get isLeader(): boolean {
-    return this.worldRank === Math.min(...this.comm.worldRanks);
+    return this.worldRank === this.leaderId;
+  }
+
+  private get leaderId(): number {
+    const live = this.liveRanks;
+    return live.find((r) => this.map.owners.includes(r)) ?? live[0];
   }
 
   get shardMap(): ShardMap {
@@ -185,23 +250,43 @@ export class Manager {
     this.faults.at(this.step, phase);
   }
 
-  /** Allreduce over the live ranks (no vote: use it inside collective()). */
+  /** Allreduce over the working ranks (no vote: use it inside collective()). */
   allreduce(buffer: Float32Array | Float64Array): Promise<void> {
-    return this.comm.allreduce(buffer, 'sum');
+    return this.workers!.allreduce(buffer, 'sum');
   }
 
-  /** Reads this rank's shards and, when resuming, votes that every rank restored the checkpoint. */
+  /**
+   * Inside the step's collective, on every live rank: the spares receive the step's outcome from
+   * the leader (`outcome`: the summed gradient and loss, or the updated parameters and loss), so
+   * that any of them can take a working rank's place. Nothing to do without spares.
+   */
+  async feedSpares(outcome: Float32Array): Promise<void> {
+    if (this.workers === this.comm) return;
+    await this.comm.bcast(outcome, this.comm.worldRanks.indexOf(this.leaderId));
+  }
+
+  /**
+   * Reads this rank's shards and, when resuming, votes that every rank restored the checkpoint. A
+   * spawned rank instead joins the recovery the ranks that spawned it are in.
+   */
   async start(source: StateSource, resumed: boolean): Promise<void> {
     this.source = source;
+    if (this.config.joined) {
+      await this.recover();
+      return;
+    }
+    if (!this.workers) this.workers = await withDeadline(this.comm.split(this.map.owners.includes(this.worldRank) ? 0 : -1, this.comm.rank), this.config.commTimeoutMs, 'MPI_Comm_split');
     this.observer.leader(this.isLeader);
     await this.load(this.heldShards);
     this.rebuildSum();
-    if (this.config.sharded) {
-      const initial = source.initialState.bind(source);
-      this.sharded = new ShardedState({ ...this.config.sharded, initial, log: (message) => this.observer.log(message) }, this.comm);
-    }
-    this.worldHistory.push({ step: this.step, world: this.comm.size, lost: [] });
+    if (this.config.sharded && this.working) this.sharded = this.newShardedState();
+    this.worldHistory.push({ step: this.step, world: this.size, lost: [] });
     if (resumed) while (!(await this.collective('resume', async () => undefined)).ok);
+  }
+
+  private newShardedState(joining?: JoinMeta): ShardedState {
+    const initial = this.source!.initialState.bind(this.source);
+    return new ShardedState({ ...this.config.sharded!, initial, log: (message) => this.observer.log(message) }, joining ? undefined : this.workers!, joining);
   }
 
   /**
@@ -249,69 +334,221 @@ export class Manager {
   }
 
   /**
-   * The recovery protocol, run alike by every survivor: repair, give the lost shards to the
-   * least-loaded survivors and read back what the retried step needs of them, write the JIT
-   * checkpoint. A failure during any of it starts it again. Throws ProtocolStop below --min-ranks
-   * (after a checkpoint) and when a rank reported an error.
+   * The recovery protocol, run alike by every survivor: repair, replace the lost ranks (spares,
+   * spawned ranks) or give their shards to the least-loaded survivors, read back what the retried
+   * step needs of the lost shards, rebuild sharded state, write the JIT checkpoint. A failure
+   * during any of it starts it again. Throws ProtocolStop below --min-ranks (after a checkpoint)
+   * and when a rank reported an error. A spawned rank starts here, at the join.
    */
   async recover(): Promise<void> {
-    const step = this.step;
     this.sharded?.rollback();
     this.at('recovery');
-    if (this.failedAt !== step) this.noteFailure(new Error('agreed failure'), 'agree', 0);
+    if (!this.awaitingJoin && this.failedAt !== this.step) this.noteFailure(new Error('agreed failure'), 'agree', 0);
     const lostShards = new Set<number>();
+    const lost: number[] = [];
     let readMs = 0;
     let readBeforeRetry = 0;
     for (;;) {
-      const fixed = await this.repair(false);
-      const next = this.map.without(fixed.lost, this.comm.worldRanks);
+      let joiners: number[] = [];
+      if (!this.awaitingJoin) {
+        const fixed = await this.repair(false);
+        lost.push(...fixed.lost);
+        if (this.config.sharded && !this.trainingDone && this.map.ranks.every((r) => !this.liveRanks.includes(r))) {
+          throw new ProtocolStop('state-lost', 'every working rank is lost, and with them the sharded optimizer state (spares hold none of it)');
+        }
+        const grown = await this.grow();
+        if (grown === null) continue;
+        joiners = grown;
+      }
+      if (joiners.length > 0 || this.awaitingJoin) {
+        const message = await this.join(joiners);
+        if (!message) continue;
+        joiners = message.joiners;
+      }
+      const next = this.map.handOver(this.comm.worldRanks, joiners);
       const moved = this.map.movedTo(next);
       this.map = next;
+      if (!(await this.formWorkers())) continue;
       this.rebuildSum();
-      if (!this.trainingDone) {
+      if (!this.trainingDone && this.working) {
         // taken over now, before anything below can fail and repair again with a newer map
         this.at('readback');
         const readStart = now();
         readBeforeRetry += await this.readBackFirst(moved.get(this.worldRank) ?? []);
         readMs += now() - readStart;
-        for (const shards of moved.values()) for (const s of shards) lostShards.add(s);
       }
+      for (const shards of moved.values()) for (const s of shards) lostShards.add(s);
+      const step = this.step;
       if (this.sharded && !this.trainingDone && !(await this.rebuildState(step))) continue;
-      if (this.comm.size < this.config.minRanks) {
+      if (this.size < this.config.minRanks) {
         if (!(await this.tryCheckpoint('min-ranks'))) continue;
-        this.observer.event({ event: 'stop', step, reason: 'below-min-ranks', world: this.comm.size, min_ranks: this.config.minRanks, checkpoint: this.lastCheckpoint });
-        throw new ProtocolStop('min-ranks', `${this.comm.size} rank(s) left, below --min-ranks ${this.config.minRanks}: stopping (checkpoint ${this.lastCheckpoint})`, this.lastCheckpoint);
+        this.observer.event({ event: 'stop', step, reason: 'below-min-ranks', world: this.size, min_ranks: this.config.minRanks, checkpoint: this.lastCheckpoint });
+        throw new ProtocolStop('min-ranks', `${this.size} rank(s) left, below --min-ranks ${this.config.minRanks}: stopping (checkpoint ${this.lastCheckpoint})`, this.lastCheckpoint);
       }
       if (this.trainingDone) return;
       // every rank reports what the others read too: the leader's events hold the whole job's readback
       const mine = this.readBackUnreported();
       const counts = Float64Array.of(readBeforeRetry, mine);
-      if (!(await this.attempt('readback', () => this.comm.allreduce(counts, 'sum')))) continue;
+      if (!(await this.attempt('readback', () => this.workers!.allreduce(counts, 'sum')))) continue;
       this.noteReadBackReported(counts[1], mine);
       this.observer.event({ event: 'readback', step, shards: [...lostShards].sort((a, b) => a - b), bytes_before_retry: counts[0], duration_ms: readMs });
-      this.observer.log(`step ${step}: lost rank(s) ${fixed.lost.join(', ') || 'none'}; revoke+shrink ${fixed.revokeShrinkMs.toFixed(1)} ms, agree ${fixed.agreeMs.toFixed(1)} ms, ` +
-        `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retrying on ${this.comm.size} ranks`);
+      const spares = this.spares.length > 0 ? ` (+${this.spares.length} spare${this.spares.length > 1 ? 's' : ''})` : '';
+      this.observer.log(`step ${step}: lost rank(s) ${lost.join(', ') || 'none'}; ` +
+        `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retrying on ${this.size} ranks${spares}`);
       if (this.config.jitCheckpoint && !(await this.tryCheckpoint('jit'))) continue;
       return;
     }
   }
 
   /**
+   * The ranks that take the lost ranks' places: spares first, then ranks spawned for the rest
+   * (--respawn), the communicator grown by them. Null when a failure interrupted the spawn.
+   */
+  private async grow(): Promise<number[] | null> {
+    if (this.trainingDone) return [];
+    const live = this.liveRanks;
+    const vacant = this.map.ranks.filter((r) => !live.includes(r)).length;
+    const joiners = this.spares.slice(0, vacant);
+    const count = Math.min(vacant - joiners.length, this.respawnsLeft);
+    if (count <= 0) return joiners;
+    const spawned = await this.spawn(count);
+    return spawned === null ? null : [...joiners, ...spawned];
+  }
+
+  /**
+   * Spawns `count` ranks and merges them into the communicator: their ids, or null when a failure
+   * interrupted it. Where spawning is not possible, says so once and turns respawning off.
+   */
+  private async spawn(count: number): Promise<number[] | null> {
+    const respawn = this.config.respawn!;
+    const firstId = this.nextId;
+    this.nextId += count;
+    this.at('spawn');
+    const started = now();
+    let merged: Communicator | undefined;
+    let impossible: string | undefined;
+    const ok = await this.survives('spawn', async () => {
+      try {
+        merged = await withDeadline(this.comm.spawn(respawn.command, respawn.args(firstId), count, firstId), this.config.commTimeoutMs, 'MPI_Comm_spawn');
+      } catch (error) {
+        if (isFailure(error)) throw error;
+        impossible = (error as Error).message;
+      }
+    });
+    const agreed = await this.vote((ok && !impossible ? OK : 0) | (impossible ? 0 : CARRY_ON));
+    if (agreed !== null && (agreed & OK) !== 0) {
+      const old = this.comm;
+      this.comm = merged!;
+      await old.free();
+      this.respawnsLeft -= count;
+      const ids = this.comm.worldRanks.slice(-count);
+      this.observer.event({ event: 'spawn', step: this.step, ranks: ids, duration_ms: now() - started });
+      return ids;
+    }
+    if (merged) await merged.revoke().then(() => merged!.free()).catch(() => undefined);
+    if (agreed === null || (agreed & CARRY_ON) !== 0) return null;
+    this.respawnsLeft = 0;
+    this.observer.event({ event: 'spawn', step: this.step, ranks: [], error: impossible ?? 'not possible on another rank', duration_ms: now() - started });
+    this.observer.log(`step ${this.step}: cannot spawn a rank to replace the lost (${impossible ?? 'not possible on another rank'}): going on with the survivors`);
+    return [];
+  }
+
+  /**
+   * The join, on every live rank: the leader (a rank that holds the run's state) sends where the
+   * run stands and the state at the step's start; the joining ranks take it up. The message, or
+   * null when a failure interrupted it (a spawned rank that got nothing then leaves: it is lost).
+   */
+  private async join(joiners: number[]): Promise<JoinMessage | null> {
+    this.at('join');
+    const started = now();
+    const root = this.comm.worldRanks.indexOf(this.leaderId);
+    const sent: JoinMessage = {
+      step: this.step, owners: this.map.toJSON(), joiners, worldInitial: this.worldInitial, nextId: this.nextId, respawnsLeft: this.respawnsLeft,
+      failures: this.failures, worldHistory: this.worldHistory, bytesReadBack: this.bytesReadBack, lastCheckpoint: this.lastCheckpoint,
+      position: this.awaitingJoin ? { epoch: 0 } : this.source!.position(), sharded: this.sharded?.meta(),
+    };
+    let received: JoinMessage | undefined;
+    const buffers = this.source!.joinBuffers();
+    const ok = await this.attempt('join', async () => {
+      const bytes = new TextEncoder().encode(JSON.stringify(sent));
+      const length = Int32Array.of(bytes.length);
+      await this.comm.bcast(length, root);
+      const message = new Uint8Array(length[0]);
+      message.set(bytes.subarray(0, Math.min(bytes.length, length[0])));
+      await this.comm.bcast(message, root);
+      for (const buffer of buffers) await this.comm.bcast(buffer, root);
+      received = JSON.parse(new TextDecoder().decode(message)) as JoinMessage;
+    }, true);
+    if (!ok) {
+      if (this.awaitingJoin) this.leave('the join failed');
+      return null;
+    }
+    const message = received!;
+    if (this.awaitingJoin) {
+      this.awaitingJoin = false;
+      this.step = message.step;
+      this.failedAt = message.step;
+      this.map = ShardMap.fromOwners(message.owners);
+      this.worldInitial = message.worldInitial;
+      this.failures.push(...message.failures);
+      this.worldHistory.push(...message.worldHistory);
+      [this.nextId, this.respawnsLeft, this.bytesReadBack, this.lastCheckpoint] = [message.nextId, message.respawnsLeft, message.bytesReadBack, message.lastCheckpoint];
+      this.source!.joinAt(message.step, message.position);
+    }
+    if (this.config.sharded && !this.sharded && message.joiners.includes(this.worldRank)) this.sharded = this.newShardedState(message.sharded!);
+    const bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);
+    this.observer.event({ event: 'join', step: this.step, ranks: message.joiners, bytes, duration_ms: now() - started });
+    return message;
+  }
+
+  /** A spawned rank that could not join: it leaves as a failure (the others recover without it). */
+  private leave(why: string): never {
+    this.observer.log(`rank ${this.worldRank}: ${why}; leaving`);
+    process.kill(process.pid, 'SIGKILL');
+    throw new Error('unreachable');
+  }
+
+  /**
    * Sharded state: rebuilds the lost ranks' chunks from the survivors' memory, redistributes the
-   * state to the new world and rebuilds its redundancy, voted; false when a failure interrupted it.
+   * state to the new world (joining ranks included) and rebuilds its redundancy, voted; false when
+   * a failure interrupted it.
    */
   private async rebuildState(step: number): Promise<boolean> {
     const started = now();
     const sharded = this.sharded!;
     this.at('rebuild');
-    if (!(await this.attempt('rebuild', () => sharded.rebuild(this.comm, step)))) return false;
+    if (!(await this.attempt('rebuild', () => sharded.rebuild(this.workers!, step)))) return false;
     sharded.adopt(step);
-    this.observer.event({ event: 'redundancy-rebuild', step, world: this.comm.size, duration_ms: now() - started, state_bytes: sharded.bytes.state });
+    this.observer.event({ event: 'redundancy-rebuild', step, world: this.size, duration_ms: now() - started, state_bytes: sharded.bytes.state });
+    return true;
+  }
+
+  /** The working ranks' communicator for the current map (voted); false when a failure interrupted it. */
+  private async formWorkers(): Promise<boolean> {
+    if (this.spares.length === 0) this.workers = this.comm;
+    else {
+      const works = this.map.owners.includes(this.worldRank);
+      let part: Communicator | null = null;
+      const ok = await this.attempt('join', async () => {
+        part = await withDeadline(this.comm.split(works ? 0 : -1, this.comm.rank), this.config.commTimeoutMs, 'MPI_Comm_split');
+      }, true);
+      if (!ok) {
+        await (part as Communicator | null)?.free().catch(() => undefined);
+        return false;
+      }
+      this.workers = part;
+    }
+    this.observer.leader(this.isLeader);
     return true;
   }
 
   /** Revoke, shrink, agree; kills what was declared dead; stops the job if a rank erred. */
   private async repair(erred: boolean): Promise<Repair> {
+    if (this.workers !== this.comm) {
+      // spares wait: the working ranks' communicator goes too (formWorkers() makes the next)
+      await this.workers?.revoke().then(() => this.workers!.free()).catch(() => undefined);
+    }
+    this.workers = null;
     const fixed = await repair(this.comm, this.step, { maxAttempts: this.config.maxRetries, deadlineMs: this.config.commTimeoutMs, erred });
     this.comm = fixed.comm;
     this.observer.leader(this.isLeader);
@@ -323,8 +560,9 @@ export class Manager {
     if (fixed.lost.length > 0) {
       const killed = killDeclaredDead(this.config.pidsDir, fixed.lost);
       if (killed.length > 0) this.observer.log(`step ${this.step}: killed rank(s) ${killed.join(', ')}, declared dead while still running (hung)`);
-      this.failures.push({ step: this.step, lost: fixed.lost, world: this.comm.size });
-      this.worldHistory.push({ step: this.step, world: this.comm.size, lost: fixed.lost });
+      const working = this.map.ranks.filter((r) => this.liveRanks.includes(r)).length;
+      this.failures.push({ step: this.step, lost: fixed.lost, world: working });
+      this.worldHistory.push({ step: this.step, world: working, lost: fixed.lost });
     }
     return fixed;
   }
@@ -360,13 +598,13 @@ export class Manager {
    */
   private async tryCheckpoint(reason: string): Promise<boolean> {
     const started = now();
-    const state = this.source!.state();
     const dir = checkpointDir(this.config.checkpointDir, this.step);
     this.at('checkpoint-stripe');
-    const mine = Buffer.from(writeStripe(dir, state, this.comm.rank, this.comm.size).join(''), 'hex');
-    const digests = new Uint8Array(mine.length * this.comm.size);
+    // the working ranks write it; spares hold nothing of their own
+    const mine = this.working ? Buffer.from(writeStripe(dir, this.source!.state(), this.rank, this.size).join(''), 'hex') : Buffer.alloc(0);
+    const digests = new Uint8Array(mine.length * this.size);
     this.at('checkpoint-gather');
-    if (!(await this.attempt('checkpoint-gather', () => this.comm.allgather(new Uint8Array(mine), digests)))) return false;
+    if (!(await this.attempt('checkpoint-gather', () => this.workers!.allgather(new Uint8Array(mine), digests)))) return false;
     this.at('checkpoint-commit');
     if (this.isLeader) {
       const meta: CheckpointMeta = {
@@ -381,19 +619,23 @@ export class Manager {
         rng: { seed: this.config.identity.seed as number, kind: 'counter-based' },
         world_history: this.worldHistory,
       };
-      const hex = Array.from({ length: this.comm.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex').match(/.{16}/g)!);
+      const state = this.source!.state();
+      const hex = Array.from({ length: this.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex').match(/.{16}/g)!);
       const manifest = commitCheckpoint(dir, meta, state, hex);
       pruneCheckpoints(this.config.checkpointDir, this.config.keepCheckpoints);
-      this.observer.event({ event: 'checkpoint', step: this.step, reason, dir, bytes: manifest.file.bytes, stripes: this.comm.size, duration_ms: now() - started });
+      this.observer.event({ event: 'checkpoint', step: this.step, reason, dir, bytes: manifest.file.bytes, stripes: this.size, duration_ms: now() - started });
     }
     if (!(await this.attempt('checkpoint-commit', async () => undefined))) return false;
     this.lastCheckpoint = dir;
     return true;
   }
 
-  /** A collective and its vote without recovering: the caller decides how to go on. */
-  private async attempt(phase: Phase, run: () => Promise<void>): Promise<boolean> {
-    const ok = await this.survives(phase, run);
+  /**
+   * A collective of the working ranks (of every live rank, `everyone`) and the vote of every live
+   * rank, without recovering: the caller decides how to go on.
+   */
+  private async attempt(phase: Phase, run: () => Promise<void>, everyone = false): Promise<boolean> {
+    const ok = await this.survives(phase, everyone || this.working ? run : async () => undefined);
     return (await this.vote(ok ? OK : 0)) === OK;
   }
 
@@ -426,7 +668,7 @@ export class Manager {
       if (this.config.onFailure !== 'none') {
         const mine = this.readBackUnreported();
         const unreported = Float64Array.of(mine);
-        if (!(await this.attempt('final-write', () => this.comm.allreduce(unreported, 'sum')))) {
+        if (!(await this.attempt('final-write', () => this.workers!.allreduce(unreported, 'sum')))) {
           await this.recover();
           continue;
         }
@@ -446,7 +688,7 @@ export class Manager {
   private rebuildSum(): void {
     const { onFailure, sumLength, add } = this.config;
     const previous = this.sum;
-    this.sum = onFailure === 'exact' ? new ShardSum(this.comm, this.map, sumLength, add) : undefined;
+    this.sum = onFailure === 'exact' && this.workers ? new ShardSum(this.workers, this.map, sumLength, add) : undefined;
     // a survivor's vectors for the step being retried stay valid: the parameters are untouched
     if (previous && this.sum) this.sum.carryFrom(previous, this.step);
   }

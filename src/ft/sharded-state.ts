@@ -12,7 +12,8 @@
 // Recovery: lost chunks are rebuilt (from a replica, or decoded from parities gathered to one
 // survivor of the group), the whole state is redistributed to the new world's chunks, and the
 // redundancy is rebuilt for the new world before training resumes. Nothing is replaced until the
-// recovery's vote: a failure during it starts again from the same old layout.
+// recovery's vote: a failure during it starts again from the same old layout. Ranks that join (a
+// spare, a respawned rank) hold no chunk of the old layout: they only receive in the redistribution.
 import type { Communicator } from '../comm';
 import { ecDecode } from '../checkpoint/erasure';
 import { parameterChunks } from '../chunks';
@@ -63,6 +64,15 @@ class Layout {
   }
 }
 
+/** Where a rank that joins picks up: the layout it joins and what the redundancy stands for (ShardedState.meta). */
+export interface JoinMeta {
+  /** the ids of the old layout's chunk owners, in chunk order */
+  owners: number[];
+  pristine: boolean;
+  baseStep: number;
+  baseHasInput: boolean;
+}
+
 /** What a recovery builds, put in place once its vote commits. */
 interface Next {
   layout: Layout;
@@ -74,7 +84,8 @@ interface Next {
 
 export class ShardedState {
   private layout: Layout;
-  private comm: Communicator;
+  /** undefined on a rank that is joining, until its first rebuild is adopted */
+  private comm?: Communicator;
   private plan!: RedundancyPlan;
   private store!: PeerRedundancy;
   /** this rank's chunk: slot k at [k L, (k+1) L), L = its length; padded to `slots × longest` floats, the fragment size */
@@ -100,14 +111,26 @@ export class ShardedState {
   private paramsTouched = false;
   private next?: Next;
 
-  constructor(private readonly config: ShardedStateConfig, comm: Communicator) {
+  /** The state at the run's start over `comm`; or, given `joining`, an empty one that takes part in the next rebuild. */
+  constructor(private readonly config: ShardedStateConfig, comm: Communicator | undefined, joining?: JoinMeta) {
     const P = config.params.length - 1;
-    this.comm = comm;
-    this.layout = new Layout(comm.worldRanks, P);
     this.previous = new Float32Array(P + 1);
+    if (joining) {
+      this.layout = new Layout(joining.owners, P);
+      this.plan = planRedundancy(config.redundancy, joining.owners.length).plan;
+      [this.pristine, this.baseStep, this.baseHasInput] = [joining.pristine, joining.baseStep, joining.baseHasInput];
+      return;
+    }
+    this.comm = comm!;
+    this.layout = new Layout(this.comm.worldRanks, P);
     const live = this.allocate(this.layout);
-    this.fillInitial(this.layout, comm.rank, live);
-    this.install({ layout: this.layout, comm, ...this.redundancyFor(comm, this.layout), live });
+    this.fillInitial(this.layout, this.comm.rank, live);
+    this.install({ layout: this.layout, comm: this.comm, ...this.redundancyFor(this.comm, this.layout), live });
+  }
+
+  /** What a rank joining at this point needs to take part in the rebuild. */
+  meta(): JoinMeta {
+    return { owners: [...this.layout.worldRanks], pristine: this.pristine, baseStep: this.baseStep, baseHasInput: this.baseHasInput };
   }
 
   private get slots(): number {
@@ -116,13 +139,13 @@ export class ShardedState {
 
   /** Bytes of optimizer state this rank holds (its chunk), and of what it keeps for redundancy (copies, parities, their buffers). */
   get bytes(): { state: number; redundancy: number } {
-    const L = this.length(this.layout, this.comm.rank);
+    const L = this.length(this.layout, this.comm!.rank);
     return { state: 4 * this.slots * L, redundancy: this.store.bytes + 4 * (this.base.length + this.input.length + this.baseInput.length) };
   }
 
   /** The checkpoint's view: this rank's slots over elements [from, to). */
   held(): { from: number; to: number; slots: Float32Array[] } {
-    const c = this.comm.rank;
+    const c = this.comm!.rank;
     return { from: this.layout.from(c), to: this.layout.to(c), slots: this.slotViews(this.live, this.length(this.layout, c)) };
   }
 
@@ -141,7 +164,7 @@ export class ShardedState {
    */
   async update(sum: ShardSum, lr: number, step: number, beforeRedundancy: () => void): Promise<void> {
     const chunk = await sum.reduce();
-    const c = this.comm.rank;
+    const c = this.comm!.rank;
     const [from, L] = [this.layout.from(c), this.length(this.layout, c)];
     const params = this.config.params;
     const updated = this.send.subarray(0, L);
@@ -153,7 +176,7 @@ export class ShardedState {
     if (chunk.length > L) this.send[L] = chunk[L]; // the loss: the last chunk's last element
     this.previous.set(params);
     this.paramsTouched = true;
-    await this.comm.allgatherv(this.send.subarray(0, chunk.length), params, sum.chunkLengths);
+    await this.comm!.allgatherv(this.send.subarray(0, chunk.length), params, sum.chunkLengths);
     if (this.plan.kind !== 'none') {
       beforeRedundancy();
       await this.store.exchange('input', this.input);
@@ -178,7 +201,7 @@ export class ShardedState {
     if (this.paramsTouched) this.config.params.set(this.previous);
     this.paramsTouched = false;
     this.stateSending = undefined;
-    this.store.discard();
+    this.store?.discard();
   }
 
   /**
@@ -192,17 +215,19 @@ export class ShardedState {
     const lost = old.lostIn(comm);
     const layout = new Layout(comm.worldRanks, old.P);
     const live = this.allocate(layout);
-    if (this.pristine) this.fillInitial(layout, comm.rank, live);
-    else {
+    if (!this.pristine) {
       const unrecoverable = unrecoverableChunks(this.plan, old.worldRanks.length, lost);
       if (unrecoverable.length > 0) throw this.stateLost(unrecoverable);
       if (lost.length > 0 && this.baseStep + (this.baseHasInput ? 1 : 0) !== step) {
         throw new Error(`ShardedState: the redundancy stands for step ${this.baseStep + (this.baseHasInput ? 1 : 0)}, recovering step ${step}`);
       }
-      const tasks = rebuildTasks(this.plan, lost);
-      const rebuilt = await this.rebuildLost(comm, tasks);
-      await this.redistribute(comm, layout, live, tasks, rebuilt);
     }
+    // before the first commit a lost chunk is the initial state, which the lowest survivor fills in
+    const survivor = old.worldRanks.findIndex((id) => comm.worldRanks.includes(id));
+    if (survivor < 0 && lost.length > 0) throw this.stateLost(lost);
+    const tasks = this.pristine ? lost.map((c) => ({ group: c, chunks: [c], rebuilder: survivor, fragments: [] })) : rebuildTasks(this.plan, lost);
+    const rebuilt = this.pristine ? this.initialChunks(comm, tasks) : await this.rebuildLost(comm, tasks);
+    await this.redistribute(comm, layout, live, tasks, rebuilt);
     const next: Next = { layout, comm, ...this.redundancyFor(comm, layout), live };
     await next.store.exchange('state', live);
     this.next = next;
@@ -231,6 +256,11 @@ export class ShardedState {
     this.stateSending = undefined;
   }
 
+  /** The floats of one redundancy fragment of `item` under the current layout (padded to its longest chunk). */
+  private fragmentLength(item: Item): number {
+    return item === 'state' ? this.slots * this.layout.longest : this.layout.longest;
+  }
+
   private redundancyFor(comm: Communicator, layout: Layout): { plan: RedundancyPlan; store: PeerRedundancy } {
     const { plan, degraded } = planRedundancy(this.config.redundancy, comm.size);
     if (degraded) this.config.log(`redundancy: ${degraded}`);
@@ -247,6 +277,18 @@ export class ShardedState {
 
   private slotViews(fragment: Float32Array, L: number): Float32Array[] {
     return Array.from({ length: this.slots }, (_, k) => fragment.subarray(k * L, (k + 1) * L));
+  }
+
+  /** The initial state of the lost chunks this rank rebuilds. */
+  private initialChunks(comm: Communicator, tasks: RebuildTask[]): Map<number, Float32Array> {
+    const me = this.layout.worldRanks.indexOf(comm.worldRanks[comm.rank]);
+    const rebuilt = new Map<number, Float32Array>();
+    for (const c of tasks.filter((t) => t.rebuilder === me).flatMap((t) => t.chunks)) {
+      const state = this.allocate(this.layout);
+      this.fillInitial(this.layout, c, state);
+      rebuilt.set(c, state);
+    }
+    return rebuilt;
   }
 
   private fillInitial(layout: Layout, c: number, live: Float32Array): void {
@@ -278,7 +320,7 @@ export class ShardedState {
         if (plan.kind === 'replicate') return task.chunks.map((c) => this.store.replica(item, c));
         if (plan.kind !== 'ec') throw new Error('rebuildLost: no redundancy');
         const fragments = task.fragments.map((f) => gathered.get(item)!.get(`${task.group}:${f.index}`)!);
-        const outputs = task.chunks.map(() => new Float32Array(this.store.lengths[item]));
+        const outputs = task.chunks.map(() => new Float32Array(this.fragmentLength(item)));
         const kg = plan.groups[task.group].data.length;
         ecDecode(kg, plan.parity, task.fragments.map((f) => f.index), fragments, task.chunks.map((c) => plan.groups[task.group].data.indexOf(c)), outputs);
         return outputs;
@@ -297,7 +339,7 @@ export class ShardedState {
 
   /** ec: every holder of a fragment a rebuilder needs sends it there; keyed "group:fragment index" on the rebuilder. */
   private async gatherFragments(comm: Communicator, tasks: RebuildTask[], item: Item, me: number): Promise<Map<string, Float32Array>> {
-    const f = this.store.lengths[item];
+    const f = this.fragmentLength(item);
     const newRank = (old: number) => comm.worldRanks.indexOf(this.layout.worldRanks[old]);
     const mine = new Map<string, Float32Array>();
     const sendTo: Float32Array[][] = Array.from({ length: comm.size }, () => []);
@@ -335,8 +377,12 @@ export class ShardedState {
   private async redistribute(comm: Communicator, layout: Layout, live: Float32Array, tasks: RebuildTask[], rebuilt: Map<number, Float32Array>): Promise<void> {
     const old = this.layout;
     const oldIndex = (newRank: number) => old.worldRanks.indexOf(comm.worldRanks[newRank]);
-    /** the old chunks new rank r has after the rebuild, ascending */
-    const holdings = (r: number): number[] => [oldIndex(r), ...tasks.filter((t) => t.rebuilder === oldIndex(r)).flatMap((t) => t.chunks)].sort((a, b) => a - b);
+    /** the old chunks new rank r has after the rebuild, ascending (none for a rank that joins) */
+    const holdings = (r: number): number[] => {
+      const own = oldIndex(r);
+      if (own < 0) return [];
+      return [own, ...tasks.filter((t) => t.rebuilder === own).flatMap((t) => t.chunks)].sort((a, b) => a - b);
+    };
     const me = comm.rank;
     const chunkState = (c: number) => (c === oldIndex(me) ? this.live : rebuilt.get(c)!);
     // the pieces between (old chunk c, held by `holder`) and new rank d, in a fixed order on both sides

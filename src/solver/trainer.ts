@@ -3,7 +3,9 @@
 // plain allreduce), the survivors vote on the outcome (the fault-tolerance Manager), and only then
 // is the update applied and the step recorded. With sharded optimizer state the sum stops at each
 // rank's chunk, whose owner works out its update inside the collective (ft/sharded-state.ts), and
-// the commit puts it in place. A failed vote has already been recovered from when
+// the commit puts it in place. A hot spare computes nothing: it receives each step's outcome from
+// the leader and applies it as the working ranks do, so that it can take a place at any step. A
+// failed vote has already been recovered from when
 // the Manager returns: the same step is computed again on the repaired world, with the parameters
 // untouched.
 import { createHash } from 'node:crypto';
@@ -81,7 +83,7 @@ export class Trainer implements StateSource {
   private readonly slots: Float32Array[];
   /** sharded state resumed from a checkpoint: its slots, whole, until the first step commits (ShardedState's initial state) */
   private initialSlots?: Float32Array[];
-  /** [gradient (P) | loss]: what one rank contributes to the sum in shrink and none modes */
+  /** [gradient (P) | loss]: what one rank contributes to the sum in shrink and none modes; on a spare, the step's outcome it receives */
   private readonly contribution: Float32Array;
   private readonly x: Float32Array;
   private readonly labels: Int32Array;
@@ -130,6 +132,7 @@ export class Trainer implements StateSource {
     else this.net.init(this.config.seed);
     this.ft.step = this.step;
     await this.ft.start(this, resume !== undefined);
+    this.step = this.ft.step; // a spawned rank joins where the run stands
     this.test = await this.dataset.test.readAll();
     while (!this.done()) {
       const committed = await this.trainStep();
@@ -159,22 +162,28 @@ export class Trainer implements StateSource {
     const sharded = this.ft.shardedState;
     sharded?.beginStep(step);
 
+    const working = this.ft.working;
     this.ft.at('compute');
-    if (this.config.onFailure === 'exact') await this.computeShards(epoch, samples);
-    else await this.computeRank(epoch, samples);
+    if (working && this.config.onFailure === 'exact') await this.computeShards(epoch, samples);
+    else if (working) await this.computeRank(epoch, samples);
 
     const retried = this.ft.retrying;
-    const sum = this.config.onFailure === 'exact' ? this.ft.shardSum : undefined;
+    const sum = working && this.config.onFailure === 'exact' ? this.ft.shardSum : undefined;
     const outcome = await this.ft.collective('collective', async () => {
       if (sharded) await sharded.update(sum!, lr, step, () => this.ft.at('redundancy'));
       else if (sum) await sum.sum();
-      else await this.ft.allreduce(this.contribution);
+      else if (working) await this.ft.allreduce(this.contribution);
+      // [updated parameters | loss] with sharded state, else [summed gradient | loss]
+      await this.ft.feedSpares(!working ? this.contribution : sharded ? this.net.params.dataWithTail : (sum?.total ?? this.contribution));
     }, this.stopRequested);
     if (!outcome.ok) return undefined;
 
     this.ft.at('update');
     const P = this.net.params.data.length;
-    if (sharded) {
+    if (!working && this.config.optimizerState === 'sharded') {
+      this.net.params.dataWithTail.set(this.contribution);
+      this.lastLoss = this.contribution[P];
+    } else if (sharded) {
       sharded.commit(step);
       this.initialSlots = undefined;
       this.lastLoss = this.net.params.dataWithTail[P];
@@ -262,8 +271,9 @@ export class Trainer implements StateSource {
   private async evaluate(): Promise<Evaluation> {
     const test = this.test!;
     for (;;) {
-      const from = Math.floor((this.ft.rank * test.rows) / this.ft.size);
-      const to = Math.floor(((this.ft.rank + 1) * test.rows) / this.ft.size);
+      const working = this.ft.working;
+      const from = working ? Math.floor((this.ft.rank * test.rows) / this.ft.size) : 0;
+      const to = working ? Math.floor(((this.ft.rank + 1) * test.rows) / this.ft.size) : 0;
       const totals = new Float64Array(2); // correct, summed loss
       const chunk = Math.floor(this.x.length / this.net.inputSize);
       for (let first = from; first < to; first += chunk) {
@@ -275,7 +285,9 @@ export class Trainer implements StateSource {
         totals[0] += correct;
         totals[1] += loss * rows.length;
       }
-      const outcome = await this.ft.collective('evaluation', () => this.ft.allreduce(totals));
+      const outcome = await this.ft.collective('evaluation', async () => {
+        if (working) await this.ft.allreduce(totals);
+      });
       if (outcome.ok) return { accuracy: totals[0] / test.rows, loss: totals[1] / test.rows };
     }
   }
@@ -308,6 +320,17 @@ export class Trainer implements StateSource {
   initialState(slot: number, from: number, to: number, out: Float32Array): void {
     if (this.initialSlots) out.set(this.initialSlots[slot].subarray(from, to));
     else out.fill(0);
+  }
+
+  /** StateSource: the parameters and the replicated optimizer state, for a rank that joins. */
+  joinBuffers(): Float32Array[] {
+    return [this.net.params.data, ...this.slots];
+  }
+
+  /** StateSource: a spawned rank takes up the run at `step`. */
+  joinAt(step: number, position: { epoch: number; shrink?: { epoch: number; cursors: number[] } }): void {
+    this.step = step;
+    if (this.shrink && position.shrink) this.shrink.commit({ epoch: position.shrink.epoch, cursors: position.shrink.cursors, pieces: new Map(), samples: 0 });
   }
 
   /** StateSource: the rows the current step reads of `shards` under `map` (shrink mode's pieces depend on it). */
