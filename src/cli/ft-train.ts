@@ -123,8 +123,10 @@ function checkLauncher(options: TrainOptions, worldSize: number): void {
   }
   if (options.spares >= worldSize) throw new Error(`--spares ${options.spares} leaves no working rank in the world size ${worldSize}`);
   if (options.minRanks > worldSize - options.spares) throw new Error(`--min-ranks ${options.minRanks} is above the working world size ${worldSize - options.spares}`);
-  const absent = options.drills.find((d) => d.rank >= worldSize);
-  if (absent) throw new Error(`--drill names rank ${absent.rank}, but the world size is ${worldSize}`);
+  // spawned ranks take the ids after the launch's
+  const ids = worldSize + (options.respawn ? (options.respawnLimit ?? worldSize - options.spares) : 0);
+  const absent = options.drills.find((d) => d.rank >= ids);
+  if (absent) throw new Error(`--drill names rank ${absent.rank}, but the world size is ${worldSize}${ids > worldSize ? ` and ranks up to ${ids - 1} may be spawned` : ''}`);
 }
 
 /**

@@ -459,7 +459,6 @@ export class Manager {
    * null when a failure interrupted it (a spawned rank that got nothing then leaves: it is lost).
    */
   private async join(joiners: number[]): Promise<JoinMessage | null> {
-    this.at('join');
     const started = now();
     const root = this.comm.worldRanks.indexOf(this.leaderId);
     const sent: JoinMessage = {
@@ -476,8 +475,10 @@ export class Manager {
       const message = new Uint8Array(length[0]);
       message.set(bytes.subarray(0, Math.min(bytes.length, length[0])));
       await this.comm.bcast(message, root);
-      for (const buffer of buffers) await this.comm.bcast(buffer, root);
       received = JSON.parse(new TextDecoder().decode(message)) as JoinMessage;
+      if (this.awaitingJoin) this.step = received.step; // the drill point below names it
+      this.at('join');
+      for (const buffer of buffers) await this.comm.bcast(buffer, root);
     }, true);
     if (!ok) {
       if (this.awaitingJoin) this.leave('the join failed');
