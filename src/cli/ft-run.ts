@@ -2,8 +2,8 @@
 // mpirun, builds its command (src/cli/mpirun.ts: --with-ft ulfm, the hang detector, oversubscription
 // only past the slots, root's consent), turns Ctrl-C or SIGTERM into ft-train's clean stop, and
 // judges the outcome by the run directory, since mpirun exits 0 even when every rank was killed.
-// Exit codes: 0 the run completed or stopped cleanly, 1 it ended without finishing, 2 bad input or
-// no ULFM, otherwise mpirun's own.
+// Exit codes: 0 the run completed (whatever mpirun says: it counts the death of a spawned rank against
+// the job) or stopped cleanly, 1 it ended without finishing, 2 bad input or no ULFM, otherwise mpirun's own.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -128,6 +128,13 @@ async function main(): Promise<number> {
     return 0;
   }
   const code = await runJob(job, runDir);
+  const complete = fs.existsSync(path.join(runDir, runFiles.summary)) && unfinished(runDir) === undefined;
+  // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the
+  // survivors recovered and finished: the complete summary, written last and atomically, decides
+  if (code !== 0 && complete) {
+    console.error(`ft-run: mpirun exited ${code} (a spawned rank died), but the run completed: exit 0`);
+    return 0;
+  }
   if (code !== 0) return code;
   const why = unfinished(runDir);
   if (why === undefined) return 0;

@@ -42,7 +42,7 @@ export class Progress {
     const rate = this.samples / Math.max(1e-3, (Date.now() - this.started) / 1000);
     const of = this.total !== undefined ? ` (${record.step + 1}/${this.total})` : '';
     const test = record.test_accuracy !== undefined ? ` test ${(record.test_accuracy * 100).toFixed(1)}%` : '';
-    const text = `step ${record.step}${of} epoch ${record.epoch} loss ${record.loss.toFixed(4)} lr ${record.lr.toPrecision(3)} world ${record.world} ${record.step_ms.toFixed(1)} ms/step ${Math.round(rate)} samples/s${test}`;
+    const text = `step ${record.step}${of} epoch ${record.epoch} loss ${record.loss.toFixed(4)} lr ${record.lr.toPrecision(3)} world ${record.world}${record.spares ? ` (+${record.spares} spare${record.spares > 1 ? 's' : ''})` : ''} ${record.step_ms.toFixed(1)} ms/step ${Math.round(rate)} samples/s${test}`;
     if (tty && this.total !== undefined) {
       const width = 24;
       const done = Math.round(((record.step + 1) / this.total) * width);

@@ -185,6 +185,11 @@ export class Manager {
     return this.workers !== null;
   }
 
+  /** The job was launched with spares (--spares). */
+  get sparesLaunched(): boolean {
+    return this.config.spares > 0;
+  }
+
   /** The live ranks waiting as spares, ascending. */
   get spares(): number[] {
     return this.liveRanks.filter((r) => !this.map.owners.includes(r));

@@ -7,7 +7,10 @@ export interface StepRecord {
   epoch: number;
   loss: number;
   lr: number;
+  /** working ranks */
   world: number;
+  /** live hot spares (runs started with --spares) */
+  spares?: number;
   /** samples in this step's global batch */
   samples: number;
   step_ms: number;

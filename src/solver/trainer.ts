@@ -197,7 +197,8 @@ export class Trainer implements StateSource {
     this.ft.step = this.step;
     const stepMs = now() - started;
     if (retried) this.observer.event({ event: 'retry', step, duration_ms: stepMs });
-    return { record: { step, epoch, loss: this.lastLoss, lr, world: this.ft.size, samples, step_ms: stepMs, time: Date.now() }, stop: outcome.stop };
+    const spares = this.ft.sparesLaunched ? { spares: this.ft.spares.length } : {};
+    return { record: { step, epoch, loss: this.lastLoss, lr, world: this.ft.size, ...spares, samples, step_ms: stepMs, time: Date.now() }, stop: outcome.stop };
   }
 
   /** SIGTERM reached every rank through the vote: checkpoint, then stop. */

@@ -1,0 +1,118 @@
+// The world gets its size back under mpirun: hot spares (--spares) take a killed rank's place in
+// the same recovery, and with --respawn the survivors spawn replacements (MPI_Comm_spawn) that
+// receive the state and the lost shards; kills of the newcomer during its join and of a survivor
+// during the spawn are recovered like any other. Every run ends with the bits of the run without
+// failure, and the metrics show the working world back at its size.
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
+import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-elastic-');
+const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '4'];
+let runs = 0;
+
+interface Run {
+  dir: string;
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+async function train(ranks: number, ...extra: string[]): Promise<Run> {
+  const dir = path.join(scratch, `run-${++runs}`);
+  const job = await runTrain(ranks, [...common, '--run-dir', dir, ...extra], 150_000);
+  return { dir, ...job };
+}
+
+/** Through launch/ft-run, which judges by the run directory (mpirun exits 137 once a spawned rank was killed). */
+async function ftRun(ranks: number, ...extra: string[]): Promise<Run> {
+  const dir = path.join(scratch, `run-${++runs}`);
+  const argv = [path.join(repoRoot, 'launch', 'ft-run'), '-n', String(ranks), '--', ...common, '--run-dir', dir, ...extra];
+  const job = await runCommand(process.execPath, argv, process.env, 150_000, `ft-run -n ${ranks} ${extra.join(' ')}`);
+  return { dir, ...job };
+}
+
+function summaryOf(run: Run): Summary {
+  assert.equal(run.code, 0, `ft-train exited ${run.code}\n${run.stdout}\n${run.stderr}`);
+  return JSON.parse(fs.readFileSync(path.join(run.dir, 'summary.json'), 'utf8'));
+}
+
+function lines<T>(run: Run, file: string): T[] {
+  return fs.readFileSync(path.join(run.dir, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as T);
+}
+
+/** The working world of each committed step, in step order. */
+function worlds(run: Run): number[] {
+  return lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.world);
+}
+
+describe('elastic world: spares and respawned ranks', function () {
+  this.timeout(600_000);
+  const reference = new Map<string, string>();
+
+  after(() => removeScratch(scratch));
+
+  before(async () => {
+    reference.set('sgd', summaryOf(await train(4)).params_sha256);
+    reference.set('adamw', summaryOf(await train(4, '--optimizer', 'adamw')).params_sha256);
+  });
+
+  it('4 ranks + 1 spare, kill -9 of a working rank: 4 working ranks to the end, the same bits', async () => {
+    const run = await train(5, '--spares', '1', '--drill', 'rank=2,step=3,phase=compute');
+    const summary = summaryOf(run);
+    assert.equal(summary.params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(run), Array(12).fill(4));
+    assert.deepEqual(lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.spares), [...Array(3).fill(1), ...Array(9).fill(0)]);
+    const join = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'join')!;
+    assert.deepEqual([join.step, join.ranks], [3, [4]]);
+    assert.equal(summary.world_final, 4);
+    assert.equal(summary.ranks_lost, 1);
+    // the spare read the lost rank's shard, and no other
+    const readback = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'readback')!;
+    assert.deepEqual(readback.shards, [2]);
+    assert.match(run.stdout, /4 ranks \(\+1 spare\)/);
+  });
+
+  it('sharded AdamW state + 1 spare: the spare receives the lost chunk, the same bits', async () => {
+    const run = await train(5, '--spares', '1', '--optimizer', 'adamw', '--optimizer-state', 'sharded', '--drill', 'rank=1,step=5,phase=update');
+    assert.equal(summaryOf(run).params_sha256, reference.get('adamw'));
+    assert.deepEqual(worlds(run), Array(12).fill(4));
+  });
+
+  it('2 ranks + 1 spare, both working ranks killed at once: the spare alone carries on, the same bits', async () => {
+    const run = await train(3, '--spares', '1', '--drill', 'rank=0,step=5,phase=compute', '--drill', 'rank=1,step=5,phase=compute');
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(run), [2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1]);
+  });
+
+  it('2 ranks + 1 spare, both working ranks killed, --min-ranks 2: stops with exit 3 after a checkpoint', async () => {
+    const run = await train(3, '--spares', '1', '--min-ranks', '2', '--drill', 'rank=0,step=5,phase=compute', '--drill', 'rank=1,step=5,phase=compute');
+    assert.equal(run.code, 3, `${run.stdout}\n${run.stderr}`);
+    assert.match(run.stdout, /1 rank\(s\) left, below --min-ranks 2: stopping \(checkpoint .*step-00000005\)/);
+    assert.ok(fs.existsSync(path.join(run.dir, 'ckpt', 'step-00000005', 'manifest.json')));
+  });
+
+  it('--respawn at 4 ranks: kills of rank 0, of the newcomer during its join, and of two survivors (one during the spawn) end at 4 ranks, the same bits', async () => {
+    const run = await ftRun(4, '--respawn',
+      '--drill', 'rank=0,step=3,phase=compute', '--drill', 'rank=4,step=3,phase=join',
+      '--drill', 'rank=1,step=7,phase=collective', '--drill', 'rank=2,step=7,phase=spawn');
+    const summary = summaryOf(run);
+    assert.equal(summary.params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(run), Array(12).fill(4));
+    const events = lines<EventRecord>(run, 'events.jsonl');
+    assert.deepEqual(events.filter((e) => e.event === 'join').map((e) => [e.step, e.ranks]), [[3, [5]], [7, [7, 8]]]);
+    assert.deepEqual(summary.failures.map((f) => [f.step, f.lost]), [[3, [0]], [3, [4]], [7, [1]], [7, [2]]]);
+    assert.match(run.stderr, /ft-run: mpirun exited 137 \(a spawned rank died\), but the run completed: exit 0/);
+  });
+
+  it('--respawn with sharded state: the newcomer receives its chunk in the redistribution, the same bits', async () => {
+    const run = await train(4, '--respawn', '--respawn-limit', '1', '--optimizer', 'adamw', '--optimizer-state', 'sharded',
+      '--drill', 'rank=3,step=2,phase=compute', '--drill', 'rank=1,step=6,phase=compute');
+    assert.equal(summaryOf(run).params_sha256, reference.get('adamw'));
+    // one respawn allowed: back to 4 after the first kill, 3 after the second
+    assert.deepEqual(worlds(run), [...Array(6).fill(4), ...Array(6).fill(3)]);
+  });
+});
