@@ -132,7 +132,7 @@ async function main(): Promise<number> {
   // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the
   // survivors recovered and finished: the complete summary, written last and atomically, decides
   if (code !== 0 && complete) {
-    console.error(`ft-run: mpirun exited ${code} (a spawned rank died), but the run completed: exit 0`);
+    console.error(`ft-run: mpirun exited ${code} (it counts a --respawn rank that died or could not start against the job), but the run completed: exit 0`);
     return 0;
   }
   if (code !== 0) return code;

@@ -454,7 +454,8 @@ export class Manager {
     if (agreed === null || (agreed & CARRY_ON) !== 0) return null;
     this.respawnsLeft = 0;
     this.observer.event({ event: 'spawn', step: this.step, ranks: [], error: impossible ?? 'not possible on another rank', duration_ms: now() - started });
-    this.observer.log(`step ${this.step}: cannot spawn a rank to replace the lost (${impossible ?? 'not possible on another rank'}): going on with the survivors`);
+    this.observer.log(`step ${this.step}: cannot spawn a rank to replace the lost: ${impossible ?? 'not possible on another rank'} ` +
+      '(no free slot in the allocation, or an MPI without spawn support); going on with the survivors, --respawn off');
     return [];
   }
 

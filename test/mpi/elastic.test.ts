@@ -28,9 +28,9 @@ async function train(ranks: number, ...extra: string[]): Promise<Run> {
 }
 
 /** Through launch/ft-run, which judges by the run directory (mpirun exits 137 once a spawned rank was killed). */
-async function ftRun(ranks: number, ...extra: string[]): Promise<Run> {
+async function ftRun(ranks: number, launcher: string[], ...extra: string[]): Promise<Run> {
   const dir = path.join(scratch, `run-${++runs}`);
-  const argv = [path.join(repoRoot, 'launch', 'ft-run'), '-n', String(ranks), '--', ...common, '--run-dir', dir, ...extra];
+  const argv = [path.join(repoRoot, 'launch', 'ft-run'), '-n', String(ranks), ...launcher, '--', ...common, '--run-dir', dir, ...extra];
   const job = await runCommand(process.execPath, argv, process.env, 150_000, `ft-run -n ${ranks} ${extra.join(' ')}`);
   return { dir, ...job };
 }
@@ -96,7 +96,7 @@ describe('elastic world: spares and respawned ranks', function () {
   });
 
   it('--respawn at 4 ranks: kills of rank 0, of the newcomer during its join, and of two survivors (one during the spawn) end at 4 ranks, the same bits', async () => {
-    const run = await ftRun(4, '--respawn',
+    const run = await ftRun(4, [], '--respawn',
       '--drill', 'rank=0,step=3,phase=compute', '--drill', 'rank=4,step=3,phase=join',
       '--drill', 'rank=1,step=7,phase=collective', '--drill', 'rank=2,step=7,phase=spawn');
     const summary = summaryOf(run);
@@ -105,7 +105,7 @@ describe('elastic world: spares and respawned ranks', function () {
     const events = lines<EventRecord>(run, 'events.jsonl');
     assert.deepEqual(events.filter((e) => e.event === 'join').map((e) => [e.step, e.ranks]), [[3, [5]], [7, [7, 8]]]);
     assert.deepEqual(summary.failures.map((f) => [f.step, f.lost]), [[3, [0]], [3, [4]], [7, [1]], [7, [2]]]);
-    assert.match(run.stderr, /ft-run: mpirun exited 137 \(a spawned rank died\), but the run completed: exit 0/);
+    assert.match(run.stderr, /ft-run: mpirun exited 137 \(it counts a --respawn rank that died or could not start against the job\), but the run completed: exit 0/);
   });
 
   it('--respawn with sharded state: the newcomer receives its chunk in the redistribution, the same bits', async () => {
@@ -114,5 +114,16 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.equal(summaryOf(run).params_sha256, reference.get('adamw'));
     // one respawn allowed: back to 4 after the first kill, 3 after the second
     assert.deepEqual(worlds(run), [...Array(6).fill(4), ...Array(6).fill(3)]);
+  });
+
+  it('--respawn where no slot is free: one line says so, and the survivors go on, the same bits', async () => {
+    const hostfile = path.join(scratch, 'two-slots');
+    fs.writeFileSync(hostfile, 'localhost slots=2\n');
+    const run = await ftRun(2, ['--hostfile', hostfile], '--respawn', '--drill', 'rank=1,step=3,phase=compute');
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(run), [2, 2, 2, ...Array(9).fill(1)]);
+    const said = run.stdout.split('\n').filter((line) => line.includes('cannot spawn'));
+    assert.equal(said.length, 1, run.stdout);
+    assert.match(said[0], /^\[ft-train\] step 3: cannot spawn a rank to replace the lost: MPI_ERR_\w+: .* \(no free slot in the allocation, or an MPI without spawn support\); going on with the survivors, --respawn off$/);
   });
 });
