@@ -9,9 +9,15 @@
 // detector declares it dead, the survivors kill it): the time from the stop to the first step
 // committed without it, measured the same way. Every job carries a marker in its environment, and
 // whatever carries it after the job has ended is killed and reported as an error.
+// At 4 working ranks it also kills one with a hot spare waiting (--spares 1) and with --respawn:
+// the time from the kill to the first step committed with 4 working ranks again, with the spawn
+// (MPI_Comm_spawn: a new node process starts and initialises MPI; its own start-up, from its exec
+// to MPI's, is taken from its log apart) and the join (the state's transfer) apart.
 // Prints a table, then one JSON line with kill_to_step_ms_<N> (median of the rounds; target for 4
 // ranks <= 50), raw_floor_ms_<N>, breakdown_<N>, stop_to_step_ms_4 (target <= hang_timeout_ms +
-// 300), hang_timeout_ms and stop_breakdown_4. BENCH_ROUNDS sets the rounds (default 3).
+// 300), hang_timeout_ms, stop_breakdown_4, spare_kill_to_full_world_ms_4 (target <= 100),
+// respawn_kill_to_full_world_ms_4 (target <= 2000) and elastic_breakdown_4. BENCH_ROUNDS sets the
+// rounds (default 3).
 // Usage: node dist/bench/recovery.js
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -87,6 +93,42 @@ function trainerRecovery(ranks: number, scratch: string, signal: 'kill' | 'stop'
   };
 }
 
+interface ElasticBreakdown {
+  /** from the kill to the first step committed with all working ranks again; without the JIT checkpoint's write */
+  kill_to_full_world_ms: number;
+  checkpoint_ms: number;
+  spawn_ms: number;
+  /** of spawn_ms: the new process's own start-up (node, the program, then MPI_Init) */
+  newcomer_startup_ms: number;
+  join_ms: number;
+  readback_ms: number;
+}
+
+/** Kills the highest working rank of `ranks` once step killAfter is committed, with a spare waiting or --respawn. */
+function elasticRecovery(ranks: number, scratch: string, how: 'spare' | 'respawn'): ElasticBreakdown {
+  const runDir = path.join(scratch, `drill-${ranks}-${how}-${Date.now()}`);
+  const launched = how === 'spare' ? ranks + 1 : ranks;
+  drill(['-n', String(launched), '--kill', `${ranks - 1}@${killAfter}`, '--',
+    '--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', runDir, '--steps', String(steps),
+    ...(how === 'spare' ? ['--spares', '1'] : ['--respawn'])], `${how} drill on ${ranks} ranks`);
+  const kill = (JSON.parse(fs.readFileSync(path.join(runDir, 'drill.json'), 'utf8')) as { kills: { time: number }[] }).kills[0];
+  const metrics = jsonLines<{ world: number; time: number }>(fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8'));
+  const events = jsonLines<{ event: string; time: number; duration_ms?: number }>(fs.readFileSync(path.join(runDir, 'events.jsonl'), 'utf8'));
+  const first = metrics.find((m) => m.time > kill.time && m.world === ranks)!;
+  const event = (name: string) => events.find((e) => e.event === name && e.time >= kill.time - 1);
+  const checkpointMs = event('checkpoint')?.duration_ms ?? 0;
+  const newcomerLog = path.join(runDir, 'logs', `rank-${launched}.log`);
+  const joined = how === 'respawn' ? jsonLines<{ message: string; started_ms: number }>(fs.readFileSync(newcomerLog, 'utf8')).find((l) => l.message === 'joined')! : undefined;
+  return {
+    kill_to_full_world_ms: first.time - kill.time - checkpointMs,
+    checkpoint_ms: checkpointMs,
+    spawn_ms: event('spawn')?.duration_ms ?? 0,
+    newcomer_startup_ms: joined?.started_ms ?? 0,
+    join_ms: event('join')!.duration_ms!,
+    readback_ms: event('readback')!.duration_ms!,
+  };
+}
+
 function rawFloor(program: string, ranks: number): number {
   const { command, args, env } = mpirunCommand({ ranks, program: [program, String(lenetParams + 1), String(steps), String(ranks - 1), String(killAfter)] });
   // as the addon does under ULFM: without it, survivors now and then hang in MPI_Finalize after a kill
@@ -101,6 +143,7 @@ function main(): void {
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-recovery-'));
   const out: Record<string, unknown> = {};
   const table: string[] = [];
+  let elasticTable: string[] = [];
   try {
     for (const ranks of rankCounts) {
       const runs: Breakdown[] = [];
@@ -130,18 +173,35 @@ function main(): void {
     out.hang_timeout_ms = hangTimeoutS * 1000;
     out[`stop_breakdown_${stopRanks}`] = stopped;
     table.push(row(`${stopRanks} stop`, stopped, '-'));
+    const elastic: Record<string, ElasticBreakdown> = {};
+    for (const how of ['spare', 'respawn'] as const) {
+      const runs: ElasticBreakdown[] = [];
+      for (let round = 1; round <= rounds; ++round) {
+        process.stderr.write(`[bench] ${stopRanks} ranks, kill with ${how === 'spare' ? 'a spare' : '--respawn'}, round ${round}/${rounds} ...`);
+        runs.push(elasticRecovery(stopRanks, scratch, how));
+        process.stderr.write(' done\n');
+      }
+      elastic[how] = medians(runs);
+      out[`${how}_kill_to_full_world_ms_${stopRanks}`] = elastic[how].kill_to_full_world_ms;
+    }
+    out[`elastic_breakdown_${stopRanks}`] = elastic;
+    elasticTable = Object.entries(elastic).map(([how, b]) => `${`${stopRanks} ${how}`.padEnd(10)} ${b.kill_to_full_world_ms.toFixed(1).padStart(15)}  ${b.spawn_ms.toFixed(1).padStart(8)}  ` +
+      `${b.newcomer_startup_ms.toFixed(1).padStart(12)}  ${b.join_ms.toFixed(1).padStart(7)}  ${b.readback_ms.toFixed(1).padStart(11)}  ${b.checkpoint_ms.toFixed(1).padStart(13)}`);
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
   console.log(`lenet + Fashion-MNIST, exact mode, kill -9 (or SIGSTOP, --hang-timeout ${hangTimeoutS} s) of the highest rank after step ${killAfter}; medians of ${rounds} rounds (ms)`);
   console.log('ranks      fault->step ms  raw C ms  detect ms  revoke+shrink  agree ms  readback ms  retry ms  checkpoint ms');
   for (const line of table) console.log(line);
+  console.log(`\nkill -9 of a working rank at ${stopRanks} working ranks, back to ${stopRanks} with a hot spare or a respawned rank (ms)`);
+  console.log('how        kill->full world  spawn ms  newcomer ms  join ms  readback ms  checkpoint ms');
+  for (const line of elasticTable) console.log(line);
   console.log(JSON.stringify(out));
 }
 
 /** Each field's median over the rounds, to 0.1 ms. */
-function medians(runs: Breakdown[]): Breakdown {
-  return Object.fromEntries(Object.keys(runs[0]).map((k) => [k, Math.round(median(runs.map((r) => r[k as keyof Breakdown])) * 10) / 10])) as unknown as Breakdown;
+function medians<T extends object>(runs: T[]): T {
+  return Object.fromEntries(Object.keys(runs[0]).map((k) => [k, Math.round(median(runs.map((r) => r[k as keyof T] as number)) * 10) / 10])) as T;
 }
 
 function row(label: string, b: Breakdown, floor: string): string {

@@ -246,7 +246,8 @@ async function main(): Promise<number> {
   }, world, dataset, dataset.train.layout(shards), observer, faults);
   trainer = new Trainer({ ...options, shards }, ft, dataset, net, cpu, observer);
   if (stopRequested) trainer.requestStop();
-  logger.info(joined ? 'joined' : 'start', { world: world.size, shards, options });
+  // started_ms: from this process's start to MPI's, what a spawned rank adds to a recovery
+  logger.info(joined ? 'joined' : 'start', { world: world.size, shards, started_ms: performance.now(), options });
   if (runLog.isLeader) {
     const spares = options.spares > 0 ? ` (+${options.spares} spare${options.spares > 1 ? 's' : ''})` : '';
     runLog.event({ event: 'start', world: world.size - options.spares, spares: options.spares, shards, on_failure: options.onFailure, batch: options.batch });
