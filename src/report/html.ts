@@ -73,19 +73,20 @@ function runsTable(content: ReportContent): string {
 }
 
 function recoveryTotal(r: Recovery): number {
-  return r.detectMs + r.revokeShrinkMs + r.agreeMs + r.readbackMs + r.checkpointMs + r.retryMs;
+  return r.detectMs + r.revokeShrinkMs + r.agreeMs + r.joinMs + r.readbackMs + r.checkpointMs + r.retryMs;
 }
 
 function recoveriesTable(content: ReportContent): string {
   const rows = content.runs.flatMap((run, i) => run.recoveries.map((r) =>
     `<tr><td class="text">${escape(content.labels[i])}</td><td>${r.step}</td><td>${escape(r.lost.join(', '))}</td><td>${r.world}</td><td class="text">${escape(r.phase)}</td>` +
-    `<td>${ms(r.detectMs)}</td><td>${ms(r.revokeShrinkMs)}</td><td>${ms(r.agreeMs)}</td><td>${ms(r.readbackMs)}</td><td>${megabytes(r.readbackBytes)}</td>` +
+    `<td>${ms(r.detectMs)}</td><td>${ms(r.revokeShrinkMs)}</td><td>${ms(r.agreeMs)}</td><td>${escape(r.joined.join(', ') || '-')}</td><td>${ms(r.joinMs)}</td><td>${ms(r.readbackMs)}</td><td>${megabytes(r.readbackBytes)}</td>` +
     `<td>${ms(r.checkpointMs)}</td><td>${ms(r.retryMs)}</td><td><b>${ms(recoveryTotal(r))}</b></td><td>${ms(r.killToCommitMs)}</td></tr>`));
   if (rows.length === 0) return '<p class="note">No run had a failure.</p>';
   return `<table><thead><tr><th class="text">run</th><th>step</th><th>lost ranks</th><th>ranks left</th><th class="text">seen in</th>` +
-    `<th>detect</th><th>revoke+shrink</th><th>agree</th><th>readback</th><th>read before retry</th><th>checkpoint</th><th>retry</th><th>total</th><th>kill → next commit</th></tr></thead>` +
+    `<th>detect</th><th>revoke+shrink</th><th>agree</th><th>joined</th><th>spawn+join</th><th>readback</th><th>read before retry</th><th>checkpoint</th><th>retry</th><th>total</th><th>kill → next commit</th></tr></thead>` +
     `<tbody>${rows.join('\n')}</tbody></table>` +
-    '<p class="note">Milliseconds. Detect: from the call that failed to the error; readback: re-reading what the retried step needs of the lost ranks\' shards (the rest follows in the background); ' +
+    '<p class="note">Milliseconds. Detect: from the call that failed to the error; joined: the spares or spawned ranks that took the lost ranks\' places, and spawn+join the time to start them and send them the state; ' +
+    'readback: re-reading what the retried step needs of the lost ranks\' shards (the rest follows in the background); ' +
     'checkpoint: the just-in-time checkpoint; retry: running the step again; kill → next commit: from launch/drill\'s kill -9 to the next committed step (drills only).</p>';
 }
 

@@ -21,6 +21,9 @@ export interface Recovery {
   revokeShrinkMs: number;
   agreeMs: number;
   readbackMs: number;
+  /** ranks that took the lost ranks' places (spares, spawned ranks), and the spawn and join's time */
+  joined: number[];
+  joinMs: number;
   /** what the survivors read back before retrying (the rest of the lost shards follows in the background) */
   readbackBytes: number;
   checkpointMs: number;
@@ -108,7 +111,7 @@ function readRecoveries(dir: string, events: Json[], summary: Summary): Recovery
   for (const e of events) {
     if (typeof e.step !== 'number') continue;
     if (e.event === 'failure' && !byStep.has(e.step)) {
-      byStep.set(e.step, { step: e.step, time: typeof e.time === 'number' ? e.time : NaN, lost: [], world: 0, phase: String(e.phase), detectMs: 0, revokeShrinkMs: 0, agreeMs: 0, readbackMs: 0, readbackBytes: 0, checkpointMs: 0, retryMs: 0 });
+      byStep.set(e.step, { step: e.step, time: typeof e.time === 'number' ? e.time : NaN, lost: [], world: 0, phase: String(e.phase), detectMs: 0, revokeShrinkMs: 0, agreeMs: 0, readbackMs: 0, joined: [], joinMs: 0, readbackBytes: 0, checkpointMs: 0, retryMs: 0 });
     }
     const recovery = e.event === 'checkpoint' && e.reason === 'jit' ? current : byStep.get(e.step);
     if (recovery === undefined) continue;
@@ -122,6 +125,11 @@ function readRecoveries(dir: string, events: Json[], summary: Summary): Recovery
         if (typeof e.world === 'number') recovery.world = e.world;
         break;
       case 'agree': recovery.agreeMs += total(e); break;
+      case 'spawn': recovery.joinMs += total(e); break;
+      case 'join':
+        recovery.joinMs += total(e);
+        if (isRanks(e.ranks)) recovery.joined.push(...e.ranks);
+        break;
       case 'readback':
         recovery.readbackMs += total(e);
         recovery.readbackBytes += typeof e.bytes_before_retry === 'number' ? e.bytes_before_retry : 0;

@@ -6,6 +6,7 @@
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { readRun } from '../../src/report/run-data';
 import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -74,6 +75,10 @@ describe('elastic world: spares and respawned ranks', function () {
     const readback = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'readback')!;
     assert.deepEqual(readback.shards, [2]);
     assert.match(run.stdout, /4 ranks \(\+1 spare\)/);
+    // the report's recovery table: rank 2 lost, the spare (rank 4) joined in the same recovery
+    const [recovery] = readRun(run.dir).recoveries;
+    assert.deepEqual([recovery.step, recovery.lost, recovery.joined], [3, [2], [4]]);
+    assert.equal(recovery.joinMs, join.duration_ms);
   });
 
   it('sharded AdamW state + 1 spare: the spare receives the lost chunk, the same bits', async () => {
