@@ -122,7 +122,8 @@ function checkLauncher(options: TrainOptions, worldSize: number): void {
     if (!mpiFaultToleranceOn()) throw new Error(`--on-failure ${options.onFailure} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`);
   }
   if (options.spares >= worldSize) throw new Error(`--spares ${options.spares} leaves no working rank in the world size ${worldSize}`);
-  if (options.minRanks > worldSize - options.spares) throw new Error(`--min-ranks ${options.minRanks} is above the working world size ${worldSize - options.spares}`);
+  const working = options.spares > 0 ? `working world size ${worldSize - options.spares} (--spares ${options.spares})` : `world size ${worldSize}`;
+  if (options.minRanks > worldSize - options.spares) throw new Error(`--min-ranks ${options.minRanks} is above the ${working}`);
   // spawned ranks take the ids after the launch's
   const ids = worldSize + (options.respawn ? (options.respawnLimit ?? worldSize - options.spares) : 0);
   const absent = options.drills.find((d) => d.rank >= ids);

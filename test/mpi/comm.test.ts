@@ -135,7 +135,7 @@ describe('Comm thread', function () {
       'counts sum': 'RangeError: alltoallv: sendCounts add up to 1 elements but sendbuf has 2',
       'agree flag': 'TypeError: agree: expected flag to be an integer from -2147483648 to 2147483647, got number 1.5',
       'init twice': 'Error: init: MPI was already initialized',
-      construct: 'TypeError: Communicator: not constructible; use init() or shrink()',
+      construct: 'TypeError: Communicator: not constructible; use init(), shrink(), split() or spawn()',
       'after free': 'Error: barrier: the communicator was freed',
       'after finalize': 'Error: barrier: MPI has been finalized',
       'finalize twice': 'Error: finalize: MPI was already finalized',

@@ -63,6 +63,9 @@ describe('ft-train: bad input is refused before MPI starts', function () {
         'ft-train: --batch 4 is smaller than the 8 shards (--shards): every shard takes at least one sample per step'],
       ['a drill naming a rank that does not exist', ['--drill', 'rank=1,step=5'], 'ft-train: --drill names rank 1, but the world size is 1'],
       ['--min-ranks above the world size', ['--min-ranks', '2'], 'ft-train: --min-ranks 2 is above the world size 1'],
+      ['--respawn in shrink mode', ['--respawn', '--on-failure', 'shrink'], 'ft-train: --respawn needs --on-failure exact, got shrink (see --help)'],
+      ['--respawn-limit without --respawn', ['--respawn-limit', '2'], 'ft-train: --respawn-limit applies with --respawn only (see --help)'],
+      ['--spares that leave no working rank', ['--spares', '1'], 'ft-train: --spares 1 leaves no working rank in the world size 1'],
     ];
     for (const [what, args, line] of cases) {
       it(what, async () => {
@@ -113,6 +116,9 @@ describe('ft-train: bad input is refused before MPI starts', function () {
         'ft-train: --batch 64 is not a multiple of the world size 3: with --on-failure none every rank takes --batch / initial world size samples per step'],
       ['--min-ranks above the world size', 4, ['--min-ranks', '5'], 'ft-train: --min-ranks 5 is above the world size 4'],
       ['a drill naming a rank that does not exist', 4, ['--drill', 'rank=2,step=3', '--drill', 'rank=4,step=1'], 'ft-train: --drill names rank 4, but the world size is 4'],
+      ['--min-ranks above the working world size', 4, ['--spares', '1', '--min-ranks', '4'], 'ft-train: --min-ranks 4 is above the working world size 3 (--spares 1)'],
+      ['a drill naming a rank past those --respawn may spawn', 4, ['--respawn', '--respawn-limit', '1', '--drill', 'rank=5,step=1'],
+        'ft-train: --drill names rank 5, but the world size is 4 and ranks up to 4 may be spawned'],
     ];
     for (const [what, ranks, args, line] of cases) {
       it(`${what} (${ranks} ranks)`, async () => {
