@@ -68,6 +68,7 @@ Napi::Value InitMpi(const Napi::CallbackInfo& info) {
         MPI_Comm world;
         if (parent == MPI_COMM_NULL) {
           MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+          // std::string(library), not `length`: it may count the NUL
           return Started{Describe(world, WorldIds(world)), false, provided, std::string(library)};
         }
         MPI_CHECK(MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN));
@@ -76,7 +77,7 @@ Napi::Value InitMpi(const Napi::CallbackInfo& info) {
         MPI_CHECK(rc);
         MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
         std::vector<int> ids = MergedIds(world, -1, -1);
-        return Started{Describe(world, std::move(ids)), true, provided, std::string(library)};  // length may count the NUL
+        return Started{Describe(world, std::move(ids)), true, provided, std::string(library)};
       },
       [](Napi::Env env, Started& started) {
         Napi::Object result = Napi::Object::New(env);

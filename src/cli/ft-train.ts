@@ -125,7 +125,7 @@ function checkLauncher(options: TrainOptions, worldSize: number): void {
   const working = options.spares > 0 ? `working world size ${worldSize - options.spares} (--spares ${options.spares})` : `world size ${worldSize}`;
   if (options.minRanks > worldSize - options.spares) throw new Error(`--min-ranks ${options.minRanks} is above the ${working}`);
   // spawned ranks take the ids after the launch's
-  const ids = worldSize + (options.respawn ? (options.respawnLimit ?? worldSize - options.spares) : 0);
+  const ids = worldSize + (options.respawnLimit ?? 0);
   const absent = options.drills.find((d) => d.rank >= ids);
   if (absent) throw new Error(`--drill names rank ${absent.rank}, but the world size is ${worldSize}${ids > worldSize ? ` and ranks up to ${ids - 1} may be spawned` : ''}`);
 }
@@ -169,6 +169,8 @@ async function prepare(): Promise<{ options: TrainOptions; dataset: Dataset; net
   const worldSize = launcherWorldSize() - options.spares;
   let dataset: Dataset | undefined;
   try {
+    // --respawn's default limit: the initial working size (a spawned rank learns what is left at the join)
+    if (options.respawn) options.respawnLimit ??= launcherWorldSize() - options.spares;
     if (!joining) checkLauncher(options, launcherWorldSize());
     const spec = loadSpec(options.model);
     dataset = await Dataset.open(options.data);
@@ -242,7 +244,7 @@ async function main(): Promise<number> {
     sharded: options.optimizerState === 'sharded'
       ? { optimizer: new Optimizer(options.optimizer, cpu), params: net.params.dataWithTail, redundancy: options.redundancy }
       : undefined,
-    respawn: options.respawn ? { limit: options.respawnLimit ?? world.size - options.spares, ...respawnCommand(shards) } : undefined,
+    respawn: options.respawn ? { limit: options.respawnLimit!, ...respawnCommand(shards) } : undefined,
     joined,
   }, world, dataset, dataset.train.layout(shards), observer, faults);
   trainer = new Trainer({ ...options, shards }, ft, dataset, net, cpu, observer);

@@ -210,8 +210,18 @@ export class Manager {
   }
 
   private get leaderId(): number {
-    const live = this.liveRanks;
-    return live.find((r) => this.map.owners.includes(r)) ?? live[0];
+    return this.liveWorkers[0] ?? this.liveRanks[0];
+  }
+
+  /** The leader's rank in the communicator of every live rank (the root of what it sends them). */
+  private get leaderRoot(): number {
+    return this.comm.worldRanks.indexOf(this.leaderId);
+  }
+
+  /** The shard map's owners still alive, ascending (a repair may just have lost some). */
+  private get liveWorkers(): number[] {
+    const live = new Set(this.comm.worldRanks);
+    return this.map.ranks.filter((r) => live.has(r));
   }
 
   get shardMap(): ShardMap {
@@ -267,7 +277,7 @@ export class Manager {
    */
   async feedSpares(outcome: Float32Array): Promise<void> {
     if (this.workers === this.comm) return;
-    await this.comm.bcast(outcome, this.comm.worldRanks.indexOf(this.leaderId));
+    await this.comm.bcast(outcome, this.leaderRoot);
   }
 
   /**
@@ -280,7 +290,7 @@ export class Manager {
       await this.recover();
       return;
     }
-    if (!this.workers) this.workers = await withDeadline(this.comm.split(this.map.owners.includes(this.worldRank) ? 0 : -1, this.comm.rank), this.config.commTimeoutMs, 'MPI_Comm_split');
+    if (!this.workers) this.workers = await this.splitWorkers();
     this.observer.leader(this.isLeader);
     await this.load(this.heldShards);
     this.rebuildSum();
@@ -358,7 +368,7 @@ export class Manager {
       if (!this.awaitingJoin) {
         const fixed = await this.repair(false);
         lost.push(...fixed.lost);
-        if (this.config.sharded && !this.trainingDone && this.map.ranks.every((r) => !this.liveRanks.includes(r))) {
+        if (this.config.sharded && !this.trainingDone && this.liveWorkers.length === 0) {
           throw new ProtocolStop('state-lost', 'every working rank is lost, and with them the sharded optimizer state (spares hold none of it)');
         }
         const grown = await this.grow();
@@ -411,8 +421,7 @@ export class Manager {
    */
   private async grow(): Promise<number[] | null> {
     if (this.trainingDone) return [];
-    const live = this.liveRanks;
-    const vacant = this.map.ranks.filter((r) => !live.includes(r)).length;
+    const vacant = this.map.ranks.length - this.liveWorkers.length;
     const joiners = this.spares.slice(0, vacant);
     const count = Math.min(vacant - joiners.length, this.respawnsLeft);
     if (count <= 0) return joiners;
@@ -466,7 +475,7 @@ export class Manager {
    */
   private async join(joiners: number[]): Promise<JoinMessage | null> {
     const started = now();
-    const root = this.comm.worldRanks.indexOf(this.leaderId);
+    const root = this.leaderRoot;
     const sent: JoinMessage = {
       step: this.step, owners: this.map.toJSON(), joiners, worldInitial: this.worldInitial, nextId: this.nextId, respawnsLeft: this.respawnsLeft,
       failures: this.failures, worldHistory: this.worldHistory, bytesReadBack: this.bytesReadBack, lastCheckpoint: this.lastCheckpoint,
@@ -478,8 +487,7 @@ export class Manager {
       const bytes = new TextEncoder().encode(JSON.stringify(sent));
       const length = Int32Array.of(bytes.length);
       await this.comm.bcast(length, root);
-      const message = new Uint8Array(length[0]);
-      message.set(bytes.subarray(0, Math.min(bytes.length, length[0])));
+      const message = this.comm.rank === root ? bytes : new Uint8Array(length[0]);
       await this.comm.bcast(message, root);
       received = JSON.parse(new TextDecoder().decode(message)) as JoinMessage;
       if (this.awaitingJoin) this.step = received.step; // the drill point below names it
@@ -534,10 +542,9 @@ export class Manager {
   private async formWorkers(): Promise<boolean> {
     if (this.spares.length === 0) this.workers = this.comm;
     else {
-      const works = this.map.owners.includes(this.worldRank);
       let part: Communicator | null = null;
       const ok = await this.attempt('join', async () => {
-        part = await withDeadline(this.comm.split(works ? 0 : -1, this.comm.rank), this.config.commTimeoutMs, 'MPI_Comm_split');
+        part = await this.splitWorkers();
       }, true);
       if (!ok) {
         await (part as Communicator | null)?.free().catch(() => undefined);
@@ -547,6 +554,12 @@ export class Manager {
     }
     this.observer.leader(this.isLeader);
     return true;
+  }
+
+  /** This rank's part of the working ranks' communicator (null on a spare), split from every live rank's. */
+  private splitWorkers(): Promise<Communicator | null> {
+    const works = this.map.owners.includes(this.worldRank);
+    return withDeadline(this.comm.split(works ? 0 : -1, this.comm.rank), this.config.commTimeoutMs, 'MPI_Comm_split');
   }
 
   /** Revoke, shrink, agree; kills what was declared dead; stops the job if a rank erred. */
@@ -567,7 +580,7 @@ export class Manager {
     if (fixed.lost.length > 0) {
       const killed = killDeclaredDead(this.config.pidsDir, fixed.lost);
       if (killed.length > 0) this.observer.log(`step ${this.step}: killed rank(s) ${killed.join(', ')}, declared dead while still running (hung)`);
-      const working = this.map.ranks.filter((r) => this.liveRanks.includes(r)).length;
+      const working = this.liveWorkers.length;
       this.failures.push({ step: this.step, lost: fixed.lost, world: working });
       this.worldHistory.push({ step: this.step, world: working, lost: fixed.lost });
     }
@@ -605,10 +618,11 @@ export class Manager {
    */
   private async tryCheckpoint(reason: string): Promise<boolean> {
     const started = now();
+    const state = this.source!.state();
     const dir = checkpointDir(this.config.checkpointDir, this.step);
     this.at('checkpoint-stripe');
     // the working ranks write it; spares hold nothing of their own
-    const mine = this.working ? Buffer.from(writeStripe(dir, this.source!.state(), this.rank, this.size).join(''), 'hex') : Buffer.alloc(0);
+    const mine = this.working ? Buffer.from(writeStripe(dir, state, this.rank, this.size).join(''), 'hex') : Buffer.alloc(0);
     const digests = new Uint8Array(mine.length * this.size);
     this.at('checkpoint-gather');
     if (!(await this.attempt('checkpoint-gather', () => this.workers!.allgather(new Uint8Array(mine), digests)))) return false;
@@ -626,7 +640,6 @@ export class Manager {
         rng: { seed: this.config.identity.seed as number, kind: 'counter-based' },
         world_history: this.worldHistory,
       };
-      const state = this.source!.state();
       const hex = Array.from({ length: this.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex').match(/.{16}/g)!);
       const manifest = commitCheckpoint(dir, meta, state, hex);
       pruneCheckpoints(this.config.checkpointDir, this.config.keepCheckpoints);

@@ -256,15 +256,15 @@ export class ShardedState {
     this.stateSending = undefined;
   }
 
-  /** The floats of one redundancy fragment of `item` under the current layout (padded to its longest chunk). */
-  private fragmentLength(item: Item): number {
-    return item === 'state' ? this.slots * this.layout.longest : this.layout.longest;
+  /** The floats of one redundancy fragment of `item` under `layout` (padded to its longest chunk). */
+  private fragmentLength(layout: Layout, item: Item): number {
+    return item === 'state' ? this.slots * layout.longest : layout.longest;
   }
 
   private redundancyFor(comm: Communicator, layout: Layout): { plan: RedundancyPlan; store: PeerRedundancy } {
     const { plan, degraded } = planRedundancy(this.config.redundancy, comm.size);
     if (degraded) this.config.log(`redundancy: ${degraded}`);
-    return { plan, store: new PeerRedundancy(plan, comm, { state: this.slots * layout.longest, input: layout.longest }) };
+    return { plan, store: new PeerRedundancy(plan, comm, { state: this.fragmentLength(layout, 'state'), input: this.fragmentLength(layout, 'input') }) };
   }
 
   private length(layout: Layout, c: number): number {
@@ -272,7 +272,7 @@ export class ShardedState {
   }
 
   private allocate(layout: Layout): Float32Array {
-    return new Float32Array(this.slots * layout.longest);
+    return new Float32Array(this.fragmentLength(layout, 'state'));
   }
 
   private slotViews(fragment: Float32Array, L: number): Float32Array[] {
@@ -320,7 +320,7 @@ export class ShardedState {
         if (plan.kind === 'replicate') return task.chunks.map((c) => this.store.replica(item, c));
         if (plan.kind !== 'ec') throw new Error('rebuildLost: no redundancy');
         const fragments = task.fragments.map((f) => gathered.get(item)!.get(`${task.group}:${f.index}`)!);
-        const outputs = task.chunks.map(() => new Float32Array(this.fragmentLength(item)));
+        const outputs = task.chunks.map(() => new Float32Array(this.fragmentLength(this.layout, item)));
         const kg = plan.groups[task.group].data.length;
         ecDecode(kg, plan.parity, task.fragments.map((f) => f.index), fragments, task.chunks.map((c) => plan.groups[task.group].data.indexOf(c)), outputs);
         return outputs;
@@ -339,7 +339,7 @@ export class ShardedState {
 
   /** ec: every holder of a fragment a rebuilder needs sends it there; keyed "group:fragment index" on the rebuilder. */
   private async gatherFragments(comm: Communicator, tasks: RebuildTask[], item: Item, me: number): Promise<Map<string, Float32Array>> {
-    const f = this.fragmentLength(item);
+    const f = this.fragmentLength(this.layout, item);
     const newRank = (old: number) => comm.worldRanks.indexOf(this.layout.worldRanks[old]);
     const mine = new Map<string, Float32Array>();
     const sendTo: Float32Array[][] = Array.from({ length: comm.size }, () => []);

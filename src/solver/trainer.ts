@@ -299,7 +299,7 @@ export class Trainer implements StateSource {
     loadCheckpoint(dir, manifest, this.net.params.views, this.net.params.data, this.optimizer.slots.map((name, k) => ({ name, data: slots[k] })));
     if (this.config.optimizerState === 'sharded') this.initialSlots = slots;
     this.step = manifest.step;
-    if (this.shrink && manifest.shrink) this.shrink.commit({ epoch: manifest.shrink.epoch, cursors: manifest.shrink.cursors, pieces: new Map(), samples: 0 });
+    this.takeUpShrink(manifest.shrink);
     this.ft.worldHistory.push(...manifest.world_history);
     this.observer.event({ event: 'resume', step: this.step, from: dir, world: this.ft.size });
     this.observer.log(`resumed from ${dir} at step ${this.step} on ${this.ft.size} ranks`);
@@ -331,7 +331,12 @@ export class Trainer implements StateSource {
   /** StateSource: a spawned rank takes up the run at `step`. */
   joinAt(step: number, position: { epoch: number; shrink?: { epoch: number; cursors: number[] } }): void {
     this.step = step;
-    if (this.shrink && position.shrink) this.shrink.commit({ epoch: position.shrink.epoch, cursors: position.shrink.cursors, pieces: new Map(), samples: 0 });
+    this.takeUpShrink(position.shrink);
+  }
+
+  /** Shrink mode: the data position a checkpoint or a join gives (its epoch and per-shard cursors). */
+  private takeUpShrink(position?: { epoch: number; cursors: number[] }): void {
+    if (this.shrink && position) this.shrink.commit({ epoch: position.epoch, cursors: position.cursors, pieces: new Map(), samples: 0 });
   }
 
   /** StateSource: the rows the current step reads of `shards` under `map` (shrink mode's pieces depend on it). */
