@@ -4,10 +4,11 @@
 // Used by launch/drill, launch/compare and bench/recovery.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
 import { runFiles } from '../run/files';
-import { readPid } from '../run/pids';
+import { readPidFile } from '../run/pids';
 import { lastRecord, readObject } from '../run/reader';
 import type { StepRecord, Summary } from '../run/records';
 import { forwardJobStderr, trainCommand, trainFlag } from './mpirun';
@@ -70,9 +71,10 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
       if (kill.time !== undefined || kill.error !== undefined || step < kill.step) continue;
       const what = kill.signal === 'SIGSTOP' ? 'kill -STOP' : 'kill -9';
       try {
-        const pid = readPid(path.join(runDir, runFiles.pids), kill.rank);
-        if (pid === null) throw new Error(`no pid file for world rank ${kill.rank}`);
-        kill.pid = pid;
+        const file = readPidFile(path.join(runDir, runFiles.pids), kill.rank);
+        if (file === null) throw new Error(`no pid file for world rank ${kill.rank}`);
+        if (file.host !== os.hostname()) throw new Error(`world rank ${kill.rank} runs on ${file.host}, not on this host (${os.hostname()})`);
+        kill.pid = file.pid;
         process.kill(kill.pid, kill.signal);
         kill.time = Date.now();
         console.log(`[drill] ${what} ${kill.pid} (world rank ${kill.rank}) after step ${step}`);

@@ -17,7 +17,7 @@ import { readObject } from '../run/reader';
 /** How long the ranks get to checkpoint and stop after the first SIGINT/SIGTERM before mpirun is told to end the job. */
 const stopGraceMs = 30_000;
 
-const usage = `$0 -n N [--hostfile F] [--dry-run] -- <ft-train flags>
+const usage = `$0 -n N [--hostfile F [--ssh-config C]] [--dry-run] -- <ft-train flags>
 
 Runs ft-train on N ranks under the ULFM Open MPI's mpirun ($FT_MPI_HOME, default /opt/ompi-ulfm;
 launch/setup builds it) with --with-ft ulfm, --oversubscribe only when N exceeds the slots (this
@@ -107,6 +107,7 @@ async function main(): Promise<number> {
     const args = commandLine('ft-run', usage)
       .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
       .option('hostfile', { type: 'string', describe: 'Open MPI hostfile (HOST [slots=K] per line)' })
+      .option('ssh-config', { type: 'string', describe: 'ssh client configuration for reaching the hosts (ssh -F FILE)' })
       .option('dry-run', { type: 'boolean', default: false, describe: 'print the mpirun command line and exit' })
       .parseSync();
     const ranks = last(args.n);
@@ -117,7 +118,9 @@ async function main(): Promise<number> {
     if (runDir === '') throw new UsageError('ft-run: the ft-train flags need --run-dir DIR (its summary.json tells whether the run finished)');
     dryRun = last(args['dry-run']);
     checkUlfm();
-    job = trainCommand(ranks, trainArgs, args.hostfile === undefined ? undefined : last(args.hostfile));
+    const sshConfig = args['ssh-config'] === undefined ? undefined : last(args['ssh-config']);
+    if (sshConfig !== undefined && !fs.existsSync(sshConfig)) throw new UsageError(`ft-run: --ssh-config ${sshConfig}: no such file`);
+    job = trainCommand(ranks, trainArgs, { hostfile: args.hostfile === undefined ? undefined : last(args.hostfile), sshConfig });
   } catch (error) {
     console.error(error instanceof UsageError ? error.message : `ft-run: ${(error as Error).message}`);
     return 2;

@@ -23,6 +23,8 @@ export interface MpirunOptions {
   program: string[];
   /** An Open MPI hostfile: passed to mpirun, and its slots decide oversubscription. */
   hostfile?: string;
+  /** An ssh client configuration (ssh -F) for reaching the hosts. */
+  sshConfig?: string;
   /** Seconds a rank may stay silent before it is declared dead (default defaultHangTimeoutS). */
   hangTimeoutS?: number;
 }
@@ -81,8 +83,31 @@ function hostfileSlots(file: string): number {
   return slots;
 }
 
+/** The variables that mark a job's processes (job-processes.ts): mpirun passes them to ranks on other hosts too. */
+const jobMarkers = ['FT_RUN_JOB', 'FT_TEST_JOB', 'FT_BENCH_JOB'];
+
 /**
- * `mpirun --with-ft ulfm [--oversubscribe] -n N [--hostfile F] <detector> <program>`: without
+ * What a job across hosts needs (ULFM-NOTES "Several hosts"), set for every job since a batch
+ * scheduler spreads one without a hostfile:
+ * - --prefix: the daemons that ssh starts find prted and MPI's libraries where this mpirun lives;
+ * - coll ^han: the hierarchical collectives, chosen only with more than one host, are not fault
+ *   tolerant (an allreduce that lost a rank returned wrong sums as MPI_SUCCESS; shrink hung);
+ * - mpi_add_procs_cutoff: every peer's connection data is fetched at start-up, not lazily in the
+ *   middle of a shrink, where the PMIx lookup of a dead host's rank hung;
+ * - mpi_ft_propagator_with_rbcast: a failure is spread by the ranks themselves, so the far side of
+ *   a cut link learns of it (without, the ranks there never heard);
+ * - the markers of the job, passed to ranks that ssh starts with a bare environment;
+ * - ssh through `sshConfig`, when given.
+ */
+function clusterSettings(sshConfig: string | undefined): string[] {
+  return ['--prefix', mpiHome, '--mca', 'coll', '^han', '--mca', 'mpi_add_procs_cutoff', '1024',
+    '--mca', 'mpi_ft_propagator_with_rbcast', 'true',
+    ...jobMarkers.flatMap((name) => ['-x', name]),
+    ...(sshConfig !== undefined ? ['--prtemca', 'plm_ssh_agent', `ssh -F ${sshConfig}`] : [])];
+}
+
+/**
+ * `mpirun --with-ft ulfm [--oversubscribe] -n N [--hostfile F] <cluster> <detector> <program>`: without
  * --with-ft a dead rank ends the whole job; oversubscription (more ranks than slots: this machine's
  * cores, or the hostfile's slots) lets tests and drills run 4 or 8 ranks on a laptop; root needs
  * Open MPI's explicit consent.
@@ -94,6 +119,7 @@ export function mpirunCommand(options: MpirunOptions): Command {
     command: path.join(mpiHome, 'bin', 'mpirun'),
     args: ['--with-ft', 'ulfm', ...(options.ranks > slots ? ['--oversubscribe'] : []), '-n', String(options.ranks),
       ...(options.hostfile !== undefined ? ['--hostfile', options.hostfile] : []),
+      ...clusterSettings(options.sshConfig),
       ...detectorSettings(options.hangTimeoutS ?? defaultHangTimeoutS),
       ...options.program],
     env: { ...process.env, ...envSet },
@@ -124,8 +150,8 @@ function hangTimeoutOf(trainArgs: string[]): number {
 }
 
 /** mpirun running ft-train with `trainArgs` on `ranks` ranks; the hang detector follows its --hang-timeout. */
-export function trainCommand(ranks: number, trainArgs: string[], hostfile?: string): Command {
-  return mpirunCommand({ ranks, hostfile, hangTimeoutS: hangTimeoutOf(trainArgs), program: [process.execPath, ftTrainScript, ...trainArgs] });
+export function trainCommand(ranks: number, trainArgs: string[], hosts: { hostfile?: string; sshConfig?: string } = {}): Command {
+  return mpirunCommand({ ranks, ...hosts, hangTimeoutS: hangTimeoutOf(trainArgs), program: [process.execPath, ftTrainScript, ...trainArgs] });
 }
 
 /** Throws one line unless mpiHome holds an Open MPI whose ompi_info reports "FT MPI support: yes". */

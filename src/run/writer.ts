@@ -6,6 +6,7 @@ import * as path from 'node:path';
 import { namingFile } from '../file-errors';
 import { writeAtomically } from '../atomic-write';
 import { runFiles } from './files';
+import { pidFileText } from './pids';
 import { lastRecord } from './reader';
 import type { EventRecord, RunEvent, StepRecord, Summary } from './records';
 
@@ -27,7 +28,7 @@ export class RunLog {
   private recentEvents: EventRecord[] = [];
 
   constructor(readonly dir: string, private readonly worldRank: number) {
-    fs.writeFileSync(path.join(dir, runFiles.pids, String(worldRank)), `${process.pid}\n`);
+    fs.writeFileSync(path.join(dir, runFiles.pids, String(worldRank)), pidFileText());
   }
 
   get logFile(): string {

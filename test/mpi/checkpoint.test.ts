@@ -5,6 +5,7 @@
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { readPid } from '../../src/run/pids';
 import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -65,7 +66,7 @@ describe('checkpoints and --resume', function () {
     const metrics = path.join(dir, 'metrics.jsonl');
     // wait for a committed step, then preempt rank 2 (any later step gives the same final bits)
     while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('"step":15,'))) await new Promise((r) => setTimeout(r, 5));
-    process.kill(Number(fs.readFileSync(path.join(dir, 'pids', '2'), 'utf8')), 'SIGTERM');
+    process.kill(readPid(path.join(dir, 'pids'), 2)!, 'SIGTERM');
     const done = await job;
     assert.equal(done.code, 0, done.stdout + done.stderr);
     assert.match(done.stdout, /stopped \(SIGTERM\) at step \d+; continue with --resume/);

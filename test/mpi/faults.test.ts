@@ -10,6 +10,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { EventRecord, Summary } from '../../src/run/records';
 import { trainCommand } from '../../src/cli/mpirun';
+import { readPid } from '../../src/run/pids';
 import { runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -46,7 +47,7 @@ function alive(pid: number): boolean {
   }
 }
 
-const pidOf = (run: Run, rank: number): number => Number(fs.readFileSync(path.join(run.dir, 'pids', String(rank)), 'utf8'));
+const pidOf = (run: Run, rank: number): number => readPid(path.join(run.dir, 'pids'), rank)!;
 
 /** The lines ft-train printed on stderr (Open MPI adds its own). */
 const ftLines = (job: JobResult<never>): string[] => job.stderr.split('\n').filter((line) => line.startsWith('ft-train:'));

@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { mpiHome } from '../../src/cli/mpirun';
+import { readPid } from '../../src/run/pids';
 import { repoRoot, runCommand, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -122,7 +123,7 @@ describe('launch/ft-run', function () {
         const early = await running;
         assert.fail(`the job ended before its first step (exit ${early.code})\n${early.stdout}\n${early.stderr}`);
       }
-      const rankPid = fs.readFileSync(path.join(runDir, 'pids', '0'), 'utf8').trim();
+      const rankPid = readPid(path.join(runDir, 'pids'), 0);
       const launcher = fs.readFileSync(`/proc/${rankPid}/environ`, 'latin1').split('\0').find((v) => v.startsWith('FT_RUN_JOB='))!;
       process.kill(Number(launcher.slice('FT_RUN_JOB='.length)), 'SIGTERM');
       const job = await running;

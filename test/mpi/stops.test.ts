@@ -13,6 +13,7 @@ import { crc64 } from '../../src/checksum';
 import type { Manifest } from '../../src/data/manifest';
 import { writeDataset, type SplitSource } from '../../src/data/writer';
 import type { EventRecord, StepRecord } from '../../src/run/records';
+import { readPid } from '../../src/run/pids';
 import { repoRoot, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -190,7 +191,7 @@ describe('a rank\'s own error stops every rank', function () {
     const faults = untilStep(runDir, 5, () => ended).then(() => {
       // rank 2 read its shard long ago: only a survivor reading it back meets the flipped byte
       flipByte(file, block.offset + Math.floor(block.length / 2));
-      process.kill(Number(fs.readFileSync(path.join(runDir, 'pids', '2'), 'utf8')), 'SIGKILL');
+      process.kill(readPid(path.join(runDir, 'pids'), 2)!, 'SIGKILL');
     });
     const [job, injected] = await Promise.allSettled([running, faults]);
     if (injected.status === 'rejected') throw injected.reason;

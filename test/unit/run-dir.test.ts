@@ -3,6 +3,7 @@
 // half-written or foreign file in one line, and a live run's last line is read only once whole.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { runFiles } from '../../src/run/files';
 import { lastRecord, readLines, readObject, RunDirError } from '../../src/run/reader';
@@ -48,7 +49,7 @@ describe('run directory', () => {
     assert.deepEqual(steps, [0, 1, 2]);
     const events = readLines(path.join(dir, runFiles.events)).map(({ value }) => value.event);
     assert.deepEqual(events, ['start', 'failure']);
-    assert.equal(fs.readFileSync(path.join(dir, runFiles.pids, '1'), 'utf8'), `${process.pid}\n`);
+    assert.equal(fs.readFileSync(path.join(dir, runFiles.pids, '1'), 'utf8'), `${process.pid} ${os.hostname()}\n`);
   });
 
   it('the reader names a half-written line, a foreign line and a file that is not an object', () => {
