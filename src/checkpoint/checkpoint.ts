@@ -229,6 +229,16 @@ export function findCheckpoint(target: string): { dir: string; manifest: Checkpo
   throw new Error(`${target}: no complete checkpoint${skipped.length ? ` (${skipped.join('; ')})` : ''}`);
 }
 
+/** Where a run that stopped can go on from, in words: the newest complete checkpoint under `root`. */
+export function newestCheckpoint(root: string): string {
+  try {
+    const { dir } = findCheckpoint(root);
+    return `the newest complete checkpoint is ${dir} (continue with --resume ${dir})`;
+  } catch {
+    return 'no complete checkpoint to go back to';
+  }
+}
+
 /**
  * Loads a verified checkpoint's tensors into `params` and each of `slots` (the optimizer's state,
  * whole), laid out as `tensors`.

@@ -9,7 +9,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { commandLine, last, UsageError } from './command';
-import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, trainCommand, trainFlag, type Command } from './mpirun';
+import { jobProcesses } from './job-processes';
+import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
+import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { runFiles } from '../run/files';
 import { rankList, signalRanks } from '../run/pids';
 import { readObject } from '../run/reader';
@@ -62,8 +64,20 @@ function stopRanks(runDir: string, marker: string): number {
   return signalRanks(pidsDir, rankList(pidsDir), () => [marker], 'SIGTERM').length;
 }
 
-/** Runs the job with the terminal's stdout and stderr; resolves to mpirun's exit code. */
-function runJob(job: Command, runDir: string): Promise<number> {
+/** Whether the ranks are done with the run directory: summary.json written, or a stop recorded. */
+function runEnded(runDir: string): boolean {
+  if (fs.existsSync(path.join(runDir, runFiles.summary))) return true;
+  const eventsFile = path.join(runDir, runFiles.events);
+  return fs.existsSync(eventsFile) && fs.readFileSync(eventsFile, 'utf8').includes('"event":"stop"');
+}
+
+/**
+ * Runs the job with the terminal's stdout and stderr; resolves to mpirun's exit code and whether
+ * ft-run asked the ranks to stop. mpirun waits for every host's ranks, and one behind a cut link
+ * never reports: once the run has ended (summary.json or a stop), mpirun gets `endGraceMs`, then
+ * ft-run ends it.
+ */
+function runJob(job: Command, runDir: string, endGraceMs: number): Promise<{ code: number; stopAsked: boolean }> {
   const marker = `FT_RUN_JOB=${process.pid}`;
   // a process group of its own: Ctrl-C reaches ft-run alone, which asks for a clean stop (mpirun
   // would kill the ranks at once); stdin closed, since a background group reading the terminal stops
@@ -88,13 +102,29 @@ function runJob(job: Command, runDir: string): Promise<number> {
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+  // every 200 ms: a tighter poll of the run directory stalls training steps on small machines
+  let endedAt: number | undefined;
+  let killTimer: NodeJS.Timeout | undefined;
+  const watch = setInterval(() => {
+    endedAt ??= runEnded(runDir) ? Date.now() : undefined;
+    if (endedAt === undefined || Date.now() - endedAt < endGraceMs || killTimer !== undefined) return;
+    console.error(`ft-run: the run ended ${endGraceMs / 1000} s ago but mpirun has not (ranks on a host it cannot reach?): ending it`);
+    endJob();
+    killTimer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 5000);
+  }, 200);
   return new Promise((resolve, reject) => {
     child.on('error', (error) => reject(new Error(`${job.command}: ${error.message}`)));
     child.on('exit', (code, signal) => {
       clearTimeout(stopTimer);
+      clearTimeout(killTimer);
+      clearInterval(watch);
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
-      resolve(code ?? 128 + (os.constants.signals[signal!] ?? 0));
+      // what mpirun started and left behind here (ssh, in a session of its own, to a host it cannot reach)
+      for (const pid of jobProcesses(marker, true)) {
+        try { process.kill(pid, 'SIGKILL'); } catch { /* gone meanwhile */ }
+      }
+      resolve({ code: code ?? 128 + (os.constants.signals[signal!] ?? 0), stopAsked: stopTimer !== undefined });
     });
   });
 }
@@ -103,6 +133,7 @@ async function main(): Promise<number> {
   let job: Command;
   let runDir: string;
   let dryRun: boolean;
+  let trainArgs: string[];
   try {
     const args = commandLine('ft-run', usage)
       .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
@@ -112,7 +143,7 @@ async function main(): Promise<number> {
       .parseSync();
     const ranks = last(args.n);
     if (!Number.isSafeInteger(ranks) || ranks < 1) throw new UsageError(`ft-run: -n expects an integer >= 1, got ${ranks}`);
-    const trainArgs = args._.map(String);
+    trainArgs = args._.map(String);
     if (trainArgs.length === 0) throw new UsageError('ft-run: give the ft-train flags after -- (see --help)');
     runDir = trainFlag(trainArgs, 'run-dir') ?? '';
     if (runDir === '') throw new UsageError('ft-run: the ft-train flags need --run-dir DIR (its summary.json tells whether the run finished)');
@@ -130,15 +161,24 @@ async function main(): Promise<number> {
     console.log([...settings, ...[job.command, ...job.args].map(shellQuote)].join(' '));
     return 0;
   }
-  const code = await runJob(job, runDir);
+  const { code, stopAsked } = await runJob(job, runDir, (3 * hangTimeoutOf(trainArgs) + 10) * 1000);
   const complete = fs.existsSync(path.join(runDir, runFiles.summary)) && unfinished(runDir) === undefined;
   // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the
   // survivors recovered and finished: the complete summary, written last and atomically, decides
   if (code !== 0 && complete) {
-    console.error(`ft-run: mpirun exited ${code} (it counts a --respawn rank that died or could not start against the job), but the run completed: exit 0`);
+    console.error(`ft-run: mpirun exited ${code} (it counts a --respawn rank that died or could not start, or a host it lost, against the job), but the run completed: exit 0`);
     return 0;
   }
-  if (code !== 0) return code;
+  const checkpoints = trainFlag(trainArgs, 'checkpoint-dir') ?? path.join(runDir, 'ckpt');
+  if (code !== 0 && !stopAsked && unfinished(runDir) === undefined) {
+    // a stop on SIGTERM that nobody here asked for: mpirun ending the job, as PRRTE does when it loses a host's daemon
+    console.error(`ft-run: mpirun ended the job (exit ${code}; it does so when it loses a host or its daemon) and the ranks stopped cleanly: ${newestCheckpoint(checkpoints)}`);
+    return code;
+  }
+  if (code !== 0) {
+    console.error(`ft-run: mpirun exited ${code} and the run did not finish: ${unfinished(runDir) ?? 'stopped'}; ${newestCheckpoint(checkpoints)}`);
+    return code;
+  }
   const why = unfinished(runDir);
   if (why === undefined) return 0;
   console.error(`ft-run: the job ended without finishing: ${why} (mpirun exit 0)`);

@@ -3,12 +3,12 @@
 // trains, and has the final leader write model.safetensors and summary.json (voted, so a survivor
 // writes them whatever happens). Exit codes: 0 done (or stopped by SIGTERM after a checkpoint),
 // 1 an error (one line, every rank stops), 2 bad input, 3 fewer ranks left than --min-ranks
-// (after a checkpoint).
+// (after a checkpoint), 4 on the minority side of a partition (it stops, writing nothing).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type * as winston from 'winston';
 import { hideBin } from 'yargs/helpers';
-import { findCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
+import { findCheckpoint, newestCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
 import { encodeSafetensors } from '../checkpoint/safetensors';
 import { finalize, init, ulfm, type Communicator } from '../comm';
 import { Dataset } from '../data/dataset';
@@ -199,7 +199,7 @@ async function main(): Promise<number> {
   const runLog = new RunLog(options.runDir, launchRank);
   const pidsDir = path.join(options.runDir, runFiles.pids);
   const logger = rankLogger(runLog.logFile, launchRank);
-  const faults = new FaultInjector(options.drills, launchRank, runLog.logFile);
+  const faults = new FaultInjector(options.drills, launchRank, runLog.logFile, pidsDir);
   // preemption: a checkpoint at the next step boundary, then a clean exit; also when it comes during start-up
   let trainer: Trainer | undefined;
   let stopRequested = false;
@@ -275,6 +275,13 @@ async function main(): Promise<number> {
     code = stop.exitCode;
     logger.warn(`stop: ${stop.reason}: ${stop.message}`);
     if (stop.reason === 'error' && ft.isLeader) observer.event({ event: 'stop', step: ft.step, reason: 'error', ranks: stop.erred });
+    if (stop.reason === 'minority') {
+      // the other side trains on and owns the run directory: one line from this side's lowest rank, nothing written
+      if (worldRank === ft.liveRanks[0]) console.error(`ft-train: rank ${worldRank}: ${stop.message}`);
+      await closeLogger(logger);
+      disarm();
+      return code;
+    }
     if (stop.reason === 'unrecoverable') {
       // MPI cannot be trusted to finish: make sure no rank of this job lingers on this host, then leave
       console.error(`ft-train: rank ${worldRank}: ${stop.message}`);
@@ -327,15 +334,6 @@ async function exitLast(code: number, ft: Manager, pidsDir: string, ms: number):
   return code;
 }
 
-/** Where a run that lost state it cannot rebuild can go on from, in words. */
-function newestCheckpoint(root: string): string {
-  try {
-    const { dir } = findCheckpoint(root);
-    return `the newest complete checkpoint is ${dir} (continue with --resume ${dir})`;
-  } catch {
-    return 'no complete checkpoint to go back to';
-  }
-}
 
 /**
  * This rank met an error of its own after MPI started: every survivor must reach the same

@@ -141,7 +141,7 @@ export function trainFlag(args: string[], name: string): string | undefined {
 }
 
 /** ft-train's --hang-timeout in `trainArgs` (defaultHangTimeoutS when absent); one line if it is no number > 0. */
-function hangTimeoutOf(trainArgs: string[]): number {
+export function hangTimeoutOf(trainArgs: string[]): number {
   const text = trainFlag(trainArgs, 'hang-timeout');
   if (text === undefined) return defaultHangTimeoutS;
   const seconds = Number(text);
@@ -168,9 +168,10 @@ export function checkUlfm(): void {
 
 /**
  * Open MPI 5.0's non-blocking collectives (libnbc) print "NBC_Progress: an error N was found during
- * schedule ... - aborting the schedule" on every rank whose collective a failure interrupts, with
- * no setting to silence it. ft-train reports each failure in its own line, so the launchers pass
- * the job's stderr on without that line (and the blank line after it).
+ * schedule ... - aborting the schedule" on every rank whose collective a failure interrupts, and
+ * its libevent "[warn] Epoll ADD(4) on fd N failed. ..." where a peer on another host died, with no
+ * setting to silence either. ft-train reports each failure in its own line, so the launchers pass
+ * the job's stderr on without those lines (and the blank line after the first).
  */
 export function forwardJobStderr(stderr: NodeJS.ReadableStream, to: NodeJS.WritableStream = process.stderr): void {
   let pending = '';
@@ -180,7 +181,7 @@ export function forwardJobStderr(stderr: NodeJS.ReadableStream, to: NodeJS.Writa
     const lines = (pending + chunk).split('\n');
     pending = lines.pop()!;
     for (const line of lines) {
-      if (/^NBC_Progress: an error \d+ was found during schedule /.test(line)) {
+      if (/^NBC_Progress: an error \d+ was found during schedule /.test(line) || /^\[warn\] Epoll ADD\(\d+\) on fd \d+ failed\./.test(line)) {
         dropBlank = true;
         continue;
       }

@@ -48,7 +48,10 @@ export interface TrainOptions extends Omit<TrainConfig, 'shards'> {
 const usage = `mpirun --with-ft ulfm -n N node launch/ft-train.js --model SPEC --data DIR --run-dir DIR [options]
 
 Elastic, fault-tolerant data-parallel training. A rank that dies (kill -9) is detected inside the
-gradient sum; the survivors repair the communicator, re-read only its shards and retry the step.`;
+gradient sum; the survivors repair the communicator, re-read only its shards and retry the step.
+Survivors go on only as a majority of the ranks that may still run (no split brain across a cut link).
+Exit codes: 0 done (or stopped on SIGTERM after a checkpoint), 1 an error, 2 bad input, 3 below
+--min-ranks (after a checkpoint), 4 the minority side of a partition (stops without writing).`;
 
 export function parseTrainOptions(argv: string[]): TrainOptions {
   const positiveInt = (flag: string, min = 1) => (values: number | number[]) => {

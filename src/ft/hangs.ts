@@ -50,22 +50,16 @@ export function beat(): void {
   addon.beat();
 }
 
-/** What identifies world rank `rank` of this job in a process's environment (its rank and PMIx namespace). */
-function jobMarks(rank: number): string[] {
-  const namespace = process.env.PMIX_NAMESPACE;
-  return [`OMPI_COMM_WORLD_RANK=${rank}`, ...(namespace ? [`PMIX_NAMESPACE=${namespace}`] : [])];
-}
-
-/** Kills the processes of `worldRanks` that still exist on this host: a rank declared dead for hanging is stopped, not gone. */
+/** Kills the processes of `worldRanks` that still run on this host: a rank declared dead for hanging is stopped, not gone. */
 export function killDeclaredDead(pidsDir: string, worldRanks: readonly number[]): number[] {
-  return signalRanks(pidsDir, worldRanks, jobMarks, 'SIGKILL');
+  return signalRanks(pidsDir, worldRanks, () => [], 'SIGKILL');
 }
 
 /** Waits (polling, at most `ms`) until none of `worldRanks` runs on this host any more. */
 export async function peersGone(pidsDir: string, worldRanks: readonly number[], ms: number): Promise<boolean> {
   const deadline = Date.now() + ms;
   for (;;) {
-    if (worldRanks.every((rank) => rankProcess(pidsDir, rank, jobMarks(rank)) === null)) return true;
+    if (worldRanks.every((rank) => rankProcess(pidsDir, rank, []) === null)) return true;
     if (Date.now() > deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }

@@ -21,11 +21,12 @@ import { LazyShard, Readback } from '../data/readback';
 import type { ShardLayout } from '../data/shard-layout';
 import { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
+import { goneFromHere } from '../run/pids';
 import type { RunEvent } from '../run/records';
 import type { FaultInjector, Phase } from './drills';
 import { ShardSum } from './shard-sum';
 import { ShardedState, type JoinMeta, type ShardedStateConfig } from './sharded-state';
-import { beat, killDeclaredDead } from './hangs';
+import { beat, killDeclaredDead, peersGone } from './hangs';
 import { repair, withDeadline, type Repair } from './repair';
 import { ProtocolStop } from './stop';
 
@@ -571,6 +572,9 @@ export class Manager {
     this.workers = null;
     const fixed = await repair(this.comm, this.step, { maxAttempts: this.config.maxRetries, deadlineMs: this.config.commTimeoutMs, erred });
     this.comm = fixed.comm;
+    const killed = fixed.lost.length > 0 ? killDeclaredDead(this.config.pidsDir, fixed.lost) : [];
+    // before this side writes anything: it may be the far side of a partition
+    if (fixed.lost.length > 0) await this.holdMajority(fixed.lost, killed);
     this.observer.leader(this.isLeader);
     if (fixed.erred.length > 0) {
       throw new ProtocolStop('error', `rank(s) ${fixed.erred.join(', ')} stopped the job for an error`, null, fixed.erred);
@@ -578,13 +582,34 @@ export class Manager {
     this.observer.event({ event: 'revoke+shrink', step: this.step, lost: fixed.lost, world: this.comm.size, duration_ms: fixed.revokeShrinkMs, attempts: fixed.attempts });
     this.observer.event({ event: 'agree', step: this.step, duration_ms: fixed.agreeMs });
     if (fixed.lost.length > 0) {
-      const killed = killDeclaredDead(this.config.pidsDir, fixed.lost);
       if (killed.length > 0) this.observer.log(`step ${this.step}: killed rank(s) ${killed.join(', ')}, declared dead while still running (hung)`);
       const working = this.liveWorkers.length;
       this.failures.push({ step: this.step, lost: fixed.lost, world: working });
       this.worldHistory.push({ step: this.step, world: working, lost: fixed.lost });
     }
     return fixed;
+  }
+
+  /**
+   * No split brain: the survivors of a repair go on only as a majority of the ranks that may still
+   * be running, i.e. of the last agreed world less the lost ranks seen gone. A lost rank is seen gone
+   * where a survivor shares its host (its pid file names that host and its process is no more); a
+   * rank on a host without survivors may be alive behind a cut link, training on as a job of its
+   * own. So losing a whole host is survivable by a majority, and the far side of a partition (or an
+   * even split) stops without writing anything: ProtocolStop 'minority'.
+   */
+  private async holdMajority(lost: number[], killed: number[]): Promise<void> {
+    if (killed.length > 0) await peersGone(this.config.pidsDir, killed, this.config.commTimeoutMs);
+    // agree ANDs: bit i stays set where no survivor saw lost[i] gone (beyond 30 lost ranks: not seen)
+    const unseen = lost.slice(0, 30).reduce((flag, rank, i) => (goneFromHere(this.config.pidsDir, rank) ? flag & ~(1 << i) : flag), ~0);
+    const agreed = await this.comm.agree(unseen).catch((error: Error) => {
+      if (!isFailure(error)) throw error;
+      return ~0; // alike on every survivor: none seen gone; the next collective meets the new failure
+    });
+    const maybeRunning = lost.filter((_, i) => i >= 30 || (agreed & (1 << i)) !== 0).length;
+    if (this.comm.size > maybeRunning) return;
+    throw new ProtocolStop('minority', `${this.comm.size} rank(s) left of the last agreed world of ${this.comm.size + lost.length}, ` +
+      `and ${maybeRunning} lost on hosts where no survivor can see them gone (a cut link?): no majority, so this side stops and leaves the run to the other`);
   }
 
   /**

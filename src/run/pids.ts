@@ -1,14 +1,35 @@
-// The run directory's pids/: each rank writes "PID HOSTNAME" there (RunLog); launchers and survivors
-// read it to signal a rank of this job. A pid file only names a candidate: the process counts as that
-// rank while it runs on this host and its environment still carries the job's marks (a pid file left
-// by an earlier job, a recycled pid or a rank on another host does not).
+// The run directory's pids/: each rank writes "PID HOSTNAME START" there (RunLog; START is the
+// process's start time in clock ticks since boot); launchers and survivors read it to signal a rank
+// of this job, or to see it gone. A pid file only names a candidate: the process counts as that rank
+// while it runs on this host with that start time and its environment still carries the marks asked
+// for (a pid file left by an earlier job, a recycled pid or a rank on another host does not).
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 
+export interface PidFile {
+  pid: number;
+  host: string;
+  /** start time (/proc/PID/stat field 22) */
+  start: string;
+}
+
+/** A process's state letter and start time, or null when there is no such process. */
+function processStat(pid: number): { state: string; start: string } | null {
+  let text: string;
+  try {
+    text = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
+  } catch {
+    return null;
+  }
+  // after the command name in parentheses (which may hold spaces): field 3 (state) onwards
+  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  return { state: fields[0], start: fields[19] };
+}
+
 /** A pid file's text for this process. */
 export function pidFileText(): string {
-  return `${process.pid} ${os.hostname()}\n`;
+  return `${process.pid} ${os.hostname()} ${processStat(process.pid)?.start ?? ''}\n`;
 }
 
 /** The world ranks with a pid file, ascending. */
@@ -16,22 +37,35 @@ export function rankList(pidsDir: string): number[] {
   return fs.existsSync(pidsDir) ? fs.readdirSync(pidsDir).map(Number).filter(Number.isSafeInteger).sort((a, b) => a - b) : [];
 }
 
-/** The pid and host world rank `rank` wrote, or null without a readable pid file. */
-export function readPidFile(pidsDir: string, rank: number): { pid: number; host: string } | null {
+/** What world rank `rank` wrote in its pid file, or null without a readable one. */
+export function readPidFile(pidsDir: string, rank: number): PidFile | null {
   let text: string;
   try {
     text = fs.readFileSync(path.join(pidsDir, String(rank)), 'utf8');
   } catch {
     return null;
   }
-  const [pid, host = ''] = text.trim().split(' ');
-  return Number.isSafeInteger(Number(pid)) ? { pid: Number(pid), host } : null;
+  const [pid, host = '', start = ''] = text.trim().split(' ');
+  return Number.isSafeInteger(Number(pid)) ? { pid: Number(pid), host, start } : null;
 }
 
 /** The pid world rank `rank` wrote if it ran on this host, else null. */
 export function readPid(pidsDir: string, rank: number): number | null {
   const file = readPidFile(pidsDir, rank);
   return file !== null && file.host === os.hostname() ? file.pid : null;
+}
+
+/** Whether the process a pid file names runs (not a zombie) on this host, as the same process that wrote it. */
+function runsHere(file: PidFile): boolean {
+  if (file.host !== os.hostname()) return false;
+  const stat = processStat(file.pid);
+  return stat !== null && stat.state !== 'Z' && stat.state !== 'X' && stat.start === file.start;
+}
+
+/** Whether world rank `rank` ran on this host and is gone: its pid file names this host, and that process runs no more. */
+export function goneFromHere(pidsDir: string, rank: number): boolean {
+  const file = readPidFile(pidsDir, rank);
+  return file !== null && file.host === os.hostname() && !runsHere(file);
 }
 
 /** A process's environment ("NAME=value" entries), or null when it is gone or not ours to read. */
@@ -45,9 +79,10 @@ export function environOf(pid: number): string[] | null {
 
 /** The pid of rank `rank` while that process runs on this host with every one of `marks` in its environment. */
 export function rankProcess(pidsDir: string, rank: number, marks: readonly string[]): number | null {
-  const pid = readPid(pidsDir, rank);
-  const environ = pid === null ? null : environOf(pid);
-  return environ !== null && marks.every((mark) => environ.includes(mark)) ? pid : null;
+  const file = readPidFile(pidsDir, rank);
+  if (file === null || !runsHere(file)) return null;
+  const environ = environOf(file.pid);
+  return environ !== null && marks.every((mark) => environ.includes(mark)) ? file.pid : null;
 }
 
 /**
