@@ -181,7 +181,7 @@ async function main(): Promise<number> {
   }
   const why = unfinished(runDir);
   if (why === undefined) return 0;
-  console.error(`ft-run: the job ended without finishing: ${why} (mpirun exit 0)`);
+  console.error(`ft-run: the job ended without finishing: ${why} (mpirun exit 0); ${newestCheckpoint(checkpoints)}`);
   return 1;
 }
 

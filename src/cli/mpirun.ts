@@ -190,6 +190,7 @@ export function forwardJobStderr(stderr: NodeJS.ReadableStream, to: NodeJS.Writa
     }
   });
   stderr.on('end', () => {
-    if (pending) to.write(pending);
+    // a last line without its newline (PRRTE's banners end in a space): the launcher's own lines start fresh
+    if (pending) to.write(`${pending}\n`);
   });
 }

@@ -110,7 +110,7 @@ describe('elastic world: spares and respawned ranks', function () {
     const events = lines<EventRecord>(run, 'events.jsonl');
     assert.deepEqual(events.filter((e) => e.event === 'join').map((e) => [e.step, e.ranks]), [[3, [5]], [7, [7, 8]]]);
     assert.deepEqual(summary.failures.map((f) => [f.step, f.lost]), [[3, [0]], [3, [4]], [7, [1]], [7, [2]]]);
-    assert.match(run.stderr, /ft-run: mpirun exited 137 \(it counts a --respawn rank that died or could not start against the job\), but the run completed: exit 0/);
+    assert.match(run.stderr, /ft-run: mpirun exited 137 \(it counts a --respawn rank that died or could not start, or a host it lost, against the job\), but the run completed: exit 0/);
   });
 
   it('--respawn with sharded state: the newcomer receives its chunk in the redistribution, the same bits', async () => {

@@ -107,7 +107,7 @@ describe('launch/ft-run', function () {
       const runDir = path.join(scratch, 'killed');
       const job = await launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '5', '--drill', 'rank=0,step=2', '--drill', 'rank=1,step=2'], process.env, 90_000);
       assert.equal(job.code, 1, `${job.stdout}\n${job.stderr}`);
-      assert.equal(job.stderr.trimEnd().split('\n').at(-1), `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0)`, job.stderr);
+      assert.equal(job.stderr.trimEnd().split('\n').at(-1), `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0); the newest complete checkpoint is ${runDir}/ckpt/step-00000002 (continue with --resume ${runDir}/ckpt/step-00000002)`, job.stderr);
       assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
     });
 

@@ -13,6 +13,7 @@ import { Dataset } from '../../src/data/dataset';
 import { MicroBatches } from '../../src/data/micro-batches';
 import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { readbackBytes } from '../helpers/readback';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-train-');
@@ -50,25 +51,6 @@ async function train(ranks: number, ...extra: string[]): Promise<Run> {
   const job = await runTrain(ranks, [...common, '--run-dir', dir, ...extra]);
   assert.equal(job.code, 0, `ft-train exited ${job.code}\n${job.stdout}\n${job.stderr}`);
   return load(dir, job);
-}
-
-/**
- * What reading back `lost` (of S shards) takes from disk (in ft-train's default setup, --batch 64,
- * seed 1): all of their record batches, each once, and, before step `retried` is retried, only
- * the batches holding that step's rows of them.
- */
-async function readbackBytes(S: number, lost: number[], retried: number): Promise<{ total: number; beforeRetry: number }> {
-  const dataset = await Dataset.open('datasets/fashion-mnist');
-  const layout = dataset.train.layout(S);
-  const plan = new MicroBatches(layout, 64, 1);
-  let [total, beforeRetry] = [0, 0];
-  for (const s of lost) {
-    total += dataset.train.shardBytes(layout, s);
-    const rows = plan.rows(s, Math.floor(retried / plan.stepsPerEpoch), retried % plan.stepsPerEpoch);
-    for (const b of new Set(Array.from(rows, (row) => layout.batchOf(s, row)))) beforeRetry += dataset.train.batchBytes(b, b + 1);
-  }
-  await dataset.close();
-  return { total, beforeRetry };
 }
 
 /** The run read back exactly `expected`: the retried step's batches first (the readback event), every batch once in all (the summary). */

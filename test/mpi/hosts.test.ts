@@ -1,0 +1,119 @@
+// Jobs across hosts: three test hosts (launch/netns-hosts: network namespaces with sshd), 6 ranks,
+// 2 per host, started by launch/ft-run on host1 over ssh as on a cluster. Every rank of one host
+// killed: the other hosts carry on with the bits of the run without failure and read back only the
+// lost shards. The whole host lost, its daemon too: PRRTE 3.0.8 ends the job, after the survivors'
+// JIT checkpoint, and --resume on the hosts left gives the same bits. A host cut off the network:
+// the majority carries on with the same bits, the cut-off side stops without writing, mpirun ends.
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { verifyCheckpoint } from '../../src/checkpoint/checkpoint';
+import { readPidFile } from '../../src/run/pids';
+import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
+import { hostsDown, hostsUnavailable, hostsUp, type Hosts } from '../helpers/hosts';
+import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { readbackBytes } from '../helpers/readback';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-hosts-');
+const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '6'];
+let runs = 0;
+
+interface Run {
+  dir: string;
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function summaryOf(run: Run): Summary {
+  assert.equal(run.code, 0, `exit ${run.code}\n${run.stdout}\n${run.stderr}`);
+  return JSON.parse(fs.readFileSync(path.join(run.dir, 'summary.json'), 'utf8'));
+}
+
+function lines<T>(run: Run, file: string): T[] {
+  return fs.readFileSync(path.join(run.dir, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as T);
+}
+
+describe('across hosts (network namespaces with sshd)', function () {
+  this.timeout(600_000);
+  let hosts: Hosts;
+  let reference: string;
+
+  /** launch/ft-run on host1 with `hostfile` (default: the three hosts). */
+  async function ftRun(ranks: number, extra: string[], hostfile = hosts.hostfile): Promise<Run> {
+    const dir = path.join(scratch, `run-${++runs}`);
+    const argv = [...hosts.on('host1').slice(1), process.execPath, path.join(repoRoot, 'launch', 'ft-run'), '-n', String(ranks),
+      '--hostfile', hostfile, '--ssh-config', hosts.sshConfig, '--', ...common, '--run-dir', dir, ...extra];
+    const job = await runCommand(hosts.on('host1')[0], argv, process.env, 240_000, `ft-run -n ${ranks} across hosts ${extra.join(' ')}`);
+    return { dir, ...job };
+  }
+
+  before(async function () {
+    const why = hostsUnavailable();
+    if (why !== undefined) {
+      console.log(`    skipped: multi-host tests need root, ip and sshd: ${why}`);
+      this.skip();
+    }
+    hosts = hostsUp(3);
+    const single = await runTrain(6, [...common, '--run-dir', path.join(scratch, 'single-host')], 150_000);
+    reference = summaryOf({ dir: path.join(scratch, 'single-host'), ...single }).params_sha256;
+  });
+
+  after(() => {
+    if (hosts !== undefined) hostsDown();
+    removeScratch(scratch);
+  });
+
+  it('6 ranks on 3 hosts, 2 each: the bits of the single-host run', async () => {
+    const run = await ftRun(6, []);
+    assert.equal(summaryOf(run).params_sha256, reference);
+    const placed = [0, 1, 2, 3, 4, 5].map((rank) => readPidFile(path.join(run.dir, 'pids'), rank)!.host);
+    assert.deepEqual(placed, ['host1', 'host1', 'host2', 'host2', 'host3', 'host3']);
+  });
+
+  it('every rank of host2 killed: the other hosts carry on, read back only its shards, the same bits', async () => {
+    const run = await ftRun(6, ['--drill', 'rank=2,step=3', '--drill', 'rank=3,step=3']);
+    const summary = summaryOf(run);
+    assert.equal(summary.params_sha256, reference);
+    assert.deepEqual(summary.failures.map((f) => [f.step, f.lost]), [[3, [2, 3]]]);
+    assert.deepEqual(lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.world), [6, 6, 6, ...Array(9).fill(4)]);
+    const readback = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'readback')!;
+    assert.deepEqual(readback.shards, [2, 3]);
+    const expected = await readbackBytes(6, [2, 3], 3);
+    assert.equal(readback.bytes_before_retry, expected.beforeRetry);
+    assert.equal(summary.bytes_read_back, expected.total);
+  });
+
+  it('host2 lost with its daemon: PRRTE ends the job, a bounded stop with one line and a non-zero exit; --resume on host1 and host3 gives the same bits', async () => {
+    const run = await ftRun(6, ['--checkpoint-every', '2', '--drill', 'rank=2,step=3,action=host']);
+    assert.notEqual(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
+    const said = run.stderr.split('\n').filter((line) => line.startsWith('ft-run: '));
+    assert.equal(said.length, 1, run.stderr);
+    // the JIT checkpoint of step 3 when the survivors wrote it before PRRTE's SIGKILL, else the periodic one of step 2
+    const named = /^ft-run: (?:mpirun ended the job \(exit \d+; it does so when it loses a host or its daemon\) and the ranks stopped cleanly:|mpirun exited \d+ and the run did not finish: .*;|the job ended without finishing: no summary\.json in \S+ \(mpirun exit 0\);) the newest complete checkpoint is (\S+\/ckpt\/step-0000000[23]) \(continue with --resume \1\)$/.exec(said[0]);
+    assert.ok(named, said[0]);
+    const checkpoint = named[1];
+    assert.ok([2, 3].includes(verifyCheckpoint(checkpoint).step));
+
+    const remaining = path.join(scratch, 'hosts-1-3');
+    fs.writeFileSync(remaining, 'host1 slots=2\nhost3 slots=2\n');
+    const resumed = await ftRun(4, ['--resume', checkpoint], remaining);
+    assert.equal(summaryOf(resumed).params_sha256, reference);
+  });
+
+  it('host3 cut off the network: the majority carries on with the same bits, host3 stops without writing, mpirun ends', async () => {
+    const run = await ftRun(6, ['--hang-timeout', '3', '--drill', 'rank=4,step=3,action=cut']);
+    const summary = summaryOf(run);
+    assert.equal(summary.params_sha256, reference);
+    assert.deepEqual(summary.failures.map((f) => [f.step, f.lost]), [[3, [4, 5]]]);
+    // one writer: every step once, in order
+    assert.deepEqual(lines<StepRecord>(run, 'metrics.jsonl').map((r) => [r.step, r.world]), Array.from({ length: 12 }, (_, s) => [s, s < 3 ? 6 : 4]));
+    for (const rank of [4, 5]) {
+      const log = fs.readFileSync(path.join(run.dir, 'logs', `rank-${rank}.log`), 'utf8');
+      assert.match(log, /stop: minority: 2 rank\(s\) left of the last agreed world of 6, and 4 lost on hosts where no survivor can see them gone/);
+    }
+    assert.match(run.stderr, /ft-run: the run ended \d+ s ago but mpirun has not \(ranks on a host it cannot reach\?\): ending it/);
+  });
+});
