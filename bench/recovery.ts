@@ -16,8 +16,11 @@
 // Prints a table, then one JSON line with kill_to_step_ms_<N> (median of the rounds; target for 4
 // ranks <= 50), raw_floor_ms_<N>, breakdown_<N>, stop_to_step_ms_4 (target <= hang_timeout_ms +
 // 300), hang_timeout_ms, stop_breakdown_4, spare_kill_to_full_world_ms_4 (target <= 100),
-// respawn_kill_to_full_world_ms_4 (target <= 2000) and elastic_breakdown_4. BENCH_ROUNDS sets the
-// rounds (default 3).
+// respawn_kill_to_full_world_ms_4 (target <= 2000) and elastic_breakdown_4; then, on 3 test hosts
+// of 2 ranks (bench/host-faults.ts; as root with sshd, else one line says why not),
+// host_ranks_loss_to_step_ms (target <= 300), partition_to_step_ms (target <= hang timeout + 500)
+// and daemon_loss_to_clean_stop_ms (target <= 2000). BENCH_ROUNDS sets the rounds (default 3);
+// BENCH_ONLY=hosts runs the host faults alone.
 // Usage: node dist/bench/recovery.js
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -25,6 +28,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { jobProcesses } from '../src/cli/job-processes';
 import { mpirunCommand } from '../src/cli/mpirun';
+import { hostFaults, hostFaultsUnavailable, partitionHangTimeoutS } from './host-faults';
 import { compileMpiC } from './mpi-c';
 import { median } from './median';
 
@@ -144,8 +148,9 @@ function main(): void {
   const out: Record<string, unknown> = {};
   const table: string[] = [];
   let elasticTable: string[] = [];
+  const hostsOnly = process.env.BENCH_ONLY === 'hosts';
   try {
-    for (const ranks of rankCounts) {
+    for (const ranks of hostsOnly ? [] : rankCounts) {
       const runs: Breakdown[] = [];
       const floors: number[] = [];
       for (let round = 1; round <= rounds; ++round) {
@@ -163,18 +168,20 @@ function main(): void {
       table.push(row(`${ranks} kill`, breakdown, floor.toFixed(1)));
     }
     const stops: Breakdown[] = [];
-    for (let round = 1; round <= rounds; ++round) {
+    for (let round = 1; round <= (hostsOnly ? 0 : rounds); ++round) {
       process.stderr.write(`[bench] ${stopRanks} ranks, SIGSTOP, round ${round}/${rounds}: ft-train drill ...`);
       stops.push(trainerRecovery(stopRanks, scratch, 'stop'));
       process.stderr.write(' done\n');
     }
-    const stopped = medians(stops);
-    out[`stop_to_step_ms_${stopRanks}`] = stopped.kill_to_step_ms;
-    out.hang_timeout_ms = hangTimeoutS * 1000;
-    out[`stop_breakdown_${stopRanks}`] = stopped;
-    table.push(row(`${stopRanks} stop`, stopped, '-'));
+    const stopped = hostsOnly ? undefined : medians(stops);
+    if (stopped) {
+      out[`stop_to_step_ms_${stopRanks}`] = stopped.kill_to_step_ms;
+      out.hang_timeout_ms = hangTimeoutS * 1000;
+      out[`stop_breakdown_${stopRanks}`] = stopped;
+      table.push(row(`${stopRanks} stop`, stopped, '-'));
+    }
     const elastic: Record<string, ElasticBreakdown> = {};
-    for (const how of ['spare', 'respawn'] as const) {
+    for (const how of hostsOnly ? [] : (['spare', 'respawn'] as const)) {
       const runs: ElasticBreakdown[] = [];
       for (let round = 1; round <= rounds; ++round) {
         process.stderr.write(`[bench] ${stopRanks} ranks, kill with ${how === 'spare' ? 'a spare' : '--respawn'}, round ${round}/${rounds} ...`);
@@ -184,7 +191,10 @@ function main(): void {
       elastic[how] = medians(runs);
       out[`${how}_kill_to_full_world_ms_${stopRanks}`] = elastic[how].kill_to_full_world_ms;
     }
-    out[`elastic_breakdown_${stopRanks}`] = elastic;
+    if (!hostsOnly) out[`elastic_breakdown_${stopRanks}`] = elastic;
+    const unavailable = hostFaultsUnavailable();
+    if (unavailable === undefined) Object.assign(out, hostFaults(scratch, rounds));
+    else process.stderr.write(`[bench] host faults skipped: they need 3 test hosts (launch/netns-hosts): ${unavailable}\n`);
     elasticTable = Object.entries(elastic).map(([how, b]) => `${`${stopRanks} ${how}`.padEnd(10)} ${b.kill_to_full_world_ms.toFixed(1).padStart(15)}  ${b.spawn_ms.toFixed(1).padStart(8)}  ` +
       `${b.newcomer_startup_ms.toFixed(1).padStart(12)}  ${b.join_ms.toFixed(1).padStart(7)}  ${b.readback_ms.toFixed(1).padStart(11)}  ${b.checkpoint_ms.toFixed(1).padStart(13)}`);
   } finally {
@@ -196,6 +206,10 @@ function main(): void {
   console.log(`\nkill -9 of a working rank at ${stopRanks} working ranks, back to ${stopRanks} with a hot spare or a respawned rank (ms)`);
   console.log('how        kill->full world  spawn ms  newcomer ms  join ms  readback ms  checkpoint ms');
   for (const line of elasticTable) console.log(line);
+  if (out.host_ranks_loss_to_step_ms !== undefined) {
+    console.log(`\n3 hosts of 2 ranks (ms): every rank of a host killed -> step ${out.host_ranks_loss_to_step_ms}; ` +
+      `link cut (--hang-timeout ${partitionHangTimeoutS}) -> step ${out.partition_to_step_ms}; host lost with its daemon -> clean stop ${out.daemon_loss_to_clean_stop_ms}`);
+  }
   console.log(JSON.stringify(out));
 }
 

@@ -15,6 +15,8 @@ export interface Hosts {
   sshConfig: string;
   /** the command prefix that runs a command on `host` */
   on(host: string): string[];
+  /** brings `host`'s link back up after a cut */
+  mend(host: string): void;
 }
 
 /** Why multi-host tests cannot run here, or undefined when they can. */
@@ -30,6 +32,7 @@ export function hostsUp(count: number): Hosts {
     hostfile: path.join(dir, 'hostfile'),
     sshConfig: path.join(dir, 'ssh_config'),
     on: (host) => [netnsHosts, 'exec', host],
+    mend: (host) => execFileSync(netnsHosts, ['mend', host], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 60_000 }),
   };
 }
 
