@@ -26,6 +26,7 @@ function expectedLine(ranks: number, slots: number, detector: string, trainArgs:
     ...(process.getuid?.() === 0 ? ['OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'] : []),
     `${mpiHome}/bin/mpirun --with-ft ulfm`, ...(ranks > slots ? ['--oversubscribe'] : []), `-n ${ranks}`,
     ...(hostfile ? [`--hostfile ${hostfile}`] : []),
+    `--prefix ${mpiHome} --mca coll '^han' --mca mpi_add_procs_cutoff 1024 --mca mpi_ft_propagator_with_rbcast true -x FT_RUN_JOB -x FT_TEST_JOB -x FT_BENCH_JOB`,
     detector, process.execPath, ftTrain, trainArgs,
   ].join(' ') + '\n';
 }
@@ -60,6 +61,14 @@ describe('launch/ft-run', function () {
       }
     });
 
+    it('--ssh-config: mpirun\'s daemons are started with ssh -F FILE', async () => {
+      const config = path.join(scratch, 'ssh config');
+      fs.writeFileSync(config, 'Host *\n  User root\n');
+      const job = await launch(['-n', '2', '--ssh-config', config, '--dry-run', '--', ...flags]);
+      assert.equal(job.code, 0, job.stderr);
+      assert.ok(job.stdout.includes(` -x FT_BENCH_JOB --prtemca plm_ssh_agent 'ssh -F ${config}' --mca mpi_ft_detector true `), job.stdout);
+    });
+
     it('the hang detector follows ft-train\'s last --hang-timeout', async () => {
       const job = await launch(['-n', '1', '--dry-run', '--', ...flags, '--hang-timeout', '7', '--hang-timeout=2']);
       assert.equal(job.code, 0, job.stderr);
@@ -78,6 +87,8 @@ describe('launch/ft-run', function () {
       }, `ft-run: ${path.join(scratch, 'bad-hosts')}:2: expected "HOST [slots=K] [key=value ...]" with K an integer >= 1, got "node2 slots=two"`],
       ['an unreadable hostfile', () => ['-n', '2', '--hostfile', path.join(scratch, 'missing'), '--', ...trainFlags, '--run-dir', 'runs/x'],
         `ft-run: ${path.join(scratch, 'missing')}: cannot read the hostfile (ENOENT)`],
+      ['a missing --ssh-config', () => ['-n', '2', '--ssh-config', path.join(scratch, 'no-config'), '--', ...trainFlags, '--run-dir', 'runs/x'],
+        `ft-run: --ssh-config ${path.join(scratch, 'no-config')}: no such file`],
       ['a bad --hang-timeout', () => ['-n', '2', '--', ...trainFlags, '--run-dir', 'runs/x', '--hang-timeout', '0'],
         'ft-run: --hang-timeout expects seconds > 0, got "0"'],
       ['no --run-dir', () => ['-n', '2', '--', ...trainFlags],
@@ -107,7 +118,7 @@ describe('launch/ft-run', function () {
       const runDir = path.join(scratch, 'killed');
       const job = await launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '5', '--drill', 'rank=0,step=2', '--drill', 'rank=1,step=2'], process.env, 90_000);
       assert.equal(job.code, 1, `${job.stdout}\n${job.stderr}`);
-      assert.equal(job.stderr.trimEnd().split('\n').at(-1), `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0); the newest complete checkpoint is ${runDir}/ckpt/step-00000002 (continue with --resume ${runDir}/ckpt/step-00000002)`, job.stderr);
+      assert.equal(job.stderr.trimEnd().split('\n').at(-1), `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0); no complete checkpoint to go back to`, job.stderr);
       assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
     });
 
