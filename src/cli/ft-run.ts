@@ -46,12 +46,15 @@ function unfinished(runDir: string): string | undefined {
     }
     return status === 'complete' ? undefined : `${summaryFile} says status ${JSON.stringify(status)}`;
   }
-  // the events of a run that may have been killed mid-line: read leniently
+  return stopReasons(runDir).at(-1) === 'sigterm' ? undefined : `no summary.json in ${runDir}`;
+}
+
+/** The reasons of the run's `stop` events, in order; read leniently: the run may have been killed mid-line. */
+function stopReasons(runDir: string): unknown[] {
   const eventsFile = path.join(runDir, runFiles.events);
-  const stops = (fs.existsSync(eventsFile) ? fs.readFileSync(eventsFile, 'utf8').split('\n') : [])
+  return (fs.existsSync(eventsFile) ? fs.readFileSync(eventsFile, 'utf8').split('\n') : [])
     .map((line) => { try { return JSON.parse(line) as { event?: string; reason?: string }; } catch { return {}; } })
-    .filter((record) => record.event === 'stop');
-  return stops.at(-1)?.reason === 'sigterm' ? undefined : `no summary.json in ${runDir}`;
+    .filter((record) => record.event === 'stop').map((record) => record.reason);
 }
 
 /**
@@ -66,9 +69,7 @@ function stopRanks(runDir: string, marker: string): number {
 
 /** Whether the ranks are done with the run directory: summary.json written, or a stop recorded. */
 function runEnded(runDir: string): boolean {
-  if (fs.existsSync(path.join(runDir, runFiles.summary))) return true;
-  const eventsFile = path.join(runDir, runFiles.events);
-  return fs.existsSync(eventsFile) && fs.readFileSync(eventsFile, 'utf8').includes('"event":"stop"');
+  return fs.existsSync(path.join(runDir, runFiles.summary)) || stopReasons(runDir).length > 0;
 }
 
 /**
@@ -162,7 +163,8 @@ async function main(): Promise<number> {
     return 0;
   }
   const { code, stopAsked } = await runJob(job, runDir, (3 * hangTimeoutOf(trainArgs) + 10) * 1000);
-  const complete = fs.existsSync(path.join(runDir, runFiles.summary)) && unfinished(runDir) === undefined;
+  const why = unfinished(runDir);
+  const complete = why === undefined && fs.existsSync(path.join(runDir, runFiles.summary));
   // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the
   // survivors recovered and finished: the complete summary, written last and atomically, decides
   if (code !== 0 && complete) {
@@ -170,16 +172,15 @@ async function main(): Promise<number> {
     return 0;
   }
   const checkpoints = trainFlag(trainArgs, 'checkpoint-dir') ?? path.join(runDir, 'ckpt');
-  if (code !== 0 && !stopAsked && unfinished(runDir) === undefined) {
+  if (code !== 0 && !stopAsked && why === undefined) {
     // a stop on SIGTERM that nobody here asked for: mpirun ending the job, as PRRTE does when it loses a host's daemon
     console.error(`ft-run: mpirun ended the job (exit ${code}; it does so when it loses a host or its daemon) and the ranks stopped cleanly: ${newestCheckpoint(checkpoints)}`);
     return code;
   }
   if (code !== 0) {
-    console.error(`ft-run: mpirun exited ${code} and the run did not finish: ${unfinished(runDir) ?? 'stopped'}; ${newestCheckpoint(checkpoints)}`);
+    console.error(`ft-run: mpirun exited ${code} and the run did not finish: ${why ?? 'stopped'}; ${newestCheckpoint(checkpoints)}`);
     return code;
   }
-  const why = unfinished(runDir);
   if (why === undefined) return 0;
   console.error(`ft-run: the job ended without finishing: ${why} (mpirun exit 0); ${newestCheckpoint(checkpoints)}`);
   return 1;
