@@ -23,7 +23,7 @@ import { cpu } from '../nn/cpu';
 import { Net } from '../nn/net';
 import { loadSpec, type ModelSpec } from '../nn/spec';
 import { runFiles } from '../run/files';
-import { rankList, readPid } from '../run/pids';
+import { processStat, rankList, readPid } from '../run/pids';
 import type { Summary } from '../run/records';
 import { createRunDir, RunLog, writeModel, writeSummary } from '../run/writer';
 import { FaultInjector } from '../ft/drills';
@@ -46,13 +46,8 @@ class StartupError extends Error {
 
 /** Whether a process exists and is not stopped (a SIGSTOPped rank is as good as gone). */
 function running(pid: number | null): boolean {
-  if (pid === null) return false;
-  try {
-    const state = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0];
-    return !['T', 't', 'Z', 'X'].includes(state);
-  } catch {
-    return false;
-  }
+  const state = pid === null ? undefined : processStat(pid)?.state;
+  return state !== undefined && !['T', 't', 'Z', 'X'].includes(state);
 }
 
 /**
@@ -333,7 +328,6 @@ async function exitLast(code: number, ft: Manager, pidsDir: string, ms: number):
   await peersGone(pidsDir, ft.liveRanks.filter((rank) => rank !== ft.worldRank), ms);
   return code;
 }
-
 
 /**
  * This rank met an error of its own after MPI started: every survivor must reach the same

@@ -15,7 +15,7 @@ export interface PidFile {
 }
 
 /** A process's state letter and start time, or null when there is no such process. */
-function processStat(pid: number): { state: string; start: string } | null {
+export function processStat(pid: number): { state: string; start: string } | null {
   let text: string;
   try {
     text = fs.readFileSync(`/proc/${pid}/stat`, 'latin1');
