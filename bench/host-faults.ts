@@ -6,35 +6,30 @@
 //   (partition_to_step_ms; the detector needs the hang timeout to declare the cut ranks dead);
 // - host2 lost with its daemon: PRRTE 3.0.8 ends the job, so to the job's end (ft-run's exit), with
 //   the newest complete checkpoint's step (daemon_loss_to_clean_stop_ms, daemon_loss_checkpoint_step).
-// bench/recovery runs it and prints the fields in its JSON line.
-import { execFileSync, spawnSync } from 'node:child_process';
+// bench/recovery runs it and prints the fields in its JSON line; the hosts come and go through
+// test/helpers/hosts.ts, as in the multi-host tests.
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { findCheckpoint } from '../src/checkpoint/checkpoint';
 import { jobProcesses } from '../src/cli/job-processes';
+import { readLines } from '../src/run/reader';
+import { hostsDown, hostsUp, type Hosts } from '../test/helpers/hosts';
 import { median } from './median';
 
 const root = path.resolve(__dirname, '..', '..');
-const netnsHosts = path.join(root, 'launch', 'netns-hosts');
-const hostsDir = process.env.FT_NETNS_DIR ?? '/run/ft-netns-hosts';
 export const partitionHangTimeoutS = 2;
 const faultStep = 10;
 let jobs = 0;
 
-/** Why the host faults cannot be measured here, or undefined. */
-export function hostFaultsUnavailable(): string | undefined {
-  if (process.getuid?.() !== 0) return 'not root';
-  if (!fs.existsSync('/usr/sbin/sshd')) return 'no sshd (launch/setup installs it)';
-  return undefined;
-}
-
 /** Runs ft-run on host1 over the three hosts; the time it returned. Kills whatever of the job outlives it. */
-function ftRun(runDir: string, extra: string[]): number {
+function ftRun(hosts: Hosts, runDir: string, extra: string[]): number {
   const job = `${process.pid}-host-${++jobs}`;
-  const argv = ['exec', 'host1', process.execPath, path.join(root, 'launch', 'ft-run'), '-n', '6',
-    '--hostfile', path.join(hostsDir, 'hostfile'), '--ssh-config', path.join(hostsDir, 'ssh_config'), '--',
+  const [command, ...on] = hosts.on('host1');
+  const argv = [...on, process.execPath, path.join(root, 'launch', 'ft-run'), '-n', '6',
+    '--hostfile', hosts.hostfile, '--ssh-config', hosts.sshConfig, '--',
     '--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--shards', '6', '--steps', '30', '--run-dir', runDir, ...extra];
-  spawnSync(netnsHosts, argv, { cwd: root, encoding: 'utf8', timeout: 300_000, env: { ...process.env, FT_BENCH_JOB: job } });
+  spawnSync(command, argv, { cwd: root, encoding: 'utf8', timeout: 300_000, env: { ...process.env, FT_BENCH_JOB: job } });
   const ended = Date.now();
   for (const pid of jobProcesses(`FT_BENCH_JOB=${job}`)) {
     try { process.kill(pid, 'SIGKILL'); } catch { /* ended meanwhile */ }
@@ -51,7 +46,7 @@ function drillTime(runDir: string, rank: number): number {
 
 /** From the drill to the first step committed on fewer than 6 ranks, without the JIT checkpoint's write. */
 function toStep(runDir: string, rank: number): number {
-  const read = (file: string) => fs.readFileSync(path.join(runDir, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { world?: number; time: number; event?: string; duration_ms?: number });
+  const read = (file: string) => readLines(path.join(runDir, file)).map(({ value }) => value as { world?: number; time: number; event?: string; duration_ms?: number });
   const first = read('metrics.jsonl').find((m) => m.world! < 6);
   if (first === undefined) throw new Error(`${runDir}: no step committed without the lost host`);
   const checkpoint = read('events.jsonl').find((e) => e.event === 'checkpoint')?.duration_ms ?? 0;
@@ -59,7 +54,7 @@ function toStep(runDir: string, rank: number): number {
 }
 
 export function hostFaults(scratch: string, rounds: number): Record<string, number> {
-  execFileSync(netnsHosts, ['up', '3'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const hosts = hostsUp(3);
   const ranksLoss: number[] = [];
   const partition: number[] = [];
   const daemonLoss: number[] = [];
@@ -68,22 +63,22 @@ export function hostFaults(scratch: string, rounds: number): Record<string, numb
     for (let round = 1; round <= rounds; ++round) {
       process.stderr.write(`[bench] 3 hosts of 2 ranks, round ${round}/${rounds}: host's ranks killed ...`);
       let dir = path.join(scratch, `hosts-ranks-${round}`);
-      ftRun(dir, ['--drill', `rank=2,step=${faultStep}`, '--drill', `rank=3,step=${faultStep}`]);
+      ftRun(hosts, dir, ['--drill', `rank=2,step=${faultStep}`, '--drill', `rank=3,step=${faultStep}`]);
       ranksLoss.push(toStep(dir, 2));
       process.stderr.write(' link cut ...');
       dir = path.join(scratch, `hosts-cut-${round}`);
-      ftRun(dir, ['--hang-timeout', String(partitionHangTimeoutS), '--drill', `rank=4,step=${faultStep},action=cut`]);
-      execFileSync(netnsHosts, ['mend', 'host3']);
+      ftRun(hosts, dir, ['--hang-timeout', String(partitionHangTimeoutS), '--drill', `rank=4,step=${faultStep},action=cut`]);
+      hosts.mend('host3');
       partition.push(toStep(dir, 4));
       process.stderr.write(' host lost with its daemon ...');
       dir = path.join(scratch, `hosts-daemon-${round}`);
-      const ended = ftRun(dir, ['--checkpoint-every', '4', '--drill', `rank=2,step=${faultStep},action=host`]);
+      const ended = ftRun(hosts, dir, ['--checkpoint-every', '4', '--drill', `rank=2,step=${faultStep},action=host`]);
       daemonLoss.push(ended - drillTime(dir, 2));
       checkpointSteps.push(findCheckpoint(path.join(dir, 'ckpt')).manifest.step);
       process.stderr.write(' done\n');
     }
   } finally {
-    execFileSync(netnsHosts, ['down'], { stdio: ['ignore', 'ignore', 'inherit'] });
+    hostsDown();
   }
   const round1 = (ms: number[]) => Math.round(median(ms) * 10) / 10;
   return {

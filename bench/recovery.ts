@@ -28,7 +28,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { jobProcesses } from '../src/cli/job-processes';
 import { mpirunCommand } from '../src/cli/mpirun';
-import { hostFaults, hostFaultsUnavailable, partitionHangTimeoutS } from './host-faults';
+import { hostsUnavailable } from '../test/helpers/hosts';
+import { hostFaults, partitionHangTimeoutS } from './host-faults';
 import { compileMpiC } from './mpi-c';
 import { median } from './median';
 
@@ -192,7 +193,7 @@ function main(): void {
       out[`${how}_kill_to_full_world_ms_${stopRanks}`] = elastic[how].kill_to_full_world_ms;
     }
     if (!hostsOnly) out[`elastic_breakdown_${stopRanks}`] = elastic;
-    const unavailable = hostFaultsUnavailable();
+    const unavailable = hostsUnavailable();
     if (unavailable === undefined) Object.assign(out, hostFaults(scratch, rounds));
     else process.stderr.write(`[bench] host faults skipped: they need 3 test hosts (launch/netns-hosts): ${unavailable}\n`);
     elasticTable = Object.entries(elastic).map(([how, b]) => `${`${stopRanks} ${how}`.padEnd(10)} ${b.kill_to_full_world_ms.toFixed(1).padStart(15)}  ${b.spawn_ms.toFixed(1).padStart(8)}  ` +

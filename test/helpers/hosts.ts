@@ -1,6 +1,6 @@
-// Test hosts for multi-host jobs: launch/netns-hosts makes them (network and UTS namespaces on this
-// machine, an sshd each) and removes them, also when a test fails. It needs root, ip and sshd;
-// without them the caller skips with the reason this gives.
+// Test hosts for multi-host jobs, for the tests and bench/recovery: launch/netns-hosts makes them
+// (network and UTS namespaces on this machine, an sshd each) and removes them, also when a test
+// fails. It needs root, ip and sshd; without them the caller skips with the reason this gives.
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
