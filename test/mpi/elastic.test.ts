@@ -7,20 +7,14 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readRun } from '../../src/report/run-data';
-import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
+import type { EventRecord, StepRecord } from '../../src/run/records';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-elastic-');
 const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '4'];
 let runs = 0;
-
-interface Run {
-  dir: string;
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
 
 async function train(ranks: number, ...extra: string[]): Promise<Run> {
   const dir = path.join(scratch, `run-${++runs}`);
@@ -34,15 +28,6 @@ async function ftRun(ranks: number, launcher: string[], ...extra: string[]): Pro
   const argv = [path.join(repoRoot, 'launch', 'ft-run'), '-n', String(ranks), ...launcher, '--', ...common, '--run-dir', dir, ...extra];
   const job = await runCommand(process.execPath, argv, process.env, 150_000, `ft-run -n ${ranks} ${extra.join(' ')}`);
   return { dir, ...job };
-}
-
-function summaryOf(run: Run): Summary {
-  assert.equal(run.code, 0, `ft-train exited ${run.code}\n${run.stdout}\n${run.stderr}`);
-  return JSON.parse(fs.readFileSync(path.join(run.dir, 'summary.json'), 'utf8'));
-}
-
-function lines<T>(run: Run, file: string): T[] {
-  return fs.readFileSync(path.join(run.dir, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as T);
 }
 
 /** The working world of each committed step, in step order. */

@@ -9,31 +9,16 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { verifyCheckpoint } from '../../src/checkpoint/checkpoint';
 import { readPidFile } from '../../src/run/pids';
-import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
+import type { EventRecord, StepRecord } from '../../src/run/records';
 import { hostsDown, hostsUnavailable, hostsUp, type Hosts } from '../helpers/hosts';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { readbackBytes } from '../helpers/readback';
+import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-hosts-');
 const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '6'];
 let runs = 0;
-
-interface Run {
-  dir: string;
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function summaryOf(run: Run): Summary {
-  assert.equal(run.code, 0, `exit ${run.code}\n${run.stdout}\n${run.stderr}`);
-  return JSON.parse(fs.readFileSync(path.join(run.dir, 'summary.json'), 'utf8'));
-}
-
-function lines<T>(run: Run, file: string): T[] {
-  return fs.readFileSync(path.join(run.dir, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as T);
-}
 
 describe('across hosts (network namespaces with sshd)', function () {
   this.timeout(600_000);

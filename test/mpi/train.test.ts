@@ -14,17 +14,14 @@ import { MicroBatches } from '../../src/data/micro-batches';
 import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { readbackBytes } from '../helpers/readback';
+import type { Run as JobRun } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-train-');
 const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '60', '--batch', '64'];
 let runs = 0;
 
-interface Run {
-  dir: string;
-  code: number | null;
-  stdout: string;
-  stderr: string;
+interface Run extends JobRun {
   summary: Summary;
   metrics: StepRecord[];
   events: EventRecord[];

@@ -1,0 +1,24 @@
+// A finished job as the MPI tests see it: its run directory and what its command printed, and what
+// they read back from that directory.
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { Summary } from '../../src/run/records';
+
+export interface Run {
+  dir: string;
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** The run's summary.json, once its command exited 0. */
+export function summaryOf(run: Run): Summary {
+  assert.equal(run.code, 0, `exited ${run.code}\n${run.stdout}\n${run.stderr}`);
+  return JSON.parse(fs.readFileSync(path.join(run.dir, 'summary.json'), 'utf8'));
+}
+
+/** The records of one of the run's JSON-lines files (metrics.jsonl, events.jsonl). */
+export function lines<T>(run: Run, file: string): T[] {
+  return fs.readFileSync(path.join(run.dir, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as T);
+}
