@@ -6,12 +6,12 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { defaultHangTimeoutS } from '../train-options';
+
+export { defaultHangTimeoutS };
 
 /** Prefix of the Open MPI build with ULFM (launch/setup makes it). */
 export const mpiHome = process.env.FT_MPI_HOME ?? '/opt/ompi-ulfm';
-
-/** ft-train's --hang-timeout when the flag is absent, in seconds. */
-export const defaultHangTimeoutS = 30;
 
 /** The script every rank of an ft-train job runs. */
 const ftTrainScript = path.join(__dirname, '..', '..', '..', 'launch', 'ft-train.js');

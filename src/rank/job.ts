@@ -1,0 +1,221 @@
+// One rank's life in a job, shared by the ft-train program, `train()` and the custom loop: its
+// run-directory log, pid file and drills before MPI starts, a bounded MPI start-up, the hang guard,
+// what it reports (metrics, events, progress on the leader's console), SIGTERM as a request to stop
+// at a step boundary, and a bounded end: every way a run stops becomes one exit code and at most
+// one line (see DESIGN.md, the recovery protocol).
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type * as winston from 'winston';
+import { newestCheckpoint } from '../checkpoint/checkpoint';
+import { finalize, init, type Communicator } from '../comm';
+import type { Dataset } from '../data/dataset';
+import { FaultInjector, type Drill } from '../ft/drills';
+import { guardAgainstHangs, hangBounds, killDeclaredDead, peersGone, type HangBounds } from '../ft/hangs';
+import type { Manager, ProtocolObserver } from '../ft/manager';
+import { withDeadline } from '../ft/repair';
+import { ProtocolStop } from '../ft/stop';
+import { runFiles } from '../run/files';
+import { processStat, rankList, readPid } from '../run/pids';
+import type { StepRecord } from '../run/records';
+import { RunLog } from '../run/writer';
+import { launcherWorldRank } from './launcher-env';
+import { closeLogger, rankLogger } from './logger';
+import { Progress } from './progress';
+
+/** What a rank's reports go to: the run directory, its log, and the leader's console. */
+export interface RankObserver extends ProtocolObserver {
+  step(record: StepRecord): void;
+}
+
+export interface JobSettings {
+  runDir: string;
+  hangTimeout: number;
+  drills: Drill[];
+  /** set on a spawned rank (see TrainOptions.joinId) */
+  joinId?: number;
+  /** steps in all, for the progress bar (undefined: unknown) */
+  steps?: number;
+  /** whether SIGTERM asks for a checkpoint and a clean stop (off without fault tolerance) */
+  stopOnSigterm: boolean;
+  /** the step the run starts at (a resume's), where the start-up drill fires */
+  startStep: number;
+}
+
+/** MPI did not start in time: one line, printed by the lowest rank still running, exit code 1. */
+export class StartupError extends Error {
+  constructor(message: string, readonly runDir: string) {
+    super(message);
+  }
+}
+
+/** Whether a process exists and is not stopped (a SIGSTOPped rank is as good as gone). */
+function running(pid: number | null): boolean {
+  const state = pid === null ? undefined : processStat(pid)?.state;
+  return state !== undefined && !['T', 't', 'Z', 'X'].includes(state);
+}
+
+/**
+ * MPI did not start: the lowest rank still running prints the line, kills the job's other ranks
+ * on this host (a stopped one would keep mpirun alive) and, once they are gone, exits 1 last
+ * (mpirun returns at the first non-zero exit); every other rank leaves quietly, exit 0.
+ */
+export async function endStartup(error: StartupError): Promise<never> {
+  const pidsDir = path.join(error.runDir, runFiles.pids);
+  const ranks = rankList(pidsDir);
+  const lowest = ranks.find((rank) => running(readPid(pidsDir, rank)));
+  if (lowest !== launcherWorldRank()) process.exit(0);
+  fs.writeSync(2, `${error.message}\n`); // console.error would be lost to process.exit
+  const others = ranks.filter((rank) => rank !== lowest);
+  killDeclaredDead(pidsDir, others);
+  await peersGone(pidsDir, others, 5000);
+  // MPI_Init may never return: leave without waiting for it
+  process.exit(1);
+}
+
+export class RankJob {
+  readonly bounds: HangBounds;
+  /** under mpirun the rank is known before MPI starts: the pid file and the start-up drill need it */
+  readonly launchRank: number;
+  readonly runLog: RunLog;
+  readonly pidsDir: string;
+  readonly logger: winston.Logger;
+  readonly faults: FaultInjector;
+  readonly progress: Progress;
+  readonly observer: RankObserver;
+  private world?: Communicator;
+  private joinedRun = false;
+  private stopRequested = false;
+  private onStop?: () => void;
+  private disarm = (): void => undefined;
+
+  constructor(private readonly settings: JobSettings) {
+    this.bounds = hangBounds(settings.hangTimeout);
+    this.launchRank = (settings.joinId ?? 0) + launcherWorldRank();
+    this.runLog = new RunLog(settings.runDir, this.launchRank);
+    this.pidsDir = path.join(settings.runDir, runFiles.pids);
+    this.logger = rankLogger(this.runLog.logFile, this.launchRank);
+    this.faults = new FaultInjector(settings.drills, this.launchRank, this.runLog.logFile, this.pidsDir);
+    this.progress = new Progress(settings.steps);
+    const { runLog, logger, progress } = this;
+    this.observer = {
+      step: (record) => {
+        runLog.step(record);
+        progress.step(record, runLog.isLeader);
+      },
+      event: (record) => {
+        runLog.event(record);
+        logger.info('event', record);
+      },
+      leader: (isLeader) => runLog.setLeader(isLeader),
+      log: (message) => {
+        logger.warn(message);
+        if (runLog.isLeader) progress.line(message);
+      },
+    };
+    // preemption: a checkpoint at the next step boundary, then a clean exit; also when it comes during start-up
+    if (settings.stopOnSigterm) {
+      process.on('SIGTERM', () => {
+        this.stopRequested = true;
+        this.onStop?.();
+      });
+    }
+  }
+
+  /** Starts MPI, bounded (a StartupError when it does not start in time), then the hang guard. */
+  async start(): Promise<Communicator> {
+    this.faults.at(this.settings.startStep, 'startup');
+    try {
+      ({ world: this.world, joined: this.joinedRun } = await withDeadline(init(), this.bounds.startupMs, 'MPI start-up'));
+    } catch (error) {
+      await closeLogger(this.logger);
+      throw new StartupError(`ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, this.runLog.dir);
+    }
+    this.disarm = guardAgainstHangs(this.bounds, this.launchRank);
+    this.runLog.setLeader(this.world.rank === 0 && !this.joinedRun);
+    return this.world;
+  }
+
+  /** Whether this rank was spawned into a running job. */
+  get joined(): boolean {
+    return this.joinedRun;
+  }
+
+  /** This rank's id in the job (world rank; a spawned rank's id comes after the launch's). */
+  get worldRank(): number {
+    return this.world!.worldRanks[this.world!.rank];
+  }
+
+  /** `stop` runs on SIGTERM (at once, if one came already). */
+  stopWith(stop: () => void): void {
+    this.onStop = stop;
+    if (this.stopRequested) stop();
+  }
+
+  /**
+   * The run stopped with `error` (a ProtocolStop, or this rank's own error, which the Manager turns
+   * into a stop of every rank): the stop's one line, and its exit code. `checkpointDir`: where the
+   * lines point a user to resume from.
+   */
+  async stopped(error: unknown, ft: Manager, checkpointDir: string): Promise<{ code: number; leave: boolean }> {
+    const stop = error instanceof ProtocolStop ? error : await this.stopForError(error as Error, ft);
+    this.logger.warn(`stop: ${stop.reason}: ${stop.message}`);
+    if (stop.reason === 'error' && ft.isLeader) this.observer.event({ event: 'stop', step: ft.step, reason: 'error', ranks: stop.erred });
+    if (stop.reason === 'minority') {
+      // the other side trains on and owns the run directory: one line from this side's lowest rank, nothing written
+      if (this.worldRank === ft.liveRanks[0]) console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
+      await this.leaveNow();
+      return { code: stop.exitCode, leave: true };
+    }
+    if (stop.reason === 'unrecoverable') {
+      // MPI cannot be trusted to finish: make sure no rank of this job lingers on this host, then leave
+      console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
+      killDeclaredDead(this.pidsDir, this.world!.worldRanks.filter((r) => r !== this.worldRank));
+      await this.leaveNow();
+      return { code: stop.exitCode, leave: true };
+    }
+    if (ft.isLeader && stop.reason === 'state-lost') this.progress.line(`${stop.message}; stopping: ${newestCheckpoint(checkpointDir)}`);
+    else if (ft.isLeader && stop.reason !== 'error') this.progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? checkpointDir}`);
+    return { code: stop.exitCode, leave: false };
+  }
+
+  /** The bounded end of a run that reached its end or a clean stop: the process's exit code. */
+  async end(code: number, ft: Manager, dataset: Dataset): Promise<number> {
+    this.disarm();
+    await dataset.close();
+    await closeLogger(this.logger);
+    await withDeadline(ft.close(), this.bounds.commMs, 'MPI_Comm_free').catch(() => undefined);
+    const finalized = await withDeadline(finalize(), this.bounds.commMs, 'MPI_Finalize').then(() => true, () => false);
+    // a finalize that never returns would keep the process alive: every rank has agreed on the end already
+    if (!finalized) process.exit(code);
+    return code === 0 ? 0 : this.exitLast(code, ft);
+  }
+
+  private async leaveNow(): Promise<void> {
+    await closeLogger(this.logger);
+    this.disarm();
+  }
+
+  /**
+   * This rank met an error of its own after MPI started: every survivor must reach the same
+   * decision in bounded time, so the Manager makes them all stop; the lowest rank that erred prints
+   * its error as the job's one line.
+   */
+  private async stopForError(error: Error, ft: Manager): Promise<ProtocolStop> {
+    this.logger.error(error.stack ?? String(error));
+    const stop = await ft.reportError().catch((failure: unknown) => new ProtocolStop('unrecoverable', `the job could not stop together: ${(failure as Error).message}`));
+    if (stop.erred[0] === this.worldRank || stop.reason !== 'error') console.error(`ft-train: rank ${this.worldRank}: ${error.message}`);
+    return stop;
+  }
+
+  /**
+   * The exit code of a job that stops with `code`. Under --with-ft ulfm, mpirun returns as soon as
+   * one rank exits non-zero, leaving the others to finish on their own: so the other ranks exit 0
+   * and the leader, last, with `code` once they are gone from this host (mpirun waits for ranks
+   * that exit 0, on any host).
+   */
+  private async exitLast(code: number, ft: Manager): Promise<number> {
+    if (!ft.isLeader) return 0;
+    await peersGone(this.pidsDir, ft.liveRanks.filter((rank) => rank !== ft.worldRank), this.bounds.commMs);
+    return code;
+  }
+}
