@@ -21,6 +21,7 @@ import type { Net } from '../nn/net';
 import type { StepRecord } from '../run/records';
 import { learningRate, type LrSchedule } from './lr-schedule';
 import { Optimizer, type OptimizerSettings } from './optimizer';
+import { BatchBuffers, computeShards, evaluateSplit, type Evaluation } from './shard-steps';
 import { ShrinkSchedule, type ShrinkStep } from './shrink-schedule';
 
 export type { FailurePolicy } from '../ft/manager';
@@ -46,12 +47,6 @@ export interface TrainConfig {
   evalEvery: number;
   /** a checkpoint every K steps (0: none) */
   checkpointEvery: number;
-}
-
-
-interface Evaluation {
-  accuracy: number;
-  loss: number;
 }
 
 /** What the trainer reports to the run directory and the console. */
@@ -85,8 +80,7 @@ export class Trainer implements StateSource {
   private initialSlots?: Float32Array[];
   /** [gradient (P) | loss]: what one rank contributes to the sum in shrink and none modes; on a spare, the step's outcome it receives */
   private readonly contribution: Float32Array;
-  private readonly x: Float32Array;
-  private readonly labels: Int32Array;
+  private readonly buffers: BatchBuffers;
   private step = 0;
   private lastLoss = NaN;
   private shrinkStep?: ShrinkStep;
@@ -107,8 +101,7 @@ export class Trainer implements StateSource {
     this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map(() => new Float32Array(P));
     this.contribution = new Float32Array(P + 1);
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => this.plan.size(s)));
-    this.x = new Float32Array(largest * net.inputSize);
-    this.labels = new Int32Array(largest);
+    this.buffers = new BatchBuffers(largest, net.inputSize);
   }
 
   private get totalSteps(): number {
@@ -164,7 +157,10 @@ export class Trainer implements StateSource {
 
     const working = this.ft.working;
     this.ft.at('compute');
-    if (working && this.config.onFailure === 'exact') await this.computeShards(epoch, samples);
+    if (working && this.config.onFailure === 'exact') {
+      await computeShards(this.ft, this.plan, step, this.config.seed, this.buffers, this.net.params.gradients,
+        (batch) => this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples).loss);
+    }
     else if (working) await this.computeRank(epoch, samples);
 
     const retried = this.ft.retrying;
@@ -222,30 +218,6 @@ export class Trainer implements StateSource {
   }
 
   /**
-   * Exact mode: one gradient per held shard, each into the shard-ordered sum; a retried step
-   * computes only the shards whose gradient is not there yet (those taken over from lost ranks).
-   */
-  private async computeShards(epoch: number, samples: number): Promise<void> {
-    const t = this.step % this.plan.stepsPerEpoch;
-    const gradients = this.net.params.gradients;
-    const sum = this.ft.shardSum;
-    for (const shard of sum.held) {
-      if (sum.holds(shard, this.step)) continue;
-      const rows = this.plan.rows(shard, epoch, t);
-      let loss = 0;
-      if (rows.length === 0) gradients.fill(0);
-      else {
-        const [x, labels] = this.batchBuffers(rows.length);
-        await this.ft.ready(shard, rows);
-        gatherBatch(this.ft.shard(shard), rows, x, labels);
-        const key = { seed: this.config.seed, epoch, step: t, shard };
-        loss = this.net.lossAndGradient(x, labels, rows.length, key, samples).loss * (rows.length / samples);
-      }
-      sum.put(shard, this.step, gradients, loss);
-    }
-  }
-
-  /**
    * Shrink and none modes: this rank's gradient over its pieces, one piece (a shard's run of rows)
    * at a time so that every draw is keyed by the piece's shard, never by the rank holding it.
    */
@@ -253,7 +225,7 @@ export class Trainer implements StateSource {
     const P = this.net.params.data.length;
     this.contribution.fill(0);
     for (const piece of this.shrinkStep!.pieces.get(this.ft.worldRank) ?? []) {
-      const [x, labels] = this.batchBuffers(piece.rows.length);
+      const [x, labels] = this.buffers.view(piece.rows.length);
       await this.ft.ready(piece.shard, piece.rows);
       gatherBatch(this.ft.shard(piece.shard), piece.rows, x, labels);
       const key = { seed: this.config.seed, epoch, step: this.step, shard: piece.shard };
@@ -263,34 +235,9 @@ export class Trainer implements StateSource {
     }
   }
 
-  /** Views of the input and label buffers sized for `count` samples. */
-  private batchBuffers(count: number): [Float32Array, Int32Array] {
-    return [this.x.subarray(0, count * this.net.inputSize), this.labels.subarray(0, count)];
-  }
-
   /** Test accuracy and loss, the test split divided over the live ranks; redone after a recovery. */
-  private async evaluate(): Promise<Evaluation> {
-    const test = this.test!;
-    for (;;) {
-      const working = this.ft.working;
-      const from = working ? Math.floor((this.ft.rank * test.rows) / this.ft.size) : 0;
-      const to = working ? Math.floor(((this.ft.rank + 1) * test.rows) / this.ft.size) : 0;
-      const totals = new Float64Array(2); // correct, summed loss
-      const chunk = Math.floor(this.x.length / this.net.inputSize);
-      for (let first = from; first < to; first += chunk) {
-        this.ft.at('evaluation');
-        const rows = Int32Array.from({ length: Math.min(chunk, to - first) }, (_, i) => first + i);
-        const [x, labels] = this.batchBuffers(rows.length);
-        gatherBatch(test, rows, x, labels);
-        const { loss, correct } = this.net.evaluate(x, labels, rows.length);
-        totals[0] += correct;
-        totals[1] += loss * rows.length;
-      }
-      const outcome = await this.ft.collective('evaluation', async () => {
-        if (working) await this.ft.allreduce(totals);
-      });
-      if (outcome.ok) return { accuracy: totals[0] / test.rows, loss: totals[1] / test.rows };
-    }
+  private evaluate(): Promise<Evaluation> {
+    return evaluateSplit(this.ft, this.test!, this.buffers, (x, labels, rows) => this.net.evaluate(x, labels, rows));
   }
 
   private restore(dir: string, manifest: CheckpointManifest): void {

@@ -1,0 +1,102 @@
+// The two parts of a step that any exact-mode loop shares, whoever computes the gradients (the
+// Trainer with its Net, or user code through the custom loop): each held shard's micro-batch
+// gradient put into the shard-ordered sum (only those not there yet, so a retried step computes
+// just the shards taken over from lost ranks), and a test-split evaluation divided over the live
+// ranks and redone after a recovery.
+import type { Manager } from '../ft/manager';
+import type { BatchKey } from '../nn/layer';
+import { gatherBatch, type MicroBatches } from '../data/micro-batches';
+import type { ShardData } from '../data/split';
+
+/** One shard's micro-batch of a step, as the code computing its gradient sees it. */
+export interface MicroBatch {
+  /** [rows, ...sample shape] features, as floats */
+  x: Float32Array;
+  /** [rows] */
+  labels: Int32Array;
+  rows: number;
+  /** samples in the whole step (all shards): the gradient is the sum of per-sample gradients / samples */
+  samples: number;
+  /** the keys of this micro-batch's randomness (never the rank computing it) */
+  key: BatchKey;
+}
+
+/** Computes a micro-batch's gradient into the loop's gradient buffer (overwriting it); returns its mean loss. */
+export type GradientFn = (batch: MicroBatch) => number;
+
+/** Loss and correct count of a batch evaluated without training behaviour. */
+export type ScoreFn = (x: Float32Array, labels: Int32Array, rows: number) => { loss: number; correct: number };
+
+export interface Evaluation {
+  accuracy: number;
+  loss: number;
+}
+
+/** Input and label buffers for the largest batch, allocated once. */
+export class BatchBuffers {
+  private readonly x: Float32Array;
+  private readonly labels: Int32Array;
+
+  constructor(largest: number, readonly sampleSize: number) {
+    this.x = new Float32Array(largest * sampleSize);
+    this.labels = new Int32Array(largest);
+  }
+
+  /** The most samples a view holds. */
+  get capacity(): number {
+    return this.labels.length;
+  }
+
+  /** Views sized for `count` samples. */
+  view(count: number): [Float32Array, Int32Array] {
+    return [this.x.subarray(0, count * this.sampleSize), this.labels.subarray(0, count)];
+  }
+}
+
+/**
+ * Exact mode: one gradient per held shard, each into the shard-ordered sum with its loss weighted
+ * by its share of the step's samples; shards already in the sum for `step` are skipped.
+ */
+export async function computeShards(ft: Manager, plan: MicroBatches, step: number, seed: number, buffers: BatchBuffers,
+  gradient: Float32Array, compute: GradientFn): Promise<void> {
+  const t = step % plan.stepsPerEpoch;
+  const epoch = Math.floor(step / plan.stepsPerEpoch);
+  const samples = plan.samplesAt(t);
+  const sum = ft.shardSum;
+  for (const shard of sum.held) {
+    if (sum.holds(shard, step)) continue;
+    const rows = plan.rows(shard, epoch, t);
+    let loss = 0;
+    if (rows.length === 0) gradient.fill(0);
+    else {
+      const [x, labels] = buffers.view(rows.length);
+      await ft.ready(shard, rows);
+      gatherBatch(ft.shard(shard), rows, x, labels);
+      loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard } }) * (rows.length / samples);
+    }
+    sum.put(shard, step, gradient, loss);
+  }
+}
+
+/** Test accuracy and loss, the split divided over the live ranks; redone after a recovery. */
+export async function evaluateSplit(ft: Manager, test: ShardData, buffers: BatchBuffers, score: ScoreFn): Promise<Evaluation> {
+  for (;;) {
+    const working = ft.working;
+    const from = working ? Math.floor((ft.rank * test.rows) / ft.size) : 0;
+    const to = working ? Math.floor(((ft.rank + 1) * test.rows) / ft.size) : 0;
+    const totals = new Float64Array(2); // correct, summed loss
+    for (let first = from; first < to; first += buffers.capacity) {
+      ft.at('evaluation');
+      const rows = Int32Array.from({ length: Math.min(buffers.capacity, to - first) }, (_, i) => first + i);
+      const [x, labels] = buffers.view(rows.length);
+      gatherBatch(test, rows, x, labels);
+      const { loss, correct } = score(x, labels, rows.length);
+      totals[0] += correct;
+      totals[1] += loss * rows.length;
+    }
+    const outcome = await ft.collective('evaluation', async () => {
+      if (working) await ft.allreduce(totals);
+    });
+    if (outcome.ok) return { accuracy: totals[0] / test.rows, loss: totals[1] / test.rows };
+  }
+}
