@@ -26,11 +26,11 @@ import { resolveTrainOptions, SettingsError, type TrainOptions, type TrainSettin
 export type { TrainResult } from './solver/trainer';
 
 /** How a rank's run ended. */
-export interface TrainOutcome {
+export interface TrainOutcome<Result = TrainResult> {
   /** the process's exit code (0 done; see the file's comment for the others) */
   exitCode: number;
   /** the run's result, on every rank that reached the end */
-  result?: TrainResult;
+  result?: Result;
 }
 
 /** Bad input, found before MPI starts, alike on every rank: one line, exit code 2. */
@@ -251,7 +251,7 @@ function spawnedAs(argv: string[]): { shards: number; joinId: number } | undefin
  * Ends the process the way the ft-train program does once `outcome` settles: the exit code, and a
  * bad input's line printed by world rank 0 alone (every rank finds it).
  */
-export function exitWhenDone(outcome: Promise<TrainOutcome>): void {
+export function exitWhenDone(outcome: Promise<TrainOutcome<unknown>>): void {
   outcome.then(
     ({ exitCode }) => {
       process.exitCode = exitCode;

@@ -19,7 +19,7 @@ import { readObject } from '../run/reader';
 /** How long the ranks get to checkpoint and stop after the first SIGINT/SIGTERM before mpirun is told to end the job. */
 const stopGraceMs = 30_000;
 
-const usage = `$0 -n N [--hostfile F [--ssh-config C]] [--dry-run] -- <ft-train flags>
+const usage = `$0 -n N [--hostfile F [--ssh-config C]] [--script FILE] [--dry-run] -- <ft-train flags>
 
 Runs ft-train on N ranks under the ULFM Open MPI's mpirun ($FT_MPI_HOME, default /opt/ompi-ulfm;
 launch/setup builds it) with --with-ft ulfm, --oversubscribe only when N exceeds the slots (this
@@ -27,7 +27,9 @@ machine's cores, or the sum of the hostfile's slots=K), and ULFM's hang detector
 --hang-timeout (default ${defaultHangTimeoutS} s). The first Ctrl-C or SIGTERM asks the ranks to checkpoint and stop;
 ${stopGraceMs / 1000} s later (or at a second one) mpirun ends the job. Exit code 0 only if the run directory
 holds a complete summary.json or a clean stop, 1 if the job ended without finishing, 2 on bad input
-or no ULFM, otherwise mpirun's own.`;
+or no ULFM, otherwise mpirun's own. With --script, every rank runs \`node FILE <flags>\` instead of ft-train:
+a program over the library (train() or elastic()) that takes at least --run-dir DIR (and
+--hang-timeout S, if not the default) among its flags.`;
 
 /** `word` as a POSIX shell reads it back. */
 function shellQuote(word: string): string {
@@ -140,6 +142,7 @@ async function main(): Promise<number> {
       .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
       .option('hostfile', { type: 'string', describe: 'Open MPI hostfile (HOST [slots=K] per line)' })
       .option('ssh-config', { type: 'string', describe: 'ssh client configuration for reaching the hosts (ssh -F FILE)' })
+      .option('script', { type: 'string', describe: 'run this node program on every rank instead of ft-train (one over the library: train() or elastic())' })
       .option('dry-run', { type: 'boolean', default: false, describe: 'print the mpirun command line and exit' })
       .parseSync();
     const ranks = last(args.n);
@@ -147,12 +150,14 @@ async function main(): Promise<number> {
     trainArgs = args._.map(String);
     if (trainArgs.length === 0) throw new UsageError('ft-run: give the ft-train flags after -- (see --help)');
     runDir = trainFlag(trainArgs, 'run-dir') ?? '';
-    if (runDir === '') throw new UsageError('ft-run: the ft-train flags need --run-dir DIR (its summary.json tells whether the run finished)');
+    if (runDir === '') throw new UsageError(`ft-run: the ${args.script === undefined ? 'ft-train' : 'script\'s'} flags need --run-dir DIR (its summary.json tells whether the run finished)`);
     dryRun = last(args['dry-run']);
     checkUlfm();
     const sshConfig = args['ssh-config'] === undefined ? undefined : last(args['ssh-config']);
     if (sshConfig !== undefined && !fs.existsSync(sshConfig)) throw new UsageError(`ft-run: --ssh-config ${sshConfig}: no such file`);
-    job = trainCommand(ranks, trainArgs, { hostfile: args.hostfile === undefined ? undefined : last(args.hostfile), sshConfig });
+    const script = args.script === undefined ? undefined : path.resolve(last(args.script));
+    if (script !== undefined && !fs.existsSync(script)) throw new UsageError(`ft-run: --script ${last(args.script!)}: no such file`);
+    job = trainCommand(ranks, trainArgs, { hostfile: args.hostfile === undefined ? undefined : last(args.hostfile), sshConfig }, script);
   } catch (error) {
     console.error(error instanceof UsageError ? error.message : `ft-run: ${(error as Error).message}`);
     return 2;

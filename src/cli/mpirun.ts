@@ -149,9 +149,12 @@ export function hangTimeoutOf(trainArgs: string[]): number {
   return seconds;
 }
 
-/** mpirun running ft-train with `trainArgs` on `ranks` ranks; the hang detector follows its --hang-timeout. */
-export function trainCommand(ranks: number, trainArgs: string[], hosts: { hostfile?: string; sshConfig?: string } = {}): Command {
-  return mpirunCommand({ ranks, ...hosts, hangTimeoutS: hangTimeoutOf(trainArgs), program: [process.execPath, ftTrainScript, ...trainArgs] });
+/**
+ * mpirun running ft-train (or `script`, a program over the library) with `trainArgs` on `ranks`
+ * ranks; the hang detector follows its --hang-timeout.
+ */
+export function trainCommand(ranks: number, trainArgs: string[], hosts: { hostfile?: string; sshConfig?: string } = {}, script = ftTrainScript): Command {
+  return mpirunCommand({ ranks, ...hosts, hangTimeoutS: hangTimeoutOf(trainArgs), program: [process.execPath, script, ...trainArgs] });
 }
 
 /** Throws one line unless mpiHome holds an Open MPI whose ompi_info reports "FT MPI support: yes". */
