@@ -1,0 +1,48 @@
+// The settings table behind both front doors: the command line and the library's options object
+// resolve to the same options with the same defaults, and each names a bad setting its own way.
+import { strict as assert } from 'node:assert';
+import { parseTrainOptions } from '../../src/cli/train-options';
+import { flagName, resolveTrainOptions, trainSettings } from '../../src/train-options';
+
+describe('ft-train settings: one table for flags and options', () => {
+  const required = { model: 'models/lenet.json', data: 'datasets/fashion-mnist', runDir: 'runs/x' };
+
+  it('the flags and the options object give the same options, defaults included', () => {
+    const fromFlags = parseTrainOptions(['--model', required.model, '--data', required.data, '--run-dir', required.runDir]);
+    assert.deepEqual(fromFlags, { ...resolveTrainOptions(required), joinId: undefined });
+    assert.equal(fromFlags.batch, 64);
+    assert.equal(fromFlags.lr, 0.01);
+    assert.equal(fromFlags.optimizer.weightDecay, 5e-4);
+    assert.equal(fromFlags.hangTimeout, 30);
+    assert.equal(fromFlags.checkpointDir, 'runs/x/ckpt');
+    assert.equal(fromFlags.epochs, 1);
+  });
+
+  it('every setting, camelCased, is the kebab-cased flag', () => {
+    const flags = ['--steps', '7', '--weight-decay', '0.1', '--optimizer', 'adamw', '--lr-schedule', 'step:2:0.5', '--jit-checkpoint', 'off', '--drill', 'rank=1,step=2'];
+    const settings = { steps: 7, weightDecay: 0.1, optimizer: 'adamw', lrSchedule: 'step:2:0.5', jitCheckpoint: 'off', drill: ['rank=1,step=2'] as string[] } as const;
+    assert.deepEqual(parseTrainOptions(['--model', required.model, '--data', required.data, '--run-dir', required.runDir, ...flags]),
+      { ...resolveTrainOptions({ ...required, ...settings }), joinId: undefined });
+    assert.equal(flagName('respawnLimit'), 'respawn-limit');
+    assert.equal(Object.keys(trainSettings).length, 34);
+  });
+
+  it('a bad setting is one line in the caller\'s spelling', () => {
+    const refused = (settings: Record<string, unknown>) => {
+      try {
+        resolveTrainOptions({ ...required, ...settings });
+      } catch (error) {
+        return (error as Error).message;
+      }
+      return 'accepted';
+    };
+    assert.equal(refused({ lr: -1 }), 'ft-train: lr expects a number >= 0, got -1');
+    assert.equal(refused({ batch: 2.5 }), 'ft-train: batch expects an integer >= 1, got 2.5');
+    assert.equal(refused({ stpes: 3 }), 'ft-train: unknown setting stpes');
+    assert.equal(refused({ runDir: undefined }), 'ft-train: runDir is required');
+    assert.equal(refused({ optimizer: 'adam' }), 'ft-train: optimizer expects one of sgd, adamw, got "adam"');
+    assert.equal(refused({ steps: 3, epochs: 2 }), 'ft-train: give steps or epochs, not both');
+    assert.equal(refused({ redundancy: 'ec:2+1' }), 'ft-train: redundancy applies to optimizerState sharded only');
+    assert.throws(() => parseTrainOptions(['--model', 'm', '--data', 'd', '--run-dir', 'r', '--lr', '-1']), { message: 'ft-train: --lr expects a number >= 0, got -1 (see --help)' });
+  });
+});
