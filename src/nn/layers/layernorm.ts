@@ -10,7 +10,7 @@ export class LayerNorm implements Layer {
   private readonly weight: ParamView;
   private readonly bias: ParamView;
   private readonly scratch = new Scratch();
-  /** 1 / sqrt(var + eps) per sample of the last forward, [batch]. */
+  /** 1 / sqrt(var + eps) per sample of the last forward, [batch] (grows to the largest batch seen). */
   private invStd = new Float64Array(0);
   /** Weight and bias gradients summed over the batch in float64, [size] each. */
   private readonly dwSum: Float64Array;
@@ -37,7 +37,7 @@ export class LayerNorm implements Layer {
     const b = params.param(this.bias);
     const y = this.scratch.get('y', x.length);
     const xhat = this.scratch.get('xhat', x.length);
-    if (this.invStd.length !== batch) this.invStd = new Float64Array(batch);
+    if (this.invStd.length < batch) this.invStd = new Float64Array(batch);
     const d = this.size;
     for (let n = 0; n < batch; ++n) {
       const base = n * d;
