@@ -1,5 +1,7 @@
 // What every layer is: per-sample shapes in and out, a forward that keeps what its backward
-// needs, and a backward that writes parameter gradients into the flat buffer's views.
+// needs, and a backward that writes parameter gradients into the flat buffer's views. Most layers
+// take one input (Layer); add and concat take several (MergeLayer). Layers with state that is not
+// trained by gradients (batchnorm's running statistics) keep it in the net's buffer store.
 import type { Backend } from './backend';
 import type { ParameterStore } from './params';
 
@@ -21,11 +23,28 @@ export interface Layer {
   forward(x: Float32Array, batch: number, train: boolean, key: BatchKey): Float32Array;
   /** dx for dy; writes (overwrites) this layer's parameter gradients. null when !needInputGrad. */
   backward(dy: Float32Array, batch: number, needInputGrad: boolean): Float32Array | null;
+  /** After a training forward: writes this micro-batch's statistics, times `scale`, into buffers.gradients' views. */
+  recordStatistics?(buffers: ParameterStore, scale: number): void;
+  /** Folds the step's summed statistics (laid out like buffers.data) into the buffers. */
+  updateBuffers?(buffers: ParameterStore, summed: Float32Array): void;
+}
+
+/** A layer over several inputs of the same sample count; no parameters. */
+export interface MergeLayer {
+  readonly merge: true;
+  readonly name: string;
+  readonly outShape: number[];
+  /** y[batch, ...outShape] from xs[k][batch, ...inShapes[k]]. */
+  forward(xs: Float32Array[], batch: number): Float32Array;
+  /** One dx per input, in the order of the inputs (they may be the same array). */
+  backward(dy: Float32Array, batch: number): Float32Array[];
 }
 
 export interface LayerContext {
   backend: Backend;
   params: ParameterStore;
+  /** Non-trained state (data) and each micro-batch's statistics for it (gradients), like params. */
+  buffers: ParameterStore;
   /** Position in the net, part of the keys of its randomness. */
   index: number;
 }

@@ -1,16 +1,25 @@
-// Net: the layers of a model spec over one flat parameter buffer, with the softmax cross-entropy
-// loss on top. Shapes are checked while the layers are built, before any buffer exists.
+// Net: the layers of a model spec, a graph in topological order (spec.ts), over one flat parameter
+// buffer, with the softmax cross-entropy loss on top. Non-trained state (batchnorm's running
+// statistics) lives in a second flat buffer, `buffers`, with this micro-batch's contribution to its
+// update in `statistics` (see layers/batchnorm.ts). Shapes are checked while the layers are built,
+// before any buffer exists. Backward visits the layers in reverse spec order; an output read by
+// several layers gets the sum of their gradients, added in that order.
 import type { Backend } from './backend';
-import { type BatchKey, type Layer, type LayerContext, Scratch, product } from './layer';
+import { type BatchKey, type Layer, type LayerContext, type MergeLayer, Scratch, product } from './layer';
+import { Add } from './layers/add';
+import { BatchNorm } from './layers/batchnorm';
+import { Concat } from './layers/concat';
 import { Conv2d } from './layers/conv2d';
 import { Dropout } from './layers/dropout';
 import { Flatten } from './layers/flatten';
+import { GlobalAvgPool } from './layers/global-avg-pool';
+import { LayerNorm } from './layers/layernorm';
 import { Linear } from './layers/linear';
 import { Pool2d } from './layers/pool2d';
 import { Relu } from './layers/relu';
-import { ParameterStore } from './params';
+import { type ParamView, ParameterStore } from './params';
 import { stream } from '../random';
-import { type LayerSpec, type ModelSpec, SpecError } from './spec';
+import { type LayerSpec, type ModelSpec, SpecError, inputIndices, modelInput } from './spec';
 
 export interface StepResult {
   /** Mean cross-entropy over the batch. */
@@ -19,10 +28,16 @@ export interface StepResult {
   correct: number;
 }
 
-function buildLayer(spec: LayerSpec, inShape: number[], ctx: LayerContext,
-  fail: (problem: string) => never): Layer {
+const shapeText = (shape: number[]): string => `[${shape.join(', ')}]`;
+
+function buildLayer(spec: LayerSpec, inShapes: number[][], inNames: string[], ctx: LayerContext,
+  fail: (problem: string) => never): Layer | MergeLayer {
+  const inShape = inShapes[0];
+  const image = (): void => {
+    if (inShape.length !== 3) fail(`expects a [C, H, W] input, got ${shapeText(inShape)}`);
+  };
   const spatial = (kernel: number, pad: number): void => {
-    if (inShape.length !== 3) fail(`expects a [C, H, W] input, got [${inShape.join(', ')}]`);
+    image();
     const [, h, w] = inShape;
     if (h + 2 * pad < kernel || w + 2 * pad < kernel) fail(`kernel ${kernel} does not fit the ${h}x${w} input (pad ${pad})`);
   };
@@ -42,37 +57,83 @@ function buildLayer(spec: LayerSpec, inShape: number[], ctx: LayerContext,
       return new Flatten(spec.name, inShape);
     case 'dropout':
       return new Dropout(spec.name, inShape, spec.p, ctx);
+    case 'batchnorm':
+      return new BatchNorm(spec.name, inShape, spec.momentum, spec.eps, ctx);
+    case 'layernorm':
+      return new LayerNorm(spec.name, inShape, spec.eps, ctx);
+    case 'globalavgpool':
+      image();
+      return new GlobalAvgPool(spec.name, inShape);
+    case 'add':
+      inShapes.forEach((shape, k) => {
+        if (shapeText(shape) !== shapeText(inShape)) {
+          fail(`cannot add "${inNames[k]}" ${shapeText(shape)} to "${inNames[0]}" ${shapeText(inShape)}: shapes differ`);
+        }
+      });
+      return new Add(spec.name, inShape, inShapes.length, ctx);
+    case 'concat':
+      inShapes.forEach((shape, k) => {
+        if (shape.length !== inShape.length) {
+          fail(`cannot concat "${inNames[k]}" ${shapeText(shape)} with "${inNames[0]}" ${shapeText(inShape)}: one is [F], the other [C, H, W]`);
+        }
+        if (shapeText(shape.slice(1)) !== shapeText(inShape.slice(1))) {
+          fail(`cannot concat "${inNames[k]}" ${shapeText(shape)} with "${inNames[0]}" ${shapeText(inShape)}: spatial sizes differ (${shape[1]}x${shape[2]} vs ${inShape[1]}x${inShape[2]})`);
+        }
+      });
+      return new Concat(spec.name, inShapes);
   }
 }
 
 export class Net {
   readonly params = new ParameterStore();
-  readonly layers: Layer[] = [];
+  /** Running statistics (data) and this micro-batch's statistics (gradients), in layer order. */
+  private readonly state = new ParameterStore();
+  readonly layers: Array<Layer | MergeLayer> = [];
+  /** The nodes each layer reads, in the order of its inputs: a layer's index, -1 for the model input. */
+  private readonly sources: number[][] = [];
+  /** Per layer: it or a layer it reads from, directly or not, has parameters (backward stops elsewhere). */
+  private readonly needsGrad: boolean[] = [];
+  /** Per layer: how many inputs of later layers read its output. */
+  private readonly readers: number[];
+  /** Per layer: its output of the last forward, and its gradient during backward. */
+  private readonly outputs: Float32Array[];
+  private readonly grads: Array<Float32Array | null>;
+  /** Per merge layer: the arrays of its inputs, filled at each forward. */
+  private readonly mergeInputs: Float32Array[][];
   private readonly scratch = new Scratch();
-  /** Backward stops here: no layer below the first one with parameters needs a gradient. */
-  private firstTrainable = -1;
 
   constructor(readonly spec: ModelSpec, private readonly backend: Backend) {
-    let shape: number[] = spec.input;
+    const shapes: number[][] = [];
+    const shapeOf = (node: number): number[] => (node < 0 ? spec.input : shapes[node]);
+    const nameOf = (node: number): string => (node < 0 ? modelInput : spec.layers[node].name);
+    this.readers = new Array<number>(spec.layers.length).fill(0);
     spec.layers.forEach((layerSpec, index) => {
       const fail = (problem: string): never => {
         throw new SpecError(`${spec.file}: layer ${index + 1} (${layerSpec.name}): ${problem}`);
       };
+      const sources = inputIndices(spec, index);
       const reserved = this.params.views.length;
-      const layer = buildLayer(layerSpec, shape, { backend, params: this.params, index }, fail);
-      if (this.firstTrainable < 0 && this.params.views.length > reserved) this.firstTrainable = index;
+      const context = { backend, params: this.params, buffers: this.state, index };
+      const layer = buildLayer(layerSpec, sources.map(shapeOf), sources.map(nameOf), context, fail);
       if (layer.outShape.some((d) => d < 1)) fail(`output shape [${layer.outShape.join(', ')}] is empty`);
       this.layers.push(layer);
-      shape = layer.outShape;
+      this.sources.push(sources);
+      this.needsGrad.push(this.params.views.length > reserved || sources.some((j) => j >= 0 && this.needsGrad[j]));
+      for (const j of sources) if (j >= 0) this.readers[j] += 1;
+      shapes.push(layer.outShape);
     });
-    if (this.firstTrainable < 0) this.firstTrainable = this.layers.length;
+    const shape = shapes[shapes.length - 1];
     if (product(shape) !== spec.classes) {
       const last = spec.layers[spec.layers.length - 1];
       throw new SpecError(`${spec.file}: layer ${spec.layers.length} (${last.name}): outputs ${product(shape)} values but the model has ${spec.classes} classes`);
     }
+    this.outputs = new Array<Float32Array>(this.layers.length);
+    this.grads = new Array<Float32Array | null>(this.layers.length).fill(null);
+    this.mergeInputs = this.sources.map((sources) => new Array<Float32Array>(sources.length));
     const count = this.params.views.reduce((n, view) => n + view.length, 0);
     try {
       this.params.allocate();
+      this.state.allocate();
     } catch (error) {
       // V8's own message ("Invalid typed array length", "Array buffer allocation failed") names neither the file nor the size
       throw new SpecError(`${spec.file}: ${count} parameters (${((8 * count) / 2 ** 30).toFixed(1)} GiB with their gradients) cannot be allocated: ${(error as Error).message}`);
@@ -84,41 +145,110 @@ export class Net {
     return product(this.spec.input);
   }
 
-  /** Fills the parameters from the seed alone: the same seed gives the same bits. */
+  /** Non-trained state (batchnorm running means and variances), in layer order; empty without any. */
+  get buffers(): Float32Array {
+    return this.state.data;
+  }
+
+  /** Names, offsets and shapes of the tensors in `buffers` (e.g. "bn1.running_mean"). */
+  get bufferViews(): readonly ParamView[] {
+    return this.state.views;
+  }
+
+  /**
+   * Laid out like `buffers`: after lossAndGradient, this micro-batch's batch mean and unbiased batch
+   * variance per element, times batch / normalizer. Summed over a step's micro-batches in shard
+   * order, it is what updateBuffers takes.
+   */
+  get statistics(): Float32Array {
+    return this.state.gradients;
+  }
+
+  /** Fills the parameters and buffers from the seed alone: the same seed gives the same bits. */
   init(seed: number): void {
     const next = stream(seed);
-    for (const layer of this.layers) layer.init?.(this.params, next);
+    for (const layer of this.layers) if (!('merge' in layer)) layer.init?.(this.params, next);
   }
 
   /** logits[batch, classes]. */
   forward(x: Float32Array, batch: number, train: boolean, key: BatchKey): Float32Array {
-    let y = x;
-    for (const layer of this.layers) y = layer.forward(y, batch, train, key);
-    return y;
+    this.layers.forEach((layer, i) => {
+      const sources = this.sources[i];
+      if ('merge' in layer) {
+        const xs = this.mergeInputs[i];
+        sources.forEach((j, k) => { xs[k] = j < 0 ? x : this.outputs[j]; });
+        this.outputs[i] = layer.forward(xs, batch);
+      } else {
+        this.outputs[i] = layer.forward(sources[0] < 0 ? x : this.outputs[sources[0]], batch, train, key);
+      }
+    });
+    return this.outputs[this.layers.length - 1];
   }
 
   /**
    * Forward, loss, and backward: params.gradients holds the gradient (overwritten) of the summed
-   * per-sample losses divided by `normalizer` (default: the mean over this batch). A micro-batch
-   * of a larger global batch passes the global batch's size. The loss returned is this batch's mean.
+   * per-sample losses divided by `normalizer` (default: the mean over this batch), and `statistics`
+   * this batch's statistics with the same weight, batch / normalizer. A micro-batch of a larger
+   * global batch passes the global batch's size. The loss returned is this batch's mean.
    */
   lossAndGradient(x: Float32Array, labels: Int32Array, batch: number, key: BatchKey, normalizer = batch): StepResult {
     const logits = this.forward(x, batch, true, key);
     const result = this.score(logits, labels, batch);
-    let dy: Float32Array | null = this.scratch.get('dlogits', logits.length);
+    const dy = this.scratch.get('dlogits', logits.length);
     if (normalizer !== batch) {
       const scale = batch / normalizer;
       for (let i = 0; i < dy.length; ++i) dy[i] *= scale;
     }
-    for (let i = this.layers.length - 1; i >= this.firstTrainable && dy; --i) {
-      dy = this.layers[i].backward(dy, batch, i > this.firstTrainable);
-    }
+    this.backward(dy, batch);
+    for (const layer of this.layers) if (!('merge' in layer)) layer.recordStatistics?.(this.state, batch / normalizer);
     return result;
   }
 
-  /** Loss and correct count without training behaviour (dropout off) or gradients. */
+  /** Folds a step's summed `statistics` into `buffers`: running = (1 - momentum) running + momentum S. */
+  updateBuffers(summedStatistics: Float32Array): void {
+    if (summedStatistics.length !== this.buffers.length) {
+      throw new RangeError(`updateBuffers: ${summedStatistics.length} statistics for ${this.buffers.length} buffer values`);
+    }
+    for (const layer of this.layers) if (!('merge' in layer)) layer.updateBuffers?.(this.state, summedStatistics);
+  }
+
+  /** Loss and correct count in evaluation mode (dropout off, batchnorm on running statistics), no gradients. */
   evaluate(x: Float32Array, labels: Int32Array, batch: number): StepResult {
     return this.score(this.forward(x, batch, false, { seed: 0, epoch: 0, step: 0, shard: 0 }), labels, batch);
+  }
+
+  /** Reverse spec order, from the logits' gradient; skips what no parameter needs. */
+  private backward(dlogits: Float32Array, batch: number): void {
+    const grads = this.grads;
+    grads.fill(null);
+    grads[this.layers.length - 1] = dlogits;
+    const wanted = (j: number): boolean => j >= 0 && this.needsGrad[j];
+    for (let i = this.layers.length - 1; i >= 0; --i) {
+      if (!this.needsGrad[i]) continue;
+      const layer = this.layers[i];
+      const sources = this.sources[i];
+      if ('merge' in layer) {
+        const dxs = layer.backward(grads[i]!, batch);
+        sources.forEach((j, k) => { if (wanted(j)) this.accumulate(j, dxs[k]); });
+      } else {
+        const dx = layer.backward(grads[i]!, batch, wanted(sources[0]));
+        if (dx) this.accumulate(sources[0], dx);
+      }
+    }
+  }
+
+  /** Adds dx into node j's gradient: a node read once takes dx itself, others a sum of copies. */
+  private accumulate(j: number, dx: Float32Array): void {
+    const current = this.grads[j];
+    if (this.readers[j] === 1) {
+      this.grads[j] = dx;
+    } else if (!current) {
+      const sum = this.scratch.get(`grad${j}`, dx.length);
+      sum.set(dx);
+      this.grads[j] = sum;
+    } else {
+      this.backend.addInPlace(current, dx);
+    }
   }
 
   /** Loss and correct count of `logits`; leaves the loss gradient in the 'dlogits' scratch. */

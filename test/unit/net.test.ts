@@ -90,7 +90,7 @@ describe('Net', function () {
     const base = { input: [1, 28, 28], classes: 10 };
     const cases: Array<[object | string, string]> = [
       [{ ...base, layers: [{ type: 'convolution', filters: 2, kernel: 3 }] },
-        'm.json: layer 1 (convolution1): unknown type "convolution"; expected one of conv, maxpool, avgpool, linear, relu, flatten, dropout'],
+        'm.json: layer 1 (convolution1): unknown type "convolution"; expected one of conv, maxpool, avgpool, linear, relu, flatten, dropout, batchnorm, layernorm, globalavgpool, add, concat'],
       [{ ...base, layers: [{ type: 'conv', name: 'c1', kernel: 3 }] }, 'm.json: layer 1 (c1): missing field "filters"'],
       [{ ...base, layers: [{ type: 'conv', filters: 2, kernel: 0 }] }, 'm.json: layer 1 (conv1): "kernel" must be a positive integer, got 0'],
       [{ ...base, layers: [{ type: 'linear', outputs: 10, bias: false }] }, 'm.json: layer 1 (linear1): unknown field "bias" for linear'],
@@ -100,7 +100,7 @@ describe('Net', function () {
         'm.json: layer 1 (big): kernel 29 does not fit the 28x28 input (pad 0)'],
       [{ ...base, layers: [{ type: 'linear', name: 'out', outputs: 12 }] },
         'm.json: layer 1 (out): outputs 12 values but the model has 10 classes'],
-      [{ ...base, input: [28, 28], layers: [] }, 'm.json: "input" must be [C, H, W], three positive integers'],
+      [{ ...base, input: [28, 28], layers: [] }, 'm.json: "input" must be [F] or [C, H, W], positive integers'],
     ];
     for (const [spec, message] of cases) assert.throws(() => build(spec as object), { name: 'SpecError', message });
     assert.throws(() => parseSpec('m.json', '{"input": [1,'), { name: 'SpecError', message: /^m\.json: not valid JSON/ });
