@@ -13,6 +13,7 @@ import { DatasetError } from './data/errors';
 import { Manager } from './ft/manager';
 import { formatRedundancy } from './ft/placement';
 import { cpu } from './nn/cpu';
+import { modelSpecJson, namedTensors } from './nn/export';
 import { Net } from './nn/net';
 import { loadSpec, parseSpec, type ModelSpec } from './nn/spec';
 import { endStartup, RankJob, StartupError } from './rank/job';
@@ -149,6 +150,9 @@ async function prepare(options: TrainOptions): Promise<{ dataset: Dataset; net: 
     if (shape !== input) throw new Error(`${label}: takes ${input} inputs, but ${options.data} holds ${shape} samples`);
     if (spec.classes !== dataset.classes) throw new Error(`${label}: has ${spec.classes} classes, but ${options.data} has ${dataset.classes}`);
     const net = new Net(spec, cpu);
+    if (net.buffers.length > 0 && options.optimizerState === 'sharded') {
+      throw new Error(`${label}: has batchnorm running statistics, which --optimizer-state sharded does not carry yet; use --optimizer-state replicated`);
+    }
     const resume = options.resume !== undefined && !joining ? checkResume(options, spec, dataset) : undefined;
     options.rankBatch = checkShards(options, dataset, worldSize, resume);
     if (!joining) createRunDir(options.runDir);
@@ -180,7 +184,7 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
   const shards = resume?.manifest.shards ?? options.shards ?? world.size - options.spares;
   const ft = new Manager({
     ...options, shards, identity: identity(options, net.spec, dataset, shards), commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
-    sumLength: net.params.data.length + 1, add: (acc, x) => cpu.addInPlace(acc, x),
+    sumLength: net.params.data.length + net.buffers.length + 1, add: (acc, x) => cpu.addInPlace(acc, x),
     sharded: options.optimizerState === 'sharded'
       ? { optimizer: new Optimizer(options.optimizer, cpu), params: net.params.dataWithTail, redundancy: options.redundancy }
       : undefined,
@@ -288,8 +292,7 @@ function respawnCommand(shards: number): { command: string; args(firstId: number
 
 /** `bytesReadBack`: what every rank read back from disk, summed (the Manager's, once it has finished). */
 function writeResults(options: TrainOptions, model: string, shards: number, net: Net, result: TrainResult, bytesReadBack: number, started: number): void {
-  const tensors = net.params.views.map((view) => ({ name: view.name, shape: view.shape, data: net.params.param(view) }));
-  writeModel(options.runDir, encodeSafetensors(tensors, { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }));
+  writeModel(options.runDir, encodeSafetensors(namedTensors(net), { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }), modelSpecJson(net));
   const summary: Summary = {
     status: 'complete',
     steps: result.steps,

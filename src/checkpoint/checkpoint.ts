@@ -71,39 +71,51 @@ export interface TrainingState {
   params: Float32Array;
   slots: { name: string; data: Float32Array }[];
   held: { from: number; to: number };
+  /** state beside the parameters that every rank holds whole (batchnorm's running statistics), laid out as its own tensors; absent or empty: none */
+  buffers?: { tensors: readonly TensorInfo[]; data: Float32Array };
 }
 
 export function checkpointDir(root: string, step: number): string {
   return path.join(root, `step-${String(step).padStart(8, '0')}`);
 }
 
-function stateTensors(tensors: readonly TensorInfo[], slots: readonly string[]): TensorInfo[] {
-  return ['params', ...slots].flatMap((group) => tensors.map((t) => ({ name: `${group}.${t.name}`, shape: t.shape })));
+function stateTensors(tensors: readonly TensorInfo[], slots: readonly string[], buffers: readonly TensorInfo[] = []): TensorInfo[] {
+  return [
+    ...['params', ...slots].flatMap((group) => tensors.map((t) => ({ name: `${group}.${t.name}`, shape: t.shape }))),
+    ...buffers.map((t) => ({ name: `buffers.${t.name}`, shape: t.shape })),
+  ];
 }
 
 function headerOf(state: TrainingState): Buffer {
-  return safetensorsHeader(stateTensors(state.tensors, state.slots.map((s) => s.name)));
+  return safetensorsHeader(stateTensors(state.tensors, state.slots.map((s) => s.name), state.buffers?.tensors));
 }
 
-/** The state file's size: header, then params and every slot as float32. */
+/** The buffers' floats (0 without). */
+const bufferLength = (state: TrainingState): number => state.buffers?.data.length ?? 0;
+
+/** The state file's size: header, then params and every slot as float32, then the buffers. */
 function stateFileBytes(state: TrainingState): number {
-  return headerOf(state).length + 4 * state.params.length * (1 + state.slots.length);
+  return headerOf(state).length + 4 * (state.params.length * (1 + state.slots.length) + bufferLength(state));
 }
 
 /**
  * The stripes of the state file written by n ranks: one per tensor group (params, then each slot)
  * and chunk, group by group; stripe g n + c is chunk c of group g (stripe 0 also holds the header).
+ * The buffers, if any, are one more stripe at the end, rank 0's.
  */
 export function stripeRanges(state: TrainingState, n: number): { offset: number; length: number }[] {
   const header = headerOf(state).length;
   const P = state.params.length;
   const bounds = parameterChunks(P, n);
-  return Array.from({ length: (1 + state.slots.length) * n }, (_, i) => {
+  const groups = 1 + state.slots.length;
+  const stripes = Array.from({ length: groups * n }, (_, i) => {
     const [g, c] = [Math.floor(i / n), i % n];
     const start = i === 0 ? 0 : header + 4 * (g * P + bounds[c]);
     const end = header + 4 * (g * P + bounds[c + 1]);
     return { offset: start, length: end - start };
   });
+  if (bufferLength(state) > 0) stripes.push({ offset: header + 4 * groups * P, length: 4 * bufferLength(state) });
+  return stripes;
 }
 
 /**
@@ -125,9 +137,13 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
     const piece = { at: header.length + 4 * (g * P + from), bytes: new Uint8Array(data.buffer, data.byteOffset + 4 * first, 4 * (to - from)) };
     return g === 0 && i === 0 ? [{ at: 0, bytes: header }, piece] : [piece];
   });
+  // the buffers, the same on every rank: rank 0 writes them, every rank reports their digest (the digests are gathered in equal parts)
+  const buffers = state.buffers?.data;
+  const bufferPart = buffers && buffers.length > 0
+    ? { at: header.length + 4 * groups.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) } : undefined;
   const file = path.join(dir, stateFile);
-  namingFile(file, () => writeParts(file, stateFileBytes(state), parts.flat()));
-  return parts.map((list) => crc64(...list.map((p) => p.bytes)));
+  namingFile(file, () => writeParts(file, stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])]));
+  return [...parts, ...(bufferPart ? [[bufferPart]] : [])].map((list) => crc64(...list.map((p) => p.bytes)));
 }
 
 /** pwrite of each part at its offset into a file of `bytes` bytes, fsynced. */
@@ -159,6 +175,7 @@ export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: Train
     format: checkpointFormat,
     time: Date.now(),
     ...meta,
+    // (the buffers' stripe, index groups n, is rank 0's last digest)
     file: { name: stateFile, bytes: stateFileBytes(state), stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i % n][Math.floor(i / n)] })) },
   };
   const manifest: CheckpointManifest = { ...unsealed, manifest_sha256: manifestSha256(unsealed) };
@@ -243,10 +260,11 @@ export function newestCheckpoint(root: string): string {
  * Loads a verified checkpoint's tensors into `params` and each of `slots` (the optimizer's state,
  * whole), laid out as `tensors`.
  */
-export function loadCheckpoint(dir: string, manifest: CheckpointManifest, tensors: readonly TensorInfo[], params: Float32Array, slots: { name: string; data: Float32Array }[]): void {
+export function loadCheckpoint(dir: string, manifest: CheckpointManifest, tensors: readonly TensorInfo[], params: Float32Array, slots: { name: string; data: Float32Array }[],
+  buffers?: TrainingState['buffers']): void {
   const file = path.join(dir, manifest.file.name);
   const { tensors: stored } = decodeSafetensors(fs.readFileSync(file), file);
-  const expected = stateTensors(tensors, slots.map((s) => s.name));
+  const expected = stateTensors(tensors, slots.map((s) => s.name), buffers?.tensors);
   const names = (list: readonly TensorInfo[]) => list.map((t) => `${t.name}[${t.shape}]`).join(', ');
   if (names(stored) !== names(expected)) throw new Error(`${file}: holds ${names(stored).slice(0, 120)}..., not this model's ${names(expected).slice(0, 120)}...`);
   [params, ...slots.map((s) => s.data)].forEach((target, g) => {
@@ -256,4 +274,9 @@ export function loadCheckpoint(dir: string, manifest: CheckpointManifest, tensor
       at += t.data.length;
     }
   });
+  let at = 0;
+  for (const t of stored.slice((1 + slots.length) * tensors.length)) {
+    buffers!.data.set(t.data, at);
+    at += t.data.length;
+  }
 }

@@ -7,8 +7,8 @@ import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
 import { encodeSafetensors, type NamedTensor } from '../checkpoint/safetensors';
 import type { Net } from './net';
+import { runFiles } from '../run/files';
 
-export const modelFiles = { weights: 'model.safetensors', spec: 'model.json' } as const;
 
 /** Every tensor of the net: parameters, then buffers, each in layer order (views, not copies). */
 export function namedTensors(net: Net): NamedTensor[] {
@@ -18,9 +18,14 @@ export function namedTensors(net: Net): NamedTensor[] {
   ];
 }
 
-export function exportModel(net: Net, dir: string): void {
+/** The spec as model.json holds it: every default filled in. */
+export function modelSpecJson(net: Net): string {
   const { name, input, classes, layers } = net.spec;
+  return `${JSON.stringify({ name, input, classes, layers }, null, 1)}\n`;
+}
+
+export function exportModel(net: Net, dir: string): void {
   fs.mkdirSync(dir, { recursive: true });
-  writeAtomically(path.join(dir, modelFiles.weights), encodeSafetensors(namedTensors(net), { format: 'ft-train', model: name }));
-  writeAtomically(path.join(dir, modelFiles.spec), `${JSON.stringify({ name, input, classes, layers }, null, 1)}\n`);
+  writeAtomically(path.join(dir, runFiles.model), encodeSafetensors(namedTensors(net), { format: 'ft-train', model: net.spec.name }));
+  writeAtomically(path.join(dir, runFiles.modelSpec), modelSpecJson(net));
 }

@@ -6,8 +6,10 @@ export const runFiles = {
   events: 'events.jsonl',
   /** the outcome, written at the end (Summary) */
   summary: 'summary.json',
-  /** the final parameters, written at the end */
+  /** the final parameters and buffers, written at the end */
   model: 'model.safetensors',
+  /** the model's spec beside them, every default filled in (examples/pytorch/load_model.py reads the pair) */
+  modelSpec: 'model.json',
   /** one log per rank */
   logs: 'logs',
   /** each rank's pid, for launch/drill */

@@ -99,7 +99,9 @@ export class RunLog {
 }
 
 /** The leader's last words, each written atomically: model.safetensors, then summary.json. */
-export function writeModel(dir: string, safetensors: Uint8Array): void {
+/** The final model: its spec (when known) first, then the weights, each atomically. */
+export function writeModel(dir: string, safetensors: Uint8Array, spec?: string): void {
+  if (spec !== undefined) writeAtomically(path.join(dir, runFiles.modelSpec), spec);
   writeAtomically(path.join(dir, runFiles.model), safetensors);
 }
 

@@ -55,10 +55,12 @@ export class BatchBuffers {
 
 /**
  * Exact mode: one gradient per held shard, each into the shard-ordered sum with its loss weighted
- * by its share of the step's samples; shards already in the sum for `step` are skipped.
+ * by its share of the step's samples; shards already in the sum for `step` are skipped. What
+ * `compute` leaves in `statistics` (batchnorm's, already weighted) goes into the sum between the
+ * gradient and the loss.
  */
 export async function computeShards(ft: Manager, plan: MicroBatches, step: number, seed: number, buffers: BatchBuffers,
-  gradient: Float32Array, compute: GradientFn): Promise<void> {
+  gradient: Float32Array, compute: GradientFn, statistics: Float32Array = new Float32Array(0)): Promise<void> {
   const t = step % plan.stepsPerEpoch;
   const epoch = Math.floor(step / plan.stepsPerEpoch);
   const samples = plan.samplesAt(t);
@@ -67,14 +69,16 @@ export async function computeShards(ft: Manager, plan: MicroBatches, step: numbe
     if (sum.holds(shard, step)) continue;
     const rows = plan.rows(shard, epoch, t);
     let loss = 0;
-    if (rows.length === 0) gradient.fill(0);
-    else {
+    if (rows.length === 0) {
+      gradient.fill(0);
+      statistics.fill(0);
+    } else {
       const [x, labels] = buffers.view(rows.length);
       await ft.ready(shard, rows);
       gatherBatch(ft.shard(shard), rows, x, labels);
       loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard } }) * (rows.length / samples);
     }
-    sum.put(shard, step, gradient, loss);
+    sum.put(shard, step, gradient, ...statistics, loss);
   }
 }
 

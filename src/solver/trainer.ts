@@ -99,7 +99,7 @@ export class Trainer implements StateSource {
     const P = net.params.data.length;
     this.optimizer = new Optimizer(config.optimizer, backend);
     this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map(() => new Float32Array(P));
-    this.contribution = new Float32Array(P + 1);
+    this.contribution = new Float32Array(P + net.buffers.length + 1);
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => this.plan.size(s)));
     this.buffers = new BatchBuffers(largest, net.inputSize);
   }
@@ -159,7 +159,7 @@ export class Trainer implements StateSource {
     this.ft.at('compute');
     if (working && this.config.onFailure === 'exact') {
       await computeShards(this.ft, this.plan, step, this.config.seed, this.buffers, this.net.params.gradients,
-        (batch) => this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples).loss);
+        (batch) => this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples).loss, this.net.statistics);
     }
     else if (working) await this.computeRank(epoch, samples);
 
@@ -176,6 +176,7 @@ export class Trainer implements StateSource {
 
     this.ft.at('update');
     const P = this.net.params.data.length;
+    const B = this.net.buffers.length;
     if (!working && this.config.optimizerState === 'sharded') {
       this.net.params.dataWithTail.set(this.contribution);
       this.lastLoss = this.contribution[P];
@@ -186,7 +187,8 @@ export class Trainer implements StateSource {
     } else {
       const total = sum ? sum.total : this.contribution;
       this.optimizer.update(this.net.params.data, total.subarray(0, P), this.slots, lr, step);
-      this.lastLoss = total[P];
+      if (B > 0) this.net.updateBuffers(total.subarray(P, P + B));
+      this.lastLoss = total[P + B];
     }
     this.shrink?.commit(this.shrinkStep!);
     this.step += 1;
@@ -223,6 +225,7 @@ export class Trainer implements StateSource {
    */
   private async computeRank(epoch: number, samples: number): Promise<void> {
     const P = this.net.params.data.length;
+    const B = this.net.buffers.length;
     this.contribution.fill(0);
     for (const piece of this.shrinkStep!.pieces.get(this.ft.worldRank) ?? []) {
       const [x, labels] = this.buffers.view(piece.rows.length);
@@ -231,7 +234,8 @@ export class Trainer implements StateSource {
       const key = { seed: this.config.seed, epoch, step: this.step, shard: piece.shard };
       const { loss } = this.net.lossAndGradient(x, labels, piece.rows.length, key, samples);
       this.backend.addInPlace(this.contribution.subarray(0, P), this.net.params.gradients);
-      this.contribution[P] += loss * (piece.rows.length / samples);
+      if (B > 0) this.backend.addInPlace(this.contribution.subarray(P, P + B), this.net.statistics);
+      this.contribution[P + B] += loss * (piece.rows.length / samples);
     }
   }
 
@@ -243,7 +247,7 @@ export class Trainer implements StateSource {
   private restore(dir: string, manifest: CheckpointManifest): void {
     const P = this.net.params.data.length;
     const slots = this.config.optimizerState === 'sharded' ? this.optimizer.slots.map(() => new Float32Array(P)) : this.slots;
-    loadCheckpoint(dir, manifest, this.net.params.views, this.net.params.data, this.optimizer.slots.map((name, k) => ({ name, data: slots[k] })));
+    loadCheckpoint(dir, manifest, this.net.params.views, this.net.params.data, this.optimizer.slots.map((name, k) => ({ name, data: slots[k] })), this.heldBuffers());
     if (this.config.optimizerState === 'sharded') this.initialSlots = slots;
     this.step = manifest.step;
     this.takeUpShrink(manifest.shrink);
@@ -261,7 +265,13 @@ export class Trainer implements StateSource {
       tensors: this.net.params.views, params,
       slots: this.optimizer.slots.map((name, k) => ({ name, data: slots[k] })),
       held: sharded ? { from: sharded.from, to: sharded.to } : { from: 0, to: params.length },
+      buffers: this.heldBuffers(),
     };
+  }
+
+  /** The net's buffers (batchnorm's running statistics) as a checkpoint holds them. */
+  private heldBuffers(): TrainingState['buffers'] {
+    return { tensors: this.net.bufferViews, data: this.net.buffers };
   }
 
   /** StateSource: the optimizer state at the run's start, slot k over elements [from, to): zeros, or the resumed checkpoint's. */
@@ -272,7 +282,7 @@ export class Trainer implements StateSource {
 
   /** StateSource: the parameters and the replicated optimizer state, for a rank that joins. */
   joinBuffers(): Float32Array[] {
-    return [this.net.params.data, ...this.slots];
+    return [this.net.params.data, ...this.slots, ...(this.net.buffers.length > 0 ? [this.net.buffers] : [])];
   }
 
   /** StateSource: a spawned rank takes up the run at `step`. */
@@ -316,8 +326,14 @@ export class Trainer implements StateSource {
       failures: this.ft.failures,
       worldInitial: this.ft.worldInitial,
       worldFinal: this.ft.size,
-      paramsSha256: createHash('sha256').update(Buffer.from(params.buffer, params.byteOffset, params.byteLength)).digest('hex'),
+      paramsSha256: paramsSha256(params, this.net.buffers),
       optimizerBytes: this.ft.shardedState?.bytes ?? { state: 4 * this.slots.length * params.length, redundancy: 0 },
     };
   }
+}
+
+/** sha256 of the parameters' bytes, then the buffers' (none for a net without batchnorm). */
+function paramsSha256(params: Float32Array, buffers: Float32Array): string {
+  const hash = createHash('sha256').update(Buffer.from(params.buffer, params.byteOffset, params.byteLength));
+  return hash.update(Buffer.from(buffers.buffer, buffers.byteOffset, buffers.byteLength)).digest('hex');
 }
