@@ -58,8 +58,8 @@ export function parseSpec(file: string, text: string): ModelSpec {
     if (!['name', 'input', 'classes', 'layers'].includes(key)) fail(`unknown field "${key}"`);
   }
   const input = raw.input;
-  if (!Array.isArray(input) || input.length !== 3 || !input.every(positiveInt)) {
-    fail('"input" must be [C, H, W], three positive integers');
+  if (!Array.isArray(input) || (input.length !== 1 && input.length !== 3) || !input.every(positiveInt)) {
+    fail('"input" must be [F] or [C, H, W], one or three positive integers');
   }
   if (!positiveInt(raw.classes) || raw.classes < 2) fail('"classes" must be an integer >= 2');
   if (!Array.isArray(raw.layers) || raw.layers.length === 0) fail('"layers" must be a non-empty array');
