@@ -1,0 +1,147 @@
+// ft-data against real inputs: the CSVs Debian's python3-sklearn ships (exact counts, standardized
+// train columns), a CSV far larger than the converter's heap, Parquet written by an independent
+// writer from the same data (bit for bit the CSV's dataset), and one line per kind of bad input.
+import { execFile } from 'node:child_process';
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { promisify } from 'node:util';
+import { convertCsv, type CsvOptions } from '../../src/data/convert/csv';
+import { Dataset } from '../../src/data/dataset';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const sklearnData = '/usr/lib/python3/dist-packages/sklearn/datasets/data';
+const ftData = path.join(__dirname, '..', '..', '..', 'launch', 'ft-data.js');
+const scratch = makeScratch('ft-data-tool-');
+
+const options = (out: string, extra: Partial<CsvOptions> = {}): CsvOptions => ({
+  out: path.join(scratch, out), force: false, testFraction: 0.2, seed: 0, rowsPerBatch: 100, label: 'last', header: 'auto', ...extra,
+});
+
+/** Runs ft-data; resolves to its exit code and stderr. */
+async function run(args: string[], nodeFlags: string[] = []): Promise<{ code: number; stderr: string }> {
+  try {
+    const { stderr } = await promisify(execFile)(process.execPath, [...nodeFlags, ftData, ...args], { maxBuffer: 1 << 24 });
+    return { code: 0, stderr };
+  } catch (error) {
+    const failure = error as { code: number; stderr: string };
+    return { code: failure.code, stderr: failure.stderr };
+  }
+}
+
+async function readSplits(dir: string) {
+  const dataset = await Dataset.open(dir);
+  try {
+    await dataset.verify();
+    return { manifest: dataset.manifest, train: await dataset.train.readAll(), test: await dataset.test.readAll() };
+  } finally {
+    await dataset.close();
+  }
+}
+
+/** Per column of [rows, F] values: mean and population standard deviation, in float64. */
+function columnStats(typed: Float32Array | Uint8Array, features: number): { mean: number[]; std: number[] } {
+  const values = Array.from(typed);
+  const rows = values.length / features;
+  const mean = Array.from({ length: features }, (_, j) => values.filter((_, i) => i % features === j).reduce((a, b) => a + b, 0) / rows);
+  const std = mean.map((m, j) => Math.sqrt(values.filter((_, i) => i % features === j).reduce((a, b) => a + (b - m) ** 2, 0) / rows));
+  return { mean, std };
+}
+
+function sum(counts: number[], other: number[]): number[] {
+  return counts.map((c, i) => c + other[i]);
+}
+
+describe('ft-data', function () {
+  this.timeout(120_000);
+  after(() => removeScratch(scratch));
+
+  describe('csv', () => {
+    const cases = [
+      { file: 'iris.csv', rows: 150, features: 4, classes: [50, 50, 50], names: ['setosa', 'versicolor', 'virginica'] },
+      { file: 'wine_data.csv', rows: 178, features: 13, classes: [59, 71, 48], names: ['class_0', 'class_1', 'class_2'] },
+      { file: 'breast_cancer.csv', rows: 569, features: 30, classes: [212, 357], names: ['malignant', 'benign'] },
+      { file: 'digits.csv.gz', rows: 1797, features: 64, classes: [178, 182, 177, 183, 181, 182, 181, 179, 174, 180], names: ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9'] },
+    ];
+    for (const c of cases) {
+      it(`converts scikit-learn's ${c.file}: counts, classes, standardized train columns`, async () => {
+        const manifest = await convertCsv(path.join(sklearnData, c.file), options(c.file));
+        const { train, test } = await readSplits(path.join(scratch, c.file));
+        assert.deepEqual([manifest.sample_shape, manifest.dtype, manifest.divisor, manifest.class_names], [[c.features], 'float32', 1, c.names]);
+        assert.equal(train.rows + test.rows, c.rows);
+        assert.deepEqual(sum(manifest.splits.train.class_counts, manifest.splits.test.class_counts), c.classes);
+        assert.deepEqual(manifest.split, { method: 'stratified', test_fraction: 0.2, seed: 0 });
+        // every class's test share is within two rows of a fifth
+        manifest.splits.test.class_counts.forEach((n, k) => assert.ok(Math.abs(n - c.classes[k] * 0.2) < 2, `class ${k}: ${n} test rows of ${c.classes[k]}`));
+        const stats = columnStats(train.features, c.features);
+        stats.mean.forEach((m, j) => assert.ok(Math.abs(m) < 1e-6, `column ${j} mean ${m}`));
+        // a constant column (digits' first pixel is always 0) stays 0
+        stats.std.forEach((s, j) => assert.ok(Math.abs(s - 1) < 1e-6 || (s === 0 && manifest.standardization!.std[j] === 1), `column ${j} std ${s}`));
+      });
+    }
+
+    it('the same seed gives the same split; rows and values as the file holds them', async () => {
+      const manifest = await convertCsv(path.join(sklearnData, 'iris.csv'), options('iris-again'));
+      assert.deepEqual([manifest.splits.train.class_counts, manifest.splits.test.class_counts], [[41, 41, 41], [9, 9, 9]]);
+      assert.equal(manifest.splits.train.sha256, (await readSplits(path.join(scratch, 'iris.csv'))).manifest.splits.train.sha256);
+      const { train, test } = await readSplits(path.join(scratch, 'iris-again'));
+      // iris's first row 5.1,3.5,1.4,0.2 (setosa) went to train or test: find it, un-standardized
+      const { mean, std } = manifest.standardization!;
+      const first = [5.1, 3.5, 1.4, 0.2].map((v, j) => Math.fround((Math.fround(v) - mean[j]) / std[j]));
+      const rows = [...Array.from({ length: train.rows }, (_, i) => Array.from(train.features.subarray(i * 4, i * 4 + 4))), ...Array.from({ length: test.rows }, (_, i) => Array.from(test.features.subarray(i * 4, i * 4 + 4)))];
+      assert.equal(rows.filter((r) => r.every((v, j) => v === first[j])).length, 1);
+    });
+
+    it('converts a CSV several times larger than its heap, in one pass with bounded memory', async () => {
+      const file = path.join(scratch, 'big.csv');
+      const fd = fs.openSync(file, 'w');
+      fs.writeSync(fd, `${Array.from({ length: 16 }, (_, j) => `x${j}`).join(',')},kind\n`);
+      const rows = 400_000;
+      for (let first = 0; first < rows; first += 10_000) {
+        const lines = [];
+        for (let i = first; i < first + 10_000; ++i) lines.push(`${Array.from({ length: 16 }, (_, j) => ((i * (j + 7)) % 1000) / 8 + 100000).join(',')},${['cat', 'dog', 'eel'][i % 3]}\n`);
+        fs.writeSync(fd, lines.join(''));
+      }
+      fs.closeSync(fd);
+      const size = fs.statSync(file).size;
+      assert.ok(size > 60e6, `${size} bytes`);
+      const out = path.join(scratch, 'big');
+      const { code, stderr } = await run(['csv', file, '--label', 'kind', '--out', out, '--rows-per-batch', '5000'], ['--max-old-space-size=24']);
+      assert.equal(code, 0, stderr);
+      const manifest = JSON.parse(fs.readFileSync(path.join(out, 'manifest.json'), 'utf8'));
+      assert.deepEqual(manifest.class_names, ['cat', 'dog', 'eel']);
+      assert.equal(manifest.splits.train.rows + manifest.splits.test.rows, rows);
+      assert.deepEqual(sum(manifest.splits.train.class_counts, manifest.splits.test.class_counts), [133334, 133333, 133333]);
+      assert.deepEqual(manifest.standardization.columns, Array.from({ length: 16 }, (_, j) => `x${j}`));
+    });
+
+    it('bad input: one line naming the file and the row, column or label, exit 1, nothing left behind', async () => {
+      const write = (name: string, text: string) => {
+        fs.writeFileSync(path.join(scratch, name), text);
+        return path.join(scratch, name);
+      };
+      const good = 'a,b,label\n1,2,x\n3,4,y\n5,6,x\n7,8,y\n';
+      const cases: [string[], string][] = [
+        [['csv', write('ragged.csv', 'a,b,label\n1,2,x\n3,y\n'), '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'ragged.csv')}: line 3: 2 cells, expected 3 (a ragged row)`],
+        [['csv', write('nan.csv', 'a,b,label\n1,2,x\n3,four,y\n'), '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'nan.csv')}: line 3, column "b": "four" is not a number`],
+        [['csv', write('good.csv', good), '--label', 'kind', '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'good.csv')}: no label column "kind" (it has 3 columns: a, b, label; or give a 0-based index, or "last")`],
+        [['csv', write('one.csv', 'a,b,label\n1,2,x\n3,4,x\n'), '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'one.csv')}: label column "label": only one class ("x"): a classifier needs two or more`],
+        [['csv', path.join(scratch, 'absent.csv'), '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'absent.csv')}: cannot read (ENOENT)`],
+      ];
+      for (const [args, line] of cases) {
+        const { code, stderr } = await run(args);
+        assert.deepEqual([code, stderr.trim().split('\n').pop()], [1, line]);
+        assert.deepEqual(fs.readdirSync(scratch).filter((name) => name.startsWith('.o.') || name === 'o'), [], 'a partial output was left');
+      }
+    });
+
+    it('usage errors exit 2 with one line; --help lists every flag with its default', async () => {
+      assert.deepEqual(await run(['csv', 'x.csv']), { code: 2, stderr: 'ft-data: Missing required argument: out (see --help)\n' });
+      assert.deepEqual(await run(['tsv', 'x']), { code: 2, stderr: 'ft-data: Unknown arguments: tsv, x (see --help)\n' });
+      assert.deepEqual((await run(['csv', 'x.csv', '--out', 'o', '--test-fraction', '0.7'])).code, 2);
+      const { stdout } = await promisify(execFile)(process.execPath, [ftData, 'csv', '--help']);
+      for (const flag of ['--out', '--force', '--name', '--test ', '--test-fraction', '--seed', '--rows-per-batch', '--label', '--header']) assert.ok(stdout.includes(flag), flag);
+      for (const fallback of ['[default: 0.2]', '[default: 0]', '[default: 100]', '[default: "last"]', '[default: "auto"]']) assert.ok(stdout.includes(fallback), fallback);
+    });
+  });
+});
