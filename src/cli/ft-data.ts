@@ -4,6 +4,7 @@
 import type { Argv } from 'yargs';
 import { maxTestFraction } from '../data/convert/stratify';
 import { convertCsv, headerModes, type HeaderMode } from '../data/convert/csv';
+import { convertParquet } from '../data/convert/parquet';
 import { commandLine, runMain, UsageError } from './command';
 import type { CommonOptions } from '../data/convert/build';
 import type { Manifest } from '../data/manifest';
@@ -60,6 +61,16 @@ async function main(): Promise<void> {
         .option('header', { choices: headerModes, default: 'auto' as HeaderMode, describe: 'first line: names, none, sklearn (n_samples,n_features,class names), or auto' }),
       (a) => {
         work = convertCsv(a.FILE as string, { ...commonOf(a), label: a.label, header: a.header as HeaderMode }).then((m) => report(m, a.out));
+      },
+    )
+    .command(
+      'parquet FILE',
+      'numeric columns and a label column, read one row group at a time; features standardized as for csv',
+      (y) => common(y)
+        .positional('FILE', { type: 'string', describe: 'the Parquet file' })
+        .option('label', { type: 'string', demandOption: true, describe: 'label column name' }),
+      (a) => {
+        work = convertParquet(a.FILE as string, { ...commonOf(a), label: a.label }).then((m) => report(m, a.out));
       },
     )
     .demandCommand(1, 'expected a command: csv, images, parquet or hf')

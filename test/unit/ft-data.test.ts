@@ -6,7 +6,9 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
+import { parquetWriteBuffer } from 'hyparquet-writer';
 import { convertCsv, type CsvOptions } from '../../src/data/convert/csv';
+import { convertParquet } from '../../src/data/convert/parquet';
 import { Dataset } from '../../src/data/dataset';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -46,6 +48,10 @@ function columnStats(typed: Float32Array | Uint8Array, features: number): { mean
   const mean = Array.from({ length: features }, (_, j) => values.filter((_, i) => i % features === j).reduce((a, b) => a + b, 0) / rows);
   const std = mean.map((m, j) => Math.sqrt(values.filter((_, i) => i % features === j).reduce((a, b) => a + (b - m) ** 2, 0) / rows));
   return { mean, std };
+}
+
+function writeParquet(file: string, options: Parameters<typeof parquetWriteBuffer>[0]): void {
+  fs.writeFileSync(file, new Uint8Array(parquetWriteBuffer(options)));
 }
 
 function sum(counts: number[], other: number[]): number[] {
@@ -142,6 +148,42 @@ describe('ft-data', function () {
       const { stdout } = await promisify(execFile)(process.execPath, [ftData, 'csv', '--help']);
       for (const flag of ['--out', '--force', '--name', '--test ', '--test-fraction', '--seed', '--rows-per-batch', '--label', '--header']) assert.ok(stdout.includes(flag), flag);
       for (const fallback of ['[default: 0.2]', '[default: 0]', '[default: 100]', '[default: "last"]', '[default: "auto"]']) assert.ok(stdout.includes(fallback), fallback);
+    });
+  });
+
+  describe('parquet', () => {
+    for (const [csv, rowGroupSize] of [['iris.csv', 40], ['wine_data.csv', 64]] as const) {
+      it(`${csv} written as Parquet by hyparquet-writer (row groups of ${rowGroupSize}) converts bit for bit as the CSV does`, async () => {
+        const [header, ...lines] = fs.readFileSync(path.join(sklearnData, csv), 'utf8').trim().split('\n');
+        const names = header.split(',').slice(2);
+        const rows = lines.map((line) => line.split(',').map(Number));
+        const features = rows[0].length - 1;
+        const file = path.join(scratch, csv.replace('.csv', '.parquet'));
+        writeParquet(file, {
+          rowGroupSize,
+          columnData: [
+            ...Array.from({ length: features }, (_, j) => ({ name: `feature_${j}`, data: rows.map((r) => r[j]), type: 'DOUBLE' as const })),
+            { name: 'target', data: rows.map((r) => names[r[features]]), type: 'STRING' as const },
+          ],
+        });
+        const fromCsv = await convertCsv(path.join(sklearnData, csv), options(`${csv}-csv`));
+        const fromParquet = await convertParquet(file, { ...options(`${csv}-parquet`), label: 'target' });
+        assert.deepEqual([fromParquet.class_names, fromParquet.standardization], [fromCsv.class_names, fromCsv.standardization]);
+        const a = await readSplits(path.join(scratch, `${csv}-csv`));
+        const b = await readSplits(path.join(scratch, `${csv}-parquet`));
+        for (const split of ['train', 'test'] as const) {
+          assert.ok(Buffer.from(a[split].features.buffer).equals(Buffer.from(b[split].features.buffer)), `${split} features`);
+          assert.deepEqual(b[split].labels, a[split].labels);
+          assert.equal(b.manifest.splits[split].record_batches.map((r) => r.crc64).join(), a.manifest.splits[split].record_batches.map((r) => r.crc64).join());
+        }
+      });
+    }
+
+    it('a non-numeric feature column or an unknown label column is named', async () => {
+      const file = path.join(scratch, 'text.parquet');
+      writeParquet(file, { columnData: [{ name: 'size', data: [1, 2], type: 'DOUBLE' }, { name: 'colour', data: ['red', 'blue'], type: 'STRING' }, { name: 'y', data: [0, 1], type: 'INT32' }] });
+      await assert.rejects(convertParquet(file, { ...options('text'), label: 'y' }), { message: `${file}: column "colour": BYTE_ARRAY is not numeric (features must be numbers)` });
+      await assert.rejects(convertParquet(file, { ...options('text'), label: 'kind' }), { message: `${file}: no label column "kind" (it has 3 columns: size, colour, y)` });
     });
   });
 });
