@@ -4,6 +4,7 @@
 import type { Argv } from 'yargs';
 import { maxTestFraction } from '../data/convert/stratify';
 import { convertCsv, headerModes, type HeaderMode } from '../data/convert/csv';
+import { convertImages, parseImageShape } from '../data/convert/images';
 import { convertParquet } from '../data/convert/parquet';
 import { commandLine, runMain, UsageError } from './command';
 import type { CommonOptions } from '../data/convert/build';
@@ -61,6 +62,16 @@ async function main(): Promise<void> {
         .option('header', { choices: headerModes, default: 'auto' as HeaderMode, describe: 'first line: names, none, sklearn (n_samples,n_features,class names), or auto' }),
       (a) => {
         work = convertCsv(a.FILE as string, { ...commonOf(a), label: a.label, header: a.header as HeaderMode }).then((m) => report(m, a.out));
+      },
+    )
+    .command(
+      'images DIR',
+      'one subfolder per class of PNG/JPEG images, resized to --shape; stored uint8, divided by 255 in training',
+      (y) => common(y)
+        .positional('DIR', { type: 'string', describe: 'the folder of class folders' })
+        .option('shape', { type: 'string', demandOption: true, coerce: parseImageShape, describe: 'CxHxW: C 1 (grayscale) or 3 (RGB)' }),
+      (a) => {
+        work = convertImages(a.DIR as string, { ...commonOf(a), shape: a.shape as unknown as [number, number, number] }).then((m) => report(m, a.out));
       },
     )
     .command(

@@ -8,11 +8,17 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import { convertCsv, type CsvOptions } from '../../src/data/convert/csv';
+import { PNG } from 'pngjs';
+import sharp from 'sharp';
+import { debianSource, readIdxSplit } from '../../datasets/fashion-mnist';
+import { convertImages } from '../../src/data/convert/images';
 import { convertParquet } from '../../src/data/convert/parquet';
 import { Dataset } from '../../src/data/dataset';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const sklearnData = '/usr/lib/python3/dist-packages/sklearn/datasets/data';
+/** JPEG photos python3-sklearn ships (427x640 RGB) */
+const sklearnImages = '/usr/lib/python3/dist-packages/sklearn/datasets/images';
 const ftData = path.join(__dirname, '..', '..', '..', 'launch', 'ft-data.js');
 const scratch = makeScratch('ft-data-tool-');
 
@@ -184,6 +190,61 @@ describe('ft-data', function () {
       writeParquet(file, { columnData: [{ name: 'size', data: [1, 2], type: 'DOUBLE' }, { name: 'colour', data: ['red', 'blue'], type: 'STRING' }, { name: 'y', data: [0, 1], type: 'INT32' }] });
       await assert.rejects(convertParquet(file, { ...options('text'), label: 'y' }), { message: `${file}: column "colour": BYTE_ARRAY is not numeric (features must be numbers)` });
       await assert.rejects(convertParquet(file, { ...options('text'), label: 'kind' }), { message: `${file}: no label column "kind" (it has 3 columns: size, colour, y)` });
+    });
+  });
+
+  describe('images', () => {
+    const fashion = readIdxSplit(debianSource, 't10k');
+    const sample = (i: number) => fashion.images.subarray(i * 784, (i + 1) * 784);
+    /** Fashion-MNIST test image i as a grayscale PNG, written by pngjs (RGBA, r = g = b) */
+    const writePng = (file: string, i: number) => {
+      const png = new PNG({ width: 28, height: 28 });
+      sample(i).forEach((v, p) => png.data.set([v, v, v, 255], p * 4));
+      fs.writeFileSync(file, PNG.sync.write(png));
+    };
+    const folder = (...parts: string[]) => {
+      const dir = path.join(scratch, ...parts);
+      fs.mkdirSync(dir, { recursive: true });
+      return dir;
+    };
+
+    it('class folders of PNG and JPEG files: shape, counts per class, pixels as decoded independently', async () => {
+      // train: 5 PNGs of class "garment" (test images 0..4), 3 JPEGs of class "photo" (sklearn's two photos and one Fashion-MNIST sample written by sharp)
+      for (let i = 0; i < 5; ++i) writePng(path.join(folder('imgs', 'garment'), `g${i}.png`), i);
+      fs.copyFileSync(path.join(sklearnImages, 'china.jpg'), path.join(folder('imgs', 'photo'), 'china.jpg'));
+      fs.copyFileSync(path.join(sklearnImages, 'flower.jpg'), path.join(folder('imgs', 'photo'), 'flower.jpg'));
+      await sharp(Buffer.from(sample(5)), { raw: { width: 28, height: 28, channels: 1 } }).jpeg({ quality: 95 }).toFile(path.join(folder('imgs', 'photo'), 'm5.jpeg'));
+      writePng(path.join(folder('imgs-test', 'garment'), 't.png'), 6);
+      fs.copyFileSync(path.join(sklearnImages, 'flower.jpg'), path.join(folder('imgs-test', 'photo'), 'f.jpg'));
+
+      const manifest = await convertImages(path.join(scratch, 'imgs'), { ...options('imgs-out'), test: path.join(scratch, 'imgs-test'), shape: [1, 28, 28] });
+      assert.deepEqual([manifest.sample_shape, manifest.dtype, manifest.divisor, manifest.class_names, manifest.split], [[1, 28, 28], 'uint8', 255, ['garment', 'photo'], { method: 'given' }]);
+      assert.deepEqual([manifest.splits.train.class_counts, manifest.splits.test.class_counts], [[5, 3], [1, 1]]);
+      const { train, test } = await readSplits(path.join(scratch, 'imgs-out'));
+      assert.deepEqual(Array.from(train.labels), [0, 0, 0, 0, 0, 1, 1, 1]);
+      // lossless PNGs come back as the IDX bytes exactly
+      for (let i = 0; i < 5; ++i) assert.ok(Buffer.from(train.features.subarray(i * 784, (i + 1) * 784)).equals(Buffer.from(sample(i))), `garment ${i}`);
+      assert.ok(Buffer.from(test.features.subarray(0, 784)).equals(Buffer.from(sample(6))));
+      // the JPEG of sample 5 decodes close to it (lossy)
+      const jpeg = train.features.subarray(7 * 784, 8 * 784);
+      assert.ok(jpeg.every((v, p) => Math.abs(v - sample(5)[p]) <= 40), 'JPEG of sample 5');
+
+      // RGB: flower.jpg (train row 1 of "photo", after china.jpg) at 3x8x8 against sharp's own resize of the file
+      const rgb = await convertImages(path.join(scratch, 'imgs'), { ...options('imgs-rgb'), test: path.join(scratch, 'imgs-test'), shape: [3, 8, 8] });
+      assert.deepEqual(rgb.sample_shape, [3, 8, 8]);
+      const flower = (await readSplits(path.join(scratch, 'imgs-rgb'))).train.features.subarray(6 * 192, 7 * 192);
+      const expected = await sharp(path.join(sklearnImages, 'flower.jpg')).resize(8, 8, { fit: 'fill' }).raw().toBuffer();
+      assert.deepEqual([flower[0], flower[64], flower[128 + 9]], [expected[0], expected[1], expected[9 * 3 + 2]]);
+    });
+
+    it('an unreadable image and an empty class folder are named', async () => {
+      fs.writeFileSync(path.join(folder('bad', 'a'), 'x.png'), 'not an image\n');
+      writePng(path.join(folder('bad', 'b'), 'y.png'), 0);
+      await assert.rejects(convertImages(path.join(scratch, 'bad'), { ...options('bad-out'), shape: [1, 28, 28] }), { message: new RegExp(`^${path.join(scratch, 'bad', 'a', 'x.png')}: not a readable PNG or JPEG image \\(`) });
+      folder('bad', 'c');
+      const { code, stderr } = await run(['images', path.join(scratch, 'bad'), '--shape', '1x28x28', '--out', path.join(scratch, 'bad-out')]);
+      assert.deepEqual([code, stderr], [1, `ft-data: ${path.join(scratch, 'bad', 'c')}: an empty class folder: no .png, .jpg or .jpeg images\n`]);
+      assert.equal(fs.existsSync(path.join(scratch, 'bad-out')), false);
     });
   });
 });
