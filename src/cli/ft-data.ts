@@ -4,6 +4,7 @@
 import type { Argv } from 'yargs';
 import { maxTestFraction } from '../data/convert/stratify';
 import { convertCsv, headerModes, type HeaderMode } from '../data/convert/csv';
+import { convertHf } from '../data/convert/hf';
 import { convertImages, parseImageShape } from '../data/convert/images';
 import { convertParquet } from '../data/convert/parquet';
 import { commandLine, runMain, UsageError } from './command';
@@ -82,6 +83,17 @@ async function main(): Promise<void> {
         .option('label', { type: 'string', demandOption: true, describe: 'label column name' }),
       (a) => {
         work = convertParquet(a.FILE as string, { ...commonOf(a), label: a.label }).then((m) => report(m, a.out));
+      },
+    )
+    .command(
+      'hf DIR',
+      'a Hugging Face datasets save_to_disk directory: ClassLabel label, an Image column or numeric Value columns',
+      (y) => common(y)
+        .positional('DIR', { type: 'string', describe: 'the directory (state.json, dataset_info.json, data-*.arrow)' })
+        .option('label', { type: 'string', describe: 'label column (default: the ClassLabel feature)' })
+        .option('shape', { type: 'string', coerce: parseImageShape, describe: 'CxHxW for an Image column (default: the first image\'s size)' }),
+      (a) => {
+        work = convertHf(a.DIR as string, { ...commonOf(a), label: a.label, shape: a.shape as [number, number, number] | undefined }).then((m) => report(m, a.out));
       },
     )
     .demandCommand(1, 'expected a command: csv, images, parquet or hf')

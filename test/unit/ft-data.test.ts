@@ -8,9 +8,11 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import { convertCsv, type CsvOptions } from '../../src/data/convert/csv';
+import { Binary, Field, Float64, Int64, Schema, Struct, Table, tableToIPC, Utf8, vectorFromArray, type Vector } from 'apache-arrow';
 import { PNG } from 'pngjs';
 import sharp from 'sharp';
 import { debianSource, readIdxSplit } from '../../datasets/fashion-mnist';
+import { convertHf } from '../../src/data/convert/hf';
 import { convertImages } from '../../src/data/convert/images';
 import { convertParquet } from '../../src/data/convert/parquet';
 import { Dataset } from '../../src/data/dataset';
@@ -58,6 +60,26 @@ function columnStats(typed: Float32Array | Uint8Array, features: number): { mean
 
 function writeParquet(file: string, options: Parameters<typeof parquetWriteBuffer>[0]): void {
   fs.writeFileSync(file, new Uint8Array(parquetWriteBuffer(options)));
+}
+
+/**
+ * A directory laid out as Hugging Face datasets 2.x's save_to_disk writes one split (built here with
+ * apache-arrow, not by `datasets`, which Debian 12 does not ship): Arrow IPC stream files
+ * data-0000K-of-0000N.arrow whose schema metadata "huggingface" holds the features, and
+ * dataset_info.json and state.json naming them.
+ */
+function writeHf(dir: string, features: Record<string, unknown>, files: Record<string, Vector>[][]): void {
+  fs.mkdirSync(dir, { recursive: true });
+  const names = files.map((_, k) => `data-${String(k).padStart(5, '0')}-of-${String(files.length).padStart(5, '0')}.arrow`);
+  let rows = 0;
+  files.forEach((batches, k) => {
+    const tables = batches.map((columns) => new Table(columns));
+    rows += tables.reduce((n, t) => n + t.numRows, 0);
+    const schema = new Schema(tables[0].schema.fields, new Map([['huggingface', JSON.stringify({ info: { features } })]]));
+    fs.writeFileSync(path.join(dir, names[k]), tableToIPC(new Table(schema, tables.flatMap((t) => t.batches)), 'stream'));
+  });
+  fs.writeFileSync(path.join(dir, 'dataset_info.json'), JSON.stringify({ citation: '', description: '', features, homepage: '', license: '', splits: { train: { name: 'train', num_bytes: 0, num_examples: rows, dataset_name: null } } }));
+  fs.writeFileSync(path.join(dir, 'state.json'), JSON.stringify({ _data_files: names.map((filename) => ({ filename })), _fingerprint: '0123456789abcdef', _format_columns: null, _format_kwargs: {}, _format_type: null, _output_all_columns: false, _split: 'train' }));
 }
 
 function sum(counts: number[], other: number[]): number[] {
@@ -245,6 +267,59 @@ describe('ft-data', function () {
       const { code, stderr } = await run(['images', path.join(scratch, 'bad'), '--shape', '1x28x28', '--out', path.join(scratch, 'bad-out')]);
       assert.deepEqual([code, stderr], [1, `ft-data: ${path.join(scratch, 'bad', 'c')}: an empty class folder: no .png, .jpg or .jpeg images\n`]);
       assert.equal(fs.existsSync(path.join(scratch, 'bad-out')), false);
+    });
+  });
+
+  describe('hf (a save_to_disk layout built with apache-arrow, see writeHf)', () => {
+    const fashion = readIdxSplit(debianSource, 't10k');
+    const pngOf = (i: number) => {
+      const png = new PNG({ width: 28, height: 28 });
+      fashion.images.subarray(i * 784, (i + 1) * 784).forEach((v, p) => png.data.set([v, v, v, 255], p * 4));
+      // grayscale (colour type 0), as the Hub's Fashion-MNIST images are
+      return new Uint8Array(PNG.sync.write(png, { colorType: 0, inputHasAlpha: true }));
+    };
+    const imageType = new Struct([new Field('bytes', new Binary(), true), new Field('path', new Utf8(), true)]);
+    const features = { image: { _type: 'Image' }, label: { names: ['T-shirt/top', 'Trouser', 'Pullover'], _type: 'ClassLabel' } };
+    const columns = (rows: number[]) => ({
+      image: vectorFromArray(rows.map((i) => ({ bytes: pngOf(i), path: `${i}.png` })), imageType),
+      label: vectorFromArray(rows.map((i) => BigInt(fashion.labels[i])), new Int64()),
+    });
+
+    it('an Image and a ClassLabel column over two files of two record batches: shape, classes, pixels', async () => {
+      const rows = Array.from(fashion.labels.keys()).filter((i) => fashion.labels[i] < 3).slice(0, 36);
+      writeHf(path.join(scratch, 'hf-train'), features, [[columns(rows.slice(0, 10)), columns(rows.slice(10, 20))], [columns(rows.slice(20, 30))]]);
+      writeHf(path.join(scratch, 'hf-test'), features, [[columns(rows.slice(30))]]);
+      const manifest = await convertHf(path.join(scratch, 'hf-train'), { ...options('hf-out'), label: undefined, test: path.join(scratch, 'hf-test') });
+      assert.deepEqual([manifest.sample_shape, manifest.dtype, manifest.divisor, manifest.class_names], [[1, 28, 28], 'uint8', 255, features.label.names]);
+      const count = (list: number[]) => [0, 1, 2].map((c) => list.filter((i) => fashion.labels[i] === c).length);
+      assert.deepEqual([manifest.splits.train.class_counts, manifest.splits.test.class_counts], [count(rows.slice(0, 30)), count(rows.slice(30))]);
+      const { train, test } = await readSplits(path.join(scratch, 'hf-out'));
+      assert.ok(Buffer.from(train.features).equals(Buffer.from(rows.slice(0, 30).flatMap((i) => Array.from(fashion.images.subarray(i * 784, (i + 1) * 784))))));
+      assert.deepEqual(Array.from(test.labels), rows.slice(30).map((i) => fashion.labels[i]));
+    });
+
+    it('numeric Value columns (iris) convert bit for bit as the CSV does', async () => {
+      const [header, ...lines] = fs.readFileSync(path.join(sklearnData, 'iris.csv'), 'utf8').trim().split('\n');
+      const rows = lines.map((line) => line.split(',').map(Number));
+      const iris = {
+        ...Object.fromEntries([0, 1, 2, 3].map((j) => [`feature_${j}`, { dtype: 'float64', _type: 'Value' }])),
+        target: { names: header.split(',').slice(2), _type: 'ClassLabel' },
+      };
+      const table = (part: number[][]) => ({
+        ...Object.fromEntries([0, 1, 2, 3].map((j) => [`feature_${j}`, vectorFromArray(part.map((r) => r[j]), new Float64())])),
+        target: vectorFromArray(part.map((r) => BigInt(r[4])), new Int64()),
+      });
+      writeHf(path.join(scratch, 'hf-iris'), iris, [[table(rows.slice(0, 70)), table(rows.slice(70))]]);
+      const fromHf = await convertHf(path.join(scratch, 'hf-iris'), { ...options('hf-iris-out'), label: undefined });
+      const fromCsv = await convertCsv(path.join(sklearnData, 'iris.csv'), options('hf-iris-csv'));
+      assert.deepEqual([fromHf.class_names, fromHf.standardization, fromHf.splits.train.class_counts], [fromCsv.class_names, fromCsv.standardization, fromCsv.splits.train.class_counts]);
+      const [a, b] = [await readSplits(path.join(scratch, 'hf-iris-csv')), await readSplits(path.join(scratch, 'hf-iris-out'))];
+      for (const split of ['train', 'test'] as const) assert.ok(Buffer.from(a[split].features.buffer).equals(Buffer.from(b[split].features.buffer)) && Buffer.from(a[split].labels.buffer).equals(Buffer.from(b[split].labels.buffer)), split);
+    });
+
+    it('a directory without state.json is named', async () => {
+      fs.mkdirSync(path.join(scratch, 'not-hf'));
+      await assert.rejects(convertHf(path.join(scratch, 'not-hf'), { ...options('hf-none'), label: undefined }), { message: `${path.join(scratch, 'not-hf', 'state.json')}: missing: not a datasets save_to_disk directory` });
     });
   });
 });
