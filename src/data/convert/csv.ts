@@ -165,5 +165,5 @@ export async function convertCsv(file: string, options: CsvOptions): Promise<Man
 
 /** "data/iris.csv.gz" -> "iris" */
 export function baseName(file: string): string {
-  return file.replace(/\/+$/, '').split('/').pop()!.replace(/\.(csv|parquet|gz)$/g, '').replace(/\.csv$/, '') || 'dataset';
+  return file.replace(/\/+$/, '').split('/').pop()!.replace(/(\.(csv|parquet))?(\.gz)?$/, '') || 'dataset';
 }
