@@ -4,9 +4,10 @@
     python3 load_model.py MODEL_DIR DATA_DIR
 
 MODEL_DIR holds model.json (the spec) and model.safetensors (float32 parameters and batchnorm
-running statistics); DATA_DIR holds images.npy (uint8 [N, C, H, W]) and labels.npy (int32 [N]),
-as src/data/npy.ts writes them. Prints {"accuracy": ..., "loss": ..., "correct": ..., "samples": ...}
-on one line: the model in evaluation mode on pixels / 255, mean cross-entropy over the samples.
+running statistics); DATA_DIR holds features.npy (uint8 or float32 [N, ...sample shape]),
+labels.npy (int32 [N]) and split.json ({"divisor": D}), as src/data/npy.ts writes them. Prints
+{"accuracy": ..., "loss": ..., "correct": ..., "samples": ...} on one line: the model in evaluation
+mode on features / D (as ft-train feeds them), mean cross-entropy over the samples.
 
 The spec is a graph in topological order: a layer reads the previous layer's output unless it names
 its "inputs" ("input" is the model input). Conventions match ft-train's kernels: conv weights OIHW
@@ -153,12 +154,13 @@ def main():
     model = SpecModel(spec)
     model.load(read_safetensors(model_dir / 'model.safetensors'))
     model.eval()
-    images = np.load(data_dir / 'images.npy')
+    features = np.load(data_dir / 'features.npy')
+    divisor = np.float32(json.loads((data_dir / 'split.json').read_text())['divisor'])
     labels = torch.from_numpy(np.load(data_dir / 'labels.npy').astype(np.int64))
     correct, loss_sum = 0, 0.0
     with torch.no_grad():
         for first in range(0, len(labels), 500):
-            x = torch.from_numpy(images[first:first + 500].astype(np.float32) / np.float32(255))
+            x = torch.from_numpy(features[first:first + 500].astype(np.float32) / divisor)
             logits = model(x)
             y = labels[first:first + 500]
             correct += int((logits.argmax(dim=1) == y).sum())

@@ -15,7 +15,7 @@ export class Dataset {
     const opened: Split[] = [];
     try {
       for (const name of splitNames) {
-        opened.push(await Split.open(dir, name, manifest.splits[name], manifest.sample_shape, manifest.classes));
+        opened.push(await Split.open(dir, name, manifest, manifest.splits[name]));
       }
     } catch (error) {
       await Promise.all(opened.map((s) => s.close()));
@@ -32,8 +32,8 @@ export class Dataset {
     return this.splits.test;
   }
 
-  /** [C, H, W] */
-  get sampleShape(): [number, number, number] {
+  /** [C, H, W] for images, [F] for feature vectors */
+  get sampleShape(): number[] {
     return this.manifest.sample_shape;
   }
 

@@ -1,11 +1,17 @@
 // The manifest of a dataset directory (manifest.json): what the Arrow files hold (schema, sample
-// shape, classes, counts), the sha256 of every file, and a CRC-64 of each file's footer and of each
-// record batch, so a rank that reads only its shards still verifies every byte it uses, cheaply.
+// shape, feature type, classes, counts), the sha256 of every file, and a CRC-64 of each file's footer
+// and of each record batch, so a rank that reads only its shards still verifies every byte it uses.
+// Format /3 holds any fixed-size feature vector (`features`: uint8 or float32, divided by `divisor`
+// when batched); format /2, the image datasets written before it, is read as uint8 images / 255.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DatasetError } from './errors';
 
-export const manifestFormat = 'ft-train-dataset/2';
+export const manifestFormat = 'ft-train-dataset/3';
+/** Image datasets (column `image`, uint8 pixels / 255); the default datasets are still written so. */
+export const imageManifestFormat = 'ft-train-dataset/2';
+export const featureTypes = ['uint8', 'float32'] as const;
+export type FeatureType = (typeof featureTypes)[number];
 export const manifestFile = 'manifest.json';
 export const splitNames = ['train', 'test'] as const;
 export type SplitName = (typeof splitNames)[number];
@@ -28,22 +34,54 @@ export interface SplitEntry {
   record_batches: RecordBatchEntry[];
 }
 
+/** How the test split was made: read from its own file, or drawn from the input (class-stratified). */
+export interface SplitMethod {
+  method: 'given' | 'stratified';
+  /** the fraction of each class drawn into test (stratified only) */
+  test_fraction?: number;
+  seed?: number;
+}
+
+/** Per-feature statistics of the train split; stored features are (raw - mean) / std. */
+export interface Standardization {
+  columns: string[];
+  mean: number[];
+  std: number[];
+}
+
 export interface Manifest {
   format: string;
   name: string;
   source: string;
-  /** [C, H, W], pixels uint8 */
-  sample_shape: [number, number, number];
+  /** per-sample shape: [F] for feature vectors, [C, H, W] for images */
+  sample_shape: number[];
+  /** how each stored value is held (format /2: always uint8) */
+  dtype: FeatureType;
+  /** what gatherBatch divides each stored value by: 255 for pixels, 1 for float features (format /2: 255) */
+  divisor: number;
   classes: number;
   class_names: string[];
+  split?: SplitMethod;
+  standardization?: Standardization;
   /** Arrow field name -> Arrow type, as the files must hold them */
   schema: Record<string, string>;
   splits: Record<SplitName, SplitEntry>;
 }
 
+/** Values per sample. */
+export function sampleSize(sampleShape: readonly number[]): number {
+  return sampleShape.reduce((a, b) => a * b, 1);
+}
+
+/** The feature column's name in a manifest format's files. */
+export function featureColumn(format: string): string {
+  return format === imageManifestFormat ? 'image' : 'features';
+}
+
 /** The Arrow schema every split file holds, as field -> type text (apache-arrow's spelling). */
-export function expectedSchema(sampleShape: readonly number[]): Record<string, string> {
-  return { image: `FixedSizeList[${sampleShape.reduce((a, b) => a * b, 1)}]<Uint8>`, label: 'Int32' };
+export function expectedSchema(format: string, sampleShape: readonly number[], dtype: FeatureType): Record<string, string> {
+  const type = dtype === 'uint8' ? 'Uint8' : 'Float32';
+  return { [featureColumn(format)]: `FixedSizeList[${sampleSize(sampleShape)}]<${type}>`, label: 'Int32' };
 }
 
 const sha256Text = /^[0-9a-f]{64}$/;
@@ -80,17 +118,49 @@ function validate(file: string, json: unknown): Manifest {
     typeof value === 'string' && (!pattern || pattern.test(value)) ? value : fail(field, pattern ? `text matching ${pattern}` : 'text', value);
   const list = (value: unknown, field: string): unknown[] => (Array.isArray(value) ? value : fail(field, 'a list', value));
 
+  const numbers = (value: unknown, field: string, length: number): void => {
+    const values = list(value, field);
+    if (values.length !== length || !values.every((v) => typeof v === 'number' && Number.isFinite(v))) fail(field, `${length} finite numbers`, value);
+  };
+
   const top = object(json, 'manifest');
-  if (top.format !== manifestFormat) fail('format', `"${manifestFormat}"`, top.format);
+  const format = top.format;
+  if (format === imageManifestFormat) {
+    const shape = list(top.sample_shape, 'sample_shape');
+    if (shape.length !== 3) fail('sample_shape', '[C, H, W]', shape);
+    top.dtype = 'uint8';
+    top.divisor = 255;
+  } else if (format !== manifestFormat) {
+    fail('format', `"${manifestFormat}" (or "${imageManifestFormat}")`, format);
+  }
   const shape = list(top.sample_shape, 'sample_shape');
-  if (shape.length !== 3) fail('sample_shape', '[C, H, W]', shape);
+  if (shape.length === 0) fail('sample_shape', 'a non-empty list', shape);
   shape.forEach((d, i) => count(d, `sample_shape[${i}]`, 1));
+  if (!featureTypes.includes(top.dtype as FeatureType)) fail('dtype', featureTypes.map((t) => `"${t}"`).join(' or '), top.dtype);
+  if (!(typeof top.divisor === 'number' && top.divisor > 0 && Number.isFinite(top.divisor))) fail('divisor', 'a positive number', top.divisor);
   const classes = count(top.classes, 'classes', 1);
   const names = list(top.class_names, 'class_names');
   if (names.length !== classes) fail('class_names', `${classes} names`, names.length);
   names.forEach((n, i) => text(n, `class_names[${i}]`));
+  if (top.split !== undefined) {
+    const split = object(top.split, 'split');
+    if (split.method !== 'given' && split.method !== 'stratified') fail('split.method', '"given" or "stratified"', split.method);
+    if (split.method === 'stratified') {
+      const f = split.test_fraction;
+      if (!(typeof f === 'number' && f > 0 && f < 1)) fail('split.test_fraction', 'a number in (0, 1)', f);
+      count(split.seed, 'split.seed');
+    }
+  }
+  if (top.standardization !== undefined) {
+    const standardization = object(top.standardization, 'standardization');
+    const columns = list(standardization.columns, 'standardization.columns');
+    columns.forEach((c, i) => text(c, `standardization.columns[${i}]`));
+    if (columns.length !== sampleSize(shape as number[])) fail('standardization.columns', `${sampleSize(shape as number[])} columns`, columns.length);
+    numbers(standardization.mean, 'standardization.mean', columns.length);
+    numbers(standardization.std, 'standardization.std', columns.length);
+  }
   const schema = object(top.schema, 'schema');
-  const expected = expectedSchema(shape as number[]);
+  const expected = expectedSchema(format as string, shape as number[], top.dtype as FeatureType);
   if (JSON.stringify(schema) !== JSON.stringify(expected)) fail('schema', JSON.stringify(expected), schema);
   const splits = object(top.splits, 'splits');
   for (const name of splitNames) {

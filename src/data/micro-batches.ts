@@ -61,17 +61,18 @@ export class MicroBatches {
   }
 }
 
-/** Copies the given rows of a shard into a float batch x [rows, C, H, W] (pixels / 255) and labels. */
+/** Copies the given rows of a shard into a float batch x [rows, ...sampleShape] (stored values / the shard's divisor) and labels. */
 export function gatherBatch(shard: ShardData, rows: Int32Array, x: Float32Array, labels: Int32Array): void {
   const size = shard.sampleSize;
+  const divisor = shard.divisor;
   if (x.length < rows.length * size || labels.length < rows.length) {
     throw new RangeError(`gatherBatch: expected room for ${rows.length} samples, got x ${x.length} floats, labels ${labels.length}`);
   }
   for (let i = 0; i < rows.length; ++i) {
     const row = rows[i];
     if (!(row >= 0 && row < shard.rows)) throw new RangeError(`gatherBatch: row ${row} outside shard ${shard.shard} (${shard.rows} rows)`);
-    const source = shard.images.subarray(row * size, (row + 1) * size);
-    for (let j = 0; j < size; ++j) x[i * size + j] = source[j] / 255;
+    const source = shard.features.subarray(row * size, (row + 1) * size);
+    for (let j = 0; j < size; ++j) x[i * size + j] = source[j] / divisor;
     labels[i] = shard.labels[row];
   }
 }

@@ -1,12 +1,13 @@
 // NumPy's .npy format (version 1.0): a dataset split as two arrays that Python reads with
-// numpy.load alone, images uint8 [N, C, H, W] and labels int32 [N] (little-endian, C order).
+// numpy.load alone, features (uint8 or float32) [N, ...sample shape] and labels int32 [N]
+// (little-endian, C order), and split.json with the divisor ft-train divides the features by.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
 import type { ShardData } from './split';
 
-export function encodeNpy(data: Uint8Array | Int32Array, shape: number[]): Buffer {
-  const descr = data instanceof Uint8Array ? '|u1' : '<i4';
+export function encodeNpy(data: Uint8Array | Int32Array | Float32Array, shape: number[]): Buffer {
+  const descr = data instanceof Uint8Array ? '|u1' : data instanceof Float32Array ? '<f4' : '<i4';
   const dims = shape.length === 1 ? `${shape[0]},` : shape.join(', ');
   let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${dims}), }`;
   header += ' '.repeat(63 - ((10 + header.length) % 64)) + '\n'; // the data starts 64-byte aligned
@@ -17,9 +18,10 @@ export function encodeNpy(data: Uint8Array | Int32Array, shape: number[]): Buffe
   return Buffer.concat([prefix, Buffer.from(header, 'latin1'), Buffer.from(data.buffer, data.byteOffset, data.byteLength)]);
 }
 
-/** Writes DIR/images.npy and DIR/labels.npy from a split's samples of shape `sampleShape`. */
+/** Writes DIR/features.npy, DIR/labels.npy and DIR/split.json from a split's samples of shape `sampleShape`. */
 export function writeSplitNpy(data: ShardData, sampleShape: readonly number[], dir: string): void {
   fs.mkdirSync(dir, { recursive: true });
-  writeAtomically(path.join(dir, 'images.npy'), encodeNpy(data.images.subarray(0, data.rows * data.sampleSize), [data.rows, ...sampleShape]));
+  writeAtomically(path.join(dir, 'features.npy'), encodeNpy(data.features.subarray(0, data.rows * data.sampleSize), [data.rows, ...sampleShape]));
+  writeAtomically(path.join(dir, 'split.json'), `${JSON.stringify({ divisor: data.divisor })}\n`);
   writeAtomically(path.join(dir, 'labels.npy'), encodeNpy(data.labels.subarray(0, data.rows), [data.rows]));
 }

@@ -21,11 +21,12 @@ const LOADED = 2;
 export class LazyShard implements ShardData {
   readonly rows: number;
   readonly sampleSize: number;
-  readonly images: Uint8Array;
+  readonly features: Uint8Array | Float32Array;
+  readonly divisor: number;
   readonly labels: Int32Array;
 
   constructor(readonly shard: number, data: ShardData, private readonly readback: Readback) {
-    ({ rows: this.rows, sampleSize: this.sampleSize, images: this.images, labels: this.labels } = data);
+    ({ rows: this.rows, sampleSize: this.sampleSize, features: this.features, divisor: this.divisor, labels: this.labels } = data);
   }
 
   /** Resolves once `rows` (within this shard) are in memory; rejects with the readback's read failure. */

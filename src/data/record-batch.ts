@@ -1,26 +1,26 @@
 // One record batch of a dataset split, decoded straight from its checked bytes: arrow's Message
-// parses the batch's flatbuffer metadata, and the pixels and labels are copied out of the body at
+// parses the batch's flatbuffer metadata, and the features and labels are copied out of the body at
 // the offsets it names. Going through arrow's file reader instead costs several awaits and copies
 // per batch, which put most of a readback's time in decoding (3–8 ms for a retried step's 15
 // batches, against well under 1 ms this way).
 import { Message, MessageHeader } from 'apache-arrow';
 
-/** Where a batch's pixels and labels lie within its block (the bytes the footer's block spans). */
+/** Where a batch's features and labels lie within its block (the bytes the footer's block spans). */
 export interface BatchLayout {
   rows: number;
-  /** [rows, sampleSize] uint8 pixels: start within the block */
-  pixels: number;
+  /** [rows, sampleSize] features (uint8 or little-endian float32): start within the block */
+  features: number;
   /** [rows] little-endian int32 labels: start within the block */
   labels: number;
 }
 
 /**
- * Reads the layout of a record batch of the dataset schema (image: FixedSizeList[sampleSize]<Uint8>,
- * label: Int32, no nulls, no compression) from `block`, the batch's bytes as the footer's block
+ * Reads the layout of a record batch of the dataset schema (features: FixedSizeList[sampleSize] of
+ * `valueBytes`-byte values, label: Int32, no nulls, no compression) from `block`, the batch's bytes as the footer's block
  * spans them: `metadataLength` bytes of prefix and flatbuffer metadata, then the body. Throws an
  * Error naming the problem when the metadata does not describe such a batch inside the block.
  */
-export function batchLayout(block: Uint8Array, metadataLength: number, sampleSize: number): BatchLayout {
+export function batchLayout(block: Uint8Array, metadataLength: number, sampleSize: number, valueBytes: number): BatchLayout {
   if (metadataLength < 8 || metadataLength > block.length) throw new Error(`its metadata length ${metadataLength} does not fit its ${block.length} bytes`);
   const prefix = new DataView(block.buffer, block.byteOffset, 8);
   // a continuation marker (-1) and then the flatbuffer's length; pre-0.15 files have only the length
@@ -40,24 +40,27 @@ export function batchLayout(block: Uint8Array, metadataLength: number, sampleSiz
   const rows = header.length;
   const bodyLength = block.length - metadataLength;
   if (message.bodyLength > bodyLength) throw new Error(`its body of ${message.bodyLength} bytes overruns its block`);
-  // nodes: image, its pixel child, label; buffers: the validity of each node, then pixel and label values
+  // nodes: features, its value child, label; buffers: the validity of each node, then feature and label values
   const nodes = header.nodes;
   const expectedLengths = [rows, rows * sampleSize, rows];
-  if (nodes.length !== 3 || nodes.some((node, i) => node.length !== expectedLengths[i])) throw new Error(`its columns are not ${rows} images of ${sampleSize} pixels and ${rows} labels`);
+  if (nodes.length !== 3 || nodes.some((node, i) => node.length !== expectedLengths[i])) throw new Error(`its columns are not ${rows} samples of ${sampleSize} values and ${rows} labels`);
   if (nodes.some((node) => node.nullCount !== 0)) throw new Error('it holds nulls');
   const buffers = header.buffers;
   if (buffers.length !== 5) throw new Error(`it has ${buffers.length} buffers, the schema has 5`);
-  const pixels = buffers[2];
+  const features = buffers[2];
   const labels = buffers[4];
   const fits = (region: { offset: number; length: number }, bytes: number) =>
     region.length >= bytes && region.offset >= 0 && region.offset + bytes <= message.bodyLength;
-  if (!fits(pixels, rows * sampleSize) || !fits(labels, rows * 4)) throw new Error('its buffers lie outside its body');
-  return { rows, pixels: metadataLength + pixels.offset, labels: metadataLength + labels.offset };
+  if (!fits(features, rows * sampleSize * valueBytes) || !fits(labels, rows * 4)) throw new Error('its buffers lie outside its body');
+  return { rows, features: metadataLength + features.offset, labels: metadataLength + labels.offset };
 }
 
-/** Copies the batch in `block` (laid out as `layout` says) into `images` and `labels` from `row` on. */
-export function copyBatch(block: Uint8Array, layout: BatchLayout, sampleSize: number, images: Uint8Array, labels: Int32Array, row: number): void {
-  images.set(block.subarray(layout.pixels, layout.pixels + layout.rows * sampleSize), row * sampleSize);
+/** Copies the batch in `block` (laid out as `layout` says) into `features` and `labels` from `row` on. */
+export function copyBatch(block: Uint8Array, layout: BatchLayout, sampleSize: number, features: Uint8Array | Float32Array, labels: Int32Array, row: number): void {
   // byte-wise: the block need not be 4-aligned in memory (the host is little-endian, like the file)
-  new Uint8Array(labels.buffer, labels.byteOffset + row * 4, layout.rows * 4).set(block.subarray(layout.labels, layout.labels + layout.rows * 4));
+  const bytes = (into: Uint8Array | Float32Array | Int32Array, first: number, count: number) =>
+    new Uint8Array(into.buffer, into.byteOffset + first * into.BYTES_PER_ELEMENT, count * into.BYTES_PER_ELEMENT);
+  const featureBytes = layout.rows * sampleSize * features.BYTES_PER_ELEMENT;
+  bytes(features, row * sampleSize, layout.rows * sampleSize).set(block.subarray(layout.features, layout.features + featureBytes));
+  bytes(labels, row, layout.rows).set(block.subarray(layout.labels, layout.labels + layout.rows * 4));
 }

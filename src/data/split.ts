@@ -6,7 +6,7 @@ import type { FileHandle } from 'node:fs/promises';
 import * as path from 'node:path';
 import { AsyncRecordBatchFileReader, RecordBatchReader } from 'apache-arrow';
 import { DatasetError } from './errors';
-import { expectedSchema, type SplitEntry } from './manifest';
+import { expectedSchema, sampleSize, type FeatureType, type Manifest, type SplitEntry } from './manifest';
 import { batchLayout, copyBatch } from './record-batch';
 import { ShardLayout } from './shard-layout';
 import { crc64 } from '../checksum';
@@ -17,8 +17,10 @@ export interface ShardData {
   shard: number;
   rows: number;
   sampleSize: number;
-  /** [rows, C, H, W] uint8 pixels */
-  images: Uint8Array;
+  /** [rows, ...sampleShape] stored values (uint8 or float32) */
+  features: Uint8Array | Float32Array;
+  /** what each stored value is divided by to give the model's input (255 for pixels) */
+  divisor: number;
   /** [rows] */
   labels: Int32Array;
 }
@@ -37,11 +39,13 @@ export class Split {
     private readonly file: VerifiedFile,
     private readonly blocks: Block[],
     readonly sampleSize: number,
+    private readonly dtype: FeatureType,
+    private readonly divisor: number,
     private readonly classes: number,
   ) {}
 
-  /** Opens `dir/entry.file`: size against the manifest, footer checksum, schema, batch table. */
-  static async open(dir: string, name: string, entry: SplitEntry, sampleShape: readonly number[], classes: number): Promise<Split> {
+  /** Opens `dir/` the split's file: size against the manifest, footer checksum, schema, batch table. */
+  static async open(dir: string, name: string, manifest: Manifest, entry: SplitEntry): Promise<Split> {
     const filePath = path.join(dir, entry.file);
     const file = await VerifiedFile.open(filePath);
     try {
@@ -59,13 +63,13 @@ export class Split {
         throw new DatasetError(filePath, `corrupt: not a readable Arrow IPC file (${(error as Error).message})`);
       }
       if (!(reader instanceof AsyncRecordBatchFileReader)) throw new DatasetError(filePath, 'corrupt: not an Arrow IPC file (no file magic)');
-      const expected = expectedSchema(sampleShape);
+      const expected = expectedSchema(manifest.format, manifest.sample_shape, manifest.dtype);
       const got = Object.fromEntries(reader.schema.fields.map((f) => [f.name, String(f.type)]));
       if (JSON.stringify(got) !== JSON.stringify(expected)) {
         throw new DatasetError(filePath, `wrong schema: expected ${describe(expected)}, got ${describe(got)}`);
       }
       const blocks = Split.blockTable(filePath, reader, entry);
-      return new Split(name, entry, file, blocks, sampleShape.reduce((a, b) => a * b, 1), classes);
+      return new Split(name, entry, file, blocks, sampleSize(manifest.sample_shape), manifest.dtype, manifest.divisor, manifest.classes);
     } catch (error) {
       await file.close();
       throw error;
@@ -174,7 +178,9 @@ export class Split {
 
   /** Room for `rows` samples of shard `shard`, filled by loadInto. */
   emptyShard(shard: number, rows: number): ShardData {
-    return { shard, rows, sampleSize: this.sampleSize, images: new Uint8Array(rows * this.sampleSize), labels: new Int32Array(rows) };
+    const size = rows * this.sampleSize;
+    const features = this.dtype === 'float32' ? new Float32Array(size) : new Uint8Array(size);
+    return { shard, rows, sampleSize: this.sampleSize, features, divisor: this.divisor, labels: new Int32Array(rows) };
   }
 
   /**
@@ -202,13 +208,13 @@ export class Split {
       const block = blocks[i - first];
       let layout;
       try {
-        layout = batchLayout(block, this.blocks[i].metadataLength, this.sampleSize);
+        layout = batchLayout(block, this.blocks[i].metadataLength, this.sampleSize, this.dtype === 'float32' ? 4 : 1);
       } catch (error) {
         throw new DatasetError(this.path, `corrupt: record batch ${i}: ${(error as Error).message}`);
       }
       const expectedRows = this.entry.record_batches[i].rows;
       if (layout.rows !== expectedRows) throw new DatasetError(this.path, `corrupt: record batch ${i} has ${layout.rows} rows, the manifest says ${expectedRows}`);
-      copyBatch(block, layout, this.sampleSize, into.images, into.labels, row);
+      copyBatch(block, layout, this.sampleSize, into.features, into.labels, row);
       const labels = into.labels.subarray(row, row + layout.rows);
       const bad = labels.find((label) => !(label >= 0 && label < this.classes));
       if (bad !== undefined) throw new DatasetError(this.path, `corrupt: record batch ${i} holds label ${bad}, outside [0, ${this.classes})`);

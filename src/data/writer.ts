@@ -2,12 +2,15 @@
 // (memory stays at one batch whatever the size), then the manifest with checksums of every file, of
 // its footer and of each record batch. Files appear under their final names only when complete, and
 // the manifest, which is what makes a directory a dataset, is removed first and renamed in last.
+// Image datasets without a feature type are written as they always were (format /2, column
+// `image`), byte for byte; a feature type gives format /3 (column `features`, uint8 or float32).
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import {
   AsyncRecordBatchFileReader,
   Field,
+  Float32,
   FixedSizeList,
   Int32,
   makeData,
@@ -20,22 +23,40 @@ import {
 } from 'apache-arrow';
 import { writeAtomically } from '../atomic-write';
 import { DatasetError } from './errors';
-import { expectedSchema, manifestFile, manifestFormat, splitNames, type Manifest, type SplitEntry, type SplitName } from './manifest';
+import {
+  expectedSchema,
+  featureColumn,
+  imageManifestFormat,
+  manifestFile,
+  manifestFormat,
+  sampleSize,
+  splitNames,
+  type FeatureType,
+  type Manifest,
+  type SplitEntry,
+  type SplitMethod,
+  type SplitName,
+  type Standardization,
+} from './manifest';
 import { crc64 } from '../checksum';
 
 export interface SplitSource {
   rows: number;
-  /** Fills samples [first, first + labels.length): pixels [n, C, H, W] and labels. */
-  fill(first: number, images: Uint8Array, labels: Int32Array): void;
+  /** Fills samples [first, first + labels.length): features [n, ...sampleShape] and labels. */
+  fill(first: number, features: Uint8Array | Float32Array, labels: Int32Array): void;
 }
 
 export interface DatasetInfo {
   name: string;
   /** where the samples came from, for people reading the manifest */
   source: string;
-  /** [C, H, W] */
-  sampleShape: [number, number, number];
+  /** [C, H, W] for images, [F] for feature vectors */
+  sampleShape: number[];
   classNames: string[];
+  /** format /3's feature type and divisor; absent: a format /2 image dataset (uint8 pixels / 255) */
+  features?: { dtype: FeatureType; divisor: number };
+  split?: SplitMethod;
+  standardization?: Standardization;
 }
 
 /** Progress lines go here (for example console.log); called about every two seconds. */
@@ -55,18 +76,27 @@ export async function writeDataset(
   for (const name of splitNames) {
     splits[name] = await writeSplit(path.join(dir, `${name}.arrow`), name, info, sources[name], rowsPerBatch, progress);
   }
-  const manifest: Manifest = {
-    format: manifestFormat,
+  const format = formatOf(info);
+  const { dtype, divisor } = info.features ?? { dtype: 'uint8', divisor: 255 };
+  const manifest = {
+    format,
     name: info.name,
     source: info.source,
     sample_shape: info.sampleShape,
+    ...(info.features ? { dtype, divisor } : {}),
     classes: info.classNames.length,
     class_names: info.classNames,
-    schema: expectedSchema(info.sampleShape),
+    ...(info.split ? { split: info.split } : {}),
+    ...(info.standardization ? { standardization: info.standardization } : {}),
+    schema: expectedSchema(format, info.sampleShape, dtype),
     splits,
   };
   writeAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
-  return manifest;
+  return { ...manifest, dtype, divisor };
+}
+
+function formatOf(info: DatasetInfo): string {
+  return info.features ? manifestFormat : imageManifestFormat;
 }
 
 async function writeSplit(
@@ -77,9 +107,11 @@ async function writeSplit(
   rowsPerBatch: number,
   progress: ProgressSink,
 ): Promise<SplitEntry> {
-  const sampleSize = info.sampleShape.reduce((a, b) => a * b, 1);
-  const imageType = new FixedSizeList(sampleSize, new Field('pixel', new Uint8(), false));
-  const schema = new Schema([new Field('image', imageType, false), new Field('label', new Int32(), false)]);
+  const size = sampleSize(info.sampleShape);
+  const float = info.features?.dtype === 'float32';
+  const valueType = float ? new Float32() : new Uint8();
+  const featureType: FixedSizeList = new FixedSizeList(size, new Field(info.features ? 'value' : 'pixel', valueType, false));
+  const schema = new Schema([new Field(featureColumn(formatOf(info)), featureType, false), new Field('label', new Int32(), false)]);
   const classCounts = new Array<number>(info.classNames.length).fill(0);
   const partial = `${file}.partial`;
   const fd = fs.openSync(partial, 'w');
@@ -92,17 +124,17 @@ async function writeSplit(
     let lastReport = Date.now();
     for (let first = 0; first < source.rows; first += rowsPerBatch) {
       const rows = Math.min(rowsPerBatch, source.rows - first);
-      const images = new Uint8Array(rows * sampleSize);
+      const features = float ? new Float32Array(rows * size) : new Uint8Array(rows * size);
       const labels = new Int32Array(rows);
-      source.fill(first, images, labels);
+      source.fill(first, features, labels);
       for (const label of labels) {
         if (!(label >= 0 && label < classCounts.length)) throw new DatasetError(file, `label ${label} outside [0, ${classCounts.length})`);
         classCounts[label] += 1;
       }
-      const pixels = makeData({ type: new Uint8(), length: images.length, data: images });
-      const image = makeData({ type: imageType, length: rows, nullCount: 0, child: pixels });
+      const values = float ? makeData({ type: new Float32(), length: features.length, data: features as Float32Array }) : makeData({ type: new Uint8(), length: features.length, data: features as Uint8Array });
+      const feature = makeData({ type: featureType, length: rows, nullCount: 0, child: values });
       const label = makeData({ type: new Int32(), length: rows, data: labels });
-      writer.write(new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows, nullCount: 0, children: [image, label] })));
+      writer.write(new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows, nullCount: 0, children: [feature, label] })));
       await new Promise(setImmediate); // lets the drain loop write this batch before the next is built
       if (Date.now() - lastReport > 2000) {
         progress(`[${info.name}] ${name}: ${first + rows}/${source.rows} samples written`);

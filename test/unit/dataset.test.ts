@@ -11,6 +11,7 @@ import { Dataset } from '../../src/data/dataset';
 import { gatherBatch, MicroBatches } from '../../src/data/micro-batches';
 import { batchLayout, copyBatch } from '../../src/data/record-batch';
 import { ShardMap } from '../../src/data/shard-map';
+import { writeDataset, type SplitSource } from '../../src/data/writer';
 import type { ShardData } from '../../src/data/split';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -59,11 +60,14 @@ describe('Arrow datasets', function () {
       assert.equal(dataset.manifest.class_names[9], 'Ankle boot');
       assert.deepEqual(dataset.manifest.splits.train.class_counts, new Array(10).fill(6000));
       assert.deepEqual([dataset.train.rows, dataset.test.rows, dataset.train.recordBatchRows.length], [60000, 10000, 600]);
+      // the bytes every earlier version wrote (format /2): the quickstart's results depend on them
+      assert.equal(dataset.manifest.format, 'ft-train-dataset/2');
+      assert.equal(dataset.manifest.splits.train.sha256, '4de582e231fbf71133341218d02ff3f6946e507ecb47d786cc4dcb25f42f34cc');
       await dataset.verify();
       for (const [split, idxName] of [[dataset.train, 'train'], [dataset.test, 't10k']] as const) {
         const idx = readIdxSplit(debianSource, idxName);
         const all = await split.readAll();
-        assert.ok(Buffer.from(all.images).equals(Buffer.from(idx.images)), `${idxName} pixels differ`);
+        assert.ok(Buffer.from(all.features).equals(Buffer.from(idx.images)), `${idxName} pixels differ`);
         assert.deepEqual(Array.from(all.labels), Array.from(idx.labels));
       }
       // Fashion-MNIST's first training labels, as published
@@ -84,7 +88,7 @@ describe('Arrow datasets', function () {
           assert.ok(read >= shard.rows * 784, `S=${S} shard ${k}: read ${read} bytes for ${shard.rows} images`);
           const all = await dataset.train.readAll();
           const first = layout.firstRow(k);
-          assert.ok(Buffer.from(shard.images).equals(Buffer.from(all.images.subarray(first * 784, (first + shard.rows) * 784))));
+          assert.ok(Buffer.from(shard.features).equals(Buffer.from(all.features.subarray(first * 784, (first + shard.rows) * 784))));
         });
       }
     }
@@ -158,12 +162,12 @@ describe('Arrow datasets', function () {
       const counts = new Array(4).fill(0);
       for (let i = 0; i < train.rows; ++i) {
         counts[train.labels[i]] += 1;
-        for (let j = 0; j < 64; ++j) means[train.labels[i]][j] += train.images[i * 64 + j];
+        for (let j = 0; j < 64; ++j) means[train.labels[i]][j] += train.features[i * 64 + j];
       }
       means.forEach((m, c) => m.forEach((v, j) => (m[j] = v / counts[c])));
       let correct = 0;
       for (let i = 0; i < test.rows; ++i) {
-        const distance = means.map((m) => m.reduce((sum, v, j) => sum + (v - test.images[i * 64 + j]) ** 2, 0));
+        const distance = means.map((m) => m.reduce((sum, v, j) => sum + (v - test.features[i * 64 + j]) ** 2, 0));
         if (distance.indexOf(Math.min(...distance)) === test.labels[i]) correct += 1;
       }
       const accuracy = correct / test.rows;
@@ -247,20 +251,53 @@ describe('Arrow datasets', function () {
       reader.open();
       const { offset, metaDataLength, bodyLength } = reader.footer!.getRecordBatch(3)!;
       const block = fs.readFileSync(file).subarray(Number(offset), Number(offset) + metaDataLength + Number(bodyLength));
-      const layout = batchLayout(block, metaDataLength, 64);
+      const layout = batchLayout(block, metaDataLength, 64, 1);
       assert.equal(layout.rows, 50);
       const images = new Uint8Array(50 * 64);
       const labels = new Int32Array(50);
       copyBatch(block, layout, 64, images, labels, 0);
       await withDataset(synthetic, async (d) => {
         const shard = (await d.train.readShards(d.train.layout(20), [3])).get(3)!;
-        assert.deepEqual(images, shard.images);
+        assert.deepEqual(images, shard.features);
         assert.deepEqual(labels, shard.labels);
       });
-      assert.throws(() => batchLayout(block, metaDataLength, 63), { message: 'its columns are not 50 images of 63 pixels and 50 labels' });
-      assert.throws(() => batchLayout(block.subarray(0, metaDataLength + 100), metaDataLength, 64), { message: `its body of ${Number(bodyLength)} bytes overruns its block` });
-      assert.throws(() => batchLayout(block, block.length + 8, 64), { message: `its metadata length ${block.length + 8} does not fit its ${block.length} bytes` });
-      assert.throws(() => batchLayout(block.subarray(metaDataLength), 16, 64), { message: /^its metadata/ });
+      assert.throws(() => batchLayout(block, metaDataLength, 63, 1), { message: 'its columns are not 50 samples of 63 values and 50 labels' });
+      assert.throws(() => batchLayout(block.subarray(0, metaDataLength + 100), metaDataLength, 64, 1), { message: `its body of ${Number(bodyLength)} bytes overruns its block` });
+      assert.throws(() => batchLayout(block, block.length + 8, 64, 1), { message: `its metadata length ${block.length + 8} does not fit its ${block.length} bytes` });
+      assert.throws(() => batchLayout(block.subarray(metaDataLength), 16, 64, 1), { message: /^its metadata/ });
+    });
+
+    it('float32 feature vectors (format /3): stored, checked and batched exactly, divisor 1', async () => {
+      const dir = path.join(scratch, 'float-features');
+      const value = (row: number, j: number) => Math.fround((row - 7.25) * (j + 1) / 3);
+      const source = (offset: number, rows: number): SplitSource => ({
+        rows,
+        fill(first, features, labels) {
+          for (let i = 0; i < labels.length; ++i) {
+            labels[i] = (offset + first + i) % 3;
+            for (let j = 0; j < 5; ++j) features[i * 5 + j] = value(offset + first + i, j);
+          }
+        },
+      });
+      const info = { name: 'floats', source: 'test', sampleShape: [5], classNames: ['a', 'b', 'c'], features: { dtype: 'float32' as const, divisor: 1 }, split: { method: 'given' as const } };
+      await writeDataset(dir, info, { train: source(0, 23), test: source(100, 7) }, 4);
+      await withDataset(dir, async (d) => {
+        assert.equal(d.manifest.format, 'ft-train-dataset/3');
+        assert.deepEqual([d.sampleShape, d.manifest.dtype, d.manifest.divisor, d.manifest.split], [[5], 'float32', 1, { method: 'given' }]);
+        assert.deepEqual(d.manifest.schema, { features: 'FixedSizeList[5]<Float32>', label: 'Int32' });
+        assert.deepEqual([d.train.recordBatchRows, d.manifest.splits.train.class_counts], [[4, 4, 4, 4, 4, 3], [8, 8, 7]]);
+        await d.verify();
+        const shard = (await d.train.readShards(d.train.layout(3), [1])).get(1)!;
+        assert.ok(shard.features instanceof Float32Array);
+        const x = new Float32Array(10);
+        const labels = new Int32Array(2);
+        gatherBatch(shard, Int32Array.from([0, 7]), x, labels);
+        // shard 1 of 3 over 6 batches holds batches 2 and 3: rows 8..15
+        assert.deepEqual(Array.from(x), [0, 1, 2, 3, 4].map((j) => value(8, j)).concat([0, 1, 2, 3, 4].map((j) => value(15, j))));
+        assert.deepEqual(Array.from(labels), [2, 0]);
+        const test = await d.test.readAll();
+        assert.equal(test.features[34], value(106, 4));
+      });
     });
 
     it('more shards than the data allows', async () => {

@@ -22,7 +22,7 @@ const chunk = 500;
 
 /** Rows [0, rows) of `data`. */
 function firstRows(data: ShardData, rows: number): ShardData {
-  return { ...data, rows, images: data.images.subarray(0, rows * data.sampleSize), labels: data.labels.subarray(0, rows) };
+  return { ...data, rows, features: data.features.subarray(0, rows * data.sampleSize), labels: data.labels.subarray(0, rows) };
 }
 
 /** A few SGD steps on the train split's first rows, running statistics updated as by a one-shard run. */

@@ -22,7 +22,7 @@ const nextTick = (): Promise<void> => new Promise((resolve) => setImmediate(reso
 /** The given rows of a shard: their pixels and labels. */
 function rowsOf(data: ShardData, rows: number[]): { images: number[][]; labels: number[] } {
   return {
-    images: rows.map((r) => Array.from(data.images.subarray(r * data.sampleSize, (r + 1) * data.sampleSize))),
+    images: rows.map((r) => Array.from(data.features.subarray(r * data.sampleSize, (r + 1) * data.sampleSize))),
     labels: rows.map((r) => data.labels[r]),
   };
 }
@@ -64,7 +64,7 @@ describe('Readback', function () {
     assert.equal(readback.bytesRead, shardBytes);
     assert.equal(split.bytesRead - before, shardBytes);
     for (const shard of readback.shards) {
-      assert.ok(Buffer.from(shard.images).equals(Buffer.from(whole.get(shard.shard)!.images)), `shard ${shard.shard} pixels`);
+      assert.ok(Buffer.from(shard.features).equals(Buffer.from(whole.get(shard.shard)!.features)), `shard ${shard.shard} pixels`);
       assert.deepEqual(Array.from(shard.labels), Array.from(whole.get(shard.shard)!.labels));
     }
     await readback.shards[0].ready(Int32Array.from([0, 249]));
