@@ -1,6 +1,6 @@
 // ft-train as a library, under mpirun with real kill -9s: the custom loop (examples/custom-loop/
 // mlp.ts, a model written in TypeScript with its own gradients) loses a rank and ends with the
-// state bit-identical to a run that never failed, reading back exactly the lost shard's bytes; its
+// state bit-identical to a run that never failed, reading back only the lost shard's bytes; its
 // JIT checkpoint resumes on another world size; a resume with other settings is refused in one
 // line. A residual network with batchnorm (models/resnet8.json) keeps its running statistics exact
 // across a kill. And the packed package, installed into a scratch TypeScript project, trains from
@@ -48,8 +48,9 @@ describe('ft-train as a library', function () {
       assert.deepEqual(summary.failures, [{ step: 4, lost: [1], world: 2 }]);
       assert.deepEqual(lines<StepRecord>(killed, 'metrics.jsonl').map((m) => [m.step, m.world]),
         Array.from({ length: 10 }, (_, step) => [step, step < 4 ? 3 : 2]));
+      // the retried step's batches exactly; the rest in the background, which the run's end may cut short, each batch once at most
       const expected = await readbackBytes(3, [1], 4);
-      assert.equal(summary.bytes_read_back, expected.total);
+      assert.ok(summary.bytes_read_back >= expected.beforeRetry && summary.bytes_read_back <= expected.total, `${summary.bytes_read_back} bytes read back`);
       const readback = lines<EventRecord>(killed, 'events.jsonl').filter((e) => e.event === 'readback');
       assert.equal(readback[0].bytes_before_retry, expected.beforeRetry);
       assert.equal(summary.test_accuracy, summaryOf(unfailed).test_accuracy);
