@@ -1,10 +1,16 @@
 // ft-train as a library: `import { train, elastic, ... } from 'ft-train'`. Every rank of a job runs
 // the script that calls these (start it with launch/ft-run --script FILE or `mpirun --with-ft ulfm`).
 export { train, exitWhenDone, InputError, type TrainOutcome, type TrainResult } from './train';
-export { trainSettings, defaultHangTimeoutS, type TrainSettings, type ModelSpecInput, type Setting } from './train-options';
+export { defaultHangTimeoutS, type TrainSettings, type ModelSpecInput } from './train-options';
 export {
   elastic, ElasticLoop, type LoopSettings, type LoopProgram, type LoopResult, type CommitRecord,
-  type MicroBatch, type GradientFn, type ScoreFn, type Evaluation,
+  type StepSum, type MicroBatch, type GradientFn, type ScoreFn, type Score, type Evaluation,
 } from './loop/elastic';
-export type { ModelSpec, LayerSpec } from './nn/spec';
-export type { BatchKey } from './nn/layer';
+export type { ModelSpec, LayerSpec, Inputs } from './nn/spec';
+export type { BatchKey, Layer, MergeLayer } from './nn/layer';
+export type { ParameterStore, ParamView } from './nn/params';
+export type { Failure, FailurePolicy } from './ft/manager';
+export { Net, type StepResult } from './nn/net';
+export { loadSpec, parseSpec, SpecError } from './nn/spec';
+export { cpu } from './nn/cpu';
+export type { Backend, ConvShape, LinearShape, PoolKind, PoolShape } from './nn/backend';

@@ -37,6 +37,7 @@ export interface TrainOutcome<Result = TrainResult> {
 /** Bad input, found before MPI starts, alike on every rank: one line, exit code 2. */
 export class InputError extends Error {
   override name = 'InputError';
+  /** The exit code it ends the process with. */
   readonly exitCode = 2;
 }
 

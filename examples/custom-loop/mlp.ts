@@ -3,7 +3,7 @@
 // trained data-parallel and fault-tolerant by elastic(). Kill a rank and the survivors repair,
 // re-read its shards and finish with the same bits as a run that never failed.
 //
-//   npx tsc -p . && launch/ft-run -n 2 --script dist/examples/custom-loop/mlp.js -- \
+//   launch/ft-run -n 2 --script dist/examples/custom-loop/mlp.js -- \
 //     --data datasets/fashion-mnist --run-dir runs/mlp-loop --steps 30
 //
 // (A project that installs ft-train imports from 'ft-train' instead of '../../src'.)

@@ -30,6 +30,7 @@ import { beat, killDeclaredDead, peersGone } from './hangs';
 import { repair, withDeadline, type Repair } from './repair';
 import { ProtocolStop } from './stop';
 
+/** What a failure does: exact (bit-identical result), shrink (survivors keep their batch), none (the job ends). */
 export type FailurePolicy = 'exact' | 'shrink' | 'none';
 
 export interface ProtocolConfig {
@@ -101,9 +102,13 @@ interface JoinMessage {
   sharded?: JoinMeta;
 }
 
+/** A failure the run recovered from. */
 export interface Failure {
+  /** the step it interrupted (retried on the repaired world) */
   step: number;
+  /** the world ranks lost */
   lost: number[];
+  /** working ranks after the recovery */
   world: number;
 }
 

@@ -23,7 +23,7 @@ import { Dataset } from '../data/dataset';
 import { MicroBatches } from '../data/micro-batches';
 import type { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
-import { Manager, type StateSource } from '../ft/manager';
+import { Manager, type Failure, type StateSource } from '../ft/manager';
 import { parseDrill } from '../ft/drills';
 import { ProtocolStop } from '../ft/stop';
 import { cpu } from '../nn/cpu';
@@ -35,7 +35,7 @@ import { BatchBuffers, computeShards, evaluateSplit, type Evaluation, type Gradi
 import { InputError, type TrainOutcome } from '../train';
 import { checkSetting, trainSettings, type TrainSettings } from '../train-options';
 
-export type { Evaluation, GradientFn, MicroBatch, ScoreFn } from '../solver/shard-steps';
+export type { Evaluation, GradientFn, MicroBatch, Score, ScoreFn } from '../solver/shard-steps';
 
 /** The settings of a custom loop: ft-train's own where they mean the same, and the state to keep. */
 export interface LoopSettings extends Pick<TrainSettings, 'data' | 'runDir' | 'steps' | 'epochs' | 'batch' | 'seed' | 'shards'
@@ -60,19 +60,31 @@ export interface LoopProgram {
 
 /** A custom loop's result, on every rank that reached the end. */
 export interface LoopResult {
+  /** steps committed */
   steps: number;
+  /** the last step's loss */
   finalLoss: number;
   /** the last evaluate()'s, if any */
   evaluation?: Evaluation;
-  failures: { step: number; lost: number[]; world: number }[];
+  failures: Failure[];
+  /** working ranks at the start and at the end */
   worldInitial: number;
   worldFinal: number;
   /** sha256 of the state's bytes */
   stateSha256: string;
 }
 
+/** A step's gradient summed over all shards, and its loss. */
+export interface StepSum {
+  /** laid out like `state`; valid until the next sum() */
+  gradient: Float32Array;
+  /** the step's mean loss over its global batch */
+  loss: number;
+}
+
 /** Fields of the step record commit() writes to metrics.jsonl besides the loop's own. */
 export interface CommitRecord {
+  /** the step's learning rate, for the metrics and the report (default 0) */
   lr?: number;
   [field: string]: number | undefined;
 }
@@ -110,6 +122,7 @@ function resolveLoopSettings(settings: LoopSettings): Required<Pick<LoopSettings
 export class ElasticLoop {
   /** The registered tensors, all in one buffer (`tensors` are views of it). */
   readonly state: Float32Array;
+  /** Each registered tensor, a view of `state`. */
   readonly tensors: Record<string, Float32Array> = {};
   /** Where user code puts one micro-batch's gradient, laid out like `state`. */
   readonly gradient: Float32Array;
@@ -170,6 +183,7 @@ export class ElasticLoop {
     return this.ft.size;
   }
 
+  /** This rank's place among the working ranks (0 .. size - 1). */
   get rank(): number {
     return this.ft.rank;
   }
@@ -184,6 +198,7 @@ export class ElasticLoop {
     return this.dataset.sampleShape;
   }
 
+  /** The dataset's class count. */
   get classes(): number {
     return this.dataset.classes;
   }
@@ -202,7 +217,7 @@ export class ElasticLoop {
    * `batch.samples`, into `loop.gradient` and returns the micro-batch's mean loss. Resolves once
    * the survivors have agreed on the step; the state must not change before then.
    */
-  async sum(compute: GradientFn): Promise<{ gradient: Float32Array; loss: number }> {
+  async sum(compute: GradientFn): Promise<StepSum> {
     const P = this.state.length;
     for (;;) {
       this.started = performance.now();

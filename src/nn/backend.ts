@@ -3,11 +3,11 @@
 // All tensors are row-major Float32Arrays: activations NCHW, convolution weights OIHW
 // (out, in, kh, kw), linear weights [out, in].
 
-/** [N, C, H, W, K, R, S, stride, pad]: input N x C x H x W, K filters of C x R x S. */
+/** `[N, C, H, W, K, R, S, stride, pad]`: input N x C x H x W, K filters of C x R x S. */
 export type ConvShape = [number, number, number, number, number, number, number, number, number];
-/** [N, C, H, W, R, stride, pad]: an R x R window. */
+/** `[N, C, H, W, R, stride, pad]`: an R x R window. */
 export type PoolShape = [number, number, number, number, number, number, number];
-/** [N, I, O]: N samples, I inputs, O outputs. */
+/** `[N, I, O]`: N samples, I inputs, O outputs. */
 export type LinearShape = [number, number, number];
 export type PoolKind = 'max' | 'avg';
 

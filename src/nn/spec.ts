@@ -7,8 +7,9 @@
 import * as fs from 'node:fs';
 
 /** Set only where the spec file names the inputs: a chain spec parses to the same objects as before graphs. */
-interface Inputs { inputs?: string[] }
+export interface Inputs { inputs?: string[] }
 
+/** One layer of a model spec, every default filled in (see the README's layer types). */
 export type LayerSpec = Inputs & (
   | { type: 'conv'; name: string; filters: number; kernel: number; stride: number; pad: number }
   | { type: 'maxpool' | 'avgpool'; name: string; kernel: number; stride: number; pad: number }
@@ -18,12 +19,15 @@ export type LayerSpec = Inputs & (
   | { type: 'batchnorm'; name: string; momentum: number; eps: number }
   | { type: 'layernorm'; name: string; eps: number });
 
+/** A model: the input shape, the classes and the layers (a graph in topological order). */
 export interface ModelSpec {
   /** Where it came from, for messages. */
   file: string;
+  /** The model's name (default: the file). */
   name: string;
   /** Per-sample input shape: [F] or [C, H, W]. */
   input: number[];
+  /** Classes of the softmax cross-entropy on top. */
   classes: number;
   layers: LayerSpec[];
 }

@@ -14,6 +14,7 @@ export interface MicroBatch {
   x: Float32Array;
   /** [rows] */
   labels: Int32Array;
+  /** samples in this micro-batch */
   rows: number;
   /** samples in the whole step (all shards): the gradient is the sum of per-sample gradients / samples */
   samples: number;
@@ -24,9 +25,16 @@ export interface MicroBatch {
 /** Computes a micro-batch's gradient into the loop's gradient buffer (overwriting it); returns its mean loss. */
 export type GradientFn = (batch: MicroBatch) => number;
 
-/** Loss and correct count of a batch evaluated without training behaviour. */
-export type ScoreFn = (x: Float32Array, labels: Int32Array, rows: number) => { loss: number; correct: number };
+/** Scores a batch x[rows, ...] without training behaviour: its mean loss and how many it classified right. */
+export type ScoreFn = (x: Float32Array, labels: Int32Array, rows: number) => Score;
 
+/** A batch's mean loss and correct count. */
+export interface Score {
+  loss: number;
+  correct: number;
+}
+
+/** Accuracy and mean loss over a whole split. */
 export interface Evaluation {
   accuracy: number;
   loss: number;

@@ -14,7 +14,7 @@ import type { Dataset } from '../data/dataset';
 import { gatherBatch, MicroBatches } from '../data/micro-batches';
 import type { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
-import type { FailurePolicy, Manager, ProtocolObserver, StateSource } from '../ft/manager';
+import type { Failure, FailurePolicy, Manager, ProtocolObserver, StateSource } from '../ft/manager';
 import { ProtocolStop } from '../ft/stop';
 import type { Backend } from '../nn/backend';
 import type { Net } from '../nn/net';
@@ -24,7 +24,7 @@ import { Optimizer, type OptimizerSettings } from './optimizer';
 import { BatchBuffers, computeShards, evaluateSplit, type Evaluation } from './shard-steps';
 import { ShrinkSchedule, type ShrinkStep } from './shrink-schedule';
 
-export type { FailurePolicy } from '../ft/manager';
+export type { Failure, FailurePolicy } from '../ft/manager';
 export type { StepRecord } from '../run/records';
 
 export interface TrainConfig {
@@ -54,14 +54,21 @@ export interface TrainObserver extends ProtocolObserver {
   step(record: StepRecord): void;
 }
 
+/** A training run's outcome, as summary.json records it. */
 export interface TrainResult {
+  /** steps trained */
   steps: number;
+  /** the last step's loss (mean over its global batch) */
   finalLoss: number;
+  /** on the test split, at the end */
   testAccuracy: number;
   testLoss: number;
-  failures: { step: number; lost: number[]; world: number }[];
+  /** each failure: the step it interrupted, the world ranks lost, the world size after it */
+  failures: Failure[];
+  /** working ranks at the start and at the end */
   worldInitial: number;
   worldFinal: number;
+  /** sha256 of the parameters' bytes (then the buffers', for a net with batchnorm) */
   paramsSha256: string;
   /** bytes of optimizer state this rank holds, and of what it keeps for peers' redundancy */
   optimizerBytes: { state: number; redundancy: number };
