@@ -88,6 +88,15 @@ describe('ft-train as a library', function () {
     assert.deepEqual(JSON.parse(fs.readFileSync(path.join(three, 'model.json'), 'utf8')).name, 'resnet8');
   });
 
+  it('npm run docs: the API reference of the front door, built without a warning (TypeDoc treats them as errors)', () => {
+    const out = path.join(scratch, 'api');
+    execFileSync(process.execPath, [path.join(repoRoot, 'node_modules', 'typedoc', 'bin', 'typedoc'), '--options', 'typedoc.json', '--out', out], { cwd: repoRoot, encoding: 'utf8', timeout: 120_000 });
+    for (const page of ['functions/train.html', 'functions/elastic.html', 'classes/ElasticLoop.html', 'interfaces/TrainSettings.html']) {
+      assert.ok(fs.existsSync(path.join(out, page)), `no ${page}`);
+    }
+    assert.match(fs.readFileSync(path.join(out, 'interfaces', 'TrainSettings.html'), 'utf8'), /Global batch, split over the shards/);
+  });
+
   it('the packed package: `import { train } from \'ft-train\'` in another TypeScript project, 2 ranks under its launcher', async function () {
     const pack = path.join(scratch, 'pack');
     const project = path.join(scratch, 'project');
