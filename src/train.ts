@@ -156,7 +156,7 @@ async function prepare(options: TrainOptions): Promise<{ dataset: Dataset; net: 
     }
     const resume = options.resume !== undefined && !joining ? checkResume(options, spec, dataset) : undefined;
     options.rankBatch = checkShards(options, dataset, worldSize, resume);
-    if (!joining) createRunDir(options.runDir);
+    if (!joining) createRunDir(options.runDir, resume !== undefined);
     return { dataset, net, resume };
   } catch (error) {
     // its file handles would otherwise be closed by the garbage collector, with a warning on stderr

@@ -14,7 +14,7 @@ import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainC
 import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { runFiles } from '../run/files';
 import { rankList, signalRanks } from '../run/pids';
-import { readObject } from '../run/reader';
+import { fileSize, readObject } from '../run/reader';
 
 /** How long the ranks get to checkpoint and stop after the first SIGINT/SIGTERM before mpirun is told to end the job. */
 const stopGraceMs = 30_000;
@@ -36,10 +36,30 @@ function shellQuote(word: string): string {
   return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
 }
 
+/**
+ * What of the run directory was there before this job: a resumed run appends to its history, and
+ * only this job's events and summary tell how it went.
+ */
+interface Before {
+  /** where this job's events start in events.jsonl */
+  eventsFrom: number;
+  /** a summary.json that was there already (ft-train refuses to write into such a run) */
+  summary: boolean;
+}
+
+function before(runDir: string): Before {
+  return { eventsFrom: fileSize(path.join(runDir, runFiles.events)), summary: fs.existsSync(path.join(runDir, runFiles.summary)) };
+}
+
+/** Whether this job wrote summary.json. */
+function summaryWritten(runDir: string, was: Before): boolean {
+  return !was.summary && fs.existsSync(path.join(runDir, runFiles.summary));
+}
+
 /** Why the run in `runDir` did not finish, or undefined when it completed or stopped cleanly on SIGTERM. */
-function unfinished(runDir: string): string | undefined {
+function unfinished(runDir: string, was: Before): string | undefined {
   const summaryFile = path.join(runDir, runFiles.summary);
-  if (fs.existsSync(summaryFile)) {
+  if (summaryWritten(runDir, was)) {
     let status: unknown;
     try {
       status = readObject(summaryFile).status;
@@ -48,13 +68,13 @@ function unfinished(runDir: string): string | undefined {
     }
     return status === 'complete' ? undefined : `${summaryFile} says status ${JSON.stringify(status)}`;
   }
-  return stopReasons(runDir).at(-1) === 'sigterm' ? undefined : `no summary.json in ${runDir}`;
+  return stopReasons(runDir, was.eventsFrom).at(-1) === 'sigterm' ? undefined : `no summary.json${was.summary ? ' of its own' : ''} in ${runDir}`;
 }
 
-/** The reasons of the run's `stop` events, in order; read leniently: the run may have been killed mid-line. */
-function stopReasons(runDir: string): unknown[] {
+/** The reasons of this job's `stop` events (from byte `from` on), in order; read leniently: the run may have been killed mid-line. */
+function stopReasons(runDir: string, from: number): unknown[] {
   const eventsFile = path.join(runDir, runFiles.events);
-  return (fs.existsSync(eventsFile) ? fs.readFileSync(eventsFile, 'utf8').split('\n') : [])
+  return (fs.existsSync(eventsFile) ? fs.readFileSync(eventsFile).subarray(from).toString('utf8').split('\n') : [])
     .map((line) => { try { return JSON.parse(line) as { event?: string; reason?: string }; } catch { return {}; } })
     .filter((record) => record.event === 'stop').map((record) => record.reason);
 }
@@ -70,8 +90,8 @@ function stopRanks(runDir: string, marker: string): number {
 }
 
 /** Whether the ranks are done with the run directory: summary.json written, or a stop recorded. */
-function runEnded(runDir: string): boolean {
-  return fs.existsSync(path.join(runDir, runFiles.summary)) || stopReasons(runDir).length > 0;
+function runEnded(runDir: string, was: Before): boolean {
+  return summaryWritten(runDir, was) || stopReasons(runDir, was.eventsFrom).length > 0;
 }
 
 /**
@@ -80,7 +100,7 @@ function runEnded(runDir: string): boolean {
  * never reports: once the run has ended (summary.json or a stop), mpirun gets `endGraceMs`, then
  * ft-run ends it.
  */
-function runJob(job: Command, runDir: string, endGraceMs: number): Promise<{ code: number; stopAsked: boolean }> {
+function runJob(job: Command, runDir: string, was: Before, endGraceMs: number): Promise<{ code: number; stopAsked: boolean }> {
   const marker = `FT_RUN_JOB=${process.pid}`;
   // a process group of its own: Ctrl-C reaches ft-run alone, which asks for a clean stop (mpirun
   // would kill the ranks at once); stdin closed, since a background group reading the terminal stops
@@ -109,7 +129,7 @@ function runJob(job: Command, runDir: string, endGraceMs: number): Promise<{ cod
   let endedAt: number | undefined;
   let killTimer: NodeJS.Timeout | undefined;
   const watch = setInterval(() => {
-    endedAt ??= runEnded(runDir) ? Date.now() : undefined;
+    endedAt ??= runEnded(runDir, was) ? Date.now() : undefined;
     if (endedAt === undefined || Date.now() - endedAt < endGraceMs || killTimer !== undefined) return;
     console.error(`ft-run: the run ended ${endGraceMs / 1000} s ago but mpirun has not (ranks on a host it cannot reach?): ending it`);
     endJob();
@@ -167,9 +187,10 @@ async function main(): Promise<number> {
     console.log([...settings, ...[job.command, ...job.args].map(shellQuote)].join(' '));
     return 0;
   }
-  const { code, stopAsked } = await runJob(job, runDir, (3 * hangTimeoutOf(trainArgs) + 10) * 1000);
-  const why = unfinished(runDir);
-  const complete = why === undefined && fs.existsSync(path.join(runDir, runFiles.summary));
+  const was = before(runDir);
+  const { code, stopAsked } = await runJob(job, runDir, was, (3 * hangTimeoutOf(trainArgs) + 10) * 1000);
+  const why = unfinished(runDir, was);
+  const complete = why === undefined && summaryWritten(runDir, was);
   // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the
   // survivors recovered and finished: the complete summary, written last and atomically, decides
   if (code !== 0 && complete) {

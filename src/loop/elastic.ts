@@ -338,7 +338,7 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
       batch: s.batch, seed: s.seed, shards, steps: s.steps ?? null, epochs: s.epochs ?? null, user: s.identity ?? {},
     };
     if (resume) checkIdentity(resume.dir, resume.manifest, identity);
-    createRunDir(s.runDir);
+    createRunDir(s.runDir, resume !== undefined);
   } catch (error) {
     await dataset?.close();
     throw new InputError(`ft-train: ${(error as Error).message}`);

@@ -34,6 +34,11 @@ export function readObject(file: string): Json {
   return value;
 }
 
+/** The file's size in bytes, 0 when it does not exist: where a run that continues it starts. */
+export function fileSize(file: string): number {
+  return fs.existsSync(file) ? fs.statSync(file).size : 0;
+}
+
 /** The objects of a JSON-lines file with their line numbers (blank lines skipped). */
 export function readLines(file: string): { value: Json; line: number }[] {
   const text = readText(file);
@@ -53,10 +58,13 @@ export function readLines(file: string): { value: Json; line: number }[] {
   return lines;
 }
 
-/** The last line of a JSON-lines file of a live run; undefined before the first, or while it is being written. */
-export function lastRecord<T>(file: string): T | undefined {
+/**
+ * The last line of a JSON-lines file of a live run, among those from byte `from` on (a resumed
+ * run's own, past the history it continues); undefined before the first, or while it is being written.
+ */
+export function lastRecord<T>(file: string, from = 0): T | undefined {
   if (!fs.existsSync(file)) return undefined;
-  const lines = fs.readFileSync(file, 'utf8').trimEnd().split('\n').filter(Boolean);
+  const lines = fs.readFileSync(file).subarray(from).toString('utf8').trimEnd().split('\n').filter(Boolean);
   try {
     return lines.length === 0 ? undefined : (JSON.parse(lines[lines.length - 1]) as T);
   } catch {

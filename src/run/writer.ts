@@ -7,15 +7,20 @@ import { namingFile } from '../file-errors';
 import { writeAtomically } from '../atomic-write';
 import { runFiles } from './files';
 import { pidFileText } from './pids';
-import { lastRecord } from './reader';
+import { fileSize, lastRecord } from './reader';
 import type { EventRecord, RunEvent, StepRecord, Summary } from './records';
 
-/** Throws one line if `dir` already holds a run (anything in it); creates it otherwise. */
-export function createRunDir(dir: string): void {
+/**
+ * Creates the run directory. One that already holds a run is refused in one line, unless the run
+ * resumes (`resuming`) and that run did not complete: then this run appends to its files, keeping
+ * their history (the report draws both as one run, the resume marked).
+ */
+export function createRunDir(dir: string, resuming = false): void {
   if (fs.existsSync(dir)) {
     if (!fs.statSync(dir).isDirectory()) throw new Error(`${dir}: --run-dir exists and is not a directory`);
     const entries = fs.readdirSync(dir).filter((name) => name !== runFiles.logs && name !== runFiles.pids);
-    if (entries.length > 0) throw new Error(`${dir}: --run-dir already holds a run (${entries.slice(0, 3).join(', ')}); choose a new directory`);
+    if (resuming && entries.includes(runFiles.summary)) throw new Error(`${dir}: --run-dir holds a run that completed (${runFiles.summary}); resume into a new directory`);
+    if (!resuming && entries.length > 0) throw new Error(`${dir}: --run-dir already holds a run (${entries.slice(0, 3).join(', ')}); choose a new directory or --resume it`);
   }
   fs.mkdirSync(path.join(dir, runFiles.logs), { recursive: true });
   fs.mkdirSync(path.join(dir, runFiles.pids), { recursive: true });
@@ -26,8 +31,14 @@ export class RunLog {
   /** the last committed steps' records and the last events, for a new leader to fill in what the old one missed */
   private recent: StepRecord[] = [];
   private recentEvents: EventRecord[] = [];
+  /** where this run's lines start in metrics.jsonl and events.jsonl (past a resumed run's history) */
+  private readonly metricsFrom: number;
+  private readonly eventsFrom: number;
 
   constructor(readonly dir: string, private readonly worldRank: number) {
+    // every rank opens its log before MPI starts, before the leader can write a line of this run
+    this.metricsFrom = fileSize(path.join(dir, runFiles.metrics));
+    this.eventsFrom = fileSize(path.join(dir, runFiles.events));
     fs.writeFileSync(path.join(dir, runFiles.pids, String(worldRank)), pidFileText());
   }
 
@@ -38,7 +49,7 @@ export class RunLog {
   /** Makes this rank the writer (or not); on becoming it, appends the steps and events the files lack. */
   setLeader(leader: boolean): void {
     if (leader && !this.leader) {
-      const lastStep = lastRecord<StepRecord>(path.join(this.dir, runFiles.metrics))?.step ?? -1;
+      const lastStep = lastRecord<StepRecord>(path.join(this.dir, runFiles.metrics), this.metricsFrom)?.step ?? -1;
       for (const record of this.recent) if (record.step > lastStep) this.append(runFiles.metrics, record);
       for (const record of this.missingEvents()) this.append(runFiles.events, record);
     }
@@ -59,7 +70,7 @@ export class RunLog {
     const written = new Map<string, number>();
     const file = path.join(this.dir, runFiles.events);
     if (fs.existsSync(file)) {
-      for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+      for (const line of fs.readFileSync(file).subarray(this.eventsFrom).toString('utf8').split('\n')) {
         try {
           const k = key(JSON.parse(line) as RunEvent);
           written.set(k, (written.get(k) ?? 0) + 1);
@@ -98,7 +109,6 @@ export class RunLog {
   }
 }
 
-/** The leader's last words, each written atomically: model.safetensors, then summary.json. */
 /** The final model: its spec (when known) first, then the weights, each atomically. */
 export function writeModel(dir: string, safetensors: Uint8Array, spec?: string): void {
   if (spec !== undefined) writeAtomically(path.join(dir, runFiles.modelSpec), spec);

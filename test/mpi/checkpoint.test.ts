@@ -60,6 +60,22 @@ describe('checkpoints and --resume', function () {
     assert.match(run.job.stdout, /resumed from .*step-00000020 at step 20 on 3 ranks/);
   });
 
+  it('--resume into the same run directory (launch/ft-run): its history kept, this run appended, the same bits; a completed one refused', async () => {
+    const dir = newDir();
+    await train(4, dir, '--drill', 'rank=1,step=20', ...[0, 2, 3].flatMap((r) => ['--drill', `rank=${r},step=35`]));
+    const ftRun = (args: string[]) => runCommand(path.join(repoRoot, 'launch', 'ft-run'), ['-n', '2', '--', ...common, '--run-dir', dir, ...args], process.env, 120_000, 'ft-run --resume');
+    const job = await ftRun(['--resume', dir]);
+    assert.equal(job.code, 0, job.stdout + job.stderr);
+    assert.equal(sha(dir), sha(baseline));
+    const steps = fs.readFileSync(path.join(dir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l).step);
+    assert.deepEqual(steps, [...Array.from({ length: 35 }, (_, i) => i), ...Array.from({ length: 40 }, (_, i) => 20 + i)]);
+    const marks = events(dir).filter((e) => ['start', 'resume'].includes(e.event)).map((e) => [e.event, e.step]);
+    assert.deepEqual(marks, [['start', undefined], ['start', undefined], ['resume', 20]]);
+    const again = await ftRun(['--resume', dir]);
+    assert.equal(again.code, 2);
+    assert.match(again.stderr, new RegExp(`ft-train: ${dir}: --run-dir holds a run that completed \\(summary.json\\); resume into a new directory`));
+  });
+
   it('SIGTERM to one rank: a checkpoint at the next step, exit 0, and the resumed run ends the same', async () => {
     const dir = newDir();
     const job = train(4, dir);

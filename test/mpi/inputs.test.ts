@@ -97,7 +97,7 @@ describe('ft-train: bad input is refused before MPI starts', function () {
       fs.writeFileSync(path.join(dir, 'events.jsonl'), '');
       const job = await alone([...common, '--run-dir', dir]);
       assert.equal(job.code, 2, job.stderr);
-      assert.deepEqual(job.stderr.trim().split('\n'), [`ft-train: ${dir}: --run-dir already holds a run (events.jsonl); choose a new directory`]);
+      assert.deepEqual(job.stderr.trim().split('\n'), [`ft-train: ${dir}: --run-dir already holds a run (events.jsonl); choose a new directory or --resume it`]);
       assert.deepEqual(fs.readdirSync(dir), ['events.jsonl']);
     });
   });

@@ -28,7 +28,7 @@ describe('run directory', () => {
     assert.deepEqual(fs.readdirSync(dir).sort(), [runFiles.logs, runFiles.pids]);
     createRunDir(dir); // logs/ and pids/ alone are no run
     fs.writeFileSync(path.join(dir, runFiles.metrics), '');
-    assert.throws(() => createRunDir(dir), { message: `${dir}: --run-dir already holds a run (metrics.jsonl); choose a new directory` });
+    assert.throws(() => createRunDir(dir), { message: `${dir}: --run-dir already holds a run (metrics.jsonl); choose a new directory or --resume it` });
   });
 
   it('a new leader appends the steps and events the old one did not write, each once', async () => {
