@@ -7,7 +7,7 @@ import { convertCsv, headerModes, type HeaderMode } from '../data/convert/csv';
 import { convertHf } from '../data/convert/hf';
 import { convertImages, parseImageShape } from '../data/convert/images';
 import { convertParquet } from '../data/convert/parquet';
-import { commandLine, runMain, UsageError } from './command';
+import { commandLine, runMain } from './command';
 import type { CommonOptions } from '../data/convert/build';
 import type { Manifest } from '../data/manifest';
 
@@ -101,11 +101,4 @@ async function main(): Promise<void> {
   await work;
 }
 
-// runMain's one line and exit 1 for bad input; a usage error exits 2
-runMain('ft-data', () =>
-  main().catch((error: unknown) => {
-    if (!(error instanceof UsageError)) throw error;
-    console.error(error.message);
-    process.exitCode = 2;
-  }),
-);
+runMain('ft-data', main);
