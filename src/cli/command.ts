@@ -18,7 +18,7 @@ export function commandLine(program: string, usage: string, argv: string[] = hid
     .usage(usage)
     .strict()
     .help()
-    .version('version', 'show the version', `${program} ${version}`)
+    .version('version', 'Show version number', `${program} ${version}`)
     .wrap(Math.min(100, process.stdout.columns ?? 100))
     // before yargs' own checks, so that a misspelled required flag is named as unknown, not as missing
     .middleware(() => checkFlags(program, argv, (parser as unknown as { getOptions(): KnownOptions }).getOptions()), true)

@@ -19,7 +19,7 @@ function common(args: Argv): Argv<CommonOptionsArgs> {
     .option('out', { type: 'string', demandOption: true, describe: 'dataset directory to write (written atomically)' })
     .option('force', { type: 'boolean', default: false, describe: 'replace --out if it exists' })
     .option('name', { type: 'string', describe: 'dataset name in the manifest (default: the input\'s base name)' })
-    .option('test', { type: 'string', describe: 'a separate input of the same kind as the test split (instead of --test-fraction)' })
+    .option('test', { type: 'string', describe: 'a separate input of the same kind as the test split (default: none, --test-fraction draws it)' })
     .option('test-fraction', { type: 'number', default: 0.2, describe: `fraction of each class drawn into test, in (0, ${maxTestFraction}] (seeded, stratified)` })
     .option('seed', { type: 'number', default: 0, describe: 'seed of the test draw' })
     .option('rows-per-batch', { type: 'number', default: defaultRowsPerBatch, describe: 'samples per Arrow record batch (shards are whole batches)' })

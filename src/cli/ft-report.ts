@@ -18,7 +18,7 @@ runMain('ft-report', async () => {
     .strict(false)
     .strictOptions() // the run directories are positional
     .option('o', { alias: 'output', type: 'string', demandOption: true, describe: 'the HTML report to write (self-contained, opens offline)' })
-    .option('png', { type: 'string', describe: 'also write the charts as one PNG' })
+    .option('png', { type: 'string', describe: 'also write the charts as one PNG (default: none)' })
     .option('baseline', { type: 'string', describe: 'compare every run\'s params_sha256 with this run (default: per run, the first listed that lost no rank and has the same setup)' })
     .option('title', { type: 'string', default: 'ft-train report', describe: 'the report\'s title' })
     .option('strict', { type: 'boolean', default: false, describe: 'refuse to write a report when a run directory cannot be read (default: pass it over, named in the report)' })
