@@ -156,7 +156,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   model: { kind: 'string', path: true, required: true, describe: 'model spec (JSON), e.g. models/lenet.json', group: 'Job' },
   data: { kind: 'string', path: true, required: true, describe: 'dataset directory, e.g. datasets/fashion-mnist', group: 'Job' },
   runDir: { kind: 'string', path: true, required: true, describe: 'new directory for metrics, events, summary, model', group: 'Job' },
-  steps: { kind: 'integer', min: 1, describe: 'steps to train (or --epochs)', group: 'Job' },
+  steps: { kind: 'integer', min: 1, describe: 'steps to train (or --epochs; default: one epoch)', group: 'Job' },
   epochs: { kind: 'integer', min: 1, describe: 'epochs to train (default 1 when --steps is absent)', group: 'Job' },
   evalEvery: { kind: 'integer', min: 0, default: 0, describe: 'test-set evaluation every K steps (0: at the end only)', group: 'Job' },
   threads: { kind: 'integer', min: 1, default: 1, describe: 'compute threads per rank (the result depends on it: a resume must keep it)', group: 'Job' },
@@ -186,7 +186,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   checkpointDir: { kind: 'string', path: true, describe: 'where checkpoints go (default: <run-dir>/ckpt)', group: 'Checkpoints' },
   checkpointEvery: { kind: 'integer', min: 0, default: 0, describe: 'also a checkpoint every K steps (0: none)', group: 'Checkpoints' },
   keepCheckpoints: { kind: 'integer', min: 1, default: 3, describe: 'complete checkpoints kept (newest)', group: 'Checkpoints' },
-  resume: { kind: 'string', path: true, describe: 'continue from a checkpoint, a checkpoint directory or a run directory (newest complete checkpoint), at any world size', group: 'Checkpoints' },
+  resume: { kind: 'string', path: true, describe: 'continue from a checkpoint, a checkpoint directory or a run directory (newest complete checkpoint), at any world size (default: none, a fresh start)', group: 'Checkpoints' },
 };
 
 /** `weightDecay` -> `weight-decay`. */

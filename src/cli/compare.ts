@@ -5,7 +5,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readRuns, writeReport } from '../report/report';
-import { commandLine, last, runMain } from './command';
+import { commandLine, last, runMain, UsageError } from './command';
 import { runDrill, type Kill } from './fault-drill';
 
 /** Flags compare sets itself for every run. */
@@ -23,13 +23,13 @@ interface Plan {
 
 function parseRanks(text: string): number[] {
   const ranks = text.split(',').map((part) => Number(part.trim()));
-  for (const n of ranks) if (!Number.isSafeInteger(n) || n < 2) throw new Error(`--ranks expects world sizes >= 2 separated by commas (e.g. 4,8), got "${text}"`);
+  for (const n of ranks) if (!Number.isSafeInteger(n) || n < 2) throw new UsageError(`compare: --ranks expects world sizes >= 2 separated by commas (e.g. 4,8), got "${text}"`);
   return ranks;
 }
 
 function parsePolicies(text: string): Policy[] {
   const policies = text.split(',').map((part) => part.trim());
-  for (const p of policies) if (p !== 'exact' && p !== 'shrink') throw new Error(`--policies expects exact and/or shrink separated by commas, got "${text}"`);
+  for (const p of policies) if (p !== 'exact' && p !== 'shrink') throw new UsageError(`compare: --policies expects exact and/or shrink separated by commas, got "${text}"`);
   return [...new Set(policies)] as Policy[];
 }
 
@@ -61,17 +61,17 @@ runMain('compare', async () => {
   const batch = last(args.batch);
   const [model, data] = [last(args.model), last(args.data)];
   const extra = args._.map(String);
-  if (!Number.isSafeInteger(steps) || steps < 2) throw new Error(`--steps expects an integer >= 2, got ${steps}`);
-  if (!Number.isSafeInteger(killStep) || killStep < 0 || killStep >= steps - 1) throw new Error(`--kill-step expects a step in 0..${steps - 2} (the run must go on after it), got ${killStep}`);
-  if (!Number.isSafeInteger(killRank) || killRank < 0 || killRank >= Math.min(...ranks)) throw new Error(`--kill-rank expects a world rank in 0..${Math.min(...ranks) - 1}, got ${killRank}`);
-  if (!Number.isSafeInteger(batch) || batch < 1) throw new Error(`--batch expects an integer >= 1, got ${batch}`);
-  if (policies.includes('shrink')) for (const n of ranks) if (batch % n !== 0) throw new Error(`--batch ${batch}: shrink mode needs it divisible by every world size (${n} is not a divisor)`);
+  if (!Number.isSafeInteger(steps) || steps < 2) throw new UsageError(`compare: --steps expects an integer >= 2, got ${steps}`);
+  if (!Number.isSafeInteger(killStep) || killStep < 0 || killStep >= steps - 1) throw new UsageError(`compare: --kill-step expects a step in 0..${steps - 2} (the run must go on after it), got ${killStep}`);
+  if (!Number.isSafeInteger(killRank) || killRank < 0 || killRank >= Math.min(...ranks)) throw new UsageError(`compare: --kill-rank expects a world rank in 0..${Math.min(...ranks) - 1}, got ${killRank}`);
+  if (!Number.isSafeInteger(batch) || batch < 1) throw new UsageError(`compare: --batch expects an integer >= 1, got ${batch}`);
+  if (policies.includes('shrink')) for (const n of ranks) if (batch % n !== 0) throw new UsageError(`compare: --batch ${batch}: shrink mode needs it divisible by every world size (${n} is not a divisor)`);
   // yargs takes --runDir for --run-dir and --run-dir=x for --run-dir x
   const flagName = (arg: string) => arg.split('=')[0].replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
   const clash = extra.find((arg) => ownFlags.includes(flagName(arg)));
-  if (clash) throw new Error(`${flagName(clash)} is set by compare itself; use its own flag (see --help)`);
+  if (clash) throw new UsageError(`compare: ${flagName(clash)} is set by compare itself; use its own flag (see --help)`);
   const out = last(args.out ?? path.join('runs', `compare-${stamp()}`));
-  if (fs.existsSync(out) && (!fs.statSync(out).isDirectory() || fs.readdirSync(out).length > 0)) throw new Error(`${out}: --out exists and is not an empty directory`);
+  if (fs.existsSync(out) && (!fs.statSync(out).isDirectory() || fs.readdirSync(out).length > 0)) throw new UsageError(`compare: ${out}: --out exists and is not an empty directory`);
 
   const plans: Plan[] = ranks.flatMap((n) => [
     { name: `n${n}-sgd`, ranks: n, onFailure: 'exact' as const, kills: [], describe: `${n} ranks, SGD, no failure` },
@@ -92,7 +92,7 @@ runMain('compare', async () => {
       if (outcome.passed) console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: done in ${seconds} s, ${outcome.summary!.world_final} of ${plan.ranks} ranks left, params_sha256 ${outcome.summary!.params_sha256.slice(0, 16)}`);
       else {
         // ft-train's exit code for bad input: the other runs would be refused the same way
-        if (outcome.code === 2) throw new Error(`ft-train refused the arguments of ${plan.name} (its error is above); nothing else run`);
+        if (outcome.code === 2) throw new UsageError(`compare: ft-train refused the arguments of ${plan.name} (its error is above); nothing else run`);
         const why = `mpirun exit code ${outcome.code}, ${outcome.sent.length} of ${plan.kills.length} kills sent, ${outcome.summary ? `${outcome.summary.ranks_lost} rank(s) lost per summary.json` : 'no summary.json'}`;
         failed.set(plan.name, why);
         console.log(`[compare] run ${i + 1}/${plans.length} ${plan.name}: FAILED (${why})`);

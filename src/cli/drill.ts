@@ -5,6 +5,7 @@
 // exit code 0 when the job finished with every such rank lost and survived.
 import { commandLine, runMain } from './command';
 import { parseKill, runDrill, type Kill } from './fault-drill';
+import { trainFlag } from './mpirun';
 
 runMain('drill', async () => {
   const args = commandLine('drill', '$0 -n N [--kill R@K ...] [--stop R@K ...] -- <ft-train arguments>\n\nRuns ft-train under mpirun and kill -9s (or SIGSTOPs) world rank R once the metrics reach step K.')
@@ -18,6 +19,7 @@ runMain('drill', async () => {
         if (k.rank >= a.n) throw new Error(`--${k.signal === 'SIGSTOP' ? 'stop' : 'kill'} ${k.rank}@${k.step}: there are only ranks 0..${a.n - 1}`);
       }
       if (a._.length === 0) throw new Error('give the ft-train arguments after --');
+      if (trainFlag(a._.map(String), 'run-dir') === undefined) throw new Error('the ft-train arguments need --run-dir DIR (the drill follows its metrics)');
       return true;
     })
     .parseSync();

@@ -7,7 +7,7 @@ import { convertCsv, headerModes, type HeaderMode } from '../data/convert/csv';
 import { convertHf } from '../data/convert/hf';
 import { convertImages, parseImageShape } from '../data/convert/images';
 import { convertParquet } from '../data/convert/parquet';
-import { commandLine, runMain, UsageError } from './command';
+import { commandLine, runMain } from './command';
 import type { CommonOptions } from '../data/convert/build';
 import type { Manifest } from '../data/manifest';
 
@@ -19,7 +19,7 @@ function common(args: Argv): Argv<CommonOptionsArgs> {
     .option('out', { type: 'string', demandOption: true, describe: 'dataset directory to write (written atomically)' })
     .option('force', { type: 'boolean', default: false, describe: 'replace --out if it exists' })
     .option('name', { type: 'string', describe: 'dataset name in the manifest (default: the input\'s base name)' })
-    .option('test', { type: 'string', describe: 'a separate input of the same kind as the test split (instead of --test-fraction)' })
+    .option('test', { type: 'string', describe: 'a separate input of the same kind as the test split (default: none, --test-fraction draws it)' })
     .option('test-fraction', { type: 'number', default: 0.2, describe: `fraction of each class drawn into test, in (0, ${maxTestFraction}] (seeded, stratified)` })
     .option('seed', { type: 'number', default: 0, describe: 'seed of the test draw' })
     .option('rows-per-batch', { type: 'number', default: defaultRowsPerBatch, describe: 'samples per Arrow record batch (shards are whole batches)' })
@@ -101,11 +101,4 @@ async function main(): Promise<void> {
   await work;
 }
 
-// runMain's one line and exit 1 for bad input; a usage error exits 2
-runMain('ft-data', () =>
-  main().catch((error: unknown) => {
-    if (!(error instanceof UsageError)) throw error;
-    console.error(error.message);
-    process.exitCode = 2;
-  }),
-);
+runMain('ft-data', main);

@@ -9,8 +9,8 @@ import { readRuns, writeReport } from '../report/report';
 import { commandLine, last, runMain, UsageError } from './command';
 
 function checkOutput(flag: string, file: string, extension: string): void {
-  if (path.extname(file).toLowerCase() !== extension) throw new Error(`${flag} ${file}: expected a ${extension} file name`);
-  if (fs.existsSync(file) && fs.statSync(file).isDirectory()) throw new Error(`${flag} ${file}: is a directory`);
+  if (path.extname(file).toLowerCase() !== extension) throw new UsageError(`ft-report: ${flag} ${file}: expected a ${extension} file name`);
+  if (fs.existsSync(file) && fs.statSync(file).isDirectory()) throw new UsageError(`ft-report: ${flag} ${file}: is a directory`);
 }
 
 runMain('ft-report', async () => {
@@ -18,7 +18,7 @@ runMain('ft-report', async () => {
     .strict(false)
     .strictOptions() // the run directories are positional
     .option('o', { alias: 'output', type: 'string', demandOption: true, describe: 'the HTML report to write (self-contained, opens offline)' })
-    .option('png', { type: 'string', describe: 'also write the charts as one PNG' })
+    .option('png', { type: 'string', describe: 'also write the charts as one PNG (default: none)' })
     .option('baseline', { type: 'string', describe: 'compare every run\'s params_sha256 with this run (default: per run, the first listed that lost no rank and has the same setup)' })
     .option('title', { type: 'string', default: 'ft-train report', describe: 'the report\'s title' })
     .option('strict', { type: 'boolean', default: false, describe: 'refuse to write a report when a run directory cannot be read (default: pass it over, named in the report)' })
@@ -35,7 +35,7 @@ runMain('ft-report', async () => {
   // a directory named twice (runs/a, runs/a/) is one run
   const dirs = args._.map(String).filter((dir, i, all) => all.findIndex((other) => path.resolve(other) === path.resolve(dir)) === i);
   const { runs, skipped } = readRuns(dirs);
-  if (args.strict && skipped.length > 0) throw new UsageError(`ft-report: ${skipped[0]}`);
+  if (args.strict && skipped.length > 0) throw new Error(skipped[0]);
   for (const line of skipped) console.error(`ft-report: skipped ${line}`);
   if (runs.length === 0) throw new Error(`no readable run directory (${skipped.length} skipped); nothing written`);
   let baseline: Run | undefined;

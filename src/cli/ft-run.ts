@@ -160,9 +160,9 @@ async function main(): Promise<number> {
   try {
     const args = commandLine('ft-run', usage)
       .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
-      .option('hostfile', { type: 'string', describe: 'Open MPI hostfile (HOST [slots=K] per line)' })
-      .option('ssh-config', { type: 'string', describe: 'ssh client configuration for reaching the hosts (ssh -F FILE)' })
-      .option('script', { type: 'string', describe: 'run this node program on every rank instead of ft-train (one over the library: train() or elastic())' })
+      .option('hostfile', { type: 'string', describe: 'Open MPI hostfile (HOST [slots=K] per line) (default: none, this machine alone)' })
+      .option('ssh-config', { type: 'string', describe: 'ssh client configuration for reaching the hosts (ssh -F FILE) (default: ssh\'s own)' })
+      .option('script', { type: 'string', describe: 'run this node program on every rank instead of ft-train (one over the library: train() or elastic()) (default: none, ft-train)' })
       .option('dry-run', { type: 'boolean', default: false, describe: 'print the mpirun command line and exit' })
       .parseSync();
     const ranks = last(args.n);

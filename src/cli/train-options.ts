@@ -17,7 +17,7 @@ Exit codes: 0 done (or stopped on SIGTERM after a checkpoint), 1 an error, 2 bad
 const yargsType = { integer: 'number', number: 'number', string: 'string', boolean: 'boolean', choice: 'string', strings: 'string' } as const;
 
 export function parseTrainOptions(argv: string[]): TrainOptions {
-  let parser = commandLine('ft-train', usage);
+  let parser = commandLine('ft-train', usage, argv);
   for (const [key, setting] of Object.entries(trainSettings)) {
     const option: Options = {
       type: yargsType[setting.kind], describe: setting.describe, group: `${setting.group}:`, demandOption: setting.required,
@@ -27,7 +27,7 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     };
     parser = parser.option(flagName(key), option);
   }
-  const args = parser.option('join-id', { type: 'number', hidden: true, coerce: last }).parseSync(argv) as Record<string, unknown>;
+  const args = parser.option('join-id', { type: 'number', hidden: true, coerce: last }).parseSync() as Record<string, unknown>;
   const given: Record<string, unknown> = {};
   for (const key of Object.keys(trainSettings)) given[key] = args[key];
   const joinId = args.joinId as number | undefined;

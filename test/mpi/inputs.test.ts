@@ -52,7 +52,9 @@ describe('ft-train: bad input is refused before MPI starts', function () {
     const badSpec = path.join(scratch, 'bad.json');
     const cases: [string, string[], string][] = [
       ['a bad flag value', ['--batch', '0'], 'ft-train: --batch expects an integer >= 1, got 0 (see --help)'],
-      ['an unknown flag', ['--bogus', '1'], 'ft-train: Unknown argument: bogus (see --help)'],
+      ['an unknown flag', ['--bogus', '1'], 'ft-train: unknown flag --bogus (see --help)'],
+      ['a misspelled flag', ['--step', '5'], 'ft-train: unknown flag --step; did you mean --steps? (see --help)'],
+      ['a number flag given no number', ['--lr=abc'], 'ft-train: --lr: expected a number, got "abc"'],
       ['a bad drill', ['--drill', 'rank=1'], 'ft-train: --drill: step expects an integer >= 0 in "rank=1" (see --help)'],
       ['a missing dataset', ['--data', 'datasets/nowhere'], 'ft-train: datasets/nowhere: no such dataset directory'],
       ['a bad model spec', ['--model', badSpec], `ft-train: ${badSpec}: layer 1 (fc): "outputs" must be a positive integer, got 0`],
