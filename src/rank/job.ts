@@ -98,9 +98,11 @@ export class RankJob {
     this.progress = new Progress(settings.steps);
     const { runLog, logger, progress } = this;
     this.observer = {
+      // the console first: a pty write is synchronous, so the step's line is out before its record
+      // exists, and a drill that follows the metrics prints its kill after it, not before
       step: (record) => {
-        runLog.step(record);
         progress.step(record, runLog.isLeader);
+        runLog.step(record);
       },
       event: (record) => {
         runLog.event(record);
@@ -157,6 +159,7 @@ export class RankJob {
    * lines point a user to resume from.
    */
   async stopped(error: unknown, ft: Manager, checkpointDir: string): Promise<{ code: number; leave: boolean }> {
+    this.progress.endBar(); // the stop's lines print below the bar, which stays where the run stopped
     const stop = error instanceof ProtocolStop ? error : await this.stopForError(error as Error, ft);
     this.logger.warn(`stop: ${stop.reason}: ${stop.message}`);
     if (stop.reason === 'error' && ft.isLeader) this.observer.event({ event: 'stop', step: ft.step, reason: 'error', ranks: stop.erred });
