@@ -98,11 +98,9 @@ export class RankJob {
     this.progress = new Progress(settings.steps);
     const { runLog, logger, progress } = this;
     this.observer = {
-      // the console first: a pty write is synchronous, so the step's line is out before its record
-      // exists, and a drill that follows the metrics prints its kill after it, not before
       step: (record) => {
-        progress.step(record, runLog.isLeader);
         runLog.step(record);
+        progress.step(record, runLog.isLeader);
       },
       event: (record) => {
         runLog.event(record);

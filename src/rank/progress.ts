@@ -85,16 +85,16 @@ export class Progress {
     const instant = Math.round(record.samples / Math.max(1e-3, record.step_ms / 1000));
     const stepOf = this.total !== undefined ? `step ${record.step}/${this.total - 1}` : `step ${record.step}`;
     const percent = this.total !== undefined ? `${Math.floor((Math.min(done, this.total) / this.total) * 100)}%` : undefined;
-    const eta = this.total !== undefined ? `ETA ${time(Math.max(0, this.total - done) * (elapsed / (done - this.firstStep)))}` : undefined;
+    const eta = this.total !== undefined ? time(Math.max(0, this.total - done) * (elapsed / (done - this.firstStep))) : undefined;
     const world = `world ${record.world}${record.spares ? ` (+${record.spares} spare${record.spares > 1 ? 's' : ''})` : ''}`;
     const rate = `${instant} samples/s (avg ${average})`;
     if (this.terminal) {
-      this.drawBar([percent, stepOf, `${time(elapsed)}${eta ? ` ${eta}` : ''}`, `loss ${record.loss.toFixed(4)}`, rate, world], this.total !== undefined ? done / this.total : undefined);
+      this.drawBar([percent, stepOf, `${time(elapsed)}${eta ? `<${eta}` : ''}`, `loss ${record.loss.toFixed(4)}`, rate, world], this.total !== undefined ? done / this.total : undefined);
       if (last) this.endBar();
     } else if (last || now - this.lastLine >= this.everyMs) {
       this.lastLine = now;
       this.out.write(`[ft-train] ${[stepOf, percent, `epoch ${record.epoch}`, `loss ${record.loss.toFixed(4)}`, `lr ${record.lr.toPrecision(3)}`, world,
-        `${record.step_ms.toFixed(1)} ms/step`, rate, `elapsed ${time(elapsed)}`, eta].filter((part) => part !== undefined).join(' ')}\n`);
+        `${record.step_ms.toFixed(1)} ms/step`, rate, `elapsed ${time(elapsed)}`, eta && `ETA ${eta}`].filter((part) => part !== undefined).join(' ')}\n`);
     }
     if (record.test_accuracy !== undefined) {
       this.line(`step ${record.step}: test accuracy ${(record.test_accuracy * 100).toFixed(1)}%${record.test_loss !== undefined ? `, test loss ${record.test_loss.toFixed(4)}` : ''}`);
@@ -115,15 +115,16 @@ export class Progress {
 
   /**
    * One line of at most the terminal's width less one (no wrap at the last column): the bar takes
-   * what the text leaves (at most 30 cells); when the text alone is too wide, its last parts go.
+   * what the text leaves (5 to 30 cells); when both do not fit, the text's last parts go.
    */
   private drawBar(parts: (string | undefined)[], fraction: number | undefined): void {
     const width = Math.max(20, this.columns()) - 1;
     const kept = parts.filter((part): part is string => part !== undefined);
-    while (kept.length > 1 && kept.join(' ').length > width) kept.pop();
-    const text = kept.join(' ').slice(0, width);
+    const barMin = fraction !== undefined ? 8 : 0; // "[#####] "
+    while (kept.length > 1 && kept.join(' ').length + barMin > width) kept.pop();
+    const text = kept.join(' ').slice(0, width - barMin);
     const room = Math.min(30, width - text.length - 3);
-    const bar = fraction !== undefined && room >= 5
+    const bar = fraction !== undefined
       ? `[${Format.BarFormat(fraction, { barsize: room, barCompleteString: '#'.repeat(room), barIncompleteString: '.'.repeat(room), barGlue: '' } as never)}] `
       : '';
     this.lastBar = `\r${bar}${text}\x1b[K`;
