@@ -193,6 +193,7 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
     joined: job.joined,
   }, world, dataset, dataset.train.layout(shards), observer, job.faults);
   const trainer = new Trainer({ ...options, shards }, ft, dataset, net, cpu, observer);
+  progress.setTotal(trainer.totalSteps);
   job.stopWith(() => trainer.requestStop());
   // started_ms: from this process's start to MPI's, what a spawned rank adds to a recovery
   logger.info(job.joined ? 'joined' : 'start', { world: world.size, shards, started_ms: performance.now(), options });

@@ -9,7 +9,8 @@ import * as path from 'node:path';
 import { writeAtomically } from '../atomic-write';
 import { runFiles } from '../run/files';
 import { readPidFile } from '../run/pids';
-import { lastRecord, readObject } from '../run/reader';
+import { JsonlFollower } from '../run/follower';
+import { readObject } from '../run/reader';
 import type { StepRecord, Summary } from '../run/records';
 import { forwardJobStderr, trainCommand, trainFlag } from './mpirun';
 
@@ -64,9 +65,11 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
     job.on('exit', (code, signal) => resolve(code ?? (signal ? 128 : 1)));
   });
 
-  const metrics = path.join(runDir, runFiles.metrics);
+  // the metrics from where the last look left off; no more looking once every kill is sent or failed
+  const metrics = new JsonlFollower<StepRecord>(path.join(runDir, runFiles.metrics));
+  let step = -1;
   const follow = setInterval(() => {
-    const step = lastRecord<StepRecord>(metrics)?.step ?? -1;
+    for (const record of metrics.read()) step = record.step;
     for (const kill of plan) {
       if (kill.time !== undefined || kill.error !== undefined || step < kill.step) continue;
       const what = kill.signal === 'SIGSTOP' ? 'kill -STOP' : 'kill -9';
@@ -83,12 +86,17 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
         console.log(`[drill] ${what} of world rank ${kill.rank} failed: ${kill.error}`);
       }
     }
+    if (plan.every((kill) => kill.time !== undefined || kill.error !== undefined)) stopFollowing();
   }, 5);
+  const stopFollowing = (): void => {
+    clearInterval(follow);
+    metrics.close();
+  };
   let code: number;
   try {
     code = await exited;
   } finally {
-    clearInterval(follow);
+    stopFollowing();
   }
 
   const summaryFile = path.join(runDir, runFiles.summary);

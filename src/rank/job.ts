@@ -157,6 +157,7 @@ export class RankJob {
    * lines point a user to resume from.
    */
   async stopped(error: unknown, ft: Manager, checkpointDir: string): Promise<{ code: number; leave: boolean }> {
+    this.progress.endBar(); // the stop's lines print below the bar, which stays where the run stopped
     const stop = error instanceof ProtocolStop ? error : await this.stopForError(error as Error, ft);
     this.logger.warn(`stop: ${stop.reason}: ${stop.message}`);
     if (stop.reason === 'error' && ft.isLeader) this.observer.event({ event: 'stop', step: ft.step, reason: 'error', ranks: stop.erred });

@@ -111,7 +111,8 @@ export class Trainer implements StateSource {
     this.buffers = new BatchBuffers(largest, net.inputSize);
   }
 
-  private get totalSteps(): number {
+  /** The run's length in steps (with --epochs and a shrinking world, the plan's estimate). */
+  get totalSteps(): number {
     return this.config.steps ?? (this.config.epochs ?? 1) * this.plan.stepsPerEpoch;
   }
 
@@ -208,7 +209,7 @@ export class Trainer implements StateSource {
 
   /** SIGTERM reached every rank through the vote: checkpoint, then stop. */
   private async stopOnRequest(): Promise<never> {
-    this.observer.log(`stopping at step ${this.step} on request (SIGTERM): checkpoint first`);
+    this.observer.log(`stopping after step ${this.step - 1} on request (SIGTERM): checkpoint first`);
     await this.ft.checkpoint('sigterm');
     this.observer.event({ event: 'stop', step: this.step, reason: 'sigterm', checkpoint: this.ft.lastCheckpoint });
     throw new ProtocolStop('sigterm', `stopped (SIGTERM) at step ${this.step}`, this.ft.lastCheckpoint);
