@@ -246,7 +246,7 @@ export class ElasticLoop {
     this.job.observer.step({ ...record, step, epoch: Math.floor(step / this.plan.stepsPerEpoch), loss: this.lastLoss, lr, world: this.ft.size,
       samples: this.plan.samplesAt(t), step_ms: performance.now() - this.started, time: Date.now() });
     if (this.stopAfterCommit) {
-      this.job.observer.log(`stopping at step ${this.currentStep} on request (SIGTERM): checkpoint first`);
+      this.job.observer.log(`stopping after step ${this.currentStep - 1} on request (SIGTERM): checkpoint first`);
       await this.ft.checkpoint('sigterm');
       this.job.observer.event({ event: 'stop', step: this.currentStep, reason: 'sigterm', checkpoint: this.ft.lastCheckpoint });
       throw new ProtocolStop('sigterm', `stopped (SIGTERM) at step ${this.currentStep}`, this.ft.lastCheckpoint);
