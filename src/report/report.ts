@@ -6,7 +6,7 @@ import { Resvg } from '@resvg/resvg-js';
 import { writeAtomically } from '../atomic-write';
 import { RunDirError } from '../run/reader';
 import { compareWithBaselines } from './baseline';
-import { combined, renderSvg, reportCharts, standalone } from './charts';
+import { combined, compile, renderSvg, reportCharts, standalone } from './charts';
 import { reportHtml } from './html';
 import { readRun, type Run } from './run-data';
 
@@ -47,9 +47,10 @@ export function runLabels(runs: Run[]): string[] {
  */
 export async function writeReport(input: ReportInput, htmlFile: string, pngFile?: string): Promise<void> {
   const labels = runLabels(input.runs);
-  const charts = reportCharts(input.runs, labels);
-  const rendered = await Promise.all(charts.map(async (chart) => ({ chart, svg: await renderSvg(standalone(chart)) })));
-  const html = reportHtml({ ...input, labels, comparisons: compareWithBaselines(input.runs, input.baseline), charts: rendered, generated: new Date() });
+  const comparisons = compareWithBaselines(input.runs, input.baseline);
+  const charts = reportCharts(input.runs, labels, comparisons);
+  const rendered = await Promise.all(charts.map(async (chart) => ({ chart, svg: await renderSvg(standalone(chart)), vega: compile(standalone(chart)) })));
+  const html = reportHtml({ ...input, labels, comparisons, charts: rendered, generated: new Date() });
   const png = pngFile === undefined ? undefined :
     new Resvg(await renderSvg(combined(charts, input.title)), { fitTo: { mode: 'zoom', value: 2 }, font: { loadSystemFonts: true, defaultFontFamily: 'DejaVu Sans' } }).render().asPng();
   for (const file of [htmlFile, pngFile]) if (file !== undefined) fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });

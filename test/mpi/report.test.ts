@@ -84,7 +84,7 @@ describe('reports', function () {
     const of = (kind: string) => events.filter((e) => e.event === kind && e.step === recovery.step);
     assert.deepEqual(recovery.lost, [1]);
     assert.equal(recovery.world, 3);
-    assert.equal(recovery.step, data.summary.failures[0].step);
+    assert.equal(recovery.step, data.summary!.failures[0].step);
     assert.equal(recovery.detectMs, of('failure')[0].detect_ms);
     assert.equal(recovery.revokeShrinkMs, of('revoke+shrink')[0].duration_ms);
     assert.equal(recovery.readbackBytes, of('readback')[0].bytes_before_retry);
