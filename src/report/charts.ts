@@ -26,10 +26,11 @@ const config = { font, background: 'white', view: { stroke: '#ddd' } };
 /** The charts for `runs`, each run named by `labels[i]`, each compared with its baseline in `comparisons[i]`. */
 export function reportCharts(runs: Run[], labels: string[], comparisons: Comparison[]): Chart[] {
   const steps = runs.flatMap((run, i) => {
-    // an evaluation pauses the steps after the one it follows: a wall-time line breaks there
+    // an evaluation pauses the steps after the one it follows, a recovery the step it retries: a wall-time line breaks there
+    const recovered = new Set(run.recoveries.map((r) => r.step));
     let segment = 0;
     return run.steps.map((s, k) => {
-      if (k > 0 && typeof run.steps[k - 1].test_accuracy === 'number') segment++;
+      if (k > 0 && (typeof run.steps[k - 1].test_accuracy === 'number' || recovered.has(s.step))) segment++;
       return {
         run: labels[i], step: s.step, seconds: (s.time - run.startTime) / 1000, loss: s.loss, lr: s.lr, world: s.world,
         step_ms: s.step_ms, samples_per_s: (s.samples * 1000) / s.step_ms, segment,
@@ -65,17 +66,20 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     { name: 'zoom', select: 'interval', bind: 'scales' },
     { name: 'pick', select: { type: 'point', fields: ['run'] }, bind: 'legend' },
   ];
+  // on lines, strokeOpacity: their transparent hover points keep opacity 0
   const faded = (opacity: number) => ({ condition: { param: 'pick', value: opacity }, value: opacity / 8 });
   const tooltip = (...fields: [string, string, string?][]) => fields.map(([field, title, format]) => ({ field, title, type: field === 'run' ? 'nominal' : 'quantitative', ...(format ? { format } : {}) }));
+  const time = { field: 'seconds', type: 'quantitative', title: 'wall time (s)' };
+  const step = { field: 'step', type: 'quantitative', title: 'step' };
+  // against wall time, a line breaks at each pause (one line per segment); against step, it does not
+  const segments = (x: ChartSpec) => (x === time ? { detail: { field: 'segment' } } : {});
   const stepsLine = (y: ChartSpec, x: ChartSpec, fields: [string, string, string?][], opacity = 1, strokeWidth = 2): ChartSpec => ({
     data: { values: steps },
     params,
     mark: { type: 'line', strokeWidth, point: 'transparent' },
-    encoding: { x, y, color, strokeDash, detail: { field: 'segment' }, opacity: faded(opacity), tooltip: tooltip(['run', 'run'], ['step', 'step'], ...fields) },
+    encoding: { x, y, color, strokeDash, ...segments(x), strokeOpacity: faded(opacity), tooltip: tooltip(['run', 'run'], ['step', 'step'], ...fields) },
   });
   const failureRules = (x: ChartSpec): ChartSpec => ({ data: { values: failures }, mark: { type: 'rule', strokeDash: [5, 4], strokeWidth: 1.5 }, encoding: { x, color } });
-  const time = { field: 'seconds', type: 'quantitative', title: 'wall time (s)' };
-  const step = { field: 'step', type: 'quantitative', title: 'step' };
   // a moving mean over about 2% of the run: the per-step loss of one batch is noisy
   const window = Math.max(1, Math.round(Math.max(...runs.map((r) => r.steps.length)) / 50));
 
@@ -87,7 +91,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
         data: { values: steps },
         transform: [{ window: [{ op: 'mean', field: 'loss', as: 'mean_loss' }], frame: [-(window - 1), 0], groupby: ['run'], sort: [{ field: x.field as string }] }],
         mark: { type: 'line', strokeWidth: 2 },
-        encoding: { x, y: { field: 'mean_loss', type: 'quantitative', title: 'loss' }, color, strokeDash, detail: { field: 'segment' }, opacity: faded(1) },
+        encoding: { x, y: { field: 'mean_loss', type: 'quantitative', title: 'loss' }, color, strokeDash, ...segments(x), strokeOpacity: faded(1) },
       },
       failureRules(x),
       {
@@ -102,7 +106,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     layer: [stepsLine({ field, type: 'quantitative', title, scale: { zero: false } }, time, [['seconds', 'wall time (s)', '.2f'], [field, title, format], ['world', 'ranks']]), failureRules(time)],
   });
   const failureNote = failures.length > 0 ? ' Dashed lines and triangles: failures (where the survivors saw them).' : '';
-  const breakNote = evaluations.length > 0 ? ' Lines break where an evaluation paused the steps.' : '';
+  const breakNote = ' Lines break where an evaluation or a recovery paused the steps.';
   const charts: Chart[] = [
     { title: 'Loss against step', caption: `Thin: the loss of each step; bold: its mean over the last ${window} steps; each run has its own dash pattern, so identical curves show as one.${failureNote}`, spec: loss(step) },
   ];
@@ -119,7 +123,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
             params,
             mark: { type: 'line', strokeWidth: 2, point: 'transparent' },
             encoding: {
-              x: step, y: { field: 'difference', type: 'quantitative', title: 'loss − baseline loss' }, color, strokeDash, opacity: faded(1),
+              x: step, y: { field: 'difference', type: 'quantitative', title: 'loss − baseline loss' }, color, strokeDash, strokeOpacity: faded(1),
               tooltip: tooltip(['run', 'run'], ['step', 'step'], ['difference', 'loss − baseline', '.3e']),
             },
           },
@@ -142,7 +146,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
         encoding: {
           x: time,
           y: { field: 'world', type: 'quantitative', title: 'ranks', scale: { domain: [0, maxWorld] }, axis: { values: [...Array(maxWorld + 1).keys()], format: 'd' } },
-          color, strokeDash, detail: { field: 'segment' }, opacity: faded(1), tooltip: tooltip(['run', 'run'], ['step', 'step'], ['seconds', 'wall time (s)', '.2f'], ['world', 'ranks']),
+          color, strokeDash, detail: { field: 'segment' }, strokeOpacity: faded(1), tooltip: tooltip(['run', 'run'], ['step', 'step'], ['seconds', 'wall time (s)', '.2f'], ['world', 'ranks']),
         },
       },
     },

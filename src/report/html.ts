@@ -5,7 +5,13 @@ import * as fs from 'node:fs';
 import type { Spec } from 'vega';
 import type { Comparison } from './baseline';
 import type { Chart } from './charts';
+import { costMeasurements, ftTrainWaste, paperBertLarge, periodicWaste, optimalCheckpointRate, secondsPerDay } from './failure-cost';
 import type { Recovery, Run } from './run-data';
+
+export interface Projection {
+  ranks: number[];
+  failuresPerDay: number;
+}
 
 export interface ReportContent {
   title: string;
@@ -16,6 +22,8 @@ export interface ReportContent {
   charts: { chart: Chart; svg: string; vega: Spec }[];
   /** one line per run directory that was passed over */
   skipped: string[];
+  /** what failures would cost: at these world sizes, failing this often per rank per day */
+  projection: Projection;
   generated: Date;
 }
 
@@ -34,6 +42,7 @@ code { font-size: 12px; }
 .expected { color: #8a5a00; font-weight: bold; }
 .unfinished { color: #8a5a00; }
 td.changed { background: #fff0b3; font-weight: bold; }
+tr.paper td { color: #555; font-style: italic; }
 .skipped { background: #fff4e5; border: 1px solid #f0c36d; padding: 8px 12px; }
 .charts { display: grid; grid-template-columns: 1fr; gap: 24px; }
 figure { margin: 0; }
@@ -171,6 +180,53 @@ function recoveriesTable(content: ReportContent): string {
     'checkpoint: the just-in-time checkpoint; retry: running the step again; kill → next commit: from launch/drill\'s kill -9 to the next committed step (drills only).</p>';
 }
 
+function seconds(value: number | undefined): string {
+  return value === undefined ? '–' : value < 1 ? `${(value * 1000).toFixed(1)} ms` : `${value.toFixed(2)} s`;
+}
+
+function share(value: number): string {
+  return `${(value * 100).toPrecision(3)}%`;
+}
+
+function interval(checkpointsPerSecond: number): string {
+  const s = 1 / checkpointsPerSecond;
+  return s < 120 ? `${s.toFixed(0)} s` : s < 7200 ? `${(s / 60).toFixed(1)} min` : `${(s / 3600).toFixed(1)} h`;
+}
+
+/** The share of time failures would waste at scale, from each run's measurements, beside the paper's BERT-L rows. */
+function costSection(content: ReportContent): string {
+  const { ranks, failuresPerDay } = content.projection;
+  const f = failuresPerDay / secondsPerDay;
+  const rows: string[] = [];
+  const missing: string[] = [];
+  content.runs.forEach((run, i) => {
+    const m = costMeasurements(run);
+    if (m.checkpoint === undefined || m.recovery === undefined) {
+      missing.push(`${escape(content.labels[i])} (${m.recovery === undefined ? 'no recovery' : 'no checkpoint'} measured)`);
+      return;
+    }
+    for (const n of ranks) {
+      const periodic = periodicWaste(n, f, m.checkpoint, m.recovery);
+      rows.push(`<tr><td class="text">${escape(content.labels[i])}</td><td>${n}</td><td>${seconds(m.step)}</td>` +
+        `<td>${seconds(m.checkpoint)} <span class="note">(${escape(m.checkpointReason!)})</span></td><td>${seconds(m.recovery)} <span class="note">(${escape(m.recoveryFrom!)})</span></td>` +
+        `<td>${interval(optimalCheckpointRate(n, f, m.checkpoint))}</td><td>${share(periodic.total)}</td><td><b>${share(ftTrainWaste(n, f, m.step, m.recovery).total)}</b></td><td class="text"></td></tr>`);
+    }
+  });
+  const paper = paperBertLarge;
+  for (const row of paper.periodic) {
+    const ours = periodicWaste(row.n, paper.failuresPerDay / secondsPerDay, paper.checkpoint, paper.recovery);
+    rows.push(`<tr class="paper"><td class="text">BERT-L (the paper)</td><td>${row.n}</td><td>–</td><td>${seconds(paper.checkpoint)}</td><td>${seconds(paper.recovery)}</td>` +
+      `<td>${interval(optimalCheckpointRate(row.n, paper.failuresPerDay / secondsPerDay, paper.checkpoint))}</td><td>${share(ours.total)}</td><td>–</td>` +
+      `<td class="text">paper: ${share(row.wasted)} (without the restart term: ${share(ours.checkpointing)})</td></tr>`);
+  }
+  return `<table><thead><tr><th class="text">run</th><th>ranks N</th><th>step t</th><th>checkpoint o</th><th>recovery r</th><th>optimal interval</th>` +
+    `<th>wasted, periodic checkpoints</th><th>wasted, ft-train</th><th class="text">note</th></tr></thead><tbody>${rows.join('\n')}</tbody></table>` +
+    `<p class="note">At ${failuresPerDay} failures per rank per day (--failure-rate; ranks: --project). Periodic checkpointing at its optimal rate c* = sqrt(N f / 2o) ` +
+    'wastes sqrt(2 N f o) + N f r of the time (Gupta et al., "Just-In-Time Checkpointing", EuroSys 2024; f per second); ft-train wastes N f (t + r): per failure, one step redone and the recovery, ' +
+    'nothing between failures. t: the mean of the steps not retried; o: the mean periodic checkpoint of the run, or else its just-in-time ones; r: kill -9 to the next commit where a drill measured it, ' +
+    `or else detect to retry.${missing.length > 0 ? ` Not projected: ${missing.join(', ')}.` : ''}</p>`;
+}
+
 export function reportHtml(content: ReportContent): string {
   const skipped = content.skipped.length === 0 ? '' :
     `<div class="skipped"><b>Not in this report</b> (${content.skipped.length} run director${content.skipped.length === 1 ? 'y' : 'ies'} could not be read):<ul>` +
@@ -205,6 +261,8 @@ ${figures.join('\n')}
 </div>
 <h2>Recoveries</h2>
 ${recoveriesTable(content)}
+<h2>What failures would cost at scale</h2>
+${costSection(content)}
 <script type="application/json" id="vega-specs">${scriptJson(content.charts.map((c) => c.vega))}</script>
 <script>${vegaRuntime()}</script>
 <script>${interactive}</script>
