@@ -18,7 +18,7 @@ export interface Comparison {
 const modeSetting = 'on_failure';
 
 /** The names of the settings in which `a` and `b` differ, failure mode aside. */
-export function differentSettings(a: RunSettings, b: RunSettings): string[] {
+function differentSettings(a: RunSettings, b: RunSettings): string[] {
   const names = [...new Set([...Object.keys(a), ...Object.keys(b)])].filter((name) => name !== modeSetting);
   return names.filter((name) => a[name] !== b[name]);
 }

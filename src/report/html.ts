@@ -217,7 +217,7 @@ function costSection(content: ReportContent): string {
     const ours = periodicWaste(row.n, paper.failuresPerDay / secondsPerDay, paper.checkpoint, paper.recovery);
     rows.push(`<tr class="paper"><td class="text">BERT-L (the paper)</td><td>${row.n}</td><td>–</td><td>${seconds(paper.checkpoint)}</td><td>${seconds(paper.recovery)}</td>` +
       `<td>${interval(optimalCheckpointRate(row.n, paper.failuresPerDay / secondsPerDay, paper.checkpoint))}</td><td>${share(ours.total)}</td><td>–</td>` +
-      `<td class="text">paper: ${share(row.wasted)} (without the restart term: ${share(ours.checkpointing)})</td></tr>`);
+      `<td class="text">paper: ${+(row.wasted * 100).toPrecision(6)}% (without the restart term: ${share(ours.checkpointing)})</td></tr>`);
   }
   return `<table><thead><tr><th class="text">run</th><th>ranks N</th><th>step t</th><th>checkpoint o</th><th>recovery r</th><th>optimal interval</th>` +
     `<th>wasted, periodic checkpoints</th><th>wasted, ft-train</th><th class="text">note</th></tr></thead><tbody>${rows.join('\n')}</tbody></table>` +

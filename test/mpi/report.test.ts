@@ -13,6 +13,7 @@ import { PNG } from 'pngjs';
 import puppeteer from 'puppeteer-core';
 import { compareWithBaselines } from '../../src/report/baseline';
 import { reportCharts } from '../../src/report/charts';
+import { costMeasurements, ftTrainWaste, periodicWaste } from '../../src/report/failure-cost';
 import { readRun } from '../../src/report/run-data';
 import { RunDirError } from '../../src/run/reader';
 import { repoRoot, runCommand } from '../helpers/mpi-job';
@@ -167,6 +168,49 @@ describe('reports', function () {
     const [lossByStep] = reportCharts([data], ['unfinished'], [{ verdict: 'unfinished' }]);
     const plotted = ((lossByStep.spec.layer as { data: { values: { step: number }[] } }[])[0]).data.values.map((p) => p.step);
     assert.deepEqual(plotted, [...Array(30).keys()]);
+  });
+
+  it('charts each run\'s loss minus its baseline\'s: zero at every step for an exact recovery, not for shrink', () => {
+    const runs = ['n4-sgd', 'n4-exact', 'n4-shrink'].map((name) => readRun(run(name)));
+    const charts = reportCharts(runs, ['sgd', 'exact', 'shrink'], compareWithBaselines(runs));
+    const chart = charts.find((c) => c.title === 'Loss minus the baseline\'s')!;
+    const values = ((chart.spec.layer as { data: { values: { run: string; step: number; difference: number }[] } }[])[1]).data.values;
+    const of = (name: string) => values.filter((v) => v.run === name);
+    assert.deepEqual(of('sgd'), []);
+    assert.deepEqual(of('exact').map((v) => v.difference), Array(40).fill(0));
+    const failed = runs[2].summary!.failures[0].step;
+    const shrink = of('shrink');
+    // before the failure, shrink mode sums the gradient and loss with MPI's allreduce, not in shard order: float32 rounding apart, the same
+    const ulp = (x: number) => 2 ** (Math.floor(Math.log2(Math.abs(x))) - 23);
+    for (const v of shrink.slice(0, failed)) assert.ok(Math.abs(v.difference) <= 2 * ulp(runs[0].steps[v.step].loss), `step ${v.step}: ${v.difference}`);
+    assert.equal(shrink[39].difference, runs[2].steps[39].loss - runs[0].steps[39].loss);
+    assert.ok(shrink.slice(failed).some((v) => v.difference !== 0));
+  });
+
+  it('projects what failures would cost at the --project world sizes from the run\'s own measurements', async () => {
+    const output = path.join(scratch, 'cost.html');
+    const job = await report([run('n4-exact'), '-o', output, '--project', '4,1024', '--failure-rate', '0.01']);
+    assert.equal(job.code, 0, job.stderr);
+    const html = fs.readFileSync(output, 'utf8');
+    const data = readRun(run('n4-exact'));
+    const m = costMeasurements(data);
+    const retried = data.recoveries[0].step;
+    const steps = data.steps.filter((s) => s.step !== retried);
+    assert.equal(m.step, steps.reduce((sum, s) => sum + s.step_ms, 0) / steps.length / 1000);
+    const jit = lines(path.join(run('n4-exact'), 'events.jsonl')).filter((e) => e.event === 'checkpoint' && e.reason === 'jit');
+    assert.equal(jit.length, 1);
+    assert.equal(m.checkpoint, (jit[0].duration_ms as number) / 1000);
+    assert.equal(m.recovery, data.recoveries[0].killToCommitMs! / 1000);
+    const f = 0.01 / 86_400;
+    for (const n of [4, 1024]) {
+      const periodic = `${(periodicWaste(n, f, m.checkpoint!, m.recovery!).total * 100).toPrecision(3)}%`;
+      const ours = `${(ftTrainWaste(n, f, m.step, m.recovery!).total * 100).toPrecision(3)}%`;
+      assert.match(html, new RegExp(`<tr><td class="text">n4-exact</td><td>${n}</td>.*<td>${periodic.replace('.', '\\.')}</td><td><b>${ours.replace('.', '\\.')}</b></td>`));
+    }
+    assert.match(html, /<tr class="paper"><td class="text">BERT-L \(the paper\)<\/td><td>1024<\/td>.*<td>1\.56%<\/td><td>–<\/td><td class="text">paper: 1\.54% \(without the restart term: 1\.54%\)<\/td><\/tr>/);
+    const refused = await report([run('n4-exact'), '-o', output, '--project', '4,0']);
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.match(refused.stderr, /--project expects world sizes N1,N2,\.\.\. \(positive integers\), got "4,0"/);
   });
 
   it('--csv writes one tidy table with metrics.jsonl\'s values exactly, empty cells where absent', async () => {
