@@ -23,6 +23,7 @@ import { createRunDir, writeModel, writeSummary } from './run/writer';
 import { Optimizer, type OptimizerSettings } from './solver/optimizer';
 import { Trainer, type TrainResult } from './solver/trainer';
 import { resolveTrainOptions, SettingsError, type TrainOptions, type TrainSettings } from './train-options';
+import { runSettings } from './run/settings';
 
 export type { TrainResult } from './solver/trainer';
 
@@ -210,7 +211,7 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
     const trained = await trainer.run(resume);
     // a failure during the final write changes the world the results report
     const outcome = (): TrainResult => ({ ...trained, worldFinal: ft.size, failures: ft.failures });
-    await ft.finish(() => writeResults(options, label, shards, net, outcome(), ft.bytesReadBack, started));
+    await ft.finish(() => writeResults(options, label, shards, net, outcome(), ft.bytesReadBack, started, identity(options, net.spec, dataset, shards)));
     result = outcome();
     if (ft.isLeader) {
       const lost = result.failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
@@ -293,7 +294,7 @@ function respawnCommand(shards: number): { command: string; args(firstId: number
 }
 
 /** `bytesReadBack`: what every rank read back from disk, summed (the Manager's, once it has finished). */
-function writeResults(options: TrainOptions, model: string, shards: number, net: Net, result: TrainResult, bytesReadBack: number, started: number): void {
+function writeResults(options: TrainOptions, model: string, shards: number, net: Net, result: TrainResult, bytesReadBack: number, started: number, settings: Record<string, unknown>): void {
   writeModel(options.runDir, encodeSafetensors(namedTensors(net), { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }), modelSpecJson(net));
   const summary: Summary = {
     status: 'complete',
@@ -319,6 +320,7 @@ function writeResults(options: TrainOptions, model: string, shards: number, net:
     redundancy: options.optimizerState === 'sharded' ? formatRedundancy(options.redundancy) : null,
     optimizer_state_bytes_per_rank: result.optimizerBytes.state,
     redundancy_bytes_per_rank: result.optimizerBytes.redundancy,
+    settings: runSettings(settings),
   };
   writeSummary(options.runDir, summary);
 }

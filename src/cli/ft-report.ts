@@ -1,11 +1,11 @@
 // ft-report: the report comparing training runs (loss curves, failures, world size, accuracy,
-// recovery breakdowns, parameters against the baseline) as one offline HTML file, and optionally
-// the charts as a PNG. Run directories that cannot be read are named and passed over (--strict:
+// recovery breakdowns, parameters against the baseline, what failures would cost at scale) as one
+// offline HTML file, and optionally the charts as a PNG and the steps as a CSV table. Run directories that cannot be read are named and passed over (--strict:
 // the report is refused instead).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readRun, type Run } from '../report/run-data';
-import { readRuns, writeReport } from '../report/report';
+import { defaultProjection, readRuns, writeCsv, writeReport } from '../report/report';
 import { commandLine, last, runMain, UsageError } from './command';
 
 function checkOutput(flag: string, file: string, extension: string): void {
@@ -14,23 +14,34 @@ function checkOutput(flag: string, file: string, extension: string): void {
 }
 
 runMain('ft-report', async () => {
-  const args = commandLine('ft-report', '$0 RUN_DIR... -o report.html [--png report.png]\n\nCompares ft-train runs: loss against step and wall time (failures marked), world size, test accuracy, a table per run and the recovery of each failure.')
+  const args = commandLine('ft-report', '$0 RUN_DIR... -o report.html [--png report.png] [--csv steps.csv]\n\nCompares ft-train runs: loss against step and wall time (failures marked), loss minus the baseline\'s, step time, throughput, world size, learning rate, test accuracy, the settings, a table per run, the recovery of each failure and what failures would cost at scale.')
     .strict(false)
     .strictOptions() // the run directories are positional
-    .option('o', { alias: 'output', type: 'string', demandOption: true, describe: 'the HTML report to write (self-contained, opens offline)' })
+    .option('o', { alias: 'output', type: 'string', describe: 'the HTML report to write (self-contained, opens offline; default: none, with --csv)' })
     .option('png', { type: 'string', describe: 'also write the charts as one PNG (default: none)' })
+    .option('csv', { type: 'string', describe: 'write every run\'s steps as one CSV table (run, step, time, loss, lr, world, step_ms, test_accuracy, test_loss) (default: none)' })
+    .option('project', { type: 'string', default: defaultProjection.ranks.join(','), describe: 'world sizes N1,N2,... at which to project what failures would cost' })
+    .option('failure-rate', { type: 'number', default: defaultProjection.failuresPerDay, describe: 'failures per rank per day, for the projection' })
     .option('baseline', { type: 'string', describe: 'compare every run\'s params_sha256 with this run (default: per run, the first listed that lost no rank and has the same setup)' })
     .option('title', { type: 'string', default: 'ft-train report', describe: 'the report\'s title' })
     .option('strict', { type: 'boolean', default: false, describe: 'refuse to write a report when a run directory cannot be read (default: pass it over, named in the report)' })
     .check((a) => {
       if (a._.length === 0) throw new Error('give at least one run directory');
+      if (a.o === undefined && a.csv === undefined) throw new Error('give -o report.html, --csv steps.csv or both');
+      if (a.png !== undefined && a.o === undefined) throw new Error('--png goes with -o report.html');
+      if (!/^[1-9]\d*(,[1-9]\d*)*$/.test(String(last(a.project)))) throw new Error(`--project expects world sizes N1,N2,... (positive integers), got "${last(a.project)}"`);
+      const rate = last(a['failure-rate']);
+      if (!(Number.isFinite(rate) && rate > 0)) throw new Error(`--failure-rate expects a positive number of failures per rank per day, got "${rate}"`);
       return true;
     })
     .parseSync();
-  const output = last(args.o);
+  const output = args.o === undefined ? undefined : last(args.o);
   const png = args.png === undefined ? undefined : last(args.png);
-  checkOutput('-o', output, '.html');
+  const csv = args.csv === undefined ? undefined : last(args.csv);
+  if (output !== undefined) checkOutput('-o', output, '.html');
   if (png !== undefined) checkOutput('--png', png, '.png');
+  if (csv !== undefined) checkOutput('--csv', csv, '.csv');
+  const projection = { ranks: String(last(args.project)).split(',').map(Number), failuresPerDay: last(args['failure-rate']) };
 
   // a directory named twice (runs/a, runs/a/) is one run
   const dirs = args._.map(String).filter((dir, i, all) => all.findIndex((other) => path.resolve(other) === path.resolve(dir)) === i);
@@ -44,6 +55,8 @@ runMain('ft-report', async () => {
     baseline = runs.find((run) => path.resolve(run.dir) === dir) ?? readRun(last(args.baseline));
   }
 
-  await writeReport({ title: last(args.title), runs, baseline, skipped }, output, png);
-  console.log(`ft-report: ${runs.length} run${runs.length === 1 ? '' : 's'}${skipped.length ? ` (${skipped.length} skipped)` : ''}; wrote ${output}${png ? ` and ${png}` : ''}`);
+  if (output !== undefined) await writeReport({ title: last(args.title), runs, baseline, skipped, projection }, output, png);
+  if (csv !== undefined) writeCsv(runs, csv);
+  const written = [output, png, csv].filter((file) => file !== undefined);
+  console.log(`ft-report: ${runs.length} run${runs.length === 1 ? '' : 's'}${skipped.length ? ` (${skipped.length} skipped)` : ''}; wrote ${written.slice(0, -1).join(', ')}${written.length > 1 ? ' and ' : ''}${written.at(-1)}`);
 });

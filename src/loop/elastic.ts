@@ -34,6 +34,7 @@ import { createRunDir, writeModel, writeSummary } from '../run/writer';
 import { BatchBuffers, computeShards, evaluateSplit, type Evaluation, type GradientFn, type ScoreFn } from '../solver/shard-steps';
 import { InputError, type TrainOutcome } from '../train';
 import { checkSetting, trainSettings, type TrainSettings } from '../train-options';
+import { runSettings } from '../run/settings';
 
 export type { Evaluation, GradientFn, MicroBatch, Score, ScoreFn } from '../solver/shard-steps';
 
@@ -373,7 +374,7 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
     ft.step = loop.step;
     await ft.start(loop.stateSource(), resume !== undefined);
     await program.train(loop);
-    await ft.finish(() => writeLoopResults(s, model, shards, loop, ft.bytesReadBack, started));
+    await ft.finish(() => writeLoopResults(s, model, shards, loop, ft.bytesReadBack, started, identity));
     result = loop.result();
     if (ft.isLeader) {
       const lost = result.failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
@@ -398,7 +399,7 @@ function checkIdentity(dir: string, manifest: CheckpointManifest, mine: Record<s
   }
 }
 
-function writeLoopResults(s: LoopSettings & { batch: number; seed: number }, model: string, shards: number, loop: ElasticLoop, bytesReadBack: number, started: number): void {
+function writeLoopResults(s: LoopSettings & { batch: number; seed: number }, model: string, shards: number, loop: ElasticLoop, bytesReadBack: number, started: number, identity: Record<string, unknown>): void {
   const result = loop.result();
   writeModel(s.runDir, encodeSafetensors(loop.modelTensors(), { model, steps: String(result.steps), state_sha256: result.stateSha256 }));
   const summary: Summary = {
@@ -408,6 +409,7 @@ function writeLoopResults(s: LoopSettings & { batch: number; seed: number }, mod
     bytes_read_back: bytesReadBack, world_initial: result.worldInitial, world_final: result.worldFinal, params_sha256: result.stateSha256,
     model, data: s.data, shards, on_failure: 'exact', batch: s.batch, seed: s.seed, optimizer: 'custom', optimizer_state: 'replicated',
     redundancy: null, optimizer_state_bytes_per_rank: 4 * (s.slots ?? []).length * loop.state.length, redundancy_bytes_per_rank: 0,
+    settings: runSettings({ ...identity, on_failure: 'exact' }),
   };
   writeSummary(s.runDir, summary);
 }

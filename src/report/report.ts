@@ -1,13 +1,15 @@
 // From run directories to a report: reads the runs, names them, compares each with its baseline,
-// renders the charts and lays out the HTML page; the PNG export draws the same charts in one figure.
+// renders the charts and lays out the HTML page; the PNG export draws the same charts in one
+// figure; the CSV export holds the steps of every run.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Resvg } from '@resvg/resvg-js';
 import { writeAtomically } from '../atomic-write';
 import { RunDirError } from '../run/reader';
 import { compareWithBaselines } from './baseline';
-import { combined, renderSvg, reportCharts, standalone } from './charts';
-import { reportHtml } from './html';
+import { combined, compile, renderSvg, reportCharts, standalone } from './charts';
+import { stepsCsv } from './csv';
+import { reportHtml, type Projection } from './html';
 import { readRun, type Run } from './run-data';
 
 export interface ReportInput {
@@ -17,7 +19,11 @@ export interface ReportInput {
   baseline?: Run;
   /** one line per run directory that was passed over */
   skipped: string[];
+  /** what failures would cost at scale (default: 1,024 and 8,192 ranks, 2e-3 failures per rank per day) */
+  projection?: Projection;
 }
+
+export const defaultProjection: Projection = { ranks: [1024, 8192], failuresPerDay: 2e-3 };
 
 /** The runs of `dirs` that can be read, and one line for each that cannot. */
 export function readRuns(dirs: string[]): { runs: Run[]; skipped: string[] } {
@@ -40,6 +46,12 @@ export function runLabels(runs: Run[]): string[] {
   return runs.map((run, i) => (names.indexOf(names[i]) === names.lastIndexOf(names[i]) ? names[i] : run.dir));
 }
 
+/** Writes the runs' steps as one CSV table, atomically. */
+export function writeCsv(runs: Run[], file: string): void {
+  fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+  writeAtomically(file, stepsCsv(runs, runLabels(runs)));
+}
+
 /**
  * Writes the HTML report and, when `pngFile` is given, its charts as one PNG at twice their size in
  * pixels (sharp on high-density screens and in print). Both are rendered before either is written;
@@ -47,9 +59,10 @@ export function runLabels(runs: Run[]): string[] {
  */
 export async function writeReport(input: ReportInput, htmlFile: string, pngFile?: string): Promise<void> {
   const labels = runLabels(input.runs);
-  const charts = reportCharts(input.runs, labels);
-  const rendered = await Promise.all(charts.map(async (chart) => ({ chart, svg: await renderSvg(standalone(chart)) })));
-  const html = reportHtml({ ...input, labels, comparisons: compareWithBaselines(input.runs, input.baseline), charts: rendered, generated: new Date() });
+  const comparisons = compareWithBaselines(input.runs, input.baseline);
+  const charts = reportCharts(input.runs, labels, comparisons);
+  const rendered = await Promise.all(charts.map(async (chart) => ({ chart, svg: await renderSvg(standalone(chart)), vega: compile(standalone(chart)) })));
+  const html = reportHtml({ ...input, projection: input.projection ?? defaultProjection, labels, comparisons, charts: rendered, generated: new Date() });
   const png = pngFile === undefined ? undefined :
     new Resvg(await renderSvg(combined(charts, input.title)), { fitTo: { mode: 'zoom', value: 2 }, font: { loadSystemFonts: true, defaultFontFamily: 'DejaVu Sans' } }).render().asPng();
   for (const file of [htmlFile, pngFile]) if (file !== undefined) fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });

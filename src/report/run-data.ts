@@ -1,6 +1,8 @@
 // What ft-report reads from a run directory (DESIGN.md "Run directory"): summary.json,
 // metrics.jsonl, events.jsonl and, after a drill, drill.json. Every file is checked, so that a
-// missing, half-written or foreign one becomes one line naming the file and the problem.
+// missing, half-written or foreign one becomes one line naming the file and the problem; a run
+// without summary.json is unfinished (still running, or stopped) and is read up to its last
+// committed step.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { runFiles } from '../run/files';
@@ -32,13 +34,21 @@ export interface Recovery {
   killToCommitMs?: number;
 }
 
+/** A checkpoint the run wrote: why (jit, periodic, sigterm, ...) and how long it took, ms. */
+export interface CheckpointWrite {
+  reason: string;
+  durationMs: number;
+}
+
 export interface Run {
   dir: string;
-  summary: Summary;
+  /** undefined: the run did not finish (no summary.json) */
+  summary?: Summary;
   steps: StepRecord[];
   /** ms since the epoch, when training started (the start event) */
   startTime: number;
   recoveries: Recovery[];
+  checkpoints: CheckpointWrite[];
 }
 
 export function readRun(dir: string): Run {
@@ -46,14 +56,15 @@ export function readRun(dir: string): Run {
   const metricsFile = path.join(dir, runFiles.metrics);
   const steps = readLines(metricsFile).map(({ value, line }) => checkStep(value, `${metricsFile} line ${line}`));
   const events = readLines(path.join(dir, runFiles.events)).map(({ value }) => value);
-  const summary = readSummary(dir, steps);
+  const summary = readSummary(dir);
   const start = events.find((e) => e.event === 'start');
   if (start === undefined || typeof start.time !== 'number') throw new RunDirError(`${path.join(dir, runFiles.events)}: no start event`);
   const resume = events.find((e) => e.event === 'resume');
   checkSteps(metricsFile, steps, summary, typeof resume?.step === 'number' ? resume.step : 0);
   const recoveries = readRecoveries(dir, events, summary);
   addKillTimes(dir, recoveries, steps);
-  return { dir, summary, steps, startTime: start.time, recoveries };
+  const checkpoints = events.filter((e) => e.event === 'checkpoint' && typeof e.duration_ms === 'number').map((e) => ({ reason: String(e.reason), durationMs: e.duration_ms as number }));
+  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints };
 }
 
 function checkStep(line: Json, where: string): StepRecord {
@@ -63,18 +74,19 @@ function checkStep(line: Json, where: string): StepRecord {
   return line as unknown as StepRecord;
 }
 
-function readSummary(dir: string, steps: StepRecord[]): Summary {
+/** summary.json, checked; undefined when the run has not written it (it did not finish). */
+function readSummary(dir: string): Summary | undefined {
   const file = path.join(dir, runFiles.summary);
-  if (!fs.existsSync(file)) {
-    const last = steps.at(-1);
-    throw new RunDirError(`${file}: missing: the run did not finish (${last ? `last committed step ${last.step}` : 'no step committed'})`);
-  }
+  if (!fs.existsSync(file)) return undefined;
   const summary = readObject(file);
   if (summary.status !== 'complete') throw new RunDirError(`${file}: status is ${JSON.stringify(summary.status)}, not "complete"`);
   const numbers = ['steps', 'final_loss', 'wall_s', 'ranks_lost', 'bytes_read_back', 'world_initial', 'world_final', 'shards', 'batch', 'seed'];
   for (const name of numbers) if (typeof summary[name] !== 'number') throw new RunDirError(`${file}: "${name}" is missing or not a number`);
   for (const name of ['model', 'data', 'on_failure']) if (typeof summary[name] !== 'string') throw new RunDirError(`${file}: "${name}" is missing or not a string`);
   for (const name of ['test_accuracy', 'test_loss']) if (summary[name] !== null && typeof summary[name] !== 'number') throw new RunDirError(`${file}: "${name}" is not a number`);
+  if (summary.settings !== undefined && !(isObject(summary.settings) && Object.values(summary.settings).every((v) => v === null || ['string', 'number', 'boolean'].includes(typeof v)))) {
+    throw new RunDirError(`${file}: "settings" is not an object of plain values`);
+  }
   if (typeof summary.params_sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(summary.params_sha256)) throw new RunDirError(`${file}: "params_sha256" is not a sha256`);
   const failures = summary.failures;
   if (!Array.isArray(failures) || !failures.every((f) => isObject(f) && typeof f.step === 'number' && isRanks(f.lost) && typeof f.world === 'number')) {
@@ -87,15 +99,15 @@ function isRanks(value: unknown): value is number[] {
   return Array.isArray(value) && value.every((rank) => Number.isSafeInteger(rank) && rank >= 0);
 }
 
-/** metrics.jsonl must hold every committed step once, in order, from the first (0, or where the run resumed) to the last. */
-function checkSteps(file: string, steps: StepRecord[], summary: Summary, first: number): void {
+/** metrics.jsonl must hold every committed step once, in order, from the first (0, or where the run resumed) to the last (summary.json's, when the run finished). */
+function checkSteps(file: string, steps: StepRecord[], summary: Summary | undefined, first: number): void {
   if (steps.length === 0) throw new RunDirError(`${file}: no step`);
   if (steps[0].step !== first) throw new RunDirError(`${file}: starts at step ${steps[0].step}, not ${first}`);
   steps.forEach((record, i) => {
     if (i > 0 && record.step !== steps[i - 1].step + 1) throw new RunDirError(`${file}: step ${record.step} follows step ${steps[i - 1].step}`);
   });
   const last = steps[steps.length - 1].step;
-  if (last !== summary.steps - 1) throw new RunDirError(`${file}: ends at step ${last}, but ${runFiles.summary} says ${summary.steps} steps`);
+  if (summary !== undefined && last !== summary.steps - 1) throw new RunDirError(`${file}: ends at step ${last}, but ${runFiles.summary} says ${summary.steps} steps`);
 }
 
 /**
@@ -103,7 +115,7 @@ function checkSteps(file: string, steps: StepRecord[], summary: Summary, first: 
  * checkpoint, which carries the step it saves (one later when the failure surfaced in the vote
  * of a step that committed), so it joins the recovery under way.
  */
-function readRecoveries(dir: string, events: Json[], summary: Summary): Recovery[] {
+function readRecoveries(dir: string, events: Json[], summary: Summary | undefined): Recovery[] {
   const eventsFile = path.join(dir, runFiles.events);
   const byStep = new Map<number, Recovery>();
   let current: Recovery | undefined;
@@ -139,11 +151,16 @@ function readRecoveries(dir: string, events: Json[], summary: Summary): Recovery
     }
   }
   const recoveries = [...byStep.values()].filter((r) => r.lost.length > 0);
+  if (summary === undefined) return sortedLost(recoveries);
   for (const failure of summary.failures) {
     if (!recoveries.some((r) => r.step === failure.step)) throw new RunDirError(`${eventsFile}: no recovery at step ${failure.step}, where ${runFiles.summary} has a failure`);
   }
   const failedSteps = new Set(summary.failures.map((f) => f.step)).size;
   if (recoveries.length > failedSteps) throw new RunDirError(`${eventsFile}: has recoveries at ${recoveries.length} steps, ${runFiles.summary} has failures at ${failedSteps}`);
+  return sortedLost(recoveries);
+}
+
+function sortedLost(recoveries: Recovery[]): Recovery[] {
   return recoveries.map((r) => ({ ...r, lost: [...new Set(r.lost)].sort((a, b) => a - b) }));
 }
 

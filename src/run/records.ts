@@ -1,5 +1,6 @@
 // The records of a run directory: a line of metrics.jsonl, a line of events.jsonl, summary.json.
 // The trainer and ft-train write them through RunLog and writeSummary; ft-report reads them back.
+import type { RunSettings } from './settings';
 
 /** One committed step, as metrics.jsonl holds it. */
 export interface StepRecord {
@@ -62,4 +63,6 @@ export interface Summary {
   optimizer_state_bytes_per_rank: number;
   /** what the leader keeps for peers (replicas, parities, their previous generation and buffers) */
   redundancy_bytes_per_rank: number;
+  /** every setting that changes the result (src/run/settings.ts); absent in summaries written before it */
+  settings?: RunSettings;
 }

@@ -1,14 +1,19 @@
 // Reports: launch/compare runs SGD, FT-SGD exact and shrink (real kill -9s) at 2 and 4 ranks and
 // writes the report; the run data read back matches the files; params_sha256 is compared with
-// the right baseline; broken run directories are named and passed over (or refused); and the
-// report opens in headless Chromium with no console error, no request and non-blank charts (the
-// screenshot is kept in test-artifacts/).
+// the baseline of the same settings (shrink expected to differ, other settings not compared, a
+// summary without settings unknown); the settings table highlights what differs; an unfinished
+// run is plotted up to its last step; --csv holds metrics.jsonl's values exactly; broken run
+// directories are named and passed over (or refused); and the report opens in headless Chromium
+// with no console error and no request, draws its charts interactively and shows a tooltip on
+// hover (the screenshot is kept in test-artifacts/).
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { PNG } from 'pngjs';
 import puppeteer from 'puppeteer-core';
 import { compareWithBaselines } from '../../src/report/baseline';
+import { reportCharts } from '../../src/report/charts';
+import { costMeasurements, ftTrainWaste, periodicWaste } from '../../src/report/failure-cost';
 import { readRun } from '../../src/report/run-data';
 import { RunDirError } from '../../src/run/reader';
 import { repoRoot, runCommand } from '../helpers/mpi-job';
@@ -84,7 +89,7 @@ describe('reports', function () {
     const of = (kind: string) => events.filter((e) => e.event === kind && e.step === recovery.step);
     assert.deepEqual(recovery.lost, [1]);
     assert.equal(recovery.world, 3);
-    assert.equal(recovery.step, data.summary.failures[0].step);
+    assert.equal(recovery.step, data.summary!.failures[0].step);
     assert.equal(recovery.detectMs, of('failure')[0].detect_ms);
     assert.equal(recovery.revokeShrinkMs, of('revoke+shrink')[0].duration_ms);
     assert.equal(recovery.readbackBytes, of('readback')[0].bytes_before_retry);
@@ -103,19 +108,125 @@ describe('reports', function () {
     const runs = names.map((name) => readRun(run(name)));
     const comparisons = compareWithBaselines(runs);
     assert.deepEqual(comparisons.map((c) => c.verdict), ['baseline', 'equal', 'differs', 'baseline', 'equal', 'differs']);
+    assert.deepEqual(comparisons.map((c) => c.expected), [undefined, undefined, 'shrink mode', undefined, undefined, 'shrink mode']);
     assert.deepEqual(comparisons.map((c) => c.baseline), [runs[0], runs[0], runs[0], runs[3], runs[3], runs[3]]);
     assert.deepEqual(compareWithBaselines(runs.slice(1)).map((c) => c.verdict), ['no baseline', 'no baseline', 'baseline', 'equal', 'differs']);
-    assert.deepEqual(compareWithBaselines(runs, runs[5]).map((c) => c.verdict), ['differs', 'differs', 'differs', 'differs', 'differs', 'baseline']);
+    assert.deepEqual(compareWithBaselines(runs, runs[5]).map((c) => c.verdict), ['other settings', 'other settings', 'other settings', 'differs', 'differs', 'baseline']);
+    assert.deepEqual(compareWithBaselines(runs, runs[5]).map((c) => c.expected), [undefined, undefined, undefined, undefined, undefined, undefined]);
+    const settings = runs[4].summary!.settings!;
+    assert.deepEqual(Object.keys(settings), ['model', 'model_sha256', 'data_train_sha256', 'data_test_sha256', 'batch', 'lr', 'optimizer', 'momentum', 'weight_decay',
+      'lr_schedule', 'seed', 'shards', 'on_failure', 'lr_rescale', 'steps', 'epochs', 'threads']);
+    assert.deepEqual([settings.model, settings.batch, settings.lr, settings.momentum, settings.weight_decay, settings.lr_schedule, settings.shards, settings.on_failure, settings.steps, settings.epochs, settings.threads],
+      ['lenet', 64, 0.01, 0.9, 0.0005, 'constant', 4, 'exact', 40, null, 1]);
+    const manifest = JSON.parse(fs.readFileSync(path.join(repoRoot, 'datasets', 'fashion-mnist', 'manifest.json'), 'utf8'));
+    assert.equal(settings.data_train_sha256, manifest.splits.train.sha256);
+    assert.equal(settings.data_test_sha256, manifest.splits.test.sha256);
+    // a summary written before ft-train recorded its settings: not compared, and said so
+    const old = broken('old-summary', (dir) => {
+      const file = path.join(dir, 'summary.json');
+      const { settings: _, ...rest } = JSON.parse(fs.readFileSync(file, 'utf8'));
+      fs.writeFileSync(file, JSON.stringify(rest));
+    });
+    assert.deepEqual(compareWithBaselines([runs[3], readRun(old)]).map((c) => c.verdict), ['baseline', 'settings unknown']);
 
     const output = path.join(scratch, 'sha.html');
-    const job = await report([...names.slice(3).map(run), '-o', output]);
+    const job = await report([...names.slice(3).map(run), run('n2-sgd'), old, '-o', output]);
     assert.equal(job.code, 0, job.stderr);
     assert.equal(job.stderr, '');
     const html = fs.readFileSync(output, 'utf8');
     const row = (name: string) => new RegExp(`<tr><td class="text"[^>]*>${name}</td>.*</tr>`).exec(html)?.[0] ?? '';
     assert.match(row('n4-sgd'), /<td class="text">baseline<\/td><\/tr>$/);
     assert.match(row('n4-exact'), /class="equal">equal<\/span> <span class="note">\(vs n4-sgd\)/);
-    assert.match(row('n4-shrink'), /class="differs">differs<\/span> <span class="note">\(vs n4-sgd\)/);
+    assert.match(row('n4-shrink'), /<span class="expected">differs<\/span> \(expected: shrink mode\) <span class="note">\(vs n4-sgd\)/);
+    assert.match(row('n2-sgd'), /<td class="text">baseline<\/td><\/tr>$/);
+    assert.match(row('old-summary'), /<td class="text">settings unknown \(not compared\)<\/td><\/tr>$/);
+    // the settings table: a column per run, the cells that differ from most runs highlighted
+    const setting = (name: string) => new RegExp(`<tr><th class="text">${name}</th>.*?</tr>`).exec(html)?.[0];
+    const unknown = '<td class="text"><span class="note">unknown</span></td>';
+    assert.equal(setting('shards'), `<tr><th class="text">shards</th><td class="text">4</td><td class="text">4</td><td class="text">4</td><td class="text changed">2</td>${unknown}</tr>`);
+    assert.equal(setting('on_failure'), `<tr><th class="text">on_failure</th><td class="text">exact</td><td class="text">exact</td><td class="text changed">shrink</td><td class="text">exact</td>${unknown}</tr>`);
+    assert.equal(setting('lr'), `<tr><th class="text">lr</th><td class="text">0.01</td><td class="text">0.01</td><td class="text">0.01</td><td class="text">0.01</td>${unknown}</tr>`);
+  });
+
+  it('plots an unfinished run up to its last committed step, marked as such and not compared', async () => {
+    const dir = broken('unfinished', (d) => {
+      fs.rmSync(path.join(d, 'summary.json'));
+      const file = path.join(d, 'metrics.jsonl');
+      fs.writeFileSync(file, fs.readFileSync(file, 'utf8').split('\n').slice(0, 30).join('\n') + '\n');
+    });
+    const data = readRun(dir);
+    assert.equal(data.summary, undefined);
+    assert.deepEqual(data.steps.map((s) => s.step), [...Array(30).keys()]);
+    assert.deepEqual(data.recoveries.map((r) => r.lost), [[1]]);
+    assert.deepEqual(compareWithBaselines([readRun(run('n4-sgd')), data]).map((c) => c.verdict), ['baseline', 'unfinished']);
+    const output = path.join(scratch, 'unfinished.html');
+    const job = await report([run('n4-sgd'), dir, '-o', output]);
+    assert.equal(job.code, 0, job.stderr);
+    assert.equal(job.stderr, '');
+    const html = fs.readFileSync(output, 'utf8');
+    assert.match(html, /<tr><td class="text"[^>]*>unfinished<\/td><td class="text">–<\/td><td>4 → 3<\/td><td>30<\/td>.*<td class="text">unfinished \(not compared\): <span class="unfinished">last committed step 29<\/span><\/td><\/tr>/);
+    const [lossByStep] = reportCharts([data], ['unfinished'], [{ verdict: 'unfinished' }]);
+    const plotted = ((lossByStep.spec.layer as { data: { values: { step: number }[] } }[])[0]).data.values.map((p) => p.step);
+    assert.deepEqual(plotted, [...Array(30).keys()]);
+  });
+
+  it('charts each run\'s loss minus its baseline\'s: zero at every step for an exact recovery, not for shrink', () => {
+    const runs = ['n4-sgd', 'n4-exact', 'n4-shrink'].map((name) => readRun(run(name)));
+    const charts = reportCharts(runs, ['sgd', 'exact', 'shrink'], compareWithBaselines(runs));
+    const chart = charts.find((c) => c.title === 'Loss minus the baseline\'s')!;
+    const values = ((chart.spec.layer as { data: { values: { run: string; step: number; difference: number }[] } }[])[1]).data.values;
+    const of = (name: string) => values.filter((v) => v.run === name);
+    assert.deepEqual(of('sgd'), []);
+    assert.deepEqual(of('exact').map((v) => v.difference), Array(40).fill(0));
+    const failed = runs[2].summary!.failures[0].step;
+    const shrink = of('shrink');
+    // before the failure, shrink mode sums the gradient and loss with MPI's allreduce, not in shard order: float32 rounding apart, the same
+    const ulp = (x: number) => 2 ** (Math.floor(Math.log2(Math.abs(x))) - 23);
+    for (const v of shrink.slice(0, failed)) assert.ok(Math.abs(v.difference) <= 2 * ulp(runs[0].steps[v.step].loss), `step ${v.step}: ${v.difference}`);
+    assert.equal(shrink[39].difference, runs[2].steps[39].loss - runs[0].steps[39].loss);
+    assert.ok(shrink.slice(failed).some((v) => v.difference !== 0));
+  });
+
+  it('projects what failures would cost at the --project world sizes from the run\'s own measurements', async () => {
+    const output = path.join(scratch, 'cost.html');
+    const job = await report([run('n4-exact'), '-o', output, '--project', '4,1024', '--failure-rate', '0.01']);
+    assert.equal(job.code, 0, job.stderr);
+    const html = fs.readFileSync(output, 'utf8');
+    const data = readRun(run('n4-exact'));
+    const m = costMeasurements(data);
+    const retried = data.recoveries[0].step;
+    const steps = data.steps.filter((s) => s.step !== retried);
+    assert.equal(m.step, steps.reduce((sum, s) => sum + s.step_ms, 0) / steps.length / 1000);
+    const jit = lines(path.join(run('n4-exact'), 'events.jsonl')).filter((e) => e.event === 'checkpoint' && e.reason === 'jit');
+    assert.equal(jit.length, 1);
+    assert.equal(m.checkpoint, (jit[0].duration_ms as number) / 1000);
+    assert.equal(m.recovery, data.recoveries[0].killToCommitMs! / 1000);
+    const f = 0.01 / 86_400;
+    for (const n of [4, 1024]) {
+      const periodic = `${(periodicWaste(n, f, m.checkpoint!, m.recovery!).total * 100).toPrecision(3)}%`;
+      const ours = `${(ftTrainWaste(n, f, m.step, m.recovery!).total * 100).toPrecision(3)}%`;
+      assert.match(html, new RegExp(`<tr><td class="text">n4-exact</td><td>${n}</td>.*<td>${periodic.replace('.', '\\.')}</td><td><b>${ours.replace('.', '\\.')}</b></td>`));
+    }
+    assert.match(html, /<tr class="paper"><td class="text">BERT-L \(the paper\)<\/td><td>1024<\/td>.*<td>1\.56%<\/td><td>–<\/td><td class="text">paper: 1\.54% \(without the restart term: 1\.54%\)<\/td><\/tr>/);
+    const refused = await report([run('n4-exact'), '-o', output, '--project', '4,0']);
+    assert.equal(refused.code, 1, refused.stderr);
+    assert.match(refused.stderr, /--project expects world sizes N1,N2,\.\.\. \(positive integers\), got "4,0"/);
+  });
+
+  it('--csv writes one tidy table with metrics.jsonl\'s values exactly, empty cells where absent', async () => {
+    const file = path.join(scratch, 'steps.csv');
+    const job = await report([run('n2-sgd'), run('n4-exact'), '--csv', file]);
+    assert.equal(job.code, 0, job.stderr);
+    assert.equal(job.stdout, `ft-report: 2 runs; wrote ${file}\n`);
+    const [header, ...rows] = fs.readFileSync(file, 'utf8').trimEnd().split('\n').map((line) => line.split(','));
+    assert.deepEqual(header, ['run', 'step', 'time', 'loss', 'lr', 'world', 'step_ms', 'test_accuracy', 'test_loss']);
+    const expected = ['n2-sgd', 'n4-exact'].flatMap((name) => lines(path.join(run(name), 'metrics.jsonl')).map((m) =>
+      [name, ...header.slice(1).map((column) => (m[column] === undefined ? '' : String(m[column])))]));
+    assert.equal(rows.length, 80);
+    assert.deepEqual(rows, expected);
+    const evaluated = rows.filter((r) => r[7] !== '');
+    assert.deepEqual(evaluated.map((r) => [r[0], r[1]]), [['n2-sgd', '19'], ['n4-exact', '19']]);
+    for (const r of evaluated) assert.equal(Number(r[7]), lines(path.join(run(r[0]), 'metrics.jsonl'))[19].test_accuracy);
   });
 
   it('--baseline names the run to compare with; --png writes the charts; what comes from run directories is escaped', async () => {
@@ -138,7 +249,6 @@ describe('reports', function () {
 
   it('names a broken run directory in one line and passes over it; --strict refuses; nothing is written when no run is left', async () => {
     const cases: [string, (dir: string) => void, RegExp][] = [
-      ['unfinished', (d) => fs.rmSync(path.join(d, 'summary.json')), /summary\.json: missing: the run did not finish \(last committed step 39\)$/],
       ['half-line', (d) => fs.appendFileSync(path.join(d, 'metrics.jsonl'), '{"step":40,"lo'), /metrics\.jsonl: half-written \(its last line has no end\)$/],
       ['half-summary', (d) => fs.truncateSync(path.join(d, 'summary.json'), 100), /summary\.json: not JSON$/],
       ['gap', (d) => {
@@ -170,11 +280,11 @@ describe('reports', function () {
     }
 
     const output = path.join(scratch, 'skipped.html');
-    const skipped = await report([run('n4-sgd'), path.join(scratch, 'unfinished'), '-o', output]);
+    const skipped = await report([run('n4-sgd'), path.join(scratch, 'half-summary'), '-o', output]);
     assert.equal(skipped.code, 0, skipped.stderr);
-    assert.equal(skipped.stderr, `ft-report: skipped ${path.join(scratch, 'unfinished', 'summary.json')}: missing: the run did not finish (last committed step 39)\n`);
+    assert.equal(skipped.stderr, `ft-report: skipped ${path.join(scratch, 'half-summary', 'summary.json')}: not JSON\n`);
     assert.match(skipped.stdout, /^ft-report: 1 run \(1 skipped\); wrote /);
-    assert.match(fs.readFileSync(output, 'utf8'), /Not in this report.*unfinished\/summary\.json: missing/s);
+    assert.match(fs.readFileSync(output, 'utf8'), /Not in this report.*half-summary\/summary\.json: not JSON/s);
 
     const strict = path.join(scratch, 'strict.html');
     const refused = await report([run('n4-sgd'), path.join(scratch, 'gap'), '-o', strict, '--strict']);
@@ -189,7 +299,7 @@ describe('reports', function () {
     assert.ok(!fs.existsSync(none));
   });
 
-  it('opens in headless Chromium with no console error, no request, and non-blank charts', async () => {
+  it('opens in headless Chromium with no console error and no request; draws its charts interactively; a hovered point shows a tooltip', async () => {
     const profile = makeScratch('ft-chromium-');
     const browser = await puppeteer.launch({
       executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
@@ -211,14 +321,25 @@ describe('reports', function () {
       });
       await page.setViewport({ width: 1280, height: 900 });
       await page.goto(`file://${path.join(compared, 'report.html')}`, { waitUntil: 'load' });
-      const images = await page.$$('figure img');
-      assert.equal(images.length, 4); // loss by step, loss by time, world size, test accuracy
-      const loaded = await page.evaluate('Array.from(document.querySelectorAll("figure img")).map((img) => img.complete && img.naturalWidth > 0)');
-      assert.deepEqual(loaded, [true, true, true, true]);
-      for (const image of images) {
-        const drawn = ink(Buffer.from(await image.screenshot({ type: 'png' })));
+      // loss by step, loss minus the baseline's, loss by time, step time, throughput, world size, learning rate, test accuracy
+      const titles = await page.evaluate('Array.from(document.querySelectorAll("figure img")).map((img) => img.complete && img.naturalWidth > 0 && img.alt)');
+      assert.deepEqual(titles, ['Loss against step', 'Loss minus the baseline\'s', 'Loss against wall time', 'Step time', 'Throughput', 'World size over time', 'Learning rate', 'Test accuracy']);
+      // the inlined vega draws each chart again, live, in place of its image
+      await page.waitForFunction('document.querySelectorAll("figure.interactive svg.marks").length === 8', { timeout: 30_000 });
+      const figures = await page.$$('figure');
+      for (const figure of figures) {
+        const drawn = ink(Buffer.from(await figure.screenshot({ type: 'png' })));
         assert.ok(drawn.share > 0.02 && drawn.colours > 20, `a chart looks blank: ${JSON.stringify(drawn)}`);
       }
+      assert.equal(await page.$('.vg-tooltip'), null);
+      const accuracyPoints = await figures[7].$$('svg g.mark-symbol.role-mark path');
+      assert.equal(accuracyPoints.length, 12); // 6 runs evaluated after steps 19 and 39
+      await accuracyPoints[0].hover();
+      const tooltip = await page.waitForSelector('.vg-tooltip', { visible: true, timeout: 5000 });
+      const shown = /^run(n[24]-\w+)step(19|39)test accuracy(\d\d\.\d\d)%$/.exec(await tooltip!.evaluate((element) => element.textContent ?? ''));
+      assert.ok(shown, 'the tooltip names the run, the step and the accuracy');
+      const accuracy = shown[2] === '19' ? lines(path.join(run(shown[1]), 'metrics.jsonl'))[19].test_accuracy as number : readRun(run(shown[1])).summary!.test_accuracy!;
+      assert.equal(shown[3], (accuracy * 100).toFixed(2));
       fs.mkdirSync(artifacts, { recursive: true });
       await page.screenshot({ path: path.join(artifacts, 'report.png'), fullPage: true });
       assert.deepEqual(problems, []);
