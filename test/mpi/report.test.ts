@@ -209,7 +209,7 @@ describe('reports', function () {
     }
     assert.match(html, /<tr class="paper"><td class="text">BERT-L \(the paper\)<\/td><td>1024<\/td>.*<td>1\.56%<\/td><td>–<\/td><td class="text">paper: 1\.54% \(without the restart term: 1\.54%\)<\/td><\/tr>/);
     const refused = await report([run('n4-exact'), '-o', output, '--project', '4,0']);
-    assert.equal(refused.code, 1, refused.stderr);
+    assert.equal(refused.code, 2, refused.stderr);
     assert.match(refused.stderr, /--project expects world sizes N1,N2,\.\.\. \(positive integers\), got "4,0"/);
   });
 
