@@ -28,9 +28,10 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
   const steps = runs.flatMap((run, i) => {
     // an evaluation pauses the steps after the one it follows, a recovery the step it retries: a wall-time line breaks there
     const recovered = new Set(run.recoveries.map((r) => r.step));
+    const resumed = new Set(run.resumes);
     let segment = 0;
     return run.steps.map((s, k) => {
-      if (k > 0 && (typeof run.steps[k - 1].test_accuracy === 'number' || recovered.has(s.step))) segment++;
+      if (k > 0 && (typeof run.steps[k - 1].test_accuracy === 'number' || recovered.has(s.step) || resumed.has(s.step))) segment++;
       return {
         run: labels[i], step: s.step, seconds: (s.time - run.startTime) / 1000, loss: s.loss, lr: s.lr, world: s.world,
         step_ms: s.step_ms, samples_per_s: (s.samples * 1000) / s.step_ms, segment,
@@ -56,6 +57,9 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     seconds: (r.time - run.startTime) / 1000,
     loss: run.steps.find((s) => s.step === r.step)?.loss,
   })));
+  const resumes = runs.flatMap((run, i) => run.resumes.map((step) => ({
+    run: labels[i], step, seconds: (run.steps.find((s) => s.step === step)!.time - run.startTime) / 1000,
+  })));
   const maxWorld = Math.max(...runs.map((run) => Math.max(...run.steps.map((s) => s.world))));
   const legend = { title: 'run (click to pick)', labelLimit: 260, symbolType: 'stroke', symbolOpacity: 1, symbolStrokeWidth: 3 };
   const color = { field: 'run', type: 'nominal' as const, scale: { domain: labels }, legend };
@@ -80,6 +84,10 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     encoding: { x, y, color, strokeDash, ...segments(x), strokeOpacity: faded(opacity), tooltip: tooltip(['run', 'run'], ['step', 'step'], ...fields) },
   });
   const failureRules = (x: ChartSpec): ChartSpec => ({ data: { values: failures }, mark: { type: 'rule', strokeDash: [5, 4], strokeWidth: 1.5 }, encoding: { x, color } });
+  const resumeRules = (x: ChartSpec): ChartSpec => ({
+    data: { values: resumes }, mark: { type: 'rule', strokeDash: [1, 3], strokeWidth: 2 },
+    encoding: { x, color, tooltip: tooltip(['run', 'run'], ['step', 'resumed at step']) },
+  });
   // a moving mean over about 2% of the run: the per-step loss of one batch is noisy
   const window = Math.max(1, Math.round(Math.max(...runs.map((r) => r.steps.length)) / 50));
 
@@ -94,6 +102,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
         encoding: { x, y: { field: 'mean_loss', type: 'quantitative', title: 'loss' }, color, strokeDash, ...segments(x), strokeOpacity: faded(1) },
       },
       failureRules(x),
+      resumeRules(x),
       {
         data: { values: failures },
         mark: { type: 'point', shape: 'triangle-down', size: 140, filled: true, opacity: 1 },
@@ -103,9 +112,10 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
   });
   const overTime = (field: string, title: string, format: string): ChartSpec => ({
     width, height,
-    layer: [stepsLine({ field, type: 'quantitative', title, scale: { zero: false } }, time, [['seconds', 'wall time (s)', '.2f'], [field, title, format], ['world', 'ranks']]), failureRules(time)],
+    layer: [stepsLine({ field, type: 'quantitative', title, scale: { zero: false } }, time, [['seconds', 'wall time (s)', '.2f'], [field, title, format], ['world', 'ranks']]), failureRules(time), resumeRules(time)],
   });
-  const failureNote = failures.length > 0 ? ' Dashed lines and triangles: failures (where the survivors saw them).' : '';
+  const failureNote = (failures.length > 0 ? ' Dashed lines and triangles: failures (where the survivors saw them).' : '') +
+    (resumes.length > 0 ? ' Dotted lines: where a run resumed into the same run directory continued it.' : '');
   const breakNote = ' Lines break where an evaluation or a recovery paused the steps.';
   const charts: Chart[] = [
     { title: 'Loss against step', caption: `Thin: the loss of each step; bold: its mean over the last ${window} steps; each run has its own dash pattern, so identical curves show as one.${failureNote}`, spec: loss(step) },

@@ -49,22 +49,44 @@ export interface Run {
   startTime: number;
   recoveries: Recovery[];
   checkpoints: CheckpointWrite[];
+  /** the steps where a run resumed into this directory continued it (--resume into the same --run-dir) */
+  resumes: number[];
 }
 
 export function readRun(dir: string): Run {
   if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) throw new RunDirError(`${dir}: no such run directory`);
   const metricsFile = path.join(dir, runFiles.metrics);
-  const steps = readLines(metricsFile).map(({ value, line }) => checkStep(value, `${metricsFile} line ${line}`));
+  const { steps, resumes } = joinResumed(readLines(metricsFile).map(({ value, line }) => checkStep(value, `${metricsFile} line ${line}`)));
   const events = readLines(path.join(dir, runFiles.events)).map(({ value }) => value);
   const summary = readSummary(dir);
   const start = events.find((e) => e.event === 'start');
   if (start === undefined || typeof start.time !== 'number') throw new RunDirError(`${path.join(dir, runFiles.events)}: no start event`);
-  const resume = events.find((e) => e.event === 'resume');
+  // the run directory's own first run may have resumed from elsewhere: a resume event before the second start
+  const secondStart = events.findIndex((e, i) => i > events.indexOf(start) && e.event === 'start');
+  const resume = events.slice(0, secondStart < 0 ? events.length : secondStart).find((e) => e.event === 'resume');
   checkSteps(metricsFile, steps, summary, typeof resume?.step === 'number' ? resume.step : 0);
   const recoveries = readRecoveries(dir, events, summary);
   addKillTimes(dir, recoveries, steps);
   const checkpoints = events.filter((e) => e.event === 'checkpoint' && typeof e.duration_ms === 'number').map((e) => ({ reason: String(e.reason), durationMs: e.duration_ms as number }));
-  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints };
+  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes };
+}
+
+/**
+ * A run directory that later runs resumed into holds each run's steps in turn, each from its resume
+ * step on (a step numbered no higher than the one before starts the next run): the latest record
+ * of each step is the run's, the earlier ones past a resume its history.
+ */
+function joinResumed(records: StepRecord[]): { steps: StepRecord[]; resumes: number[] } {
+  let steps: StepRecord[] = [];
+  const resumes: number[] = [];
+  records.forEach((record, i) => {
+    if (i > 0 && record.step <= records[i - 1].step) {
+      resumes.push(record.step);
+      steps = steps.filter((s) => s.step < record.step);
+    }
+    steps.push(record);
+  });
+  return { steps, resumes };
 }
 
 function checkStep(line: Json, where: string): StepRecord {
@@ -120,8 +142,12 @@ function readRecoveries(dir: string, events: Json[], summary: Summary | undefine
   const byStep = new Map<number, Recovery>();
   let current: Recovery | undefined;
   const total = (e: Json) => (typeof e.duration_ms === 'number' ? e.duration_ms : 0);
-  for (const e of events) {
+  // summary.json counts the failures of the directory's last run only (a resumed one appends its own)
+  const lastStart = events.map((e) => e.event).lastIndexOf('start');
+  const lastRunSteps = new Set<number>();
+  for (const [index, e] of events.entries()) {
     if (typeof e.step !== 'number') continue;
+    if (e.event === 'failure' && index > lastStart) lastRunSteps.add(e.step);
     if (e.event === 'failure' && !byStep.has(e.step)) {
       byStep.set(e.step, { step: e.step, time: typeof e.time === 'number' ? e.time : NaN, lost: [], world: 0, phase: String(e.phase), detectMs: 0, revokeShrinkMs: 0, agreeMs: 0, readbackMs: 0, joined: [], joinMs: 0, readbackBytes: 0, checkpointMs: 0, retryMs: 0 });
     }
@@ -156,7 +182,7 @@ function readRecoveries(dir: string, events: Json[], summary: Summary | undefine
     if (!recoveries.some((r) => r.step === failure.step)) throw new RunDirError(`${eventsFile}: no recovery at step ${failure.step}, where ${runFiles.summary} has a failure`);
   }
   const failedSteps = new Set(summary.failures.map((f) => f.step)).size;
-  if (recoveries.length > failedSteps) throw new RunDirError(`${eventsFile}: has recoveries at ${recoveries.length} steps, ${runFiles.summary} has failures at ${failedSteps}`);
+  if (recoveries.filter((r) => lastRunSteps.has(r.step)).length > failedSteps) throw new RunDirError(`${eventsFile}: has recoveries at ${recoveries.length} steps, ${runFiles.summary} has failures at ${failedSteps}`);
   return sortedLost(recoveries);
 }
 

@@ -5,6 +5,7 @@
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { readRun } from '../../src/report/run-data';
 import { readPid } from '../../src/run/pids';
 import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -71,6 +72,11 @@ describe('checkpoints and --resume', function () {
     assert.deepEqual(steps, [...Array.from({ length: 35 }, (_, i) => i), ...Array.from({ length: 40 }, (_, i) => 20 + i)]);
     const marks = events(dir).filter((e) => ['start', 'resume'].includes(e.event)).map((e) => [e.event, e.step]);
     assert.deepEqual(marks, [['start', undefined], ['start', undefined], ['resume', 20]]);
+    // the report reads it as one run: each step once (the resumed run's records past step 20), the resume marked
+    const read = readRun(dir);
+    assert.deepEqual(read.steps.map((r) => r.step), Array.from({ length: 60 }, (_, i) => i));
+    assert.deepEqual(read.resumes, [20]);
+    assert.equal(read.summary?.params_sha256, JSON.parse(fs.readFileSync(path.join(baseline, 'summary.json'), 'utf8')).params_sha256);
     const again = await ftRun(['--resume', dir]);
     assert.equal(again.code, 2);
     assert.match(again.stderr, new RegExp(`ft-train: ${dir}: --run-dir holds a run that completed \\(summary.json\\); resume into a new directory`));
