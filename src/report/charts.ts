@@ -163,7 +163,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     {
       title: 'Learning rate',
       caption: 'The rate each committed step used (a shrink run rescales it with its global batch).',
-      spec: { width, height, layer: [stepsLine({ field: 'lr', type: 'quantitative', title: 'learning rate', scale: { zero: false } }, step, [['lr', 'learning rate', '.3e']])] },
+      spec: { width, height, layer: [stepsLine({ field: 'lr', type: 'quantitative', title: 'learning rate', scale: { zero: true }, axis: { format: '.3~g' } }, step, [['lr', 'learning rate', '.3e']])] },
     },
   );
   if (evaluations.length > 0) {
