@@ -101,7 +101,8 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
 
   const summaryFile = path.join(runDir, runFiles.summary);
   const summary = fs.existsSync(summaryFile) ? (readObject(summaryFile) as DrillOutcome['summary']) : null;
-  if (plan.length > 0) writeAtomically(path.join(runDir, runFiles.drill), JSON.stringify({ ranks, kills: plan, mpirun_exit: code }, null, 2) + '\n');
+  // ft-train refuses bad input before it creates the run directory: then there is no run to record kills in
+  if (plan.length > 0 && fs.existsSync(runDir)) writeAtomically(path.join(runDir, runFiles.drill), JSON.stringify({ ranks, kills: plan, mpirun_exit: code }, null, 2) + '\n');
   const sent = plan.filter((k) => k.time !== undefined);
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));
   const passed = code === 0 && summary !== null && sent.length === plan.length && sent.every((k) => lost.has(k.rank));

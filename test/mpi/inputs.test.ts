@@ -156,4 +156,13 @@ describe('ft-train: bad input is refused before MPI starts', function () {
     assertRefused(await runTrain(2, [...onTiny, '--run-dir', dir, '--steps', '2', '--resume', first, '--threads', '2'], 30_000),
       `ft-train: ${checkpoint}: written with threads 1, this run has 2`, dir);
   });
+
+  it('launch/drill passes ft-train\'s refusal on: its line, exit 2, nothing written', async () => {
+    const dir = newDir();
+    const job = await runCommand(path.join(repoRoot, 'launch', 'drill'), ['-n', '2', '--kill', '1@3', '--', ...onTiny, '--run-dir', dir, '--steps', '5', '--model', 'no-such-model.json'],
+      process.env, 60_000, 'launch/drill with a bad model');
+    assert.equal(job.code, 2, job.stdout + job.stderr);
+    assert.equal(job.stderr.trim(), 'ft-train: no-such-model.json: cannot read the model spec (ENOENT)');
+    assert.ok(!fs.existsSync(dir));
+  });
 });
