@@ -72,7 +72,22 @@ export function gatherBatch(shard: ShardData, rows: Int32Array, x: Float32Array,
     const row = rows[i];
     if (!(row >= 0 && row < shard.rows)) throw new RangeError(`gatherBatch: row ${row} outside shard ${shard.shard} (${shard.rows} rows)`);
     const source = shard.features.subarray(row * size, (row + 1) * size);
-    for (let j = 0; j < size; ++j) x[i * size + j] = source[j] / divisor;
+    const out = x.subarray(i * size, (i + 1) * size);
+    if (source instanceof Uint8Array) {
+      // a uint8 has 256 values: their quotients, looked up, are the same floats as the division's
+      const quotients = uint8Quotients(divisor);
+      for (let j = 0; j < size; ++j) out[j] = quotients[source[j]];
+    } else {
+      for (let j = 0; j < size; ++j) out[j] = source[j] / divisor;
+    }
     labels[i] = shard.labels[row];
   }
+}
+
+let quotientsOf = { divisor: NaN, values: new Float32Array(256) };
+
+/** v / divisor as float32 for every uint8 v, computed once per divisor. */
+function uint8Quotients(divisor: number): Float32Array {
+  if (quotientsOf.divisor !== divisor) quotientsOf = { divisor, values: Float32Array.from({ length: 256 }, (_, v) => v / divisor) };
+  return quotientsOf.values;
 }

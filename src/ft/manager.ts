@@ -331,6 +331,8 @@ export class Manager {
 
   /** The AND of `flag` over the survivors, or null when the agreement itself met a failure (alike on all). */
   private async vote(flag: number): Promise<number | null> {
+    // alone, there is nobody to agree with: the AND over one rank is its flag
+    if (this.comm.size === 1) return flag;
     const started = now();
     try {
       return await this.comm.agree(flag);

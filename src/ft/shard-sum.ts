@@ -48,7 +48,8 @@ export class ShardSum {
       offset += mine;
     }));
     this.chunk = new Float32Array(mine);
-    this.total = new Float32Array(length);
+    // alone with one shard, the sum is that shard's vector as stored: no copy
+    this.total = size === 1 && this.held.length === 1 ? this.sendBuffer : new Float32Array(length);
   }
 
   /** Stores held shard s's vector for `step` followed by `tail` (copied; the caller may reuse its buffer). */
@@ -100,11 +101,23 @@ export class ShardSum {
 
   /** The shard-ordered sum of this rank's chunk (elements [bounds[rank], bounds[rank+1])): the reduce-scatter half. */
   async reduce(): Promise<Float32Array> {
+    if (this.comm.size === 1) return this.addHeld(this.chunk);
     await this.comm.alltoallv(this.sendBuffer, this.sendCounts, this.receiveBuffer, this.receiveCounts);
     const { chunk, receiveBuffer, pieceAt } = this;
     chunk.set(receiveBuffer.subarray(pieceAt[0], pieceAt[0] + chunk.length));
     for (let s = 1; s < pieceAt.length; ++s) this.add(chunk, receiveBuffer.subarray(pieceAt[s], pieceAt[s] + chunk.length));
     return chunk;
+  }
+
+  /**
+   * One rank holds every shard: the sum in shard order straight from the stored vectors into
+   * `into`, with no MPI call (the same additions in the same order as reduce()'s).
+   */
+  private addHeld(into: Float32Array): Float32Array {
+    if (into === this.sendBuffer) return into;
+    into.set(this.sendBuffer.subarray(0, this.length));
+    for (let h = 1; h < this.held.length; ++h) this.add(into, this.sendBuffer.subarray(h * this.length, (h + 1) * this.length));
+    return into;
   }
 
   /** The chunks' lengths, in rank order (the counts of an allgatherv of the chunks). */
@@ -114,6 +127,7 @@ export class ShardSum {
 
   /** The shard-ordered sum of every shard's vector, on every rank (in `total`). */
   async sum(): Promise<Float32Array> {
+    if (this.comm.size === 1) return this.addHeld(this.total);
     await this.comm.allgatherv(await this.reduce(), this.total, this.chunkLengths);
     return this.total;
   }
