@@ -1,9 +1,15 @@
 // bench/throughput: images/s of a full training step (forward, backward, SGD update) for lenet,
 // lenet5 and mlp at batch 64 on one thread in one process, for this project and for PyTorch
-// running the same model spec in the same run, with the GFLOP/s achieved. Last line JSON:
-//   lenet_vs_pytorch (target >= 1.5), <model>_vs_pytorch (target >= 1.0 each), models.
+// running the same model spec in the same run, with the GFLOP/s achieved; and a real ft-train run
+// of each model at 1 rank (Fashion-MNIST, the whole step: batch, sum, vote, update, records),
+// whose median step time is set against the kernel-only step's. Last line JSON:
+//   lenet_vs_pytorch (target >= 1.5), <model>_vs_pytorch (target >= 1.0 each),
+//   step_vs_kernels_1rank (the worst model's real step / kernel-only step; target <= 1.1), models.
 import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
+import { median } from './median';
 import { cpu } from '../src/nn/cpu';
 import { Net } from '../src/nn/net';
 import { loadSpec } from '../src/nn/spec';
@@ -48,6 +54,21 @@ function ours(name: string): { imagesPerS: number; gflops: number } {
   return { imagesPerS: (steps * batch) / elapsed, gflops: (3 * forwardFlops(net) * steps) / elapsed / 1e9 };
 }
 
+/** Median ms of steps 50.. of a real 1-rank ft-train run of `name` (300 steps, batch 64). */
+function realStepMs(name: string): number {
+  const runDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-step-'));
+  fs.rmdirSync(runDir);
+  try {
+    const result = spawnSync(path.join(root, 'launch', 'ft-run'), ['-n', '1', '--', '--model', path.join(root, 'models', `${name}.json`),
+      '--data', path.join(root, 'datasets', 'fashion-mnist'), '--steps', '300', '--batch', String(batch), '--run-dir', runDir], { encoding: 'utf8', timeout: 300_000 });
+    if (result.status !== 0) throw new Error(`ft-train run of ${name} failed:\n${result.stderr}`);
+    const steps = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step_ms: number });
+    return median(steps.slice(50).map((s) => s.step_ms));
+  } finally {
+    fs.rmSync(runDir, { recursive: true, force: true });
+  }
+}
+
 function pytorch(): Map<string, number> {
   const result = spawnSync(python, [path.join(root, 'bench', 'pytorch_throughput.py'), String(batch),
     String(seconds), ...models.map((m) => path.join(root, 'models', `${m}.json`))],
@@ -63,21 +84,29 @@ function main(): void {
     process.stderr.write(`[bench] ${model}: ft-train ...\n`);
     return { model, ...ours(model) };
   });
+  const real = new Map(models.map((model) => {
+    process.stderr.write(`[bench] ${model}: a real 1-rank ft-train run ...\n`);
+    return [model, realStepMs(model)];
+  }));
   process.stderr.write('[bench] PyTorch ...\n');
   const theirs = pytorch();
   const summary: Record<string, unknown> = {};
-  console.log('model     ft-train img/s  GFLOP/s  PyTorch img/s  ratio');
+  console.log('model     ft-train img/s  GFLOP/s  PyTorch img/s  ratio  kernel ms  real step ms');
+  const stepRatios: number[] = [];
   for (const row of rows) {
     const ratio = row.imagesPerS / theirs.get(row.model)!;
+    const kernelMs = (1000 * batch) / row.imagesPerS;
+    stepRatios.push(real.get(row.model)! / kernelMs);
     summary[`${row.model}_vs_pytorch`] = +ratio.toFixed(3);
     console.log(`${row.model.padEnd(9)} ${row.imagesPerS.toFixed(0).padStart(14)} ${row.gflops.toFixed(2).padStart(8)} ` +
-      `${theirs.get(row.model)!.toFixed(0).padStart(14)} ${ratio.toFixed(3).padStart(6)}`);
+      `${theirs.get(row.model)!.toFixed(0).padStart(14)} ${ratio.toFixed(3).padStart(6)} ${kernelMs.toFixed(2).padStart(10)} ${real.get(row.model)!.toFixed(2).padStart(13)}`);
   }
   console.log(JSON.stringify({
-    ...summary, batch, threads: 1,
+    ...summary, step_vs_kernels_1rank: +Math.max(...stepRatios).toFixed(3), batch, threads: 1,
     models: Object.fromEntries(rows.map((r) => [r.model, {
       images_per_s: +r.imagesPerS.toFixed(1), gflops: +r.gflops.toFixed(2),
       pytorch_images_per_s: +theirs.get(r.model)!.toFixed(1),
+      kernel_step_ms: +((1000 * batch) / r.imagesPerS).toFixed(3), real_step_ms_1rank: +real.get(r.model)!.toFixed(3),
     }])),
   }));
 }
