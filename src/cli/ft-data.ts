@@ -14,7 +14,7 @@ import type { Manifest } from '../data/manifest';
 /** 100 rows per record batch: shards are whole record batches, so small datasets still shard. */
 const defaultRowsPerBatch = 100;
 
-function common(args: Argv): Argv<CommonOptionsArgs> {
+function common(args: Argv): Argv<CommonOptions> {
   return args
     .option('out', { type: 'string', demandOption: true, describe: 'dataset directory to write (written atomically)' })
     .option('force', { type: 'boolean', default: false, describe: 'replace --out if it exists' })
@@ -24,25 +24,16 @@ function common(args: Argv): Argv<CommonOptionsArgs> {
     .option('seed', { type: 'number', default: 0, describe: 'seed of the test draw' })
     .option('rows-per-batch', { type: 'number', default: defaultRowsPerBatch, describe: 'samples per Arrow record batch (shards are whole batches)' })
     .check((parsed) => {
-      const a = parsed as unknown as CommonOptionsArgs;
+      const a = parsed as unknown as CommonOptions;
       if (!(a.testFraction > 0 && a.testFraction <= maxTestFraction)) throw new Error(`--test-fraction expects a number in (0, ${maxTestFraction}], got ${a.testFraction}`);
       if (!Number.isSafeInteger(a.seed) || a.seed < 0) throw new Error(`--seed expects an integer >= 0, got ${a.seed}`);
       if (!Number.isSafeInteger(a.rowsPerBatch) || a.rowsPerBatch < 1) throw new Error(`--rows-per-batch expects an integer >= 1, got ${a.rowsPerBatch}`);
       return true;
-    }) as unknown as Argv<CommonOptionsArgs>;
+    }) as unknown as Argv<CommonOptions>;
 }
 
-interface CommonOptionsArgs {
-  out: string;
-  force: boolean;
-  name?: string;
-  test?: string;
-  testFraction: number;
-  seed: number;
-  rowsPerBatch: number;
-}
-
-function commonOf(a: CommonOptionsArgs): CommonOptions {
+/** The common options alone, out of a subcommand's parsed arguments. */
+function commonOf(a: CommonOptions): CommonOptions {
   return { out: a.out, force: a.force, name: a.name, test: a.test, testFraction: a.testFraction, seed: a.seed, rowsPerBatch: a.rowsPerBatch };
 }
 
