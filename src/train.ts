@@ -16,7 +16,7 @@ import { cpu } from './nn/cpu';
 import { modelSpecJson, namedTensors } from './nn/export';
 import { Net } from './nn/net';
 import { loadSpec, parseSpec, type ModelSpec } from './nn/spec';
-import { endStartup, RankJob, StartupError } from './rank/job';
+import { RankJob } from './rank/job';
 import { launcherWorldRank, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from './rank/launcher-env';
 import type { Summary } from './run/records';
 import { createRunDir, writeModel, writeSummary } from './run/writer';
@@ -175,13 +175,7 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
     runDir: options.runDir, hangTimeout: options.hangTimeout, drills: options.drills, joinId: options.joinId,
     steps: options.steps, stopOnSigterm: options.onFailure !== 'none', startStep: resume?.manifest.step ?? 0,
   });
-  let world;
-  try {
-    world = await job.start();
-  } catch (error) {
-    if (error instanceof StartupError) return endStartup(error);
-    throw error;
-  }
+  const world = await job.start();
   const { observer, progress, runLog, logger } = job;
   const shards = resume?.manifest.shards ?? options.shards ?? world.size - options.spares;
   const ft = new Manager({

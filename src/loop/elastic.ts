@@ -27,7 +27,7 @@ import { Manager, type Failure, type StateSource } from '../ft/manager';
 import { parseDrill } from '../ft/drills';
 import { ProtocolStop } from '../ft/stop';
 import { cpu } from '../nn/cpu';
-import { endStartup, RankJob, StartupError } from '../rank/job';
+import { RankJob } from '../rank/job';
 import { launcherWorldSize } from '../rank/launcher-env';
 import type { Summary } from '../run/records';
 import { createRunDir, writeModel, writeSummary } from '../run/writer';
@@ -345,13 +345,7 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
     throw new InputError(`ft-train: ${(error as Error).message}`);
   }
   const job = new RankJob({ runDir: s.runDir, hangTimeout: s.hangTimeout, drills, steps: s.steps, stopOnSigterm: true, startStep: resume?.manifest.step ?? 0 });
-  let world;
-  try {
-    world = await job.start();
-  } catch (error) {
-    if (error instanceof StartupError) return endStartup(error);
-    throw error;
-  }
+  const world = await job.start();
   const layout = dataset.train.layout(shards);
   const plan = new MicroBatches(layout, s.batch, s.seed);
   const size = Object.values(s.tensors).reduce((n, shape) => n + shape.reduce((a, b) => a * b, 1), 0);

@@ -41,12 +41,6 @@ export interface JobSettings {
   startStep: number;
 }
 
-/** MPI did not start in time: one line, printed by the lowest rank still running, exit code 1. */
-export class StartupError extends Error {
-  constructor(message: string, readonly runDir: string) {
-    super(message);
-  }
-}
 
 /** Whether a process exists and is not stopped (a SIGSTOPped rank is as good as gone). */
 function running(pid: number | null): boolean {
@@ -55,16 +49,15 @@ function running(pid: number | null): boolean {
 }
 
 /**
- * MPI did not start: the lowest rank still running prints the line, kills the job's other ranks
- * on this host (a stopped one would keep mpirun alive) and, once they are gone, exits 1 last
+ * MPI did not start in time: the lowest rank still running prints `line`, kills the job's other
+ * ranks on this host (a stopped one would keep mpirun alive) and, once they are gone, exits 1 last
  * (mpirun returns at the first non-zero exit); every other rank leaves quietly, exit 0.
  */
-export async function endStartup(error: StartupError): Promise<never> {
-  const pidsDir = path.join(error.runDir, runFiles.pids);
+async function endStartup(line: string, pidsDir: string): Promise<never> {
   const ranks = rankList(pidsDir);
   const lowest = ranks.find((rank) => running(readPid(pidsDir, rank)));
   if (lowest !== launcherWorldRank()) process.exit(0);
-  fs.writeSync(2, `${error.message}\n`); // console.error would be lost to process.exit
+  fs.writeSync(2, `${line}\n`); // console.error would be lost to process.exit
   const others = ranks.filter((rank) => rank !== lowest);
   killDeclaredDead(pidsDir, others);
   await peersGone(pidsDir, others, 5000);
@@ -121,14 +114,14 @@ export class RankJob {
     }
   }
 
-  /** Starts MPI, bounded (a StartupError when it does not start in time), then the hang guard. */
+  /** Starts MPI, bounded (when it does not start in time, the job ends: see endStartup), then the hang guard. */
   async start(): Promise<Communicator> {
     this.faults.at(this.settings.startStep, 'startup');
     try {
       ({ world: this.world, joined: this.joinedRun } = await withDeadline(init(), this.bounds.startupMs, 'MPI start-up'));
     } catch (error) {
       await closeLogger(this.logger);
-      throw new StartupError(`ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, this.runLog.dir);
+      return endStartup(`ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, this.pidsDir);
     }
     this.disarm = guardAgainstHangs(this.bounds, this.launchRank);
     this.runLog.setLeader(this.world.rank === 0 && !this.joinedRun);
