@@ -5,7 +5,7 @@
 // codes: 0 done (or stopped by SIGTERM after a checkpoint), 1 an error (one line, every rank
 // stops), 2 bad input, 3 fewer ranks left than minRanks (after a checkpoint), 4 on the minority
 // side of a partition (it stops, writing nothing).
-import { findCheckpoint, type CheckpointManifest } from './checkpoint/checkpoint';
+import { checkConfig, findCheckpoint, type CheckpointManifest } from './checkpoint/checkpoint';
 import { encodeSafetensors } from './checkpoint/safetensors';
 import { ulfm } from './comm';
 import { Dataset } from './data/dataset';
@@ -16,7 +16,7 @@ import { cpu } from './nn/cpu';
 import { modelSpecJson, namedTensors } from './nn/export';
 import { Net } from './nn/net';
 import { loadSpec, parseSpec, type ModelSpec } from './nn/spec';
-import { RankJob } from './rank/job';
+import { lossesText, RankJob } from './rank/job';
 import { launcherWorldRank, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from './rank/launcher-env';
 import type { Summary } from './run/records';
 import { createRunDir, writeModel, writeSummary } from './run/writer';
@@ -75,12 +75,7 @@ function checkResume(options: TrainOptions, spec: ModelSpec, dataset: Dataset): 
   if (options.shards !== undefined && options.shards !== manifest.shards) {
     throw new Error(`${found.dir}: written with --shards ${manifest.shards}, this run asks for ${options.shards}`);
   }
-  const mine = identity(options, spec, dataset, manifest.shards);
-  for (const key of Object.keys(mine)) {
-    const [theirs, ours] = [JSON.stringify(manifest.config[key]), JSON.stringify(mine[key])];
-    if (theirs === undefined) throw new Error(`${found.dir}: written without ${key}, this run has ${ours.slice(0, 80)}`);
-    if (theirs !== ours) throw new Error(`${found.dir}: written with ${key} ${theirs.slice(0, 80)}, this run has ${ours.slice(0, 80)}`);
-  }
+  checkConfig(found.dir, manifest, identity(options, spec, dataset, manifest.shards));
   return found;
 }
 
@@ -208,7 +203,7 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
     await ft.finish(() => writeResults(options, label, shards, net, outcome(), ft.bytesReadBack, started, identity(options, net.spec, dataset, shards)));
     result = outcome();
     if (ft.isLeader) {
-      const lost = result.failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
+      const lost = lossesText(result.failures);
       progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, ` +
         `${result.worldFinal} of ${result.worldInitial} ranks left${lost ? ` (lost ${lost}; ${ft.bytesReadBack} bytes read back)` : ''}, params_sha256 ${result.paramsSha256.slice(0, 16)}`);
     }

@@ -75,6 +75,15 @@ export interface TrainingState {
   buffers?: { tensors: readonly TensorInfo[]; data: Float32Array };
 }
 
+/** Throws one line naming the first setting of `mine` that the checkpoint in `dir` was written without, or with another value of. */
+export function checkConfig(dir: string, manifest: CheckpointManifest, mine: Record<string, unknown>): void {
+  for (const key of Object.keys(mine)) {
+    const [theirs, ours] = [JSON.stringify(manifest.config[key]), JSON.stringify(mine[key])];
+    if (theirs === undefined) throw new Error(`${dir}: written without ${key}, this run has ${ours.slice(0, 80)}`);
+    if (theirs !== ours) throw new Error(`${dir}: written with ${key} ${theirs.slice(0, 80)}, this run has ${ours.slice(0, 80)}`);
+  }
+}
+
 export function checkpointDir(root: string, step: number): string {
   return path.join(root, `step-${String(step).padStart(8, '0')}`);
 }

@@ -17,7 +17,7 @@
 //   }));
 import { createHash } from 'node:crypto';
 import * as path from 'node:path';
-import { findCheckpoint, loadCheckpoint, type CheckpointManifest, type TrainingState } from '../checkpoint/checkpoint';
+import { checkConfig, findCheckpoint, loadCheckpoint, type CheckpointManifest, type TrainingState } from '../checkpoint/checkpoint';
 import { encodeSafetensors, type TensorInfo } from '../checkpoint/safetensors';
 import { Dataset } from '../data/dataset';
 import { MicroBatches } from '../data/micro-batches';
@@ -27,7 +27,7 @@ import { Manager, type Failure, type StateSource } from '../ft/manager';
 import { parseDrill } from '../ft/drills';
 import { ProtocolStop } from '../ft/stop';
 import { cpu } from '../nn/cpu';
-import { RankJob } from '../rank/job';
+import { lossesText, RankJob } from '../rank/job';
 import { launcherWorldSize } from '../rank/launcher-env';
 import type { Summary } from '../run/records';
 import { createRunDir, writeModel, writeSummary } from '../run/writer';
@@ -338,7 +338,7 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
       model, tensors: s.tensors, slots: s.slots ?? [], data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },
       batch: s.batch, seed: s.seed, shards, steps: s.steps ?? null, epochs: s.epochs ?? null, user: s.identity ?? {},
     };
-    if (resume) checkIdentity(resume.dir, resume.manifest, identity);
+    if (resume) checkConfig(resume.dir, resume.manifest, identity);
     createRunDir(s.runDir, resume !== undefined);
   } catch (error) {
     await dataset?.close();
@@ -371,7 +371,7 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
     await ft.finish(() => writeLoopResults(s, model, shards, loop, ft.bytesReadBack, started, identity));
     result = loop.result();
     if (ft.isLeader) {
-      const lost = result.failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
+      const lost = lossesText(result.failures);
       job.progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, ${result.worldFinal} of ${result.worldInitial} ranks left` +
         `${lost ? ` (lost ${lost}; ${ft.bytesReadBack} bytes read back)` : ''}, state_sha256 ${result.stateSha256.slice(0, 16)}`);
     }
@@ -382,15 +382,6 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
     code = stop.code;
   }
   return { exitCode: await job.end(code, ft, dataset), result };
-}
-
-/** A resume must match the settings that fix the result. */
-function checkIdentity(dir: string, manifest: CheckpointManifest, mine: Record<string, unknown>): void {
-  for (const key of Object.keys(mine)) {
-    const [theirs, ours] = [JSON.stringify(manifest.config[key]), JSON.stringify(mine[key])];
-    if (theirs === undefined) throw new Error(`${dir}: written without ${key}, this run has ${ours.slice(0, 80)}`);
-    if (theirs !== ours) throw new Error(`${dir}: written with ${key} ${theirs.slice(0, 80)}, this run has ${ours.slice(0, 80)}`);
-  }
 }
 
 function writeLoopResults(s: LoopSettings & { batch: number; seed: number }, model: string, shards: number, loop: ElasticLoop, bytesReadBack: number, started: number, identity: Record<string, unknown>): void {

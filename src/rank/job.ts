@@ -11,7 +11,7 @@ import { finalize, init, type Communicator } from '../comm';
 import type { Dataset } from '../data/dataset';
 import { FaultInjector, type Drill } from '../ft/drills';
 import { guardAgainstHangs, hangBounds, killDeclaredDead, peersGone, type HangBounds } from '../ft/hangs';
-import type { Manager, ProtocolObserver } from '../ft/manager';
+import type { Failure, Manager, ProtocolObserver } from '../ft/manager';
 import { withDeadline } from '../ft/repair';
 import { ProtocolStop } from '../ft/stop';
 import { runFiles } from '../run/files';
@@ -63,6 +63,11 @@ async function endStartup(line: string, pidsDir: string): Promise<never> {
   await peersGone(pidsDir, others, 5000);
   // MPI_Init may never return: leave without waiting for it
   process.exit(1);
+}
+
+/** The done line's account of the failures: "rank 2 at step 301; ranks 4, 5 at step 9" ('' without). */
+export function lossesText(failures: readonly Failure[]): string {
+  return failures.map((f) => `rank${f.lost.length > 1 ? 's' : ''} ${f.lost.join(', ')} at step ${f.step}`).join('; ');
 }
 
 export class RankJob {
