@@ -221,17 +221,14 @@ export function checkSetting(setting: Setting, value: unknown): string | undefin
 }
 
 /**
- * Fills in the defaults and checks everything (`label` turns a setting's name into the caller's
- * spelling: `--weight-decay` on the command line, `weightDecay` in code).
+ * The values of the settings `keys` in `given`, defaults filled in, each checked against its
+ * entry in the table (a model given as an object is the spec's to check); `fail` takes the line.
  */
-export function resolveTrainOptions(input: TrainSettings, label: (key: string) => string = (key) => key, program = 'ft-train'): TrainOptions {
-  const fail = (message: string): never => { throw new SettingsError(`${program}: ${message}`); };
-  const given = input as unknown as Record<string, unknown>;
-  for (const key of Object.keys(given)) {
-    if (!(key in trainSettings) && given[key] !== undefined) fail(`unknown setting ${label(key)}`);
-  }
+export function settingValues(given: Record<string, unknown>, keys: readonly (keyof TrainSettings)[], label: (key: string) => string,
+  fail: (message: string) => never): Record<string, unknown> {
   const value: Record<string, unknown> = {};
-  for (const [key, setting] of Object.entries(trainSettings)) {
+  for (const key of keys) {
+    const setting = trainSettings[key];
     const v = given[key] ?? setting.default;
     if (v === undefined) {
       if (setting.required) fail(`${label(key)} is required`);
@@ -242,7 +239,20 @@ export function resolveTrainOptions(input: TrainSettings, label: (key: string) =
     if (problem) fail(`${label(key)} ${problem}`);
     value[key] = v;
   }
-  const a = value as unknown as Required<Omit<TrainSettings, 'steps' | 'epochs' | 'lr' | 'weightDecay' | 'redundancy' | 'shards' | 'respawnLimit' | 'checkpointDir' | 'resume'>> & TrainSettings;
+  return value;
+}
+
+/**
+ * Fills in the defaults and checks everything (`label` turns a setting's name into the caller's
+ * spelling: `--weight-decay` on the command line, `weightDecay` in code).
+ */
+export function resolveTrainOptions(input: TrainSettings, label: (key: string) => string = (key) => key, program = 'ft-train'): TrainOptions {
+  const fail = (message: string): never => { throw new SettingsError(`${program}: ${message}`); };
+  const given = input as unknown as Record<string, unknown>;
+  for (const key of Object.keys(given)) {
+    if (!(key in trainSettings) && given[key] !== undefined) fail(`unknown setting ${label(key)}`);
+  }
+  const a = settingValues(given, Object.keys(trainSettings) as (keyof TrainSettings)[], label, fail) as unknown as Required<Omit<TrainSettings, 'steps' | 'epochs' | 'lr' | 'weightDecay' | 'redundancy' | 'shards' | 'respawnLimit' | 'checkpointDir' | 'resume'>> & TrainSettings;
   if (a.steps !== undefined && a.epochs !== undefined) fail(`give ${label('steps')} or ${label('epochs')}, not both`);
   if (a.optimizerState === 'sharded' && a.onFailure !== 'exact') fail(`${label('optimizerState')} sharded needs ${label('onFailure')} exact, got ${a.onFailure}`);
   if (a.redundancy !== undefined && a.optimizerState !== 'sharded') fail(`${label('redundancy')} applies to ${label('optimizerState')} sharded only`);

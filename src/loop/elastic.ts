@@ -33,7 +33,7 @@ import type { Summary } from '../run/records';
 import { createRunDir, writeModel, writeSummary } from '../run/writer';
 import { BatchBuffers, computeShards, evaluateSplit, type Evaluation, type GradientFn, type ScoreFn } from '../solver/shard-steps';
 import { InputError, type TrainOutcome } from '../train';
-import { checkSetting, trainSettings, type TrainSettings } from '../train-options';
+import { settingValues, type TrainSettings } from '../train-options';
 import { runSettings } from '../run/settings';
 
 export type { Evaluation, GradientFn, MicroBatch, Score, ScoreFn } from '../solver/shard-steps';
@@ -96,18 +96,7 @@ const loopKeys = ['steps', 'epochs', 'batch', 'seed', 'shards', 'minRanks', 'max
 /** The loop's settings with defaults, or one InputError line. */
 function resolveLoopSettings(settings: LoopSettings): Required<Pick<LoopSettings, 'batch' | 'seed' | 'minRanks' | 'maxRetries' | 'hangTimeout' | 'drill' | 'jitCheckpoint' | 'checkpointEvery' | 'keepCheckpoints'>> & LoopSettings {
   const fail = (message: string): never => { throw new InputError(`ft-train: ${message}`); };
-  const resolved: Record<string, unknown> = { ...settings };
-  for (const key of loopKeys) {
-    const setting = trainSettings[key];
-    const value = settings[key] ?? setting.default;
-    if (value === undefined) {
-      if (setting.required) fail(`${key} is required`);
-      continue;
-    }
-    const problem = checkSetting(setting, value);
-    if (problem) fail(`${key} ${problem}`);
-    resolved[key] = value;
-  }
+  const resolved = { ...settings, ...settingValues(settings as unknown as Record<string, unknown>, loopKeys, (key) => key, fail) };
   if (settings.steps !== undefined && settings.epochs !== undefined) fail('give steps or epochs, not both');
   const tensors = Object.entries(settings.tensors ?? {});
   if (tensors.length === 0) fail('tensors: expected at least one, name -> shape');
