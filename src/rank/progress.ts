@@ -54,6 +54,8 @@ export class Progress {
   /** the bar's line is on screen (not yet ended with a newline) */
   private barShown = false;
   private lastBar = '';
+  /** the terminal's width and when it was looked up: at most once a second, not at every step */
+  private width = { columns: 0, at: -Infinity };
   private readonly terminal: boolean;
 
   constructor(
@@ -118,7 +120,9 @@ export class Progress {
    * what the text leaves (5 to 30 cells); when both do not fit, the text's last parts go.
    */
   private drawBar(parts: (string | undefined)[], fraction: number | undefined): void {
-    const width = Math.max(20, this.columns()) - 1;
+    const now = Date.now();
+    if (now - this.width.at >= 1000) this.width = { columns: this.columns(), at: now };
+    const width = Math.max(20, this.width.columns) - 1;
     const kept = parts.filter((part): part is string => part !== undefined);
     const barMin = fraction !== undefined ? 8 : 0; // "[#####] "
     while (kept.length > 1 && kept.join(' ').length + barMin > width) kept.pop();
