@@ -52,17 +52,25 @@ export class ShardSum {
     this.total = size === 1 && this.held.length === 1 ? this.sendBuffer : new Float32Array(length);
   }
 
-  /** Stores held shard s's vector for `step` followed by `tail` (copied; the caller may reuse its buffer). */
-  put(shard: number, step: number, vector: Float32Array, ...tail: number[]): void {
+  /**
+   * Stores held shard s's vector for `step`, given as consecutive parts (e.g. its gradient, its
+   * batchnorm statistics, [its loss]); copied, so the caller may reuse its buffers.
+   */
+  put(shard: number, step: number, parts: readonly (Float32Array | readonly number[])[]): void {
     const h = this.held.indexOf(shard);
     if (h < 0) throw new RangeError(`ShardSum.put: shard ${shard} is not held by this rank (holds ${this.held})`);
-    const split = vector.length;
-    if (split + tail.length !== this.length) throw new RangeError(`ShardSum.put: expected ${this.length} elements, got ${split} + ${tail.length}`);
-    for (let c = 0; c + 1 < this.bounds.length; ++c) {
-      const [start, end] = [this.bounds[c], this.bounds[c + 1]];
-      const at = this.pieceStart(h, c);
-      if (start < split) this.sendBuffer.set(vector.subarray(start, Math.min(end, split)), at);
-      for (let i = Math.max(start, split); i < end; ++i) this.sendBuffer[at + i - start] = tail[i - split];
+    const given = parts.reduce((n, part) => n + part.length, 0);
+    if (given !== this.length) throw new RangeError(`ShardSum.put: expected ${this.length} elements, got ${parts.map((p) => p.length).join(' + ')}`);
+    let offset = 0;
+    for (const part of parts) {
+      const [from, to] = [offset, offset + part.length];
+      for (let c = 0; c + 1 < this.bounds.length; ++c) {
+        const [start, end] = [Math.max(from, this.bounds[c]), Math.min(to, this.bounds[c + 1])];
+        if (start >= end) continue;
+        const piece = part instanceof Float32Array ? part.subarray(start - from, end - from) : part.slice(start - from, end - from);
+        this.sendBuffer.set(piece, this.pieceStart(h, c) + start - this.bounds[c]);
+      }
+      offset = to;
     }
     this.stepOf.set(shard, step);
   }

@@ -86,7 +86,7 @@ export async function computeShards(ft: Manager, plan: MicroBatches, step: numbe
       gatherBatch(ft.shard(shard), rows, x, labels);
       loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard } }) * (rows.length / samples);
     }
-    sum.put(shard, step, gradient, ...statistics, loss);
+    sum.put(shard, step, [gradient, statistics, [loss]]);
   }
 }
 
