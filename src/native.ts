@@ -1,5 +1,5 @@
 // The one place the addon is loaded, and its surface typed by hand (the addon's own argument checks
-// hold it to this at run time): MPI for comm/, kernels for nn/, CRC-64 for checksums, erasure
+// hold it to this at run time): MPI for comm/, kernels for nn/, batch gathering for data/, CRC-64 for checksums, erasure
 // coding for checkpoint/.
 import * as path from 'node:path';
 import type { MpiSession } from './comm/communicator';
@@ -21,6 +21,8 @@ interface Addon {
   beat(): void;
   /** CRC-64 (ECMA-182, reflected; ISA-L) of the bytes, chained from `previous`; 16 hex digits. */
   crc64(bytes: ArrayBufferView, previous?: string): string;
+  /** x[i, :] = features[rows[i], :] / divisor for samples of `sampleSize` values (each quotient rounded to float32). */
+  gatherRows(features: Uint8Array | Float32Array, sampleSize: number, rows: Int32Array, divisor: number, x: Float32Array): void;
   /**
    * Reed-Solomon erasure coding (ISA-L, Cauchy matrix) over the raw bytes of the views: k data
    * fragments and m parity fragments (k + m <= 255), any k of which rebuild the others. Fragment i

@@ -12,6 +12,7 @@
 #include "communicator.h"
 #include "erasure_module.h"
 #include "errors.h"
+#include "gather.h"
 #include "args.h"
 #include "watchdog.h"
 
@@ -126,6 +127,7 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   Communicator::Init(env, exports);
   exports.Set("cpu", cpu::Exports(env));
   exports.Set("crc64", Napi::Function::New(env, Crc64, "crc64"));
+  exports.Set("gatherRows", Napi::Function::New(env, GatherRows, "gatherRows"));
   exports.Set("ec", EcExports(env));
   return exports;
 }

@@ -4,6 +4,7 @@
 // The global batch B is split over S shards: shard s takes floor(B/S) samples, plus one if s < B mod S.
 // An epoch lasts until the largest shard is used up; shards that run out earlier give empty
 // micro-batches for the last steps, so one epoch visits every sample exactly once.
+import { addon } from '../native';
 import { hashKeys, stream } from '../random';
 import type { ShardLayout } from './shard-layout';
 import type { ShardData } from './split';
@@ -63,31 +64,14 @@ export class MicroBatches {
 
 /** Copies the given rows of a shard into a float batch x [rows, ...sampleShape] (stored values / the shard's divisor) and labels. */
 export function gatherBatch(shard: ShardData, rows: Int32Array, x: Float32Array, labels: Int32Array): void {
-  const size = shard.sampleSize;
-  const divisor = shard.divisor;
-  if (x.length < rows.length * size || labels.length < rows.length) {
+  if (x.length < rows.length * shard.sampleSize || labels.length < rows.length) {
     throw new RangeError(`gatherBatch: expected room for ${rows.length} samples, got x ${x.length} floats, labels ${labels.length}`);
   }
   for (let i = 0; i < rows.length; ++i) {
     const row = rows[i];
     if (!(row >= 0 && row < shard.rows)) throw new RangeError(`gatherBatch: row ${row} outside shard ${shard.shard} (${shard.rows} rows)`);
-    const source = shard.features.subarray(row * size, (row + 1) * size);
-    const out = x.subarray(i * size, (i + 1) * size);
-    if (source instanceof Uint8Array) {
-      // a uint8 has 256 values: their quotients, looked up, are the same floats as the division's
-      const quotients = uint8Quotients(divisor);
-      for (let j = 0; j < size; ++j) out[j] = quotients[source[j]];
-    } else {
-      for (let j = 0; j < size; ++j) out[j] = source[j] / divisor;
-    }
     labels[i] = shard.labels[row];
   }
-}
-
-let quotientsOf = { divisor: NaN, values: new Float32Array(256) };
-
-/** v / divisor as float32 for every uint8 v, computed once per divisor. */
-function uint8Quotients(divisor: number): Float32Array {
-  if (quotientsOf.divisor !== divisor) quotientsOf = { divisor, values: Float32Array.from({ length: 256 }, (_, v) => v / divisor) };
-  return quotientsOf.values;
+  // native: on the step's critical path, and the same floats as `v / divisor` stored into x
+  addon.gatherRows(shard.features, shard.sampleSize, rows, shard.divisor, x);
 }

@@ -75,6 +75,26 @@ export class ShardSum {
     this.stepOf.set(shard, step);
   }
 
+  /**
+   * Held shard s's whole vector in the storage, where it is one piece (one rank in the communicator,
+   * or one shard held): code computing the vector may write it there in place of put(), then call
+   * stored(). Undefined where the storage interleaves shards' chunks.
+   */
+  slot(shard: number): Float32Array | undefined {
+    const h = this.held.indexOf(shard);
+    if (h < 0) throw new RangeError(`ShardSum.slot: shard ${shard} is not held by this rank (holds ${this.held})`);
+    if (this.comm.size > 1 && this.held.length > 1) return undefined;
+    return this.sendBuffer.subarray(h * this.length, (h + 1) * this.length);
+  }
+
+  /** Held shard s's slot holds its vector for `step`, all but the last element, which is `last` (its loss). */
+  stored(shard: number, step: number, last: number): void {
+    const slot = this.slot(shard);
+    if (!slot) throw new Error(`ShardSum.stored: shard ${shard}'s vector is not one piece here; put() it`);
+    slot[this.length - 1] = last;
+    this.stepOf.set(shard, step);
+  }
+
   /** Whether held shard s's vector for `step` is stored. */
   holds(shard: number, step: number): boolean {
     return this.stepOf.get(shard) === step;

@@ -31,7 +31,7 @@ import { lossesText, RankJob } from '../rank/job';
 import { launcherWorldSize } from '../rank/launcher-env';
 import type { Summary } from '../run/records';
 import { createRunDir, writeModel, writeSummary } from '../run/writer';
-import { BatchBuffers, computeShards, evaluateSplit, type Evaluation, type GradientFn, type ScoreFn } from '../solver/shard-steps';
+import { BatchBuffers, computeShards, evaluateSplit, type Evaluation, type GradientFn, type GradientTarget, type ScoreFn } from '../solver/shard-steps';
 import { InputError, type TrainOutcome } from '../train';
 import { settingValues, type TrainSettings } from '../train-options';
 import { runSettings } from '../run/settings';
@@ -116,6 +116,8 @@ export class ElasticLoop {
   readonly tensors: Record<string, Float32Array> = {};
   /** Where user code puts one micro-batch's gradient, laid out like `state`. */
   readonly gradient: Float32Array;
+  /** user code's gradient, copied into the sum (it is the user's buffer, so never placed elsewhere) */
+  private readonly target: GradientTarget;
   private readonly slotData: Map<string, Float32Array>;
   private readonly views: (TensorInfo & { offset: number })[] = [];
   private readonly buffers: BatchBuffers;
@@ -143,6 +145,7 @@ export class ElasticLoop {
     this.state = new Float32Array(size);
     for (const view of this.views) this.tensors[view.name] = this.state.subarray(view.offset, view.offset + view.shape.reduce((a, b) => a * b, 1));
     this.gradient = new Float32Array(size);
+    this.target = { gradient: this.gradient, statistics: new Float32Array(0) };
     this.slotData = new Map((settings.slots ?? []).map((name) => [name, new Float32Array(size)]));
     const largest = Math.max(plan.globalBatch, ...Array.from({ length: plan.layout.count }, (_, s) => plan.size(s)));
     this.buffers = new BatchBuffers(largest, dataset.sampleShape.reduce((a, b) => a * b, 1));
@@ -213,7 +216,7 @@ export class ElasticLoop {
       this.started = performance.now();
       this.ft.step = this.currentStep;
       this.ft.at('compute');
-      await computeShards(this.ft, this.plan, this.currentStep, this.settings.seed, this.buffers, this.gradient, compute);
+      await computeShards(this.ft, this.plan, this.currentStep, this.settings.seed, this.buffers, this.target, compute);
       const sum = this.ft.shardSum;
       const outcome = await this.ft.collective('collective', async () => {
         await sum.sum();

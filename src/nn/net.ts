@@ -164,6 +164,17 @@ export class Net {
     return this.state.gradients;
   }
 
+  /**
+   * Where lossAndGradient leaves its results from now on: the gradient in vector[0, P) and the
+   * statistics in vector[P, P + B) (a slot of the shard-ordered sum: no copy into it follows), or
+   * the net's own `params.gradients` and `statistics` (undefined).
+   */
+  placeGradients(vector?: Float32Array): void {
+    const P = this.params.data.length;
+    this.params.placeGradients(vector?.subarray(0, P));
+    this.state.placeGradients(vector?.subarray(P, P + this.buffers.length));
+  }
+
   /** Fills the parameters and buffers from the seed alone: the same seed gives the same bits. */
   init(seed: number): void {
     const next = stream(seed);

@@ -1,5 +1,6 @@
 // Parameters in one flat Float32Array and gradients in another (llm.c style): one collective
-// covers them all; layers hold views. Layers reserve their tensors first, then the buffers exist.
+// covers them all; layers take views at each use, so that the gradients can be placed elsewhere.
+// Layers reserve their tensors first, then the buffers exist.
 
 export interface ParamView {
   /** e.g. "conv1.weight" */
@@ -16,6 +17,7 @@ export class ParameterStore {
   private withTail?: Float32Array;
   private params?: Float32Array;
   private grads?: Float32Array;
+  private ownGrads?: Float32Array;
 
   /** Reserves a tensor; its memory exists once allocate() has run. */
   reserve(name: string, shape: number[]): ParamView {
@@ -27,7 +29,8 @@ export class ParameterStore {
   }
 
   allocate(): void {
-    this.grads = new Float32Array(this.size); // first: a size too large is refused naming the parameter count
+    this.ownGrads = new Float32Array(this.size); // first: a size too large is refused naming the parameter count
+    this.grads = this.ownGrads;
     this.withTail = new Float32Array(this.size + 1);
     this.params = this.withTail.subarray(0, this.size);
   }
@@ -51,6 +54,16 @@ export class ParameterStore {
   get gradients(): Float32Array {
     if (!this.grads) throw new Error('the parameter buffer is not allocated yet');
     return this.grads;
+  }
+
+  /**
+   * Where the layers write gradients from now on: `into` (exactly as long as the parameters, e.g.
+   * a slot of the shard-ordered sum, so that no copy follows), or the store's own buffer (undefined).
+   */
+  placeGradients(into?: Float32Array): void {
+    if (!this.ownGrads) throw new Error('the parameter buffer is not allocated yet');
+    if (into && into.length !== this.size) throw new RangeError(`placeGradients: expected ${this.size} floats, got ${into.length}`);
+    this.grads = into ?? this.ownGrads;
   }
 
   param(view: ParamView): Float32Array {

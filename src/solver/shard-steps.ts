@@ -62,13 +62,25 @@ export class BatchBuffers {
 }
 
 /**
+ * Where a micro-batch's gradient goes. `gradient` and `statistics` are read after each placement.
+ * With `place`, compute writes straight into the shard-ordered sum's storage of the shard where
+ * that storage is one piece (no copy follows); elsewhere it is placed back in the loop's own buffers.
+ */
+export interface GradientTarget {
+  readonly gradient: Float32Array;
+  /** what compute leaves of batchnorm's statistics, already weighted (empty without batchnorm) */
+  readonly statistics: Float32Array;
+  /** [gradient | statistics] of `vector` from now on, or the loop's own buffers (undefined) */
+  place?(vector: Float32Array | undefined): void;
+}
+
+/**
  * Exact mode: one gradient per held shard, each into the shard-ordered sum with its loss weighted
  * by its share of the step's samples; shards already in the sum for `step` are skipped. What
- * `compute` leaves in `statistics` (batchnorm's, already weighted) goes into the sum between the
- * gradient and the loss.
+ * `compute` leaves in the statistics goes into the sum between the gradient and the loss.
  */
 export async function computeShards(ft: Manager, plan: MicroBatches, step: number, seed: number, buffers: BatchBuffers,
-  gradient: Float32Array, compute: GradientFn, statistics: Float32Array = new Float32Array(0)): Promise<void> {
+  target: GradientTarget, compute: GradientFn): Promise<void> {
   const t = step % plan.stepsPerEpoch;
   const epoch = Math.floor(step / plan.stepsPerEpoch);
   const samples = plan.samplesAt(t);
@@ -76,17 +88,20 @@ export async function computeShards(ft: Manager, plan: MicroBatches, step: numbe
   for (const shard of sum.held) {
     if (sum.holds(shard, step)) continue;
     const rows = plan.rows(shard, epoch, t);
+    const slot = target.place ? sum.slot(shard) : undefined;
+    target.place?.(slot);
     let loss = 0;
     if (rows.length === 0) {
-      gradient.fill(0);
-      statistics.fill(0);
+      target.gradient.fill(0);
+      target.statistics.fill(0);
     } else {
       const [x, labels] = buffers.view(rows.length);
       await ft.ready(shard, rows);
       gatherBatch(ft.shard(shard), rows, x, labels);
       loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard } }) * (rows.length / samples);
     }
-    sum.put(shard, step, [gradient, statistics, [loss]]);
+    if (slot) sum.stored(shard, step, loss);
+    else sum.put(shard, step, [target.gradient, target.statistics, [loss]]);
   }
 }
 

@@ -21,7 +21,7 @@ import type { Net } from '../nn/net';
 import type { StepRecord } from '../run/records';
 import { learningRate, type LrSchedule } from './lr-schedule';
 import { Optimizer, type OptimizerSettings } from './optimizer';
-import { BatchBuffers, computeShards, evaluateSplit, type Evaluation } from './shard-steps';
+import { BatchBuffers, computeShards, evaluateSplit, type Evaluation, type GradientTarget } from './shard-steps';
 import { ShrinkSchedule, type ShrinkStep } from './shrink-schedule';
 
 export type { Failure, FailurePolicy } from '../ft/manager';
@@ -88,6 +88,8 @@ export class Trainer implements StateSource {
   /** [gradient (P) | loss]: what one rank contributes to the sum in shrink and none modes; on a spare, the step's outcome it receives */
   private readonly contribution: Float32Array;
   private readonly buffers: BatchBuffers;
+  /** exact mode: the net's gradient and statistics, placed straight in the sum's storage where it allows */
+  private readonly gradientTarget: GradientTarget;
   private step = 0;
   private lastLoss = NaN;
   private shrinkStep?: ShrinkStep;
@@ -109,6 +111,11 @@ export class Trainer implements StateSource {
     this.contribution = new Float32Array(P + net.buffers.length + 1);
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => this.plan.size(s)));
     this.buffers = new BatchBuffers(largest, net.inputSize);
+    this.gradientTarget = {
+      get gradient() { return net.params.gradients; },
+      get statistics() { return net.statistics; },
+      place: (vector) => net.placeGradients(vector),
+    };
   }
 
   /** The run's length in steps (with --epochs and a shrinking world, the plan's estimate). */
@@ -166,8 +173,8 @@ export class Trainer implements StateSource {
     const working = this.ft.working;
     this.ft.at('compute');
     if (working && this.config.onFailure === 'exact') {
-      await computeShards(this.ft, this.plan, step, this.config.seed, this.buffers, this.net.params.gradients,
-        (batch) => this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples).loss, this.net.statistics);
+      await computeShards(this.ft, this.plan, step, this.config.seed, this.buffers, this.gradientTarget,
+        (batch) => this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples).loss);
     }
     else if (working) await this.computeRank(epoch, samples);
 

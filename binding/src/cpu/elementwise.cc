@@ -4,6 +4,8 @@
 // previous state and the step's input.
 // Plain loops in a fixed order: the same inputs give the same bits.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "cpu_kernels.h"
@@ -24,7 +26,15 @@ Napi::Value ReluBackward(const Napi::CallbackInfo& info) {
   auto [x, n] = FloatSpanArg(info, 0, "reluBackward", "x");
   const float* dy = FloatArg(info, 1, "reluBackward", "dy", n);
   float* dx = FloatArg(info, 2, "reluBackward", "dx", n);
-  for (size_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+  // A mask rather than a branch: the signs of x are random, so a branch mispredicts half the
+  // time, while the masked loop vectorises (the same bits: dy[i] or +0).
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t keep = x[i] > 0.0f ? ~0u : 0u;
+    uint32_t bits;
+    std::memcpy(&bits, dy + i, sizeof bits);
+    bits &= keep;
+    std::memcpy(dx + i, &bits, sizeof bits);
+  }
   return info.Env().Undefined();
 }
 

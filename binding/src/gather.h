@@ -1,0 +1,10 @@
+// Gathering a micro-batch: the given rows of a shard's stored features, as floats.
+#pragma once
+#include <napi.h>
+
+namespace ft {
+
+// gatherRows(features, sampleSize, rows, divisor, x): x[i, :] = features[rows[i], :] / divisor.
+Napi::Value GatherRows(const Napi::CallbackInfo& info);
+
+}  // namespace ft
