@@ -10,7 +10,7 @@ export type { ModelSpec, LayerSpec, Inputs } from './nn/spec';
 export type { BatchKey, Layer, MergeLayer } from './nn/layer';
 export type { ParameterStore, ParamView } from './nn/params';
 export type { Failure, FailurePolicy } from './ft/manager';
-export { Net, type StepResult } from './nn/net';
+export { Net, type StepResult, type GradientProgress } from './nn/net';
 export { loadSpec, parseSpec, SpecError } from './nn/spec';
 export { cpu } from './nn/cpu';
 export type { Backend, ConvShape, LinearShape, PoolKind, PoolShape } from './nn/backend';

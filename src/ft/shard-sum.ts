@@ -1,27 +1,60 @@
 // The sum of per-shard vectors over all S logical shards in shard order, whichever ranks hold which
 // shards, at the cost of a ring allreduce: the vector is cut into one chunk per live rank; an
-// alltoallv sends every held shard's piece of chunk c to c's owner, which adds the S pieces in shard
-// order ((g0 + g1) + g2) + ...; an allgatherv gives everyone the sum. Chunk bounds move with the
-// world size, the order of additions per element never does, so the result has the same bits at
-// any world size and under any shard map. Each held shard's vector is tagged with its step, so that
-// the sum a recovery builds for the smaller world keeps the vectors the survivors already computed
-// for the step being retried.
+// exchange (alltoallv) sends every held shard's piece of chunk c to c's owner, which adds the S
+// pieces in shard order ((g0 + g1) + g2) + ...; an allgatherv gives everyone the sum. Chunk bounds
+// move with the world size, the order of additions per element never does, so the result has the
+// same bits at any world size and under any shard map.
+//
+// The exchange goes in buckets, from the vector's end down (DDP's order: backward finishes the last
+// layers' gradients first), so that it overlaps the backward pass: sendFrom(i) sends every bucket
+// lying at or above element i as soon as the last held shard's vector is final there. How the
+// vector is cut into buckets changes which messages carry an element, never the additions.
+//
+// Each held shard's vector is stored whole in a slot of its own (code computing it may write it
+// there in place), tagged with its step, so that the sum a recovery builds for the smaller world
+// keeps the vectors the survivors already computed for the step being retried.
 import type { Communicator } from '../comm';
 import { chunkBounds } from '../chunks';
 import type { ShardMap } from '../data/shard-map';
 
+/** Buckets hold about a quarter of the vector each, within these bounds (floats). */
+const bucketMin = 16_384;
+const bucketMax = 1 << 20;
+
+/** One alltoallv of a bucket: the j-th held shard of every rank (if it has one). */
+interface BucketCall {
+  send: Float32Array;
+  sendCounts: number[];
+  receive: Float32Array;
+  receiveCounts: number[];
+}
+
+/** Elements [from, to) of the vector, as exchanged and reduced. */
+interface Bucket {
+  from: number;
+  calls: BucketCall[];
+  /** the bucket's part of this rank's chunk, and shard s's piece of it (received), in shard order */
+  chunkPart: Float32Array;
+  pieces: Float32Array[];
+}
+
 export class ShardSum {
   /** chunk c = elements [bounds[c], bounds[c+1]), owned by comm rank c */
   readonly bounds: number[];
+  /** the chunks' lengths, in rank order (the counts of an allgatherv of the chunks) */
+  readonly chunkLengths: number[];
   /** this rank's shards, ascending */
   readonly held: number[];
-  private readonly sendBuffer: Float32Array;
-  private readonly sendCounts: number[];
+  /** held shard h's vector in [h * length, (h + 1) * length) */
+  private readonly slots: Float32Array;
+  /** every shard's piece of this rank's chunk, by bucket */
   private readonly receiveBuffer: Float32Array;
-  private readonly receiveCounts: number[];
-  /** where shard s's piece of my chunk starts in receiveBuffer */
-  private readonly pieceAt: number[];
   private readonly chunk: Float32Array;
+  /** descending: bucket 0 ends the vector */
+  private readonly buckets: Bucket[];
+  /** buckets of the sum under way already sent, and their exchanges */
+  private sent = 0;
+  private readonly inFlight: Promise<void>[] = [];
   /** the step whose vector held shard s's slot holds */
   private readonly stepOf = new Map<number, number>();
   readonly total: Float32Array;
@@ -30,26 +63,61 @@ export class ShardSum {
   constructor(private readonly comm: Communicator, map: ShardMap, readonly length: number, private readonly add: (acc: Float32Array, x: Float32Array) => void) {
     const size = comm.size;
     this.bounds = chunkBounds(length, size);
-    const chunkLength = (c: number) => this.bounds[c + 1] - this.bounds[c];
+    this.chunkLengths = this.bounds.slice(1).map((end, c) => end - this.bounds[c]);
     const heldBy = comm.worldRanks.map((worldRank) => map.shardsOf(worldRank));
     if (heldBy.reduce((n, shards) => n + shards.length, 0) !== map.shardCount) {
       throw new Error(`ShardSum: the shard map's owners ${JSON.stringify(map.ranks)} are not the communicator's ranks ${JSON.stringify(comm.worldRanks)}`);
     }
     this.held = heldBy[comm.rank];
-    this.sendCounts = this.bounds.slice(0, size).map((_, c) => this.held.length * chunkLength(c));
-    this.sendBuffer = new Float32Array(this.held.length * length);
-    const mine = chunkLength(comm.rank);
-    this.receiveCounts = heldBy.map((shards) => shards.length * mine);
-    this.receiveBuffer = new Float32Array(map.shardCount * mine);
-    this.pieceAt = new Array<number>(map.shardCount);
-    let offset = 0;
-    heldBy.forEach((shards) => shards.forEach((s) => {
-      this.pieceAt[s] = offset;
-      offset += mine;
-    }));
-    this.chunk = new Float32Array(mine);
+    this.slots = new Float32Array(this.held.length * length);
+    const [mineFrom, mineTo] = [this.bounds[comm.rank], this.bounds[comm.rank + 1]];
+    this.chunk = new Float32Array(mineTo - mineFrom);
+    this.receiveBuffer = new Float32Array(map.shardCount * this.chunk.length);
+    const calls = Math.max(...heldBy.map((shards) => shards.length));
+    const overlap = (from: number, to: number, c: number) => Math.max(0, Math.min(to, this.bounds[c + 1]) - Math.max(from, this.bounds[c]));
+    const bucketLength = Math.min(bucketMax, Math.max(bucketMin, Math.ceil(length / 4)));
+    this.buckets = [];
+    let received = 0;
+    for (let to = length; to > 0; to -= bucketLength) {
+      const from = Math.max(0, to - bucketLength);
+      const mine = overlap(from, to, comm.rank);
+      const partFrom = Math.max(from, mineFrom) - mineFrom;
+      const pieces = new Array<Float32Array>(map.shardCount);
+      const bucketCalls: BucketCall[] = [];
+      for (let j = 0; j < calls; ++j) {
+        // from every rank with a j-th shard, that shard's piece of my chunk here, in rank order
+        const receiveCounts = heldBy.map((shards) => (j < shards.length ? mine : 0));
+        const receive = this.receiveBuffer.subarray(received, received + receiveCounts.reduce((a, b) => a + b, 0));
+        let at = 0;
+        heldBy.forEach((shards) => {
+          if (j >= shards.length) return;
+          pieces[shards[j]] = receive.subarray(at, at + mine);
+          at += mine;
+        });
+        received += receive.length;
+        const sends = j < this.held.length;
+        bucketCalls.push({
+          send: sends ? this.slots.subarray(j * length + from, j * length + to) : new Float32Array(0),
+          sendCounts: this.bounds.slice(0, size).map((_, c) => (sends ? overlap(from, to, c) : 0)),
+          receive, receiveCounts,
+        });
+      }
+      this.buckets.push({ from, calls: bucketCalls, chunkPart: this.chunk.subarray(partFrom, partFrom + mine), pieces });
+    }
     // alone with one shard, the sum is that shard's vector as stored: no copy
-    this.total = size === 1 && this.held.length === 1 ? this.sendBuffer : new Float32Array(length);
+    this.total = size === 1 && this.held.length === 1 ? this.slots : new Float32Array(length);
+  }
+
+  /** Held shard s's vector: code computing it may write it here in place of put(), then call stored(). */
+  slot(shard: number): Float32Array {
+    const h = this.heldIndex(shard, 'slot');
+    return this.slots.subarray(h * this.length, (h + 1) * this.length);
+  }
+
+  /** Held shard s's slot holds its vector for `step`, all but the last element, which is `last` (its loss). */
+  stored(shard: number, step: number, last: number): void {
+    this.slot(shard)[this.length - 1] = last;
+    this.stepOf.set(shard, step);
   }
 
   /**
@@ -57,41 +125,14 @@ export class ShardSum {
    * batchnorm statistics, [its loss]); copied, so the caller may reuse its buffers.
    */
   put(shard: number, step: number, parts: readonly (Float32Array | readonly number[])[]): void {
-    const h = this.held.indexOf(shard);
-    if (h < 0) throw new RangeError(`ShardSum.put: shard ${shard} is not held by this rank (holds ${this.held})`);
+    const slot = this.slot(shard);
     const given = parts.reduce((n, part) => n + part.length, 0);
     if (given !== this.length) throw new RangeError(`ShardSum.put: expected ${this.length} elements, got ${parts.map((p) => p.length).join(' + ')}`);
     let offset = 0;
     for (const part of parts) {
-      const [from, to] = [offset, offset + part.length];
-      for (let c = 0; c + 1 < this.bounds.length; ++c) {
-        const [start, end] = [Math.max(from, this.bounds[c]), Math.min(to, this.bounds[c + 1])];
-        if (start >= end) continue;
-        const piece = part instanceof Float32Array ? part.subarray(start - from, end - from) : part.slice(start - from, end - from);
-        this.sendBuffer.set(piece, this.pieceStart(h, c) + start - this.bounds[c]);
-      }
-      offset = to;
+      slot.set(part, offset);
+      offset += part.length;
     }
-    this.stepOf.set(shard, step);
-  }
-
-  /**
-   * Held shard s's whole vector in the storage, where it is one piece (one rank in the communicator,
-   * or one shard held): code computing the vector may write it there in place of put(), then call
-   * stored(). Undefined where the storage interleaves shards' chunks.
-   */
-  slot(shard: number): Float32Array | undefined {
-    const h = this.held.indexOf(shard);
-    if (h < 0) throw new RangeError(`ShardSum.slot: shard ${shard} is not held by this rank (holds ${this.held})`);
-    if (this.comm.size > 1 && this.held.length > 1) return undefined;
-    return this.sendBuffer.subarray(h * this.length, (h + 1) * this.length);
-  }
-
-  /** Held shard s's slot holds its vector for `step`, all but the last element, which is `last` (its loss). */
-  stored(shard: number, step: number, last: number): void {
-    const slot = this.slot(shard);
-    if (!slot) throw new Error(`ShardSum.stored: shard ${shard}'s vector is not one piece here; put() it`);
-    slot[this.length - 1] = last;
     this.stepOf.set(shard, step);
   }
 
@@ -104,37 +145,51 @@ export class ShardSum {
   carryFrom(previous: ShardSum, step: number): void {
     if (previous.length !== this.length) throw new RangeError(`ShardSum.carryFrom: vectors of ${previous.length} elements, this sum's have ${this.length}`);
     for (const shard of previous.held) {
-      const h = this.held.indexOf(shard);
-      if (h < 0 || !previous.holds(shard, step)) continue;
-      for (let c = 0; c + 1 < this.bounds.length; ++c) previous.copyOut(shard, this.bounds[c], this.bounds[c + 1], this.sendBuffer, this.pieceStart(h, c));
+      if (!this.held.includes(shard) || !previous.holds(shard, step)) continue;
+      this.slot(shard).set(previous.slot(shard));
       this.stepOf.set(shard, step);
     }
   }
 
-  /** Copies elements [from, to) of held shard s's vector into `target` at `at`. */
-  private copyOut(shard: number, from: number, to: number, target: Float32Array, at: number): void {
+  private heldIndex(shard: number, method: string): number {
     const h = this.held.indexOf(shard);
-    for (let c = 0; c + 1 < this.bounds.length; ++c) {
-      const [start, end] = [Math.max(from, this.bounds[c]), Math.min(to, this.bounds[c + 1])];
-      if (start >= end) continue;
-      const source = this.pieceStart(h, c) + start - this.bounds[c];
-      target.set(this.sendBuffer.subarray(source, source + end - start), at + start - from);
-    }
+    if (h < 0) throw new RangeError(`ShardSum.${method}: shard ${shard} is not held by this rank (holds ${this.held})`);
+    return h;
   }
 
-  /** Where the piece of chunk c of the held shard at index h starts in sendBuffer (chunk by chunk, shard by shard within one). */
-  private pieceStart(h: number, c: number): number {
-    return this.held.length * this.bounds[c] + h * (this.bounds[c + 1] - this.bounds[c]);
+  /**
+   * Sends every bucket of the vector lying at or above element `from`, not sent yet: call it once
+   * every held shard's vector is final from `from` on (each rank calls it with its own progress;
+   * every rank sends the same buckets in the same order). Failures surface in reduce().
+   */
+  sendFrom(from: number): void {
+    if (this.comm.size === 1) return;
+    while (this.sent < this.buckets.length && this.buckets[this.sent].from >= from) {
+      for (const call of this.buckets[this.sent].calls) {
+        const exchange = this.comm.alltoallv(call.send, call.sendCounts, call.receive, call.receiveCounts);
+        exchange.catch(() => undefined); // awaited in reduce(), unless a failure ends the step first
+        this.inFlight.push(exchange);
+      }
+      this.sent += 1;
+    }
   }
 
   /** The shard-ordered sum of this rank's chunk (elements [bounds[rank], bounds[rank+1])): the reduce-scatter half. */
   async reduce(): Promise<Float32Array> {
     if (this.comm.size === 1) return this.addHeld(this.chunk);
-    await this.comm.alltoallv(this.sendBuffer, this.sendCounts, this.receiveBuffer, this.receiveCounts);
-    const { chunk, receiveBuffer, pieceAt } = this;
-    chunk.set(receiveBuffer.subarray(pieceAt[0], pieceAt[0] + chunk.length));
-    for (let s = 1; s < pieceAt.length; ++s) this.add(chunk, receiveBuffer.subarray(pieceAt[s], pieceAt[s] + chunk.length));
-    return chunk;
+    this.sendFrom(0);
+    try {
+      for (const exchange of this.inFlight) await exchange;
+    } finally {
+      this.inFlight.length = 0;
+      this.sent = 0;
+    }
+    for (const { chunkPart, pieces } of this.buckets) {
+      if (chunkPart.length === 0) continue;
+      chunkPart.set(pieces[0]);
+      for (let s = 1; s < pieces.length; ++s) this.add(chunkPart, pieces[s]);
+    }
+    return this.chunk;
   }
 
   /**
@@ -142,16 +197,12 @@ export class ShardSum {
    * `into`, with no MPI call (the same additions in the same order as reduce()'s).
    */
   private addHeld(into: Float32Array): Float32Array {
-    if (into === this.sendBuffer) return into;
-    into.set(this.sendBuffer.subarray(0, this.length));
-    for (let h = 1; h < this.held.length; ++h) this.add(into, this.sendBuffer.subarray(h * this.length, (h + 1) * this.length));
+    if (into === this.slots) return into;
+    into.set(this.slots.subarray(0, this.length));
+    for (let h = 1; h < this.held.length; ++h) this.add(into, this.slots.subarray(h * this.length, (h + 1) * this.length));
     return into;
   }
 
-  /** The chunks' lengths, in rank order (the counts of an allgatherv of the chunks). */
-  get chunkLengths(): number[] {
-    return this.bounds.slice(1).map((end, c) => end - this.bounds[c]);
-  }
 
   /** The shard-ordered sum of every shard's vector, on every rank (in `total`). */
   async sum(): Promise<Float32Array> {

@@ -21,6 +21,14 @@ import { type ParamView, ParameterStore } from './params';
 import { stream } from '../random';
 import { type LayerSpec, type ModelSpec, SpecError, inputIndices, modelInput } from './spec';
 
+/** What lossAndGradient reports while it runs, for a caller sending gradients before it returns. */
+export interface GradientProgress {
+  /** the loss (this batch's mean) and the statistics are known; backward starts */
+  lossKnown(loss: number): void;
+  /** gradient elements [from, P) are final */
+  gradientsFrom(from: number): void;
+}
+
 export interface StepResult {
   /** Mean cross-entropy over the batch. */
   loss: number;
@@ -93,6 +101,8 @@ export class Net {
   private readonly sources: number[][] = [];
   /** Per layer: it or a layer it reads from, directly or not, has parameters (backward stops elsewhere). */
   private readonly needsGrad: boolean[] = [];
+  /** Per layer: where its parameters start in the flat buffer (undefined: it has none). */
+  private readonly paramsFrom: Array<number | undefined> = [];
   /** Per layer: how many inputs of later layers read its output. */
   private readonly readers: number[];
   /** Per layer: its output of the last forward, and its gradient during backward. */
@@ -119,6 +129,7 @@ export class Net {
       this.layers.push(layer);
       this.sources.push(sources);
       this.needsGrad.push(this.params.views.length > reserved || sources.some((j) => j >= 0 && this.needsGrad[j]));
+      this.paramsFrom.push(this.params.views[reserved]?.offset);
       for (const j of sources) if (j >= 0) this.readers[j] += 1;
       shapes.push(layer.outShape);
     });
@@ -166,13 +177,12 @@ export class Net {
 
   /**
    * Where lossAndGradient leaves its results from now on: the gradient in vector[0, P) and the
-   * statistics in vector[P, P + B) (a slot of the shard-ordered sum: no copy into it follows), or
-   * the net's own `params.gradients` and `statistics` (undefined).
+   * statistics in vector[P, P + B) (a slot of the shard-ordered sum: no copy into it follows).
    */
-  placeGradients(vector?: Float32Array): void {
+  placeGradients(vector: Float32Array): void {
     const P = this.params.data.length;
-    this.params.placeGradients(vector?.subarray(0, P));
-    this.state.placeGradients(vector?.subarray(P, P + this.buffers.length));
+    this.params.placeGradients(vector.subarray(0, P));
+    this.state.placeGradients(vector.subarray(P, P + this.buffers.length));
   }
 
   /** Fills the parameters and buffers from the seed alone: the same seed gives the same bits. */
@@ -201,8 +211,9 @@ export class Net {
    * per-sample losses divided by `normalizer` (default: the mean over this batch), and `statistics`
    * this batch's statistics with the same weight, batch / normalizer. A micro-batch of a larger
    * global batch passes the global batch's size. The loss returned is this batch's mean.
+   * `progress` hears of the loss before backward starts and of each layer's gradients once final.
    */
-  lossAndGradient(x: Float32Array, labels: Int32Array, batch: number, key: BatchKey, normalizer = batch): StepResult {
+  lossAndGradient(x: Float32Array, labels: Int32Array, batch: number, key: BatchKey, normalizer = batch, progress?: GradientProgress): StepResult {
     const logits = this.forward(x, batch, true, key);
     const result = this.score(logits, labels, batch);
     const dy = this.scratch.get('dlogits', logits.length);
@@ -210,8 +221,9 @@ export class Net {
       const scale = batch / normalizer;
       for (let i = 0; i < dy.length; ++i) dy[i] *= scale;
     }
-    this.backward(dy, batch);
     for (const layer of this.layers) if (!('merge' in layer)) layer.recordStatistics?.(this.state, batch / normalizer);
+    progress?.lossKnown(result.loss);
+    this.backward(dy, batch, progress);
     return result;
   }
 
@@ -229,7 +241,7 @@ export class Net {
   }
 
   /** Reverse spec order, from the logits' gradient; skips what no parameter needs. */
-  private backward(dlogits: Float32Array, batch: number): void {
+  private backward(dlogits: Float32Array, batch: number, progress?: GradientProgress): void {
     const grads = this.grads;
     grads.fill(null);
     grads[this.layers.length - 1] = dlogits;
@@ -243,6 +255,9 @@ export class Net {
         sources.forEach((j, k) => { if (wanted(j)) this.accumulate(j, dxs[k]); });
       } else {
         const dx = layer.backward(grads[i]!, batch, wanted(sources[0]));
+        const from = this.paramsFrom[i];
+        // parameters are laid out in layer order, visited here in reverse: all from here on are final
+        if (from !== undefined) progress?.gradientsFrom(from);
         if (dx) this.accumulate(sources[0], dx);
       }
     }

@@ -17,7 +17,6 @@ export class ParameterStore {
   private withTail?: Float32Array;
   private params?: Float32Array;
   private grads?: Float32Array;
-  private ownGrads?: Float32Array;
 
   /** Reserves a tensor; its memory exists once allocate() has run. */
   reserve(name: string, shape: number[]): ParamView {
@@ -29,8 +28,7 @@ export class ParameterStore {
   }
 
   allocate(): void {
-    this.ownGrads = new Float32Array(this.size); // first: a size too large is refused naming the parameter count
-    this.grads = this.ownGrads;
+    this.grads = new Float32Array(this.size); // first: a size too large is refused naming the parameter count
     this.withTail = new Float32Array(this.size + 1);
     this.params = this.withTail.subarray(0, this.size);
   }
@@ -57,13 +55,12 @@ export class ParameterStore {
   }
 
   /**
-   * Where the layers write gradients from now on: `into` (exactly as long as the parameters, e.g.
-   * a slot of the shard-ordered sum, so that no copy follows), or the store's own buffer (undefined).
+   * Where the layers write gradients from now on: `into`, exactly as long as the parameters (e.g.
+   * a slot of the shard-ordered sum, so that no copy follows).
    */
-  placeGradients(into?: Float32Array): void {
-    if (!this.ownGrads) throw new Error('the parameter buffer is not allocated yet');
-    if (into && into.length !== this.size) throw new RangeError(`placeGradients: expected ${this.size} floats, got ${into.length}`);
-    this.grads = into ?? this.ownGrads;
+  placeGradients(into: Float32Array): void {
+    if (into.length !== this.size) throw new RangeError(`placeGradients: expected ${this.size} floats, got ${into.length}`);
+    this.grads = into;
   }
 
   param(view: ParamView): Float32Array {

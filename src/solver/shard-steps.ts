@@ -5,6 +5,7 @@
 // ranks and redone after a recovery.
 import type { Manager } from '../ft/manager';
 import type { BatchKey } from '../nn/layer';
+import type { GradientProgress } from '../nn/net';
 import { gatherBatch, type MicroBatches } from '../data/micro-batches';
 import type { ShardData } from '../data/split';
 
@@ -20,6 +21,11 @@ export interface MicroBatch {
   samples: number;
   /** the keys of this micro-batch's randomness (never the rank computing it) */
   key: BatchKey;
+  /**
+   * Set on the last micro-batch this rank computes in a step: told of the loss and of gradients as
+   * they become final, the sum sends them while the rest is computed. Optional to call.
+   */
+  progress?: GradientProgress;
 }
 
 /** Computes a micro-batch's gradient into the loop's gradient buffer (overwriting it); returns its mean loss. */
@@ -63,21 +69,23 @@ export class BatchBuffers {
 
 /**
  * Where a micro-batch's gradient goes. `gradient` and `statistics` are read after each placement.
- * With `place`, compute writes straight into the shard-ordered sum's storage of the shard where
- * that storage is one piece (no copy follows); elsewhere it is placed back in the loop's own buffers.
+ * With `place`, compute writes straight into the shard-ordered sum's slot of the shard (no copy
+ * follows) and may report its progress, so that the sum is sent while backward runs.
  */
 export interface GradientTarget {
   readonly gradient: Float32Array;
   /** what compute leaves of batchnorm's statistics, already weighted (empty without batchnorm) */
   readonly statistics: Float32Array;
-  /** [gradient | statistics] of `vector` from now on, or the loop's own buffers (undefined) */
-  place?(vector: Float32Array | undefined): void;
+  /** [gradient | statistics] of `vector` from now on */
+  place?(vector: Float32Array): void;
 }
 
 /**
  * Exact mode: one gradient per held shard, each into the shard-ordered sum with its loss weighted
  * by its share of the step's samples; shards already in the sum for `step` are skipped. What
- * `compute` leaves in the statistics goes into the sum between the gradient and the loss.
+ * `compute` leaves in the statistics goes into the sum between the gradient and the loss. The sum's
+ * exchange starts during the last computed micro-batch's backward where the target is placed in the
+ * sum (else once all are computed).
  */
 export async function computeShards(ft: Manager, plan: MicroBatches, step: number, seed: number, buffers: BatchBuffers,
   target: GradientTarget, compute: GradientFn): Promise<void> {
@@ -85,11 +93,12 @@ export async function computeShards(ft: Manager, plan: MicroBatches, step: numbe
   const epoch = Math.floor(step / plan.stepsPerEpoch);
   const samples = plan.samplesAt(t);
   const sum = ft.shardSum;
-  for (const shard of sum.held) {
-    if (sum.holds(shard, step)) continue;
+  const missing = sum.held.filter((shard) => !sum.holds(shard, step));
+  for (const shard of missing) {
     const rows = plan.rows(shard, epoch, t);
+    const weight = rows.length / samples;
     const slot = target.place ? sum.slot(shard) : undefined;
-    target.place?.(slot);
+    if (slot) target.place!(slot);
     let loss = 0;
     if (rows.length === 0) {
       target.gradient.fill(0);
@@ -98,11 +107,17 @@ export async function computeShards(ft: Manager, plan: MicroBatches, step: numbe
       const [x, labels] = buffers.view(rows.length);
       await ft.ready(shard, rows);
       gatherBatch(ft.shard(shard), rows, x, labels);
-      loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard } }) * (rows.length / samples);
+      const last = slot && shard === missing[missing.length - 1];
+      const progress: GradientProgress | undefined = last ? {
+        lossKnown: (mean) => { slot[slot.length - 1] = mean * weight; },
+        gradientsFrom: (from) => sum.sendFrom(from),
+      } : undefined;
+      loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard }, progress }) * weight;
     }
     if (slot) sum.stored(shard, step, loss);
     else sum.put(shard, step, [target.gradient, target.statistics, [loss]]);
   }
+  sum.sendFrom(0);
 }
 
 /** Test accuracy and loss, the split divided over the live ranks; redone after a recovery. */

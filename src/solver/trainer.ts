@@ -88,7 +88,7 @@ export class Trainer implements StateSource {
   /** [gradient (P) | loss]: what one rank contributes to the sum in shrink and none modes; on a spare, the step's outcome it receives */
   private readonly contribution: Float32Array;
   private readonly buffers: BatchBuffers;
-  /** exact mode: the net's gradient and statistics, placed straight in the sum's storage where it allows */
+  /** exact mode: the net's gradient and statistics, placed straight in the sum's slots */
   private readonly gradientTarget: GradientTarget;
   private step = 0;
   private lastLoss = NaN;
@@ -174,7 +174,7 @@ export class Trainer implements StateSource {
     this.ft.at('compute');
     if (working && this.config.onFailure === 'exact') {
       await computeShards(this.ft, this.plan, step, this.config.seed, this.buffers, this.gradientTarget,
-        (batch) => this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples).loss);
+        (batch) => this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples, batch.progress).loss);
     }
     else if (working) await this.computeRank(epoch, samples);
 

@@ -142,3 +142,22 @@ describe('Comm thread', function () {
     });
   });
 });
+
+describe('The shard-ordered sum (ft/shard-sum.ts) on a real communicator', function () {
+  this.timeout(90_000);
+
+  for (const size of [1, 2, 3]) {
+    it(`has the bits of one float32 addition after another in shard order at ${size} rank${size > 1 ? 's' : ''}, buckets sent early or late`, async () => {
+      const job = await runProgram<{ rank: number; sums: Record<string, string[]>; references: Record<string, string[]> }>('shard-sum', size);
+      assert.equal(job.code, 0, job.stderr);
+      assert.equal(job.results.length, size);
+      for (const r of job.results) {
+        assert.deepEqual(Object.keys(r.sums), ['1001', '70001']);
+        for (const length of Object.keys(r.sums)) {
+          assert.equal(r.sums[length].length, 2);
+          r.sums[length].forEach((sum, step) => assert.ok(sum === r.references[length][step], `rank ${r.rank}, length ${length}, step ${step}: the sum's bits differ from the shard-order reference`));
+        }
+      }
+    });
+  }
+});

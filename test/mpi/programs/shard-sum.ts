@@ -1,0 +1,60 @@
+// The shard-ordered sum on a real communicator: seven shards held unevenly (two, two, three), a
+// vector cut into several buckets, some sent early as backward would (in a different pattern on
+// each rank), two steps in a row. Reports the digests of each rank's sums and of the reference: every shard's vector
+// added in shard order, one float32 addition at a time, computed alone from the same seeded values.
+import { createHash } from 'node:crypto';
+import { finalize, init } from '../../../src/comm';
+import { ShardMap } from '../../../src/data/shard-map';
+import { ShardSum } from '../../../src/ft/shard-sum';
+import { cpu } from '../../../src/nn/cpu';
+import { stream } from '../../../src/random';
+import { report } from './report';
+
+const owners = [0, 0, 1, 2, 2, 2, 1];
+
+/** Shard s's vector for `step`: values spread over several magnitudes, so the order of additions shows in the bits. */
+function vector(shard: number, step: number, length: number): Float32Array {
+  const next = stream(1000 * step + shard);
+  return Float32Array.from({ length }, () => (next() - 0.5) * 10 ** Math.floor(next() * 6 - 3));
+}
+
+const sha256 = (values: Float32Array): string => createHash('sha256').update(Buffer.from(values.buffer, values.byteOffset, values.byteLength)).digest('hex');
+
+async function main(): Promise<void> {
+  const { world } = await init();
+  const map = ShardMap.fromOwners(owners.map((o) => o % world.size));
+  const sums: Record<string, string[]> = {};
+  const references: Record<string, string[]> = {};
+  for (const length of [1_001, 70_001]) {
+    const sum = new ShardSum(world, map, length, (acc, x) => cpu.addInPlace(acc, x));
+    for (const step of [0, 1]) {
+      sum.held.forEach((shard, h) => {
+        const values = vector(shard, step, length);
+        // one shard written in place, as the trainer does, the others put
+        if (h === 0) {
+          sum.slot(shard).set(values);
+          sum.stored(shard, step, values[length - 1]);
+        } else {
+          sum.put(shard, step, [values.subarray(0, length - 1), [values[length - 1]]]);
+        }
+      });
+      // ranks send their buckets at different points, the last rank only at the end
+      if (world.rank === 0) for (const from of [length - 10, Math.floor(length / 2), 1]) sum.sendFrom(from);
+      if (world.rank === 1) sum.sendFrom(Math.floor(length / 3));
+      const total = await sum.sum();
+      const reference = vector(0, step, length);
+      for (let s = 1; s < owners.length; ++s) {
+        const values = vector(s, step, length);
+        for (let i = 0; i < length; ++i) reference[i] = Math.fround(reference[i] + values[i]);
+      }
+      const key = `${length}`;
+      (sums[key] ??= []).push(sha256(total));
+      (references[key] ??= []).push(sha256(reference));
+    }
+  }
+  report({ rank: world.rank, sums, references });
+  await world.free();
+  await finalize();
+}
+
+void main();
