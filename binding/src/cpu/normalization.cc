@@ -23,39 +23,46 @@ struct Groups {
   size_t count, runs, length, groupStride, runStride;
 };
 
-// How many groups' chains run side by side: enough independent adds to hide the add latency.
+// How many chains of dependent adds run side by side: enough to hide the add's latency, few enough
+// that the streams they read (one per chain's group and array) stay in L1's ways when groups lie a
+// multiple of 4 KiB apart.
 constexpr size_t kChains = 8;
 
-// For each group g, Sums double sums over its values in run order, then position order:
-// add(g, at, acc) adds the value at index `at` into acc (std::array<double, Sums>); done(g, acc)
-// receives the totals.
-template <size_t Sums, size_t Lanes, typename Add, typename Done>
-void SumLanes(const Groups& groups, size_t first, Add add, Done done) {
-  std::array<std::array<double, Sums>, Lanes> acc{};
+// Calls block(first, lanes) over the groups, Lanes at a time, then one at a time; lanes is a
+// std::integral_constant, so that each block's loops have a fixed number of chains.
+template <size_t Lanes, typename Block>
+void InBlocks(size_t count, Block block) {
+  size_t g = 0;
+  for (; g + Lanes <= count; g += Lanes) block(g, std::integral_constant<size_t, Lanes>());
+  for (; g < count; ++g) block(g, std::integral_constant<size_t, 1>());
+}
+
+// For groups first .. first + Lanes - 1, Sums double sums over each group's values in run order,
+// then position order: term(g, at) gives the Sums values to add for the value at index `at`;
+// done(g, sums) receives the totals.
+template <size_t Sums, size_t Lanes, typename Term, typename Done>
+void SumLanes(const Groups& groups, size_t first, Term term, Done done) {
+  std::array<std::array<double, Lanes>, Sums> acc{};
   for (size_t r = 0; r < groups.runs; ++r) {
     for (size_t i = 0; i < groups.length; ++i) {
       for (size_t lane = 0; lane < Lanes; ++lane) {
         size_t g = first + lane;
-        add(g, g * groups.groupStride + r * groups.runStride + i, acc[lane]);
+        std::array<double, Sums> t = term(g, g * groups.groupStride + r * groups.runStride + i);
+        for (size_t s = 0; s < Sums; ++s) acc[s][lane] += t[s];
       }
     }
   }
-  for (size_t lane = 0; lane < Lanes; ++lane) done(first + lane, acc[lane]);
+  for (size_t lane = 0; lane < Lanes; ++lane) {
+    std::array<double, Sums> sums;
+    for (size_t s = 0; s < Sums; ++s) sums[s] = acc[s][lane];
+    done(first + lane, sums);
+  }
 }
 
-// Calls block(first, lanes) over the groups, kChains at a time, then one at a time; lanes is a
-// std::integral_constant, so that each block's loops have a fixed number of chains.
-template <typename Block>
-void InBlocks(size_t count, Block block) {
-  size_t g = 0;
-  for (; g + kChains <= count; g += kChains) block(g, std::integral_constant<size_t, kChains>());
-  for (; g < count; ++g) block(g, std::integral_constant<size_t, 1>());
-}
-
-template <size_t Sums, typename Add, typename Done>
-void SumGroups(const Groups& groups, Add add, Done done) {
-  InBlocks(groups.count, [&](size_t first, auto lanes) {
-    SumLanes<Sums, decltype(lanes)::value>(groups, first, add, done);
+template <size_t Sums, typename Term, typename Done>
+void SumGroups(const Groups& groups, Term term, Done done) {
+  InBlocks<kChains / Sums>(groups.count, [&](size_t first, auto lanes) {
+    SumLanes<Sums, decltype(lanes)::value>(groups, first, term, done);
   });
 }
 
@@ -88,20 +95,21 @@ double EpsArg(const Napi::CallbackInfo& info, size_t i, const char* method) {
 template <typename Normalise>
 void NormaliseGroups(const Groups& groups, const float* x, double eps, Normalise normalise) {
   double m = static_cast<double>(groups.runs * groups.length);
-  InBlocks(groups.count, [&](size_t first, auto lanes) {
+  InBlocks<kChains>(groups.count, [&](size_t first, auto lanes) {
     constexpr size_t kLanes = decltype(lanes)::value;
     std::array<double, kLanes> mean;
+    using One = std::array<double, 1>;
     SumLanes<1, kLanes>(
-        groups, first, [&](size_t, size_t at, std::array<double, 1>& acc) { acc[0] += x[at]; },
-        [&](size_t g, const std::array<double, 1>& acc) { mean[g - first] = acc[0] / m; });
+        groups, first, [&](size_t, size_t at) { return One{x[at]}; },
+        [&](size_t g, const One& sum) { mean[g - first] = sum[0] / m; });
     SumLanes<1, kLanes>(
         groups, first,
-        [&](size_t g, size_t at, std::array<double, 1>& acc) {
+        [&](size_t g, size_t at) {
           double centred = x[at] - mean[g - first];
-          acc[0] += centred * centred;
+          return One{centred * centred};
         },
-        [&](size_t g, const std::array<double, 1>& acc) {
-          normalise(g, mean[g - first], acc[0], 1.0 / std::sqrt(acc[0] / m + eps));
+        [&](size_t g, const One& squares) {
+          normalise(g, mean[g - first], squares[0], 1.0 / std::sqrt(squares[0] / m + eps));
         });
   });
 }
@@ -176,16 +184,13 @@ Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
   double values = static_cast<double>(channels.runs * channels.length);
   SumGroups<2>(
       channels,
-      [&](size_t, size_t at, std::array<double, 2>& acc) {
-        acc[0] += dy[at];
-        acc[1] += static_cast<double>(dy[at]) * xhat[at];
-      },
-      [&](size_t ch, const std::array<double, 2>& acc) {
-        db[ch] = static_cast<float>(acc[0]);
-        dw[ch] = static_cast<float>(acc[1]);
+      [&](size_t, size_t at) { return std::array<double, 2>{dy[at], static_cast<double>(dy[at]) * xhat[at]}; },
+      [&](size_t ch, const std::array<double, 2>& sums) {
+        db[ch] = static_cast<float>(sums[0]);
+        dw[ch] = static_cast<float>(sums[1]);
         if (dx == nullptr) return;
         double scale = w[ch] * invStd[ch];
-        double meanDy = acc[0] / values, meanDyXhat = acc[1] / values;
+        double meanDy = sums[0] / values, meanDyXhat = sums[1] / values;
         ForEachValueOf(channels, ch, [&](size_t at) {
           dx[at] = static_cast<float>(scale * (dy[at] - meanDy - xhat[at] * meanDyXhat));
         });
@@ -236,24 +241,20 @@ Napi::Value LayernormBackward(const Napi::CallbackInfo& info) {
   // per position, over the samples in order: its values are one apart within a sample, d apart across
   SumGroups<2>(
       Groups{d, n, 1, 1, d},
-      [&](size_t, size_t at, std::array<double, 2>& acc) {
-        acc[0] += static_cast<double>(dy[at]) * xhat[at];
-        acc[1] += dy[at];
-      },
-      [&](size_t i, const std::array<double, 2>& acc) {
-        dw[i] = static_cast<float>(acc[0]);
-        db[i] = static_cast<float>(acc[1]);
+      [&](size_t, size_t at) { return std::array<double, 2>{static_cast<double>(dy[at]) * xhat[at], dy[at]}; },
+      [&](size_t i, const std::array<double, 2>& sums) {
+        dw[i] = static_cast<float>(sums[0]);
+        db[i] = static_cast<float>(sums[1]);
       });
   if (dx == nullptr) return info.Env().Undefined();
   SumGroups<2>(
       SampleGroups(n, d),
-      [&](size_t sample, size_t at, std::array<double, 2>& acc) {
+      [&](size_t sample, size_t at) {
         double g = static_cast<double>(dy[at]) * w[at - sample * d];
-        acc[0] += g;
-        acc[1] += g * xhat[at];
+        return std::array<double, 2>{g, g * xhat[at]};
       },
-      [&](size_t sample, const std::array<double, 2>& acc) {
-        double meanG = acc[0] / d, meanGXhat = acc[1] / d;
+      [&](size_t sample, const std::array<double, 2>& sums) {
+        double meanG = sums[0] / d, meanGXhat = sums[1] / d;
         size_t base = sample * d;
         for (size_t i = 0; i < d; ++i) {
           double g = static_cast<double>(dy[base + i]) * w[i];
@@ -271,8 +272,8 @@ Napi::Value GlobalAvgPoolForward(const Napi::CallbackInfo& info) {
   const float* x = FloatArg(info, 0, m, "x", maps * area);
   float* y = FloatArg(info, 1, m, "y", maps);
   SumGroups<1>(
-      SampleGroups(maps, area), [&](size_t, size_t at, std::array<double, 1>& acc) { acc[0] += x[at]; },
-      [&](size_t map, const std::array<double, 1>& acc) { y[map] = static_cast<float>(acc[0] / area); });
+      SampleGroups(maps, area), [&](size_t, size_t at) { return std::array<double, 1>{x[at]}; },
+      [&](size_t map, const std::array<double, 1>& sums) { y[map] = static_cast<float>(sums[0] / area); });
   return info.Env().Undefined();
 }
 
