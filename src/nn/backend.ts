@@ -10,6 +10,8 @@ export type PoolShape = [number, number, number, number, number, number, number]
 /** `[N, I, O]`: N samples, I inputs, O outputs. */
 export type LinearShape = [number, number, number];
 export type PoolKind = 'max' | 'avg';
+/** `[N, C, S]`: N samples of C channels of S values each (S = H x W, or 1 for features [C]). */
+export type NormShape = [number, number, number];
 
 export interface Backend {
   /** Threads each kernel may use (one rank per core: 1). */
@@ -27,6 +29,32 @@ export interface Backend {
   /** dx (skipped when null) = dy w; dw = dy^T x; db = column sums of dy. */
   linearBackward(x: Float32Array, w: Float32Array, dy: Float32Array, dx: Float32Array | null,
     dw: Float32Array, db: Float32Array, shape: LinearShape): void;
+  /**
+   * Batchnorm on the batch's statistics, per channel over N x S values: mean, unbiased variance (0
+   * when N S = 1) and invStd = 1 / sqrt(biased variance + eps) into the [C] arrays; xhat = (x - mean)
+   * invStd; y = xhat w + b. Sums in float64, sample by sample, then position by position.
+   */
+  batchnormForwardTrain(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, xhat: Float32Array,
+    mean: Float64Array, unbiased: Float64Array, invStd: Float64Array, eps: number, shape: NormShape): void;
+  /** y = (x - runningMean) w / sqrt(runningVar + eps) + b, per channel. */
+  batchnormForwardEval(x: Float32Array, w: Float32Array, b: Float32Array, runningMean: Float32Array,
+    runningVar: Float32Array, y: Float32Array, eps: number, shape: NormShape): void;
+  /** Per channel: dw = sum(dy xhat), db = sum(dy), dx (skipped when null) = w invStd (dy - mean(dy) - xhat mean(dy xhat)). */
+  batchnormBackward(dy: Float32Array, xhat: Float32Array, w: Float32Array, invStd: Float64Array,
+    dx: Float32Array | null, dw: Float32Array, db: Float32Array, shape: NormShape): void;
+  /**
+   * Layernorm of each of N samples over its D values: invStd[N] = 1 / sqrt(biased variance + eps),
+   * xhat = (x - mean) invStd, y = xhat w + b (w, b: [D]). Sums in float64, in position order.
+   */
+  layernormForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, xhat: Float32Array,
+    invStd: Float64Array, eps: number, shape: [number, number]): void;
+  /** With g = dy w, per sample: dx (skipped when null) = invStd (g - mean(g) - xhat mean(g xhat)); dw = sum_n dy xhat, db = sum_n dy. */
+  layernormBackward(dy: Float32Array, xhat: Float32Array, w: Float32Array, invStd: Float64Array,
+    dx: Float32Array | null, dw: Float32Array, db: Float32Array, shape: [number, number]): void;
+  /** `shape` = [maps, area]: y[map] = the mean of the map's `area` values (float64 sum, in order). */
+  globalAvgPoolForward(x: Float32Array, y: Float32Array, shape: [number, number]): void;
+  /** dx = dy / area at every position of each map. */
+  globalAvgPoolBackward(dy: Float32Array, dx: Float32Array, shape: [number, number]): void;
   reluForward(x: Float32Array, y: Float32Array): void;
   reluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array): void;
   /** acc += x, element-wise. */

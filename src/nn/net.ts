@@ -71,7 +71,7 @@ function buildLayer(spec: LayerSpec, inShapes: number[][], inNames: string[], ct
       return new LayerNorm(spec.name, inShape, spec.eps, ctx);
     case 'globalavgpool':
       image();
-      return new GlobalAvgPool(spec.name, inShape);
+      return new GlobalAvgPool(spec.name, inShape, ctx);
     case 'add':
       inShapes.forEach((shape, k) => {
         if (shapeText(shape) !== shapeText(inShape)) {

@@ -163,5 +163,12 @@ describe('CPU kernels', () => {
       { name: 'RangeError', message: 'softmaxCrossEntropy: labels[1] is 2, outside 0..1' });
     assert.throws(() => cpu.pool2dForward('median' as PoolKind, t.x, t.y, new Uint8Array(0), [1, 1, 2, 2, 2, 2, 0]),
       { name: 'TypeError', message: "pool2dForward: expected kind to be 'max' or 'avg', got string" });
+    const [values, two] = [new Float32Array(8), new Float32Array(2)];
+    assert.throws(() => cpu.batchnormForwardTrain(values, two, two, values, values, new Float32Array(2) as unknown as Float64Array, new Float64Array(2), new Float64Array(2), 1e-5, [2, 2, 2]),
+      { name: 'TypeError', message: 'batchnormForwardTrain: expected mean to be a Float64Array of 2 elements, got Float32Array' });
+    assert.throws(() => cpu.layernormForward(values, two, two, values, values, new Float64Array(4), 0, [4, 2]),
+      { name: 'TypeError', message: 'layernormForward: expected eps to be a number > 0, got number 0' });
+    assert.throws(() => cpu.globalAvgPoolForward(values, new Float32Array(3), [4, 2]),
+      { name: 'TypeError', message: 'globalAvgPoolForward: expected y to be a Float32Array of 4 elements, got Float32Array of 3' });
   });
 });

@@ -89,6 +89,42 @@ describe('Graph specs and their layers', function () {
     });
   }
 
+  it('normalisation, pooling and merge layers give the bits of their TypeScript loops (resnet8, odd sizes)', () => {
+    // sha256 computed with these layers as TypeScript loops (commit 55f54e1), before their native kernels
+    const expected: Record<string, string> = {
+      resnet8: '8c84cf84e807df4f2fb9a74c32675a4bd19775ec3c4817a2d4b45da6a5a77294',
+      'norm mix': '66404e0f0eb7c1fedb24d9698d131dda79c8521585efb968a432753fa3a04115',
+    };
+    // channel, sample and feature counts that are not multiples of any vector width or block size
+    const normMix = { input: [3, 9, 9], classes: 5, layers: [
+      { type: 'conv', name: 'c1', filters: 11, kernel: 3, pad: 1 }, { type: 'batchnorm', name: 'bn1' }, { type: 'relu', name: 'r1' },
+      { type: 'conv', name: 'c2', filters: 13, kernel: 3 }, { type: 'layernorm', name: 'ln2' },
+      { type: 'conv', name: 'c3', filters: 13, kernel: 1, inputs: ['r1'] }, { type: 'avgpool', name: 'p3', kernel: 3, stride: 1 },
+      { type: 'add', name: 'sum', inputs: ['ln2', 'p3'] }, { type: 'concat', name: 'cat', inputs: ['sum', 'p3'] },
+      { type: 'globalavgpool', name: 'gap' }, { type: 'linear', name: 'fc1', outputs: 19 }, { type: 'batchnorm', name: 'bnf' },
+      { type: 'layernorm', name: 'lnf' }, { type: 'concat', name: 'feat', inputs: ['lnf', 'gap'] }, { type: 'linear', name: 'fc2', outputs: 5 }] };
+    const nets: Record<string, Net> = { resnet8: new Net(loadSpec('models/resnet8.json'), cpu), 'norm mix': netOf(normMix) };
+    for (const [name, net] of Object.entries(nets)) {
+      const batch = 11;
+      net.init(1);
+      for (const view of net.params.views) {
+        if (/(ln|bn).*\.(weight|bias)$/.test(view.name)) net.params.param(view).set(randomTensor(view.length, view.offset + 1));
+      }
+      const hash = createHash('sha256');
+      const add = (a: Float32Array | Float64Array): void => void hash.update(Buffer.from(a.buffer, a.byteOffset, a.byteLength));
+      for (const step of [0, 1]) {
+        const { x, labels } = batchFor(net, batch, 3 + step);
+        const { loss } = net.lossAndGradient(x, labels, batch, { ...key, step }, 20);
+        [net.params.gradients, net.statistics, Float64Array.of(loss)].forEach(add);
+        net.updateBuffers(net.statistics);
+        add(net.buffers);
+      }
+      const { x, labels } = batchFor(net, batch, 9);
+      add(Float64Array.of(net.evaluate(x, labels, batch).loss));
+      assert.equal(hash.digest('hex'), expected[name], name);
+    }
+  });
+
   it('chain specs give the bits they gave before graphs (lenet, cifarnet: params, grads, loss)', () => {
     // sha256 computed on the code before graph specs (commit 55ef6d6)
     const expected: Record<string, [number, string]> = {

@@ -35,6 +35,13 @@ Napi::Object Exports(Napi::Env env) {
   add("pool2dBackward", Pool2dBackward);
   add("linearForward", LinearForward);
   add("linearBackward", LinearBackward);
+  add("batchnormForwardTrain", BatchnormForwardTrain);
+  add("batchnormForwardEval", BatchnormForwardEval);
+  add("batchnormBackward", BatchnormBackward);
+  add("layernormForward", LayernormForward);
+  add("layernormBackward", LayernormBackward);
+  add("globalAvgPoolForward", GlobalAvgPoolForward);
+  add("globalAvgPoolBackward", GlobalAvgPoolBackward);
   add("reluForward", ReluForward);
   add("reluBackward", ReluBackward);
   add("addInPlace", AddInPlace);

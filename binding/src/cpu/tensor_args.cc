@@ -37,6 +37,12 @@ float* FloatArg(const Napi::CallbackInfo& info, size_t index, const char* method
       DataOf(TypedArg(info, index, method, name, count, napi_float32_array, "Float32Array")));
 }
 
+double* DoubleArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
+                  size_t count) {
+  return reinterpret_cast<double*>(
+      DataOf(TypedArg(info, index, method, name, count, napi_float64_array, "Float64Array")));
+}
+
 FloatSpan FloatSpanArg(const Napi::CallbackInfo& info, size_t index, const char* method,
                        const char* name) {
   auto array = TypedArg(info, index, method, name, kAnyLength, napi_float32_array, "Float32Array");

@@ -1,4 +1,4 @@
-// Argument checks for the CPU kernels: Float32Array views with an exact element count, and shape
+// Argument checks for the CPU kernels: Float32Array (and Float64Array) views with an exact element count, and shape
 // tuples, in the same message format as the communicator's checks.
 #pragma once
 #include <napi.h>
@@ -10,6 +10,10 @@ namespace ft::cpu {
 // The data of a Float32Array argument that must hold exactly `count` elements.
 float* FloatArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
                 size_t count);
+
+// The data of a Float64Array argument that must hold exactly `count` elements.
+double* DoubleArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
+                  size_t count);
 
 // A Float32Array argument of any length.
 struct FloatSpan {

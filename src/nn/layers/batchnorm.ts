@@ -13,7 +13,9 @@
 // shard order gives S; updateBuffers then applies the formula. With one value per channel in a
 // micro-batch (m = batch x H x W = 1) the unbiased variance is undefined; the biased one (0) is used.
 // Evaluation normalises with the running statistics: y = (x - mean) / sqrt(var + eps) * w + b.
-// Sums run in float64 in a fixed order (sample, then position), independent of thread count.
+// The backend's kernels sum in float64 in a fixed order (sample, then position), independent of
+// thread count.
+import type { NormShape } from '../backend';
 import { type BatchKey, type Layer, type LayerContext, Scratch } from '../layer';
 import type { ParamView, ParameterStore } from '../params';
 
@@ -54,73 +56,26 @@ export class BatchNorm implements Layer {
   }
 
   forward(x: Float32Array, batch: number, train: boolean, _key: BatchKey): Float32Array {
-    const { params, buffers } = this.ctx;
-    const [c, s] = [this.channels, this.spatial];
+    const { backend, params, buffers } = this.ctx;
     const w = params.param(this.weight);
     const b = params.param(this.bias);
     const y = this.scratch.get('y', x.length);
+    const shape: NormShape = [batch, this.channels, this.spatial];
     if (!train) {
-      const rm = buffers.param(this.runningMean);
-      const rv = buffers.param(this.runningVar);
-      for (let ch = 0; ch < c; ++ch) {
-        const scale = w[ch] / Math.sqrt(rv[ch] + this.eps);
-        for (let n = 0; n < batch; ++n) {
-          for (let i = (n * c + ch) * s, end = i + s; i < end; ++i) y[i] = (x[i] - rm[ch]) * scale + b[ch];
-        }
-      }
+      backend.batchnormForwardEval(x, w, b, buffers.param(this.runningMean), buffers.param(this.runningVar), y, this.eps, shape);
       return y;
     }
-    const xhat = this.scratch.get('xhat', x.length);
-    const m = batch * s;
-    for (let ch = 0; ch < c; ++ch) {
-      let sum = 0;
-      for (let n = 0; n < batch; ++n) for (let i = (n * c + ch) * s, end = i + s; i < end; ++i) sum += x[i];
-      const mean = sum / m;
-      let squares = 0;
-      for (let n = 0; n < batch; ++n) for (let i = (n * c + ch) * s, end = i + s; i < end; ++i) squares += (x[i] - mean) ** 2;
-      const invStd = 1 / Math.sqrt(squares / m + this.eps);
-      this.mean[ch] = mean;
-      this.unbiased[ch] = m > 1 ? squares / (m - 1) : 0;
-      this.invStd[ch] = invStd;
-      for (let n = 0; n < batch; ++n) {
-        for (let i = (n * c + ch) * s, end = i + s; i < end; ++i) {
-          xhat[i] = (x[i] - mean) * invStd;
-          y[i] = xhat[i] * w[ch] + b[ch];
-        }
-      }
-    }
-    this.xhat = xhat;
+    this.xhat = this.scratch.get('xhat', x.length);
+    backend.batchnormForwardTrain(x, w, b, y, this.xhat, this.mean, this.unbiased, this.invStd, this.eps, shape);
     return y;
   }
 
   /** dx = w invStd (dy - mean(dy) - xhat mean(dy xhat)), per channel; dw = sum(dy xhat), db = sum(dy). */
   backward(dy: Float32Array, batch: number, needInputGrad: boolean): Float32Array | null {
-    const { params } = this.ctx;
-    const [c, s] = [this.channels, this.spatial];
-    const xhat = this.xhat!;
-    const w = params.param(this.weight);
-    const dw = params.grad(this.weight);
-    const db = params.grad(this.bias);
+    const { backend, params } = this.ctx;
     const dx = needInputGrad ? this.scratch.get('dx', dy.length) : null;
-    const m = batch * s;
-    for (let ch = 0; ch < c; ++ch) {
-      let sumDy = 0;
-      let sumDyXhat = 0;
-      for (let n = 0; n < batch; ++n) {
-        for (let i = (n * c + ch) * s, end = i + s; i < end; ++i) {
-          sumDy += dy[i];
-          sumDyXhat += dy[i] * xhat[i];
-        }
-      }
-      dw[ch] = sumDyXhat;
-      db[ch] = sumDy;
-      if (!dx) continue;
-      const scale = w[ch] * this.invStd[ch];
-      const [meanDy, meanDyXhat] = [sumDy / m, sumDyXhat / m];
-      for (let n = 0; n < batch; ++n) {
-        for (let i = (n * c + ch) * s, end = i + s; i < end; ++i) dx[i] = scale * (dy[i] - meanDy - xhat[i] * meanDyXhat);
-      }
-    }
+    backend.batchnormBackward(dy, this.xhat!, params.param(this.weight), this.invStd, dx, params.grad(this.weight),
+      params.grad(this.bias), [batch, this.channels, this.spatial]);
     return dx;
   }
 

@@ -1,0 +1,293 @@
+// Batch normalisation, layer normalisation and global average pooling, forward and backward.
+// Every sum runs in double, one value after another in a fixed order (sample, then position), so
+// the results are the same bits as the TypeScript loops these kernels replace, on any machine.
+// That order makes each sum one chain of dependent adds; the speed comes from running the chains
+// of several channels (or samples) side by side, never from reordering a chain.
+#include <array>
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "../args.h"
+#include "cpu_kernels.h"
+#include "tensor_args.h"
+
+namespace ft::cpu {
+
+namespace {
+// `count` groups of values; group g is `runs` runs of `length` contiguous values, run r starting at
+// g * groupStride + r * runStride. Batchnorm's channel c of [N, C, S]: runs N, length S, groupStride
+// S, runStride C S. A sample of [N, D], or a channel map of global pooling: runs 1, length D.
+struct Groups {
+  size_t count, runs, length, groupStride, runStride;
+};
+
+// How many chains of dependent adds run side by side: enough to hide the add's latency, few enough
+// that the streams they read (one per chain's group and array) stay in L1's ways when groups lie a
+// multiple of 4 KiB apart.
+constexpr size_t kChains = 8;
+
+// Calls block(first, lanes) over the groups, Lanes at a time, then one at a time; lanes is a
+// std::integral_constant, so that each block's loops have a fixed number of chains.
+template <size_t Lanes, typename Block>
+void InBlocks(size_t count, Block block) {
+  size_t g = 0;
+  for (; g + Lanes <= count; g += Lanes) block(g, std::integral_constant<size_t, Lanes>());
+  for (; g < count; ++g) block(g, std::integral_constant<size_t, 1>());
+}
+
+// For groups first .. first + Lanes - 1, Sums double sums over each group's values in run order,
+// then position order: term(g, at) gives the Sums values to add for the value at index `at`;
+// done(g, sums) receives the totals.
+template <size_t Sums, size_t Lanes, typename Term, typename Done>
+void SumLanes(const Groups& groups, size_t first, Term term, Done done) {
+  std::array<std::array<double, Lanes>, Sums> acc{};
+  for (size_t r = 0; r < groups.runs; ++r) {
+    for (size_t i = 0; i < groups.length; ++i) {
+      for (size_t lane = 0; lane < Lanes; ++lane) {
+        size_t g = first + lane;
+        std::array<double, Sums> t = term(g, g * groups.groupStride + r * groups.runStride + i);
+        for (size_t s = 0; s < Sums; ++s) acc[s][lane] += t[s];
+      }
+    }
+  }
+  for (size_t lane = 0; lane < Lanes; ++lane) {
+    std::array<double, Sums> sums;
+    for (size_t s = 0; s < Sums; ++s) sums[s] = acc[s][lane];
+    done(first + lane, sums);
+  }
+}
+
+template <size_t Sums, typename Term, typename Done>
+void SumGroups(const Groups& groups, Term term, Done done) {
+  InBlocks<kChains / Sums>(groups.count, [&](size_t first, auto lanes) {
+    SumLanes<Sums, decltype(lanes)::value>(groups, first, term, done);
+  });
+}
+
+// Calls f(at) for every value of group g: the element-wise passes.
+template <typename F>
+void ForEachValueOf(const Groups& groups, size_t g, F f) {
+  for (size_t r = 0; r < groups.runs; ++r) {
+    size_t start = g * groups.groupStride + r * groups.runStride;
+    for (size_t at = start; at < start + groups.length; ++at) f(at);
+  }
+}
+
+// [N, C, S] as batchnorm's groups: one per channel.
+Groups ChannelGroups(const std::vector<int>& d) {
+  size_t n = d[0], c = d[1], s = d[2];
+  return Groups{c, n, s, s, c * s};
+}
+
+// [N, D] as one group per sample.
+Groups SampleGroups(size_t n, size_t d) { return Groups{n, 1, d, d, 0}; }
+
+double EpsArg(const Napi::CallbackInfo& info, size_t i, const char* method) {
+  double eps = NumberArg(info, i, method, "eps");
+  if (!(eps > 0.0)) ThrowArg(info.Env(), method, "eps", "a number > 0", info[i]);
+  return eps;
+}
+
+// Normalises each group of x in two passes, mean = sum(x) / m, then squares = sum((x - mean)^2),
+// and calls normalise(g, mean, squares, 1 / sqrt(squares / m + eps)) once per group.
+template <typename Normalise>
+void NormaliseGroups(const Groups& groups, const float* x, double eps, Normalise normalise) {
+  double m = static_cast<double>(groups.runs * groups.length);
+  InBlocks<kChains>(groups.count, [&](size_t first, auto lanes) {
+    constexpr size_t kLanes = decltype(lanes)::value;
+    std::array<double, kLanes> mean;
+    using One = std::array<double, 1>;
+    SumLanes<1, kLanes>(
+        groups, first, [&](size_t, size_t at) { return One{x[at]}; },
+        [&](size_t g, const One& sum) { mean[g - first] = sum[0] / m; });
+    SumLanes<1, kLanes>(
+        groups, first,
+        [&](size_t g, size_t at) {
+          double centred = x[at] - mean[g - first];
+          return One{centred * centred};
+        },
+        [&](size_t g, const One& squares) {
+          normalise(g, mean[g - first], squares[0], 1.0 / std::sqrt(squares[0] / m + eps));
+        });
+  });
+}
+}  // namespace
+
+// batchnormForwardTrain(x, w, b, y, xhat, mean, unbiased, invStd, eps, [N, C, S]): per channel,
+// the batch's mean, unbiased variance (0 when N S = 1) and 1 / sqrt(biased variance + eps), all
+// Float64Array [C]; xhat = (x - mean) invStd (float32), y = xhat w + b.
+Napi::Value BatchnormForwardTrain(const Napi::CallbackInfo& info) {
+  const char* m = "batchnormForwardTrain";
+  std::vector<int> d = DimsArg(info, 9, m, "shape", 3);
+  size_t size = static_cast<size_t>(d[0]) * d[1] * d[2], c = d[1];
+  const float* x = FloatArg(info, 0, m, "x", size);
+  const float* w = FloatArg(info, 1, m, "w", c);
+  const float* b = FloatArg(info, 2, m, "b", c);
+  float* y = FloatArg(info, 3, m, "y", size);
+  float* xhat = FloatArg(info, 4, m, "xhat", size);
+  double* mean = DoubleArg(info, 5, m, "mean", c);
+  double* unbiased = DoubleArg(info, 6, m, "unbiased", c);
+  double* invStd = DoubleArg(info, 7, m, "invStd", c);
+  double eps = EpsArg(info, 8, m);
+  Groups channels = ChannelGroups(d);
+  size_t values = channels.runs * channels.length;
+  NormaliseGroups(channels, x, eps, [&](size_t ch, double mu, double squares, double inv) {
+    mean[ch] = mu;
+    unbiased[ch] = values > 1 ? squares / static_cast<double>(values - 1) : 0.0;
+    invStd[ch] = inv;
+    ForEachValueOf(channels, ch, [&](size_t at) {
+      xhat[at] = static_cast<float>((x[at] - mu) * inv);
+      y[at] = static_cast<float>(static_cast<double>(xhat[at]) * w[ch] + b[ch]);
+    });
+  });
+  return info.Env().Undefined();
+}
+
+// batchnormForwardEval(x, w, b, runningMean, runningVar, y, eps, [N, C, S]):
+// y = (x - runningMean) w / sqrt(runningVar + eps) + b.
+Napi::Value BatchnormForwardEval(const Napi::CallbackInfo& info) {
+  const char* m = "batchnormForwardEval";
+  std::vector<int> d = DimsArg(info, 7, m, "shape", 3);
+  size_t size = static_cast<size_t>(d[0]) * d[1] * d[2], c = d[1];
+  const float* x = FloatArg(info, 0, m, "x", size);
+  const float* w = FloatArg(info, 1, m, "w", c);
+  const float* b = FloatArg(info, 2, m, "b", c);
+  const float* runningMean = FloatArg(info, 3, m, "runningMean", c);
+  const float* runningVar = FloatArg(info, 4, m, "runningVar", c);
+  float* y = FloatArg(info, 5, m, "y", size);
+  double eps = EpsArg(info, 6, m);
+  Groups channels = ChannelGroups(d);
+  for (size_t ch = 0; ch < c; ++ch) {
+    double scale = w[ch] / std::sqrt(runningVar[ch] + eps);
+    double mu = runningMean[ch];
+    ForEachValueOf(channels, ch, [&](size_t at) { y[at] = static_cast<float>((x[at] - mu) * scale + b[ch]); });
+  }
+  return info.Env().Undefined();
+}
+
+// batchnormBackward(dy, xhat, w, invStd, dx | null, dw, db, [N, C, S]): per channel
+// dw = sum(dy xhat), db = sum(dy), dx = w invStd (dy - mean(dy) - xhat mean(dy xhat)).
+Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
+  const char* m = "batchnormBackward";
+  std::vector<int> d = DimsArg(info, 7, m, "shape", 3);
+  size_t size = static_cast<size_t>(d[0]) * d[1] * d[2], c = d[1];
+  const float* dy = FloatArg(info, 0, m, "dy", size);
+  const float* xhat = FloatArg(info, 1, m, "xhat", size);
+  const float* w = FloatArg(info, 2, m, "w", c);
+  const double* invStd = DoubleArg(info, 3, m, "invStd", c);
+  float* dx = info[4].IsNull() ? nullptr : FloatArg(info, 4, m, "dx", size);
+  float* dw = FloatArg(info, 5, m, "dw", c);
+  float* db = FloatArg(info, 6, m, "db", c);
+  Groups channels = ChannelGroups(d);
+  double values = static_cast<double>(channels.runs * channels.length);
+  SumGroups<2>(
+      channels,
+      [&](size_t, size_t at) { return std::array<double, 2>{dy[at], static_cast<double>(dy[at]) * xhat[at]}; },
+      [&](size_t ch, const std::array<double, 2>& sums) {
+        db[ch] = static_cast<float>(sums[0]);
+        dw[ch] = static_cast<float>(sums[1]);
+        if (dx == nullptr) return;
+        double scale = w[ch] * invStd[ch];
+        double meanDy = sums[0] / values, meanDyXhat = sums[1] / values;
+        ForEachValueOf(channels, ch, [&](size_t at) {
+          dx[at] = static_cast<float>(scale * (dy[at] - meanDy - xhat[at] * meanDyXhat));
+        });
+      });
+  return info.Env().Undefined();
+}
+
+// layernormForward(x, w, b, y, xhat, invStd, eps, [N, D]): per sample, over its D values,
+// invStd = 1 / sqrt(biased variance + eps) (Float64Array [N]), xhat = (x - mean) invStd (float32),
+// y = xhat w + b with w and b of D values.
+Napi::Value LayernormForward(const Napi::CallbackInfo& info) {
+  const char* m = "layernormForward";
+  std::vector<int> dims = DimsArg(info, 7, m, "shape", 2);
+  size_t n = dims[0], d = dims[1];
+  const float* x = FloatArg(info, 0, m, "x", n * d);
+  const float* w = FloatArg(info, 1, m, "w", d);
+  const float* b = FloatArg(info, 2, m, "b", d);
+  float* y = FloatArg(info, 3, m, "y", n * d);
+  float* xhat = FloatArg(info, 4, m, "xhat", n * d);
+  double* invStd = DoubleArg(info, 5, m, "invStd", n);
+  double eps = EpsArg(info, 6, m);
+  NormaliseGroups(SampleGroups(n, d), x, eps, [&](size_t sample, double mu, double, double inv) {
+    invStd[sample] = inv;
+    const float* xs = x + sample * d;
+    float* xhats = xhat + sample * d;
+    float* ys = y + sample * d;
+    for (size_t i = 0; i < d; ++i) {
+      xhats[i] = static_cast<float>((xs[i] - mu) * inv);
+      ys[i] = static_cast<float>(static_cast<double>(xhats[i]) * w[i] + b[i]);
+    }
+  });
+  return info.Env().Undefined();
+}
+
+// layernormBackward(dy, xhat, w, invStd, dx | null, dw, db, [N, D]): with g = dy w, per sample
+// dx = invStd (g - mean(g) - xhat mean(g xhat)); dw = sum_n dy xhat, db = sum_n dy.
+Napi::Value LayernormBackward(const Napi::CallbackInfo& info) {
+  const char* m = "layernormBackward";
+  std::vector<int> dims = DimsArg(info, 7, m, "shape", 2);
+  size_t n = dims[0], d = dims[1];
+  const float* dy = FloatArg(info, 0, m, "dy", n * d);
+  const float* xhat = FloatArg(info, 1, m, "xhat", n * d);
+  const float* w = FloatArg(info, 2, m, "w", d);
+  const double* invStd = DoubleArg(info, 3, m, "invStd", n);
+  float* dx = info[4].IsNull() ? nullptr : FloatArg(info, 4, m, "dx", n * d);
+  float* dw = FloatArg(info, 5, m, "dw", d);
+  float* db = FloatArg(info, 6, m, "db", d);
+  // per position, over the samples in order: its values are one apart within a sample, d apart across
+  SumGroups<2>(
+      Groups{d, n, 1, 1, d},
+      [&](size_t, size_t at) { return std::array<double, 2>{static_cast<double>(dy[at]) * xhat[at], dy[at]}; },
+      [&](size_t i, const std::array<double, 2>& sums) {
+        dw[i] = static_cast<float>(sums[0]);
+        db[i] = static_cast<float>(sums[1]);
+      });
+  if (dx == nullptr) return info.Env().Undefined();
+  SumGroups<2>(
+      SampleGroups(n, d),
+      [&](size_t sample, size_t at) {
+        double g = static_cast<double>(dy[at]) * w[at - sample * d];
+        return std::array<double, 2>{g, g * xhat[at]};
+      },
+      [&](size_t sample, const std::array<double, 2>& sums) {
+        double meanG = sums[0] / d, meanGXhat = sums[1] / d;
+        size_t base = sample * d;
+        for (size_t i = 0; i < d; ++i) {
+          double g = static_cast<double>(dy[base + i]) * w[i];
+          dx[base + i] = static_cast<float>(invStd[sample] * (g - meanG - xhat[base + i] * meanGXhat));
+        }
+      });
+  return info.Env().Undefined();
+}
+
+// globalAvgPoolForward(x, y, [N C, H W]): y = the mean of each map of H W values.
+Napi::Value GlobalAvgPoolForward(const Napi::CallbackInfo& info) {
+  const char* m = "globalAvgPoolForward";
+  std::vector<int> d = DimsArg(info, 2, m, "shape", 2);
+  size_t maps = d[0], area = d[1];
+  const float* x = FloatArg(info, 0, m, "x", maps * area);
+  float* y = FloatArg(info, 1, m, "y", maps);
+  SumGroups<1>(
+      SampleGroups(maps, area), [&](size_t, size_t at) { return std::array<double, 1>{x[at]}; },
+      [&](size_t map, const std::array<double, 1>& sums) { y[map] = static_cast<float>(sums[0] / area); });
+  return info.Env().Undefined();
+}
+
+// globalAvgPoolBackward(dy, dx, [N C, H W]): dx = dy / (H W) at every position of the map.
+Napi::Value GlobalAvgPoolBackward(const Napi::CallbackInfo& info) {
+  const char* m = "globalAvgPoolBackward";
+  std::vector<int> d = DimsArg(info, 2, m, "shape", 2);
+  size_t maps = d[0], area = d[1];
+  const float* dy = FloatArg(info, 0, m, "dy", maps);
+  float* dx = FloatArg(info, 1, m, "dx", maps * area);
+  for (size_t map = 0; map < maps; ++map) {
+    std::fill(dx + map * area, dx + (map + 1) * area, static_cast<float>(static_cast<double>(dy[map]) / area));
+  }
+  return info.Env().Undefined();
+}
+
+}  // namespace ft::cpu
