@@ -181,6 +181,7 @@ export class RankJob {
   async end(code: number, ft: Manager, dataset: Dataset): Promise<number> {
     this.disarm();
     await dataset.close();
+    this.runLog.close();
     await closeLogger(this.logger);
     await withDeadline(ft.close(), this.bounds.commMs, 'MPI_Comm_free').catch(() => undefined);
     const finalized = await withDeadline(finalize(), this.bounds.commMs, 'MPI_Finalize').then(() => true, () => false);

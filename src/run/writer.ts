@@ -34,6 +34,8 @@ export class RunLog {
   /** where this run's lines start in metrics.jsonl and events.jsonl (past a resumed run's history) */
   private readonly metricsFrom: number;
   private readonly eventsFrom: number;
+  /** the files appended to, by name, open for appending */
+  private readonly appendFds = new Map<string, number>();
 
   constructor(readonly dir: string, private readonly worldRank: number) {
     // every rank opens its log before MPI starts, before the leader can write a line of this run
@@ -103,9 +105,22 @@ export class RunLog {
   }
 
   private append(file: string, record: StepRecord | EventRecord): void {
-    // one write per line: a kill -9 cannot leave half of it
     const target = path.join(this.dir, file);
-    namingFile(target, () => fs.appendFileSync(target, JSON.stringify(record) + '\n'));
+    namingFile(target, () => {
+      // opened once (a line per step): one write per line, so a kill -9 cannot leave half of it
+      let fd = this.appendFds.get(file);
+      if (fd === undefined) {
+        fd = fs.openSync(target, 'a');
+        this.appendFds.set(file, fd);
+      }
+      fs.writeSync(fd, JSON.stringify(record) + '\n');
+    });
+  }
+
+  /** Closes the files this rank appends to (at the end of the run). */
+  close(): void {
+    for (const fd of this.appendFds.values()) fs.closeSync(fd);
+    this.appendFds.clear();
   }
 }
 
