@@ -13,4 +13,4 @@ export type { Failure, FailurePolicy } from './ft/manager';
 export { Net, type StepResult } from './nn/net';
 export { loadSpec, parseSpec, SpecError } from './nn/spec';
 export { cpu } from './nn/cpu';
-export type { Backend, ConvShape, LinearShape, PoolKind, PoolShape } from './nn/backend';
+export type { Backend, ConvShape, Layout, LinearShape, PoolKind, PoolShape } from './nn/backend';
