@@ -1,72 +1,57 @@
-"""PyTorch's side of bench/throughput: the same model spec (models/*.json), batch and thread count,
-a full SGD training step (forward, backward, update) timed the same way. Prints one JSON line per
-model: {"model", "images_per_s"}. Usage: pytorch_throughput.py BATCH SECONDS SPEC..."""
+"""PyTorch's side of bench/throughput, a long-lived child so that the bench can alternate with it
+in short rounds: each line on stdin is a request {"spec": <a model spec, every default filled in>,
+"batch": B, "seconds": S}; the answer is one line {"model", "images_per_s", "steps"}: full SGD
+training steps (forward, backward, update, like ft-train's) of that model on one thread, timed for
+S seconds. The model is built once per spec name, by examples/pytorch/load_model.py's SpecModel (the
+one rebuilder of ft-train specs in PyTorch), and warmed up on first use."""
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'examples' / 'pytorch'))
+from load_model import SpecModel  # noqa: E402
 
-def build(spec):
-    layers, shape = [], list(spec["input"])
-    for layer in spec["layers"]:
-        kind = layer["type"]
-        if kind == "conv":
-            layers.append(nn.Conv2d(shape[0], layer["filters"], layer["kernel"],
-                                    layer.get("stride", 1), layer.get("pad", 0)))
-            size = lambda d: (d + 2 * layer.get("pad", 0) - layer["kernel"]) // layer.get("stride", 1) + 1
-            shape = [layer["filters"], size(shape[1]), size(shape[2])]
-        elif kind in ("maxpool", "avgpool"):
-            stride, pad = layer.get("stride", layer["kernel"]), layer.get("pad", 0)
-            pool = nn.MaxPool2d if kind == "maxpool" else nn.AvgPool2d
-            layers.append(pool(layer["kernel"], stride, pad))
-            size = lambda d: (d + 2 * pad - layer["kernel"]) // stride + 1
-            shape = [shape[0], size(shape[1]), size(shape[2])]
-        elif kind == "flatten":
-            layers.append(nn.Flatten())
-            shape = [shape[0] * shape[1] * shape[2]] if len(shape) == 3 else shape
-        elif kind == "linear":
-            inputs = 1
-            for d in shape:
-                inputs *= d
-            if len(shape) != 1:
-                layers.append(nn.Flatten())
-            layers.append(nn.Linear(inputs, layer["outputs"]))
-            shape = [layer["outputs"]]
-        elif kind == "relu":
-            layers.append(nn.ReLU())
-        elif kind == "dropout":
-            layers.append(nn.Dropout(layer["p"]))
-    return nn.Sequential(*layers)
+
+def trainer(spec, batch):
+    """One training step of the spec's model on a fixed random batch."""
+    model = SpecModel(spec)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    loss_fn = nn.CrossEntropyLoss()
+    x = torch.rand(batch, *spec['input'])
+    y = torch.randint(0, spec['classes'], (batch,))
+
+    def step():
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+
+    for _ in range(10):
+        step()
+    return step
 
 
 def main():
-    batch, seconds, files = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:]
     torch.set_num_threads(1)
     torch.manual_seed(1)
-    for file in files:
-        spec = json.load(open(file))
-        model = build(spec)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
-        loss_fn = nn.CrossEntropyLoss()
-        x = torch.rand(batch, *spec["input"])
-        y = torch.randint(0, spec["classes"], (batch,))
-
-        def step():
-            optimizer.zero_grad()
-            loss_fn(model(x), y).backward()
-            optimizer.step()
-
-        for _ in range(10):
-            step()
+    steps_of = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        spec, batch, seconds = request['spec'], request['batch'], request['seconds']
+        key = (spec['name'], batch)
+        if key not in steps_of:
+            steps_of[key] = trainer(spec, batch)
+        step = steps_of[key]
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             step()
             steps += 1
         elapsed = time.perf_counter() - start
-        print(json.dumps({"model": spec["name"], "images_per_s": steps * batch / elapsed}), flush=True)
+        print(json.dumps({'model': spec['name'], 'images_per_s': steps * batch / elapsed, 'steps': steps}), flush=True)
 
 
 main()

@@ -1,24 +1,34 @@
-// bench/throughput: images/s of a full training step (forward, backward, SGD update) for lenet,
-// lenet5 and mlp at batch 64 on one thread in one process, for this project and for PyTorch
-// running the same model spec in the same run, with the GFLOP/s achieved; and a real ft-train run
-// of each model at 1 rank (Fashion-MNIST, the whole step: batch, sum, vote, update, records),
-// whose median step time is set against the kernel-only step's. Last line JSON:
-//   lenet_vs_pytorch (target >= 1.5), <model>_vs_pytorch (target >= 1.0 each),
+// bench/throughput: images/s of a full training step (forward, backward, SGD update) of every
+// shipped model (models/*.json) at batch 64 on one thread, against PyTorch running the same spec,
+// interleaved: per round, each model is timed here and then in a long-lived PyTorch child (the order
+// alternating from round to round), and the ratio is the median of the per-round ratios, so that the
+// drift of a shared machine cancels. Also the same kernel step at 2 threads against 1 (lenet,
+// cifarnet, interleaved alike), and a real ft-train run of each model that has a dataset here at
+// 1 rank (the whole step: batch, sum, vote, update, records), whose median step time is set against
+// the kernel-only step's. Last line JSON:
+//   lenet_vs_pytorch (target >= 1.5), min_model_vs_pytorch (the worst model; target >= 1.3),
+//   <model>_vs_pytorch, threads2_speedup (the worse of lenet and cifarnet; target >= 1.6),
 //   step_vs_kernels_1rank (the worst model's real step / kernel-only step; target <= 1.1), models.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import * as readline from 'node:readline';
 import { median } from './median';
 import { cpu } from '../src/nn/cpu';
+import { modelSpecJson } from '../src/nn/export';
 import { Net } from '../src/nn/net';
 import { loadSpec } from '../src/nn/spec';
 
-const models = ['lenet', 'lenet5', 'mlp'];
 const batch = 64;
-const seconds = Number(process.env.BENCH_SECONDS ?? 4);
+const seconds = Number(process.env.BENCH_SECONDS ?? 0.5);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const root = path.resolve(__dirname, '..', '..');
 const python = process.env.BENCH_PYTHON ?? '/usr/bin/python3';
+const models = fs.readdirSync(path.join(root, 'models')).filter((f) => f.endsWith('.json')).map((f) => f.slice(0, -5)).sort();
+const threadModels = ['lenet', 'cifarnet'];
+/** The dataset a real run of a model with this input shape trains on. */
+const datasets: Record<string, string> = { '1,28,28': 'fashion-mnist', '3,32,32': 'synthetic-cifar' };
 
 /** Multiply-adds x 2 of one forward pass of `net` over a batch; a training step is about 3x. */
 function forwardFlops(net: Net): number {
@@ -32,7 +42,8 @@ function forwardFlops(net: Net): number {
   return flops;
 }
 
-function ours(name: string): { imagesPerS: number; gflops: number } {
+/** A model's kernel-only training step here, on a fixed batch. */
+function ourStep(name: string): { net: Net; step: () => void } {
   const net = new Net(loadSpec(path.join(root, 'models', `${name}.json`)), cpu);
   net.init(1);
   const velocity = new Float32Array(net.params.data.length);
@@ -43,6 +54,11 @@ function ours(name: string): { imagesPerS: number; gflops: number } {
     cpu.sgdUpdate(net.params.data, net.params.gradients, velocity, 0.01, 0.9, 5e-4);
   };
   for (let i = 0; i < 10; ++i) step();
+  return { net, step };
+}
+
+/** Images/s of `step` over `seconds`. */
+function imagesPerS(step: () => void): number {
   let steps = 0;
   const start = process.hrtime.bigint();
   let elapsed = 0;
@@ -51,16 +67,32 @@ function ours(name: string): { imagesPerS: number; gflops: number } {
     steps += 1;
     elapsed = Number(process.hrtime.bigint() - start) / 1e9;
   }
-  return { imagesPerS: (steps * batch) / elapsed, gflops: (3 * forwardFlops(net) * steps) / elapsed / 1e9 };
+  return (steps * batch) / elapsed;
+}
+
+/** The PyTorch child: times a model for `seconds` when asked. */
+function startPytorch(): { imagesPerS: (net: Net) => Promise<number>; stop: () => void } {
+  const child = spawn(python, [path.join(root, 'bench', 'pytorch_throughput.py')],
+    { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, OMP_NUM_THREADS: '1' } });
+  const lines = readline.createInterface({ input: child.stdout })[Symbol.asyncIterator]();
+  return {
+    imagesPerS: async (net) => {
+      child.stdin.write(`${JSON.stringify({ spec: JSON.parse(modelSpecJson(net)), batch, seconds })}\n`);
+      const answer = await lines.next();
+      if (answer.done) throw new Error(`the PyTorch child (${python}) ended without answering for ${net.spec.name}`);
+      return (JSON.parse(answer.value) as { images_per_s: number }).images_per_s;
+    },
+    stop: () => child.stdin.end(),
+  };
 }
 
 /** Median ms of steps 50.. of a real 1-rank ft-train run of `name` (300 steps, batch 64). */
-function realStepMs(name: string): number {
+function realStepMs(name: string, dataset: string): number {
   const runDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-step-'));
   fs.rmdirSync(runDir);
   try {
     const result = spawnSync(path.join(root, 'launch', 'ft-run'), ['-n', '1', '--', '--model', path.join(root, 'models', `${name}.json`),
-      '--data', path.join(root, 'datasets', 'fashion-mnist'), '--steps', '300', '--batch', String(batch), '--run-dir', runDir], { encoding: 'utf8', timeout: 300_000 });
+      '--data', path.join(root, 'datasets', dataset), '--steps', '300', '--batch', String(batch), '--run-dir', runDir], { encoding: 'utf8', timeout: 300_000 });
     if (result.status !== 0) throw new Error(`ft-train run of ${name} failed:\n${result.stderr}`);
     const steps = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step_ms: number });
     return median(steps.slice(50).map((s) => s.step_ms));
@@ -69,46 +101,95 @@ function realStepMs(name: string): number {
   }
 }
 
-function pytorch(): Map<string, number> {
-  const result = spawnSync(python, [path.join(root, 'bench', 'pytorch_throughput.py'), String(batch),
-    String(seconds), ...models.map((m) => path.join(root, 'models', `${m}.json`))],
-  { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '1' } });
-  if (result.status !== 0) throw new Error(`PyTorch run failed (${python}):\n${result.stderr}`);
-  const lines = result.stdout.trim().split('\n').map((l) => JSON.parse(l) as { model: string; images_per_s: number });
-  return new Map(lines.map((l) => [l.model, l.images_per_s]));
-}
-
-function main(): void {
+async function main(): Promise<void> {
   cpu.setThreads(1);
-  const rows = models.map((model) => {
-    process.stderr.write(`[bench] ${model}: ft-train ...\n`);
-    return { model, ...ours(model) };
-  });
-  const real = new Map(models.map((model) => {
-    process.stderr.write(`[bench] ${model}: a real 1-rank ft-train run ...\n`);
-    return [model, realStepMs(model)];
-  }));
-  process.stderr.write('[bench] PyTorch ...\n');
-  const theirs = pytorch();
-  const summary: Record<string, unknown> = {};
-  console.log('model     ft-train img/s  GFLOP/s  PyTorch img/s  ratio  kernel ms  real step ms');
-  const stepRatios: number[] = [];
-  for (const row of rows) {
-    const ratio = row.imagesPerS / theirs.get(row.model)!;
-    const kernelMs = (1000 * batch) / row.imagesPerS;
-    stepRatios.push(real.get(row.model)! / kernelMs);
-    summary[`${row.model}_vs_pytorch`] = +ratio.toFixed(3);
-    console.log(`${row.model.padEnd(9)} ${row.imagesPerS.toFixed(0).padStart(14)} ${row.gflops.toFixed(2).padStart(8)} ` +
-      `${theirs.get(row.model)!.toFixed(0).padStart(14)} ${ratio.toFixed(3).padStart(6)} ${kernelMs.toFixed(2).padStart(10)} ${real.get(row.model)!.toFixed(2).padStart(13)}`);
+  const steps = new Map(models.map((model) => [model, ourStep(model)]));
+  const pytorch = startPytorch();
+  const ours = new Map<string, number[]>(models.map((m) => [m, []]));
+  const theirs = new Map<string, number[]>(models.map((m) => [m, []]));
+  const ratios = new Map<string, number[]>(models.map((m) => [m, []]));
+  for (let round = 0; round < rounds; ++round) {
+    process.stderr.write(`[bench] round ${round + 1}/${rounds}: ft-train and PyTorch, alternating ...\n`);
+    for (const model of models) {
+      const { net, step } = steps.get(model)!;
+      let mine: number, peer: number;
+      if (round % 2 === 0) {
+        mine = imagesPerS(step);
+        peer = await pytorch.imagesPerS(net);
+      } else {
+        peer = await pytorch.imagesPerS(net);
+        mine = imagesPerS(step);
+      }
+      ours.get(model)!.push(mine);
+      theirs.get(model)!.push(peer);
+      ratios.get(model)!.push(mine / peer);
+    }
   }
+  pytorch.stop();
+
+  const threadRatios = new Map<string, number[]>(threadModels.map((m) => [m, []]));
+  for (let round = 0; round < rounds; ++round) {
+    process.stderr.write(`[bench] round ${round + 1}/${rounds}: 1 thread and 2, alternating ...\n`);
+    for (const model of threadModels) {
+      const { step } = steps.get(model)!;
+      const rate = (threads: number): number => { cpu.setThreads(threads); return imagesPerS(step); };
+      let one: number, two: number;
+      if (round % 2 === 0) {
+        one = rate(1);
+        two = rate(2);
+      } else {
+        two = rate(2);
+        one = rate(1);
+      }
+      threadRatios.get(model)!.push(two / one);
+    }
+  }
+  cpu.setThreads(1);
+
+  const real = new Map<string, number>();
+  for (const model of models) {
+    const dataset = datasets[steps.get(model)!.net.spec.input.join(',')];
+    if (!dataset || !fs.existsSync(path.join(root, 'datasets', dataset))) continue;
+    process.stderr.write(`[bench] ${model}: a real 1-rank ft-train run on ${dataset} ...\n`);
+    real.set(model, realStepMs(model, dataset));
+  }
+
+  const summary: Record<string, unknown> = {};
+  const perModel: Record<string, unknown> = {};
+  const stepRatios: number[] = [];
+  console.log('model      ft-train img/s  GFLOP/s  PyTorch img/s  ratio  kernel ms  real step ms');
+  for (const model of models) {
+    const { net } = steps.get(model)!;
+    const rate = median(ours.get(model)!);
+    const peer = median(theirs.get(model)!);
+    const ratio = median(ratios.get(model)!);
+    const kernelMs = (1000 * batch) / rate;
+    const realMs = real.get(model);
+    if (realMs !== undefined) stepRatios.push(realMs / kernelMs);
+    summary[`${model}_vs_pytorch`] = +ratio.toFixed(3);
+    const gflops = (3 * forwardFlops(net) * rate) / batch / 1e9;
+    perModel[model] = {
+      images_per_s: +rate.toFixed(1), gflops: +gflops.toFixed(2), pytorch_images_per_s: +peer.toFixed(1),
+      vs_pytorch_rounds: ratios.get(model)!.map((r) => +r.toFixed(3)), kernel_step_ms: +kernelMs.toFixed(3),
+      ...(realMs !== undefined ? { real_step_ms_1rank: +realMs.toFixed(3) } : {}),
+    };
+    console.log(`${model.padEnd(10)} ${rate.toFixed(0).padStart(14)} ${gflops.toFixed(2).padStart(8)} ${peer.toFixed(0).padStart(14)} ` +
+      `${ratio.toFixed(3).padStart(6)} ${kernelMs.toFixed(2).padStart(10)} ${(realMs?.toFixed(2) ?? '-').padStart(13)}`);
+  }
+  const threads2 = Object.fromEntries(threadModels.map((m) => [m, +median(threadRatios.get(m)!).toFixed(3)]));
+  console.log(`2 threads / 1 thread: ${threadModels.map((m) => `${m} ${threads2[m]}x`).join(', ')}`);
   console.log(JSON.stringify({
-    ...summary, step_vs_kernels_1rank: +Math.max(...stepRatios).toFixed(3), batch, threads: 1,
-    models: Object.fromEntries(rows.map((r) => [r.model, {
-      images_per_s: +r.imagesPerS.toFixed(1), gflops: +r.gflops.toFixed(2),
-      pytorch_images_per_s: +theirs.get(r.model)!.toFixed(1),
-      kernel_step_ms: +((1000 * batch) / r.imagesPerS).toFixed(3), real_step_ms_1rank: +real.get(r.model)!.toFixed(3),
-    }])),
+    lenet_vs_pytorch: summary.lenet_vs_pytorch,
+    min_model_vs_pytorch: Math.min(...models.map((m) => summary[`${m}_vs_pytorch`] as number)),
+    threads2_speedup: Math.min(...Object.values(threads2)),
+    ...summary,
+    step_vs_kernels_1rank: +Math.max(...stepRatios).toFixed(3),
+    batch, threads: 1, rounds, seconds_per_round: seconds, threads2_speedup_by_model: threads2,
+    models: perModel,
   }));
 }
 
-main();
+main().catch((error: Error) => {
+  console.error(error.stack ?? error.message);
+  process.exit(1);
+});

@@ -13,4 +13,4 @@ export type { Failure, FailurePolicy } from './ft/manager';
 export { Net, type StepResult, type GradientProgress } from './nn/net';
 export { loadSpec, parseSpec, SpecError } from './nn/spec';
 export { cpu } from './nn/cpu';
-export type { Backend, ConvShape, LinearShape, NormShape, PoolKind, PoolShape } from './nn/backend';
+export type { Backend, ConvShape, Layout, LinearShape, NormShape, PoolKind, PoolShape } from './nn/backend';

@@ -1,7 +1,8 @@
 // The compute backend that layers call, one implementation per device. Shapes are plain tuples so
 // that a GPU backend (cuDNN, cuBLAS) can slot in beside the CPU one without touching the layers.
 // All tensors are row-major Float32Arrays: activations NCHW, convolution weights OIHW
-// (out, in, kh, kw), linear weights [out, in].
+// (out, in, kh, kw), linear weights [out, in]. Convolutions and poolings also take activations in
+// the backend's blocked layout (see channelBlock), so that a run of them skips the reorders between.
 
 /** `[N, C, H, W, K, R, S, stride, pad]`: input N x C x H x W, K filters of C x R x S. */
 export type ConvShape = [number, number, number, number, number, number, number, number, number];
@@ -12,18 +13,32 @@ export type LinearShape = [number, number, number];
 export type PoolKind = 'max' | 'avg';
 /** `[N, C, S]`: N samples of C channels of S values each (S = H x W, or 1 for features [C]). */
 export type NormShape = [number, number, number];
+/**
+ * An [N, C, H, W] activation's layout: 'plain' NCHW, or 'blocked': channels in groups of
+ * channelBlock, each group's values of one pixel adjacent (oneDNN's nChw16c / nChw8c), C padded with
+ * zeros to a multiple of channelBlock. Element-wise kernels take either alike.
+ */
+export type Layout = 'plain' | 'blocked';
 
 export interface Backend {
   /** Threads each kernel may use (one rank per core: 1). */
   setThreads(threads: number): void;
-  /** y[N,K,OH,OW] = conv(x, w) + b. */
-  conv2dForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, shape: ConvShape): void;
-  conv2dBackwardData(dy: Float32Array, w: Float32Array, dx: Float32Array, shape: ConvShape): void;
-  conv2dBackwardWeights(x: Float32Array, dy: Float32Array, dw: Float32Array, db: Float32Array, shape: ConvShape): void;
+  /** The channel group of the 'blocked' layout (16 with AVX-512, 8 with AVX2); 1: the backend has none. */
+  readonly channelBlock: number;
+  /** y[N,K,OH,OW] = conv(x, w) + b. Layouts of x (and dx) and y (and dy): 'plain' unless given. */
+  conv2dForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, shape: ConvShape,
+    xLayout?: Layout, yLayout?: Layout): void;
+  conv2dBackwardData(dy: Float32Array, w: Float32Array, dx: Float32Array, shape: ConvShape,
+    xLayout?: Layout, yLayout?: Layout): void;
+  conv2dBackwardWeights(x: Float32Array, dy: Float32Array, dw: Float32Array, db: Float32Array, shape: ConvShape,
+    xLayout?: Layout, yLayout?: Layout): void;
   /** Bytes of the workspace a pooling forward leaves for its backward (the argmax of max pooling). */
-  pool2dWorkspaceBytes(kind: PoolKind, shape: PoolShape): number;
-  pool2dForward(kind: PoolKind, x: Float32Array, y: Float32Array, workspace: Uint8Array, shape: PoolShape): void;
-  pool2dBackward(kind: PoolKind, dy: Float32Array, dx: Float32Array, workspace: Uint8Array, shape: PoolShape): void;
+  pool2dWorkspaceBytes(kind: PoolKind, shape: PoolShape, layout?: Layout): number;
+  /** y in x's layout ('plain' unless given). */
+  pool2dForward(kind: PoolKind, x: Float32Array, y: Float32Array, workspace: Uint8Array, shape: PoolShape, layout?: Layout): void;
+  pool2dBackward(kind: PoolKind, dy: Float32Array, dx: Float32Array, workspace: Uint8Array, shape: PoolShape, layout?: Layout): void;
+  /** y = the [N, C, H, W] activation x, reordered from the other layout into `to`. */
+  convertLayout(x: Float32Array, y: Float32Array, shape: [number, number, number, number], to: Layout): void;
   /** y[N,O] = x[N,I] w[O,I]^T + b. */
   linearForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, shape: LinearShape): void;
   /** dx (skipped when null) = dy w; dw = dy^T x; db = column sums of dy. */

@@ -2,7 +2,7 @@
 // needs, and a backward that writes parameter gradients into the flat buffer's views. Most layers
 // take one input (Layer); add and concat take several (MergeLayer). Layers with state that is not
 // trained by gradients (batchnorm's running statistics) keep it in the net's buffer store.
-import type { Backend } from './backend';
+import type { Backend, Layout } from './backend';
 import type { ParameterStore } from './params';
 
 /** Keys of the randomness of one micro-batch (DESIGN.md: never the rank). */
@@ -65,3 +65,9 @@ export class Scratch {
 }
 
 export const product = (shape: number[]): number => shape.reduce((a, b) => a * b, 1);
+
+/** Elements of `batch` activations of per-sample shape [C, H, W] in `layout` ('blocked' pads C to a multiple of the block). */
+export function activationLength(backend: Backend, [c, h, w]: number[], batch: number, layout: Layout): number {
+  const channels = layout === 'blocked' ? Math.ceil(c / backend.channelBlock) * backend.channelBlock : c;
+  return batch * channels * h * w;
+}

@@ -4,8 +4,11 @@
 // update in `statistics` (see layers/batchnorm.ts). Shapes are checked while the layers are built,
 // before any buffer exists. Backward visits the layers in reverse spec order; an output read by
 // several layers gets the sum of their gradients, added in that order.
-import type { Backend } from './backend';
-import { type BatchKey, type Layer, type LayerContext, type MergeLayer, Scratch, product } from './layer';
+// Layouts: convolutions write the backend's blocked layout, poolings and ReLUs keep their input's,
+// so a run of them never leaves it; the net reorders a blocked output to plain once for the layers
+// (and the loss) that read plain, and their input gradients back to blocked.
+import type { Backend, Layout } from './backend';
+import { type BatchKey, type Layer, type LayerContext, type MergeLayer, Scratch, activationLength, product } from './layer';
 import { Add } from './layers/add';
 import { BatchNorm } from './layers/batchnorm';
 import { Concat } from './layers/concat';
@@ -38,8 +41,17 @@ export interface StepResult {
 
 const shapeText = (shape: number[]): string => `[${shape.join(', ')}]`;
 
+/** Layer types that take their input in either layout. */
+const layoutTaking = new Set<LayerSpec['type']>(['conv', 'maxpool', 'avgpool', 'relu']);
+
+/** The layout of a layer's output, given its input's (the layout it reads: plain unless layoutTaking). */
+function outputLayout(spec: LayerSpec, inLayout: Layout, backend: Backend): Layout {
+  if (spec.type === 'conv') return backend.channelBlock > 1 ? 'blocked' : 'plain';
+  return layoutTaking.has(spec.type) ? inLayout : 'plain';
+}
+
 function buildLayer(spec: LayerSpec, inShapes: number[][], inNames: string[], ctx: LayerContext,
-  fail: (problem: string) => never): Layer | MergeLayer {
+  inLayout: Layout, outLayout: Layout, fail: (problem: string) => never): Layer | MergeLayer {
   const inShape = inShapes[0];
   const image = (): void => {
     if (inShape.length !== 3) fail(`expects a [C, H, W] input, got ${shapeText(inShape)}`);
@@ -52,11 +64,11 @@ function buildLayer(spec: LayerSpec, inShapes: number[][], inNames: string[], ct
   switch (spec.type) {
     case 'conv':
       spatial(spec.kernel, spec.pad);
-      return new Conv2d(spec.name, inShape, spec.filters, spec.kernel, spec.stride, spec.pad, ctx);
+      return new Conv2d(spec.name, inShape, spec.filters, spec.kernel, spec.stride, spec.pad, ctx, { x: inLayout, y: outLayout });
     case 'maxpool':
     case 'avgpool':
       spatial(spec.kernel, spec.pad);
-      return new Pool2d(spec.name, spec.type === 'maxpool' ? 'max' : 'avg', inShape, spec.kernel, spec.stride, spec.pad, ctx);
+      return new Pool2d(spec.name, spec.type === 'maxpool' ? 'max' : 'avg', inShape, spec.kernel, spec.stride, spec.pad, ctx, inLayout);
     case 'linear':
       return new Linear(spec.name, inShape, spec.outputs, ctx);
     case 'relu':
@@ -105,6 +117,13 @@ export class Net {
   private readonly paramsFrom: Array<number | undefined> = [];
   /** Per layer: how many inputs of later layers read its output. */
   private readonly readers: number[];
+  /** Per layer: the layout of its output, whether it reads its inputs in their layouts, and its per-sample output shape. */
+  private readonly layouts: Layout[] = [];
+  private readonly takesLayout: boolean[] = [];
+  private readonly shapes: number[][] = [];
+  /** Per layer whose blocked output some layer (or the loss) reads plain: that output reordered, after each forward. */
+  private readonly plainReaders: boolean[];
+  private readonly plainOutputs: Float32Array[];
   /** Per layer: its output of the last forward, and its gradient during backward. */
   private readonly outputs: Float32Array[];
   private readonly grads: Array<Float32Array | null>;
@@ -113,10 +132,11 @@ export class Net {
   private readonly scratch = new Scratch();
 
   constructor(readonly spec: ModelSpec, private readonly backend: Backend) {
-    const shapes: number[][] = [];
+    const shapes = this.shapes;
     const shapeOf = (node: number): number[] => (node < 0 ? spec.input : shapes[node]);
     const nameOf = (node: number): string => (node < 0 ? modelInput : spec.layers[node].name);
     this.readers = new Array<number>(spec.layers.length).fill(0);
+    this.plainReaders = new Array<boolean>(spec.layers.length).fill(false);
     spec.layers.forEach((layerSpec, index) => {
       const fail = (problem: string): never => {
         throw new SpecError(`${spec.file}: layer ${index + 1} (${layerSpec.name}): ${problem}`);
@@ -124,10 +144,16 @@ export class Net {
       const sources = inputIndices(spec, index);
       const reserved = this.params.views.length;
       const context = { backend, params: this.params, buffers: this.state, index };
-      const layer = buildLayer(layerSpec, sources.map(shapeOf), sources.map(nameOf), context, fail);
+      const takesLayout = layoutTaking.has(layerSpec.type);
+      const inLayout = takesLayout && sources[0] >= 0 ? this.layouts[sources[0]] : 'plain';
+      const outLayout = outputLayout(layerSpec, inLayout, backend);
+      const layer = buildLayer(layerSpec, sources.map(shapeOf), sources.map(nameOf), context, inLayout, outLayout, fail);
       if (layer.outShape.some((d) => d < 1)) fail(`output shape [${layer.outShape.join(', ')}] is empty`);
       this.layers.push(layer);
       this.sources.push(sources);
+      this.layouts.push(outLayout);
+      this.takesLayout.push(takesLayout);
+      if (!takesLayout) for (const j of sources) if (j >= 0) this.plainReaders[j] = true;
       this.needsGrad.push(this.params.views.length > reserved || sources.some((j) => j >= 0 && this.needsGrad[j]));
       this.paramsFrom.push(this.params.views[reserved]?.offset);
       for (const j of sources) if (j >= 0) this.readers[j] += 1;
@@ -138,6 +164,8 @@ export class Net {
       const last = spec.layers[spec.layers.length - 1];
       throw new SpecError(`${spec.file}: layer ${spec.layers.length} (${last.name}): outputs ${product(shape)} values but the model has ${spec.classes} classes`);
     }
+    this.plainReaders[this.layers.length - 1] = true;
+    this.plainOutputs = new Array<Float32Array>(this.layers.length);
     this.outputs = new Array<Float32Array>(this.layers.length);
     this.grads = new Array<Float32Array | null>(this.layers.length).fill(null);
     this.mergeInputs = this.sources.map((sources) => new Array<Float32Array>(sources.length));
@@ -193,17 +221,35 @@ export class Net {
 
   /** logits[batch, classes]. */
   forward(x: Float32Array, batch: number, train: boolean, key: BatchKey): Float32Array {
+    const input = (j: number, reader: number): Float32Array => {
+      if (j < 0) return x;
+      return this.isBlocked(j) && !this.takesLayout[reader] ? this.plainOutputs[j] : this.outputs[j];
+    };
     this.layers.forEach((layer, i) => {
       const sources = this.sources[i];
       if ('merge' in layer) {
         const xs = this.mergeInputs[i];
-        sources.forEach((j, k) => { xs[k] = j < 0 ? x : this.outputs[j]; });
+        sources.forEach((j, k) => { xs[k] = input(j, i); });
         this.outputs[i] = layer.forward(xs, batch);
       } else {
-        this.outputs[i] = layer.forward(sources[0] < 0 ? x : this.outputs[sources[0]], batch, train, key);
+        this.outputs[i] = layer.forward(input(sources[0], i), batch, train, key);
       }
+      if (this.isBlocked(i) && this.plainReaders[i]) this.plainOutputs[i] = this.converted(i, this.outputs[i], batch, 'plain');
     });
-    return this.outputs[this.layers.length - 1];
+    const last = this.layers.length - 1;
+    return this.isBlocked(last) ? this.plainOutputs[last] : this.outputs[last];
+  }
+
+  private isBlocked(node: number): boolean {
+    return this.layouts[node] === 'blocked';
+  }
+
+  /** Node j's output (or its gradient), x, reordered into `to` in a buffer kept for it. */
+  private converted(j: number, x: Float32Array, batch: number, to: Layout, tag = ''): Float32Array {
+    const [c, h, w] = this.shapes[j];
+    const y = this.scratch.get(`${to}${j}${tag}`, activationLength(this.backend, this.shapes[j], batch, to));
+    this.backend.convertLayout(x, y, [batch, c, h, w], to);
+    return y;
   }
 
   /**
@@ -244,21 +290,25 @@ export class Net {
   private backward(dlogits: Float32Array, batch: number, progress?: GradientProgress): void {
     const grads = this.grads;
     grads.fill(null);
-    grads[this.layers.length - 1] = dlogits;
+    const last = this.layers.length - 1;
+    grads[last] = this.isBlocked(last) ? this.converted(last, dlogits, batch, 'blocked', 'loss') : dlogits;
     const wanted = (j: number): boolean => j >= 0 && this.needsGrad[j];
-    for (let i = this.layers.length - 1; i >= 0; --i) {
+    // dx of reader i's k-th input, node j, in j's layout
+    const inLayout = (j: number, i: number, k: number, dx: Float32Array): Float32Array =>
+      (this.isBlocked(j) && !this.takesLayout[i] ? this.converted(j, dx, batch, 'blocked', `by${i}.${k}`) : dx);
+    for (let i = last; i >= 0; --i) {
       if (!this.needsGrad[i]) continue;
       const layer = this.layers[i];
       const sources = this.sources[i];
       if ('merge' in layer) {
         const dxs = layer.backward(grads[i]!, batch);
-        sources.forEach((j, k) => { if (wanted(j)) this.accumulate(j, dxs[k]); });
+        sources.forEach((j, k) => { if (wanted(j)) this.accumulate(j, inLayout(j, i, k, dxs[k])); });
       } else {
         const dx = layer.backward(grads[i]!, batch, wanted(sources[0]));
         const from = this.paramsFrom[i];
         // parameters are laid out in layer order, visited here in reverse: all from here on are final
         if (from !== undefined) progress?.gradientsFrom(from);
-        if (dx) this.accumulate(sources[0], dx);
+        if (dx) this.accumulate(sources[0], inLayout(sources[0], i, 0, dx));
       }
     }
   }

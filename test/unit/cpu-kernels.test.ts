@@ -1,8 +1,9 @@
 // The CPU kernels: forward results against direct loops, gradients against central finite
 // differences, the same bits on every run, and argument errors.
 import { strict as assert } from 'node:assert';
-import type { ConvShape, PoolKind, PoolShape } from '../../src/nn/backend';
+import type { ConvShape, Layout, PoolKind, PoolShape } from '../../src/nn/backend';
 import { cpu } from '../../src/nn/cpu';
+import { activationLength } from '../../src/nn/layer';
 import { checkGradient, dot, randomTensor } from '../helpers/gradcheck';
 
 const convShape: ConvShape = [2, 3, 7, 6, 4, 3, 3, 2, 1];  // N C H W K R S stride pad
@@ -77,6 +78,56 @@ describe('CPU kernels', () => {
       cpu.pool2dBackward(kind, dy, dx, ws, shape);
       checkGradient('dx', x, dx, () => { cpu.pool2dForward(kind, x, y, ws, shape); return dot(y, dy); },
         { eps: 1e-3, tolerance: 2e-3 });
+    });
+  }
+
+  for (const kind of ['max', 'avg'] as PoolKind[]) {
+    it(`conv -> ${kind} pool -> conv in the blocked layout: the same bits as in plain, forward and backward`, () => {
+      // 20 and 12 channels: not multiples of the block, so the padding is exercised
+      const conv1: ConvShape = [2, 3, 9, 9, 20, 3, 3, 1, 1];
+      const pool: PoolShape = [2, 20, 9, 9, 3, 2, 1];
+      const conv2: ConvShape = [2, 20, 5, 5, 12, 3, 3, 1, 0];
+      const sizes = { x: [2, 3, 9, 9], a: [2, 20, 9, 9], p: [2, 20, 5, 5], z: [2, 12, 3, 3] } as const;
+      const length = ([n, ...chw]: readonly number[], layout: Layout): number => activationLength(cpu, chw, n, layout);
+      const w1 = randomTensor(20 * 3 * 9, 31), b1 = randomTensor(20, 32), w2 = randomTensor(12 * 20 * 9, 33), b2 = randomTensor(12, 34);
+      const x = randomTensor(length(sizes.x, 'plain'), 35), dzPlain = randomTensor(length(sizes.z, 'plain'), 36);
+      const inPlain = (dims: readonly number[], t: Float32Array, layout: Layout): Float32Array => {
+        if (layout === 'plain') return t;
+        const plain = new Float32Array(length(dims, 'plain'));
+        cpu.convertLayout(t, plain, dims as [number, number, number, number], 'plain');
+        return plain;
+      };
+      const run = (layout: Layout): Float32Array[] => {
+        const a = new Float32Array(length(sizes.a, layout)), p = new Float32Array(length(sizes.p, layout));
+        const z = new Float32Array(length(sizes.z, layout));
+        const ws = new Uint8Array(cpu.pool2dWorkspaceBytes(kind, pool, layout));
+        cpu.conv2dForward(x, w1, b1, a, conv1, 'plain', layout);
+        cpu.pool2dForward(kind, a, p, ws, pool, layout);
+        cpu.conv2dForward(p, w2, b2, z, conv2, layout, layout);
+        let dz = dzPlain;
+        if (layout === 'blocked') {
+          dz = new Float32Array(z.length);
+          cpu.convertLayout(dzPlain, dz, [...sizes.z], 'blocked');
+          // the reorder pads with zeros: so did the convolution, or the two would differ
+          const zAgain = new Float32Array(z.length);
+          cpu.convertLayout(inPlain(sizes.z, z, layout), zAgain, [...sizes.z], 'blocked');
+          assert.ok(Buffer.from(zAgain.buffer).equals(Buffer.from(z.buffer)), 'padded channels of z are zero');
+        }
+        const dp = new Float32Array(p.length), da = new Float32Array(a.length), dx = new Float32Array(x.length);
+        const dw1 = new Float32Array(w1.length), db1 = new Float32Array(20), dw2 = new Float32Array(w2.length), db2 = new Float32Array(12);
+        cpu.conv2dBackwardWeights(p, dz, dw2, db2, conv2, layout, layout);
+        cpu.conv2dBackwardData(dz, w2, dp, conv2, layout, layout);
+        cpu.pool2dBackward(kind, dp, da, ws, pool, layout);
+        cpu.conv2dBackwardWeights(x, da, dw1, db1, conv1, 'plain', layout);
+        cpu.conv2dBackwardData(da, w1, dx, conv1, 'plain', layout);
+        return [inPlain(sizes.a, a, layout), inPlain(sizes.p, p, layout), inPlain(sizes.z, z, layout),
+          inPlain(sizes.p, dp, layout), inPlain(sizes.a, da, layout), dx, dw1, db1, dw2, db2];
+      };
+      const plain = run('plain');
+      const blocked = run('blocked');
+      ['a', 'p', 'z', 'dp', 'da', 'dx', 'dw1', 'db1', 'dw2', 'db2'].forEach((name, i) => {
+        assert.ok(Buffer.from(blocked[i].buffer).equals(Buffer.from(plain[i].buffer)), `${name} differs between layouts`);
+      });
     });
   }
 
@@ -170,5 +221,7 @@ describe('CPU kernels', () => {
       { name: 'TypeError', message: 'layernormForward: expected eps to be a number > 0, got number 0' });
     assert.throws(() => cpu.globalAvgPoolForward(values, new Float32Array(3), [4, 2]),
       { name: 'TypeError', message: 'globalAvgPoolForward: expected y to be a Float32Array of 4 elements, got Float32Array of 3' });
+    assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape, 'nhwc' as Layout),
+      { name: 'TypeError', message: "conv2dForward: expected xLayout to be 'plain' or 'blocked', got string" });
   });
 });

@@ -11,6 +11,10 @@ Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info);
 Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info);
 Napi::Value Pool2dForward(const Napi::CallbackInfo& info);
 Napi::Value Pool2dBackward(const Napi::CallbackInfo& info);
+Napi::Value ConvertLayout(const Napi::CallbackInfo& info);
+// The channel block of the blocked activation layout oneDNN's convolutions use here (16 with
+// AVX-512, 8 with AVX2), or 1 where they use none.
+int ChannelBlock();
 Napi::Value LinearForward(const Napi::CallbackInfo& info);
 Napi::Value LinearBackward(const Napi::CallbackInfo& info);
 Napi::Value BatchnormForwardTrain(const Napi::CallbackInfo& info);
@@ -30,7 +34,7 @@ Napi::Value SgdReplay(const Napi::CallbackInfo& info);
 Napi::Value AdamwUpdate(const Napi::CallbackInfo& info);
 Napi::Value AdamwReplay(const Napi::CallbackInfo& info);
 
-// The `cpu` object: the kernels above and setThreads(n).
+// The `cpu` object: the kernels above, channelBlock and setThreads(n).
 Napi::Object Exports(Napi::Env env);
 
 }  // namespace ft::cpu

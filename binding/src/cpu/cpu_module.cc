@@ -33,6 +33,8 @@ Napi::Object Exports(Napi::Env env) {
   add("pool2dWorkspaceBytes", Pool2dWorkspaceBytes);
   add("pool2dForward", Pool2dForward);
   add("pool2dBackward", Pool2dBackward);
+  add("convertLayout", ConvertLayout);
+  cpu.Set("channelBlock", ChannelBlock());
   add("linearForward", LinearForward);
   add("linearBackward", LinearBackward);
   add("batchnormForwardTrain", BatchnormForwardTrain);

@@ -1,6 +1,9 @@
-// Convolution and pooling on oneDNN, forward and backward, over plain NCHW / OIHW Float32Arrays.
-// Primitives (and their reorders) are created once per shape and cached; they run on the caller's thread with the
-// OpenMP thread count set by setThreads().
+// Convolution and pooling on oneDNN, forward and backward, and the reorders between the two layouts
+// activations take: plain NCHW and the channel-blocked layout the convolutions compute in (nChw16c
+// with AVX-512, nChw8c with AVX2: channels padded with zeros to a multiple of the block), so that a
+// run of convolutions and poolings keeps its activations blocked instead of reordering at every layer.
+// Primitives (and their reorders) are created once per shape and layouts and cached; they run on the
+// caller's thread with the OpenMP thread count set by setThreads().
 #include <dnnl.hpp>
 
 #include <algorithm>
@@ -8,6 +11,7 @@
 #include <unordered_map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "cpu_kernels.h"
 #include "../args.h"
@@ -33,6 +37,21 @@ dnnl::stream& Stream() {
 }
 
 memory Wrap(const memory::desc& desc, float* data) { return memory(desc, Engine(), data); }
+
+enum class Layout { kPlain, kBlocked };
+
+// The blocked layout: nChw16c or nChw8c after ChannelBlock(), plain where the convolutions use none.
+Tag BlockedTag() {
+  static const Tag tag = [] {
+    int block = ChannelBlock();
+    return block == 16 ? Tag::nChw16c : block == 8 ? Tag::nChw8c : Tag::nchw;
+  }();
+  return tag;
+}
+
+memory::desc ActivationDesc(const memory::dims& dims, Layout layout) {
+  return memory::desc(dims, kF32, layout == Layout::kBlocked ? BlockedTag() : Tag::nchw);
+}
 
 // One argument of a convolution primitive: the caller's plain buffer, and the blocked layout the
 // primitive prefers (format "any"), with cached reorders between them. oneDNN's direct jit
@@ -68,7 +87,9 @@ class Staged {
   dnnl::reorder toInternal_, toUser_;
 };
 
-// conv shape: [N, C, H, W, K, R, S, stride, pad]; y is [N, K, OH, OW].
+// conv shape: [N, C, H, W, K, R, S, stride, pad]; y is [N, K, OH, OW]. The primitives pick their
+// layouts (format "any"); Staged reorders only where the caller's layout differs, so the same
+// primitives, and the same bits, whatever the caller's layouts.
 struct Conv {
   memory::desc bias;
   dnnl::convolution_forward forward;
@@ -79,15 +100,15 @@ struct Conv {
   Staged bwSrc, bwDiffDst, bwDiffWeights;
 };
 
-Conv& ConvFor(const std::vector<int>& d) {
-  static std::map<std::vector<int>, std::unique_ptr<Conv>> cache;
-  auto& slot = cache[d];
+Conv& ConvFor(const std::vector<int>& d, Layout srcLayout, Layout dstLayout) {
+  static std::map<std::tuple<std::vector<int>, Layout, Layout>, std::unique_ptr<Conv>> cache;
+  auto& slot = cache[{d, srcLayout, dstLayout}];
   if (slot) return *slot;
   int n = d[0], c = d[1], h = d[2], w = d[3], k = d[4], r = d[5], s = d[6], stride = d[7], pad = d[8];
   int oh = (h + 2 * pad - r) / stride + 1, ow = (w + 2 * pad - s) / stride + 1;
   auto conv = std::make_unique<Conv>();
-  memory::desc src({n, c, h, w}, kF32, Tag::nchw), weights({k, c, r, s}, kF32, Tag::oihw),
-      dst({n, k, oh, ow}, kF32, Tag::nchw);
+  memory::desc src = ActivationDesc({n, c, h, w}, srcLayout), weights({k, c, r, s}, kF32, Tag::oihw),
+      dst = ActivationDesc({n, k, oh, ow}, dstLayout);
   memory::desc anySrc({n, c, h, w}, kF32, Tag::any), anyWeights({k, c, r, s}, kF32, Tag::any),
       anyDst({n, k, oh, ow}, kF32, Tag::any);
   conv->bias = memory::desc({k}, kF32, Tag::x);
@@ -121,22 +142,22 @@ Conv& ConvFor(const std::vector<int>& d) {
   return *slot;
 }
 
-// pool shape: [N, C, H, W, R, stride, pad]; y is [N, C, OH, OW].
+// pool shape: [N, C, H, W, R, stride, pad]; y is [N, C, OH, OW], in x's layout.
 struct Pool {
   memory::desc src, dst, workspace;
   dnnl::pooling_forward forward;
   dnnl::pooling_backward backward;
 };
 
-Pool& PoolFor(algorithm kind, const std::vector<int>& d) {
-  static std::map<std::pair<int, std::vector<int>>, std::unique_ptr<Pool>> cache;
-  auto& slot = cache[{static_cast<int>(kind), d}];
+Pool& PoolFor(algorithm kind, const std::vector<int>& d, Layout layout) {
+  static std::map<std::tuple<algorithm, std::vector<int>, Layout>, std::unique_ptr<Pool>> cache;
+  auto& slot = cache[{kind, d, layout}];
   if (slot) return *slot;
   int n = d[0], c = d[1], h = d[2], w = d[3], r = d[4], stride = d[5], pad = d[6];
   int oh = (h + 2 * pad - r) / stride + 1, ow = (w + 2 * pad - r) / stride + 1;
   auto pool = std::make_unique<Pool>();
-  pool->src = memory::desc({n, c, h, w}, kF32, Tag::nchw);
-  pool->dst = memory::desc({n, c, oh, ow}, kF32, Tag::nchw);
+  pool->src = ActivationDesc({n, c, h, w}, layout);
+  pool->dst = ActivationDesc({n, c, oh, ow}, layout);
   memory::dims strides{stride, stride}, kernel{r, r}, padding{pad, pad};
   auto forwardPd = dnnl::pooling_forward::primitive_desc(
       dnnl::pooling_forward::desc(prop_kind::forward_training, kind, pool->src, pool->dst, strides,
@@ -161,6 +182,18 @@ algorithm PoolKindArg(const Napi::CallbackInfo& info, const char* method) {
   ThrowArg(info.Env(), method, "kind", "'max' or 'avg'", value);
 }
 
+// An optional layout argument: 'plain' (the default) or 'blocked'.
+Layout LayoutArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name) {
+  Napi::Value value = info[index];
+  if (value.IsUndefined()) return Layout::kPlain;
+  if (value.IsString()) {
+    std::string layout = value.As<Napi::String>();
+    if (layout == "plain") return Layout::kPlain;
+    if (layout == "blocked") return Layout::kBlocked;
+  }
+  ThrowArg(info.Env(), method, name, "'plain' or 'blocked'", value);
+}
+
 size_t Count(const memory::desc& desc) { return desc.get_size() / sizeof(float); }
 
 std::vector<int> ConvDims(const Napi::CallbackInfo& info, size_t index, const char* method) {
@@ -183,10 +216,10 @@ std::vector<int> PoolDims(const Napi::CallbackInfo& info, size_t index, const ch
 }
 }  // namespace
 
-// conv2dForward(x, w, b, y, shape): y = conv(x, w) + b.
+// conv2dForward(x, w, b, y, shape, xLayout?, yLayout?): y = conv(x, w) + b.
 Napi::Value Conv2dForward(const Napi::CallbackInfo& info) {
   const char* m = "conv2dForward";
-  Conv& conv = ConvFor(ConvDims(info, 4, m));
+  Conv& conv = ConvFor(ConvDims(info, 4, m), LayoutArg(info, 5, m, "xLayout"), LayoutArg(info, 6, m, "yLayout"));
   float* x = FloatArg(info, 0, m, "x", Count(conv.fwdSrc.user()));
   float* w = FloatArg(info, 1, m, "w", Count(conv.fwdWeights.user()));
   float* b = FloatArg(info, 2, m, "b", Count(conv.bias));
@@ -200,10 +233,10 @@ Napi::Value Conv2dForward(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// conv2dBackwardData(dy, w, dx, shape): dx = the gradient of the input.
+// conv2dBackwardData(dy, w, dx, shape, xLayout?, yLayout?): dx = the gradient of the input.
 Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info) {
   const char* m = "conv2dBackwardData";
-  Conv& conv = ConvFor(ConvDims(info, 3, m));
+  Conv& conv = ConvFor(ConvDims(info, 3, m), LayoutArg(info, 4, m, "xLayout"), LayoutArg(info, 5, m, "yLayout"));
   float* dy = FloatArg(info, 0, m, "dy", Count(conv.bdDiffDst.user()));
   float* w = FloatArg(info, 1, m, "w", Count(conv.bdWeights.user()));
   float* dx = FloatArg(info, 2, m, "dx", Count(conv.bdDiffSrc.user()));
@@ -215,10 +248,10 @@ Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// conv2dBackwardWeights(x, dy, dw, db, shape): dw, db = the gradients of weights and bias.
+// conv2dBackwardWeights(x, dy, dw, db, shape, xLayout?, yLayout?): dw, db = the gradients of weights and bias.
 Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info) {
   const char* m = "conv2dBackwardWeights";
-  Conv& conv = ConvFor(ConvDims(info, 4, m));
+  Conv& conv = ConvFor(ConvDims(info, 4, m), LayoutArg(info, 5, m, "xLayout"), LayoutArg(info, 6, m, "yLayout"));
   float* x = FloatArg(info, 0, m, "x", Count(conv.bwSrc.user()));
   float* dy = FloatArg(info, 1, m, "dy", Count(conv.bwDiffDst.user()));
   float* dw = FloatArg(info, 2, m, "dw", Count(conv.bwDiffWeights.user()));
@@ -232,16 +265,17 @@ Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// pool2dWorkspaceBytes(kind, shape): bytes of the workspace pool2dForward fills for the backward.
+// pool2dWorkspaceBytes(kind, shape, layout?): bytes of the workspace pool2dForward fills for the backward.
 Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info) {
-  Pool& pool = PoolFor(PoolKindArg(info, "pool2dWorkspaceBytes"), PoolDims(info, 1, "pool2dWorkspaceBytes"));
+  const char* m = "pool2dWorkspaceBytes";
+  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 1, m), LayoutArg(info, 2, m, "layout"));
   return Napi::Number::New(info.Env(), static_cast<double>(pool.workspace.get_size()));
 }
 
-// pool2dForward(kind, x, y, workspace, shape)
+// pool2dForward(kind, x, y, workspace, shape, layout?)
 Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
   const char* m = "pool2dForward";
-  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m));
+  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m), LayoutArg(info, 5, m, "layout"));
   float* x = FloatArg(info, 1, m, "x", Count(pool.src));
   float* y = FloatArg(info, 2, m, "y", Count(pool.dst));
   uint8_t* ws = BytesArg(info, 3, m, "workspace", pool.workspace.get_size());
@@ -253,10 +287,10 @@ Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// pool2dBackward(kind, dy, dx, workspace, shape)
+// pool2dBackward(kind, dy, dx, workspace, shape, layout?)
 Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
   const char* m = "pool2dBackward";
-  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m));
+  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m), LayoutArg(info, 5, m, "layout"));
   float* dy = FloatArg(info, 1, m, "dy", Count(pool.dst));
   float* dx = FloatArg(info, 2, m, "dx", Count(pool.src));
   uint8_t* ws = BytesArg(info, 3, m, "workspace", pool.workspace.get_size());
@@ -264,6 +298,41 @@ Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
                                        {DNNL_ARG_DIFF_SRC, Wrap(pool.src, dx)}};
   if (pool.workspace.get_size() > 0) args.emplace(DNNL_ARG_WORKSPACE, memory(pool.workspace, Engine(), ws));
   pool.backward.execute(Stream(), args);
+  Stream().wait();
+  return info.Env().Undefined();
+}
+
+int ChannelBlock() {
+  // Asked of a probe convolution wide enough to be blocked on any ISA oneDNN has a direct kernel for.
+  static const int block = [] {
+    memory::desc any({1, 64, 8, 8}, kF32, Tag::any), anyWeights({64, 64, 3, 3}, kF32, Tag::any);
+    auto pd = dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                        any, anyWeights, any, {1, 1}, {1, 1}, {1, 1}),
+        Engine());
+    const auto& blocking = pd.dst_desc().data.format_desc.blocking;
+    bool channelsOnly = blocking.inner_nblks == 1 && blocking.inner_idxs[0] == 1;
+    int picked = channelsOnly ? static_cast<int>(blocking.inner_blks[0]) : 1;
+    return picked == 16 || picked == 8 ? picked : 1;
+  }();
+  return block;
+}
+
+// convertLayout(x, y, shape, to): y = the [N, C, H, W] activation x, from the other layout into `to`.
+Napi::Value ConvertLayout(const Napi::CallbackInfo& info) {
+  const char* m = "convertLayout";
+  std::vector<int> d = DimsArg(info, 2, m, "shape", 4);
+  Layout to = LayoutArg(info, 3, m, "to");
+  Layout from = to == Layout::kBlocked ? Layout::kPlain : Layout::kBlocked;
+  static std::map<std::pair<std::vector<int>, Layout>, dnnl::reorder> cache;
+  memory::desc src = ActivationDesc({d[0], d[1], d[2], d[3]}, from);
+  memory::desc dst = ActivationDesc({d[0], d[1], d[2], d[3]}, to);
+  float* x = FloatArg(info, 0, m, "x", Count(src));
+  float* y = FloatArg(info, 1, m, "y", Count(dst));
+  auto& reorder = cache[{d, to}];
+  if (!reorder) reorder = dnnl::reorder(dnnl::reorder::primitive_desc(Engine(), src, Engine(), dst));
+  memory source = Wrap(src, x), target = Wrap(dst, y);
+  reorder.execute(Stream(), source, target);
   Stream().wait();
   return info.Env().Undefined();
 }

@@ -1,6 +1,7 @@
 // Conv2d: K filters of C x R x R over [C, H, W] -> [K, OH, OW]; weights [K, C, R, R], bias [K].
-import type { ConvShape } from '../backend';
-import { type BatchKey, type Layer, type LayerContext, Scratch } from '../layer';
+// Input and output in the layouts the net chose for them (see net.ts).
+import type { ConvShape, Layout } from '../backend';
+import { type BatchKey, type Layer, type LayerContext, Scratch, activationLength } from '../layer';
 import type { ParamView, ParameterStore } from '../params';
 import { xavier } from './init';
 
@@ -13,7 +14,7 @@ export class Conv2d implements Layer {
 
   constructor(readonly name: string, private readonly inShape: number[], filters: number,
     private readonly kernel: number, private readonly stride: number, private readonly pad: number,
-    private readonly ctx: LayerContext) {
+    private readonly ctx: LayerContext, private readonly layouts: { x: Layout; y: Layout }) {
     const [c, h, w] = inShape;
     this.outShape = [filters, Math.floor((h + 2 * pad - kernel) / stride) + 1,
       Math.floor((w + 2 * pad - kernel) / stride) + 1];
@@ -34,18 +35,20 @@ export class Conv2d implements Layer {
   forward(x: Float32Array, batch: number, _train: boolean, _key: BatchKey): Float32Array {
     const { backend, params } = this.ctx;
     this.input = x;
-    const y = this.scratch.get('y', batch * this.outShape[0] * this.outShape[1] * this.outShape[2]);
-    backend.conv2dForward(x, params.param(this.weight), params.param(this.bias), y, this.shape(batch));
+    const { layouts } = this;
+    const y = this.scratch.get('y', activationLength(backend, this.outShape, batch, layouts.y));
+    backend.conv2dForward(x, params.param(this.weight), params.param(this.bias), y, this.shape(batch), layouts.x, layouts.y);
     return y;
   }
 
   backward(dy: Float32Array, batch: number, needInputGrad: boolean): Float32Array | null {
     const { backend, params } = this.ctx;
+    const { layouts } = this;
     const shape = this.shape(batch);
-    backend.conv2dBackwardWeights(this.input!, dy, params.grad(this.weight), params.grad(this.bias), shape);
+    backend.conv2dBackwardWeights(this.input!, dy, params.grad(this.weight), params.grad(this.bias), shape, layouts.x, layouts.y);
     if (!needInputGrad) return null;
     const dx = this.scratch.get('dx', this.input!.length);
-    backend.conv2dBackwardData(dy, params.param(this.weight), dx, shape);
+    backend.conv2dBackwardData(dy, params.param(this.weight), dx, shape, layouts.x, layouts.y);
     return dx;
   }
 }

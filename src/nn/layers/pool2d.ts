@@ -1,6 +1,7 @@
-// Max or average pooling: an R x R window with a stride over [C, H, W] -> [C, OH, OW].
-import type { PoolKind, PoolShape } from '../backend';
-import { type BatchKey, type Layer, type LayerContext, Scratch } from '../layer';
+// Max or average pooling: an R x R window with a stride over [C, H, W] -> [C, OH, OW], output in
+// the input's layout.
+import type { Layout, PoolKind, PoolShape } from '../backend';
+import { type BatchKey, type Layer, type LayerContext, Scratch, activationLength } from '../layer';
 
 export class Pool2d implements Layer {
   readonly outShape: number[];
@@ -10,7 +11,7 @@ export class Pool2d implements Layer {
 
   constructor(readonly name: string, private readonly kind: PoolKind, private readonly inShape: number[],
     private readonly kernel: number, private readonly stride: number, private readonly pad: number,
-    private readonly ctx: LayerContext) {
+    private readonly ctx: LayerContext, private readonly layout: Layout) {
     const [c, h, w] = inShape;
     this.outShape = [c, Math.floor((h + 2 * pad - kernel) / stride) + 1,
       Math.floor((w + 2 * pad - kernel) / stride) + 1];
@@ -24,7 +25,7 @@ export class Pool2d implements Layer {
   private workspace(batch: number): Uint8Array {
     let ws = this.workspaces.get(batch);
     if (!ws) {
-      ws = new Uint8Array(this.ctx.backend.pool2dWorkspaceBytes(this.kind, this.shape(batch)));
+      ws = new Uint8Array(this.ctx.backend.pool2dWorkspaceBytes(this.kind, this.shape(batch), this.layout));
       this.workspaces.set(batch, ws);
     }
     return ws;
@@ -32,15 +33,15 @@ export class Pool2d implements Layer {
 
   forward(x: Float32Array, batch: number, _train: boolean, _key: BatchKey): Float32Array {
     this.inputLength = x.length;
-    const y = this.scratch.get('y', batch * this.outShape[0] * this.outShape[1] * this.outShape[2]);
-    this.ctx.backend.pool2dForward(this.kind, x, y, this.workspace(batch), this.shape(batch));
+    const y = this.scratch.get('y', activationLength(this.ctx.backend, this.outShape, batch, this.layout));
+    this.ctx.backend.pool2dForward(this.kind, x, y, this.workspace(batch), this.shape(batch), this.layout);
     return y;
   }
 
   backward(dy: Float32Array, batch: number, needInputGrad: boolean): Float32Array | null {
     if (!needInputGrad) return null;
     const dx = this.scratch.get('dx', this.inputLength);
-    this.ctx.backend.pool2dBackward(this.kind, dy, dx, this.workspace(batch), this.shape(batch));
+    this.ctx.backend.pool2dBackward(this.kind, dy, dx, this.workspace(batch), this.shape(batch), this.layout);
     return dx;
   }
 }
