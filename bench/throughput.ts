@@ -86,7 +86,7 @@ function startPytorch(): { imagesPerS: (net: Net) => Promise<number>; stop: () =
   };
 }
 
-/** Median ms of steps 50.. of a real 1-rank ft-train run of `name` (300 steps, batch 64). */
+/** Wall-clock ms per step from step 50 on of a real 1-rank ft-train run of `name` (300 steps, batch 64). */
 function realStepMs(name: string, dataset: string): number {
   const runDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-step-'));
   fs.rmdirSync(runDir);
@@ -94,8 +94,11 @@ function realStepMs(name: string, dataset: string): number {
     const result = spawnSync(path.join(root, 'launch', 'ft-run'), ['-n', '1', '--', '--model', path.join(root, 'models', `${name}.json`),
       '--data', path.join(root, 'datasets', dataset), '--steps', '300', '--batch', String(batch), '--run-dir', runDir], { encoding: 'utf8', timeout: 300_000 });
     if (result.status !== 0) throw new Error(`ft-train run of ${name} failed:\n${result.stderr}`);
-    const steps = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step_ms: number });
-    return median(steps.slice(50).map((s) => s.step_ms));
+    // wall-clock per step from step 50 on: the whole loop, records and progress included (a step's
+    // own step_ms leaves out what follows its commit)
+    const steps = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; time: number });
+    const [first, last] = [steps[50], steps[steps.length - 1]];
+    return (last.time - first.time) / (last.step - first.step);
   } finally {
     fs.rmSync(runDir, { recursive: true, force: true });
   }
