@@ -81,29 +81,32 @@ CommThread& CommThread::Get() {
 }
 
 void CommThread::Start(Napi::Env env) {
-  tsfn_ = Tsfn::New(env, "ft-train-comm", 0, 1);
-  tsfn_.Unref(env);  // only pending Ops keep the process alive
+  env_ = env;
+  asyncContext_ = std::make_unique<Napi::AsyncContext>(env, "ft-train-comm");
+  uv_loop_t* loop = nullptr;
+  NAPI_THROW_IF_FAILED_VOID(env, napi_get_uv_event_loop(env, &loop));
+  uv_async_init(loop, &handedBack_, &CommThread::OnHandedBack);
+  uv_unref(reinterpret_cast<uv_handle_t*>(&handedBack_));  // only pending Ops keep the process alive
   started_ = true;
   accepting_ = true;
   thread_ = std::thread([this] { Loop(); });
   napi_add_env_cleanup_hook(env, &CommThread::AtExit, this);
 }
 
-Napi::Promise CommThread::Track(Napi::Env env, Op* op) {
-  if (pending_++ == 0) tsfn_.Ref(env);
+Napi::Promise CommThread::Track(Op* op) {
+  if (pending_++ == 0) uv_ref(reinterpret_cast<uv_handle_t*>(&handedBack_));
   return op->deferred.Promise();
 }
 
-Napi::Promise CommThread::Submit(Napi::Env env, std::unique_ptr<Op> op,
-                                 std::vector<Napi::Value> pin) {
+Napi::Promise CommThread::Submit(std::unique_ptr<Op> op, std::vector<Napi::Value> pin) {
   for (auto& value : pin) op->pinned.push_back(Napi::Persistent(value));
-  Napi::Promise promise = Track(env, op.get());
+  Napi::Promise promise = Track(op.get());
   Enqueue(op.release(), /*urgent=*/false);
   return promise;
 }
 
-Napi::Promise CommThread::SubmitUrgent(Napi::Env env, std::unique_ptr<Op> op) {
-  Napi::Promise promise = Track(env, op.get());
+Napi::Promise CommThread::SubmitUrgent(std::unique_ptr<Op> op) {
+  Napi::Promise promise = Track(op.get());
   Enqueue(op.release(), /*urgent=*/true);
   return promise;
 }
@@ -113,9 +116,9 @@ Napi::Promise CommThread::Finalize(Napi::Env env) {
   for (Op* op : TakeQueued()) {
     op->failure = Failure{FailureKind::kUsage, 0,
                           "MPI was finalized before this operation started"};
-    tsfn_.NonBlockingCall(op);
+    HandBack(op);
   }
-  return Submit(env, std::make_unique<FinalizeOp>(env));
+  return Submit(std::make_unique<FinalizeOp>(env));
 }
 
 void CommThread::Enqueue(Op* op, bool urgent) {
@@ -180,7 +183,35 @@ void CommThread::RunOp(Op* op) {
   }
   current_ = outer;
   busy_.store(outer != nullptr);
-  tsfn_.NonBlockingCall(op);
+  HandBack(op);
+}
+
+void CommThread::HandBack(Op* op) {
+  {
+    std::lock_guard<std::mutex> lock(handBackMutex_);
+    // process exit: the main thread settles nothing more (see AtExit)
+    if (handBackClosed_) return;
+    handedBackOps_.push_back(op);
+  }
+  // Outside the lock; libuv makes a send racing AtExit's uv_close safe (uv__async_spin).
+  uv_async_send(&handedBack_);
+}
+
+void CommThread::OnHandedBack(uv_async_t*) {
+  CommThread& self = Get();
+  {
+    std::lock_guard<std::mutex> lock(self.handBackMutex_);
+    self.settling_.swap(self.handedBackOps_);
+  }
+  Napi::Env env(self.env_);
+  Napi::HandleScope scope(env);
+  Napi::CallbackScope callbackScope(env, *self.asyncContext_);
+  try {
+    for (Op* op : self.settling_) self.Settle(env, op);
+  } catch (const Napi::Error& e) {
+    napi_fatal_exception(env, e.Value());
+  }
+  self.settling_.clear();
 }
 
 void CommThread::RunUrgent() {
@@ -260,19 +291,17 @@ void CommThread::Loop() {
   wake_.notify_all();
 }
 
-void SettleOp(Napi::Env env, Napi::Function, void*, Op* raw) {
+void CommThread::Settle(Napi::Env env, Op* raw) {
   std::unique_ptr<Op> op(raw);
-  CommThread& self = CommThread::Get();
-  if (env == nullptr) return;  // the environment is being torn down
-  if (--self.pending_ == 0) self.tsfn_.Unref(env);
+  if (--pending_ == 0) uv_unref(reinterpret_cast<uv_handle_t*>(&handedBack_));
   if (op->abandoned) {  // MPI may still write into these buffers: never unpin them
     static auto* leftToMpi = new std::vector<Napi::Reference<Napi::Value>>();
     for (auto& ref : op->pinned) leftToMpi->push_back(std::move(ref));
   }
   if (op->EndsThread()) {
-    self.thread_.join();
-    self.tsfn_.Release();
-    napi_remove_env_cleanup_hook(env, &CommThread::AtExit, &self);
+    thread_.join();
+    uv_close(reinterpret_cast<uv_handle_t*>(&handedBack_), nullptr);
+    napi_remove_env_cleanup_hook(env, &CommThread::AtExit, this);
   }
   if (op->failure) {
     op->deferred.Reject(MakeError(env, *op->failure));
@@ -291,7 +320,15 @@ void CommThread::AtExit(void* arg) {
   auto* self = static_cast<CommThread*>(arg);
   if (!self->thread_.joinable()) return;
   self->accepting_ = false;
-  for (Op* op : self->TakeQueued()) {
+  std::vector<Op*> unsettled = self->TakeQueued();
+  {
+    std::lock_guard<std::mutex> lock(self->handBackMutex_);
+    self->handBackClosed_ = true;
+    unsettled.insert(unsettled.end(), self->handedBackOps_.begin(), self->handedBackOps_.end());
+    self->handedBackOps_.clear();
+  }
+  uv_close(reinterpret_cast<uv_handle_t*>(&self->handedBack_), nullptr);
+  for (Op* op : unsettled) {
     op->pinned.clear();
     delete op;
   }

@@ -1,6 +1,6 @@
 // The comm thread: one dedicated thread owns every MPI call (Horovod's background loop). JS
 // enqueues an Op and gets a Promise; the thread runs the Op and hands it back to the main thread
-// through a thread-safe function, which settles the Promise. The event loop never blocks on MPI.
+// through a libuv async handle, which settles the Promise. The event loop never blocks on MPI.
 // Collectives and agreements are started non-blocking and polled (Wait) against a deadline, so
 // that none waits unbounded and an urgent Op (revoke) runs even while one is stuck: it never queues
 // behind it. Past the deadline the thread revokes the communicator itself and the Op fails with a
@@ -8,6 +8,7 @@
 // no non-blocking shrink) are bounded from JS instead (withDeadline), which then ends the process.
 #pragma once
 #include <napi.h>
+#include <uv.h>
 
 #include <atomic>
 #include <chrono>
@@ -58,9 +59,6 @@ class LambdaOp : public Op {
 
 struct Unit {};
 
-// Main thread: settles an Op that the comm thread handed back, then deletes it.
-void SettleOp(Napi::Env env, Napi::Function, void*, Op* op);
-
 class CommThread {
  public:
   static CommThread& Get();
@@ -71,10 +69,10 @@ class CommThread {
   bool accepting() const { return accepting_; }
 
   // Queues `op` (main thread) and returns its Promise. Pins `pin` until it settles.
-  Napi::Promise Submit(Napi::Env env, std::unique_ptr<Op> op, std::vector<Napi::Value> pin = {});
+  Napi::Promise Submit(std::unique_ptr<Op> op, std::vector<Napi::Value> pin = {});
 
   // Queues `op` ahead of all others; it also runs while another Op is in Wait (revoke).
-  Napi::Promise SubmitUrgent(Napi::Env env, std::unique_ptr<Op> op);
+  Napi::Promise SubmitUrgent(std::unique_ptr<Op> op);
 
   // Main thread: how long Wait lets a request run before revoking its communicator (0: forever).
   void SetTimeout(std::chrono::milliseconds timeout) { timeoutMs_.store(timeout.count()); }
@@ -102,31 +100,34 @@ class CommThread {
   template <typename Run, typename ToJs>
   Napi::Promise Submit(Napi::Env env, std::vector<Napi::Value> pin, Run run, ToJs toJs) {
     using T = decltype(run());
-    return Submit(env, std::make_unique<LambdaOp<T>>(env, std::move(run), std::move(toJs)),
-                  std::move(pin));
+    return Submit(std::make_unique<LambdaOp<T>>(env, std::move(run), std::move(toJs)), std::move(pin));
   }
 
   template <typename Run, typename ToJs>
   Napi::Promise SubmitUrgent(Napi::Env env, Run run, ToJs toJs) {
     using T = decltype(run());
-    return SubmitUrgent(env, std::make_unique<LambdaOp<T>>(env, std::move(run), std::move(toJs)));
+    return SubmitUrgent(std::make_unique<LambdaOp<T>>(env, std::move(run), std::move(toJs)));
   }
 
  private:
-  friend void SettleOp(Napi::Env env, Napi::Function, void*, Op* op);
-  using Tsfn = Napi::TypedThreadSafeFunction<void, Op, &SettleOp>;
   static void AtExit(void* self);
+  static void OnHandedBack(uv_async_t* handle);
 
   void Loop();
   Op* Next();
   void Enqueue(Op* op, bool urgent);
   std::vector<Op*> TakeQueued();
   void RunOp(Op* op);      // comm thread: runs and hands back one Op
+  void HandBack(Op* op);   // any thread: queues `op` for settling on the main thread
+  void Settle(Napi::Env env, Op* op);  // main thread: settles `op`, then deletes it
   void RunUrgent();        // comm thread: runs every queued urgent Op
-  Napi::Promise Track(Napi::Env env, Op* op);
+  Napi::Promise Track(Op* op);
 
   // Main thread only.
-  Tsfn tsfn_;
+  napi_env env_ = nullptr;
+  std::unique_ptr<Napi::AsyncContext> asyncContext_;  // microtasks run as the settling ends
+  uv_async_t handedBack_;  // referenced while Ops are pending: they keep the process alive
+  std::vector<Op*> settling_;
   size_t pending_ = 0;
   bool started_ = false;
   bool accepting_ = false;
@@ -136,6 +137,11 @@ class CommThread {
   std::condition_variable wake_;
   std::deque<Op*> queue_;
   std::deque<Op*> urgent_;
+  // Ops run, to be settled. Its own mutex, never held while signalling the main thread: a main
+  // thread woken by the signal would block on it (when both threads share a core, every time).
+  std::mutex handBackMutex_;
+  std::vector<Op*> handedBackOps_;  // guarded by handBackMutex_
+  bool handBackClosed_ = false;     // guarded by handBackMutex_
   std::atomic<size_t> queued_{0};   // both queues
   std::atomic<size_t> urgentQueued_{0};
   std::atomic<long long> timeoutMs_{0};
