@@ -1,6 +1,6 @@
 // The addon's entry: init()/finalize() of MPI on the comm thread, the Communicator class, the
 // deadline of every wait, the registration of the JS error types, the progress watchdog, the
-// CPU kernels, CRC-64 and erasure coding.
+// CPU kernels, CRC-64, erasure coding and the checkpoint file writer.
 #include <napi.h>
 
 #include <cstdlib>
@@ -10,6 +10,7 @@
 #include "comm_thread.h"
 #include "cpu/cpu_kernels.h"
 #include "communicator.h"
+#include "direct_write.h"
 #include "erasure_module.h"
 #include "errors.h"
 #include "gather.h"
@@ -129,6 +130,7 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("crc64", Napi::Function::New(env, Crc64, "crc64"));
   exports.Set("gatherRows", Napi::Function::New(env, GatherRows, "gatherRows"));
   exports.Set("ec", EcExports(env));
+  InitFileWriter(env, exports);
   return exports;
 }
 

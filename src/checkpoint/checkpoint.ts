@@ -11,7 +11,7 @@ import * as path from 'node:path';
 import { syncDirectory, writeAtomically } from '../atomic-write';
 import { crc64 } from '../checksum';
 import { parameterChunks } from '../chunks';
-import { namingFile } from '../file-errors';
+import { addon } from '../native';
 import { canonicalSha256 } from './canonical-json';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
 
@@ -127,11 +127,23 @@ export function stripeRanges(state: TrainingState, n: number): { offset: number;
   return stripes;
 }
 
+/** Writes a process's stripes; its staging buffers are allocated once, so make one per process. */
+export type StripeWriter = InstanceType<typeof addon.FileWriter>;
+
+export function newStripeWriter(): StripeWriter {
+  return new addon.FileWriter();
+}
+
 /**
- * Writes rank i of n's stripes of the state file into `dir` (chunk i of every group, straight from
- * the buffers, fsynced); returns their CRC-64s, group by group.
+ * Starts writing rank i of n's stripes of the state file into `dir` (chunk i of every group,
+ * straight from the buffers, fsynced) on `writer`'s thread, and returns their CRC-64s, group by
+ * group, computed here meanwhile, and `written`, settled once they are durable. The state must not
+ * change until then. Every writer sets the file's final length, so no longer old file (an
+ * interrupted attempt, a bigger model) leaves a tail whichever writer comes last; concurrent
+ * ftruncates to one length never touch bytes another writer put below it. (A fresh file renamed in
+ * would need an ordering between ranks: one to create it first, one to rename it last.)
  */
-export function writeStripe(dir: string, state: TrainingState, i: number, n: number): string[] {
+export function writeStripe(dir: string, state: TrainingState, i: number, n: number, writer: StripeWriter): { digests: string[]; written: Promise<void> } {
   fs.mkdirSync(dir, { recursive: true });
   const header = headerOf(state);
   const P = state.params.length;
@@ -150,27 +162,9 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   const buffers = state.buffers?.data;
   const bufferPart = buffers && buffers.length > 0
     ? { at: header.length + 4 * groups.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) } : undefined;
-  const file = path.join(dir, stateFile);
-  namingFile(file, () => writeParts(file, stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])]));
-  return [...parts, ...(bufferPart ? [[bufferPart]] : [])].map((list) => crc64(...list.map((p) => p.bytes)));
-}
-
-/** pwrite of each part at its offset into a file of `bytes` bytes, fsynced. */
-function writeParts(file: string, bytes: number, parts: { at: number; bytes: Uint8Array }[]): void {
-  const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT, 0o644);
-  try {
-    // The directory may hold a longer file (an interrupted attempt, a bigger model): every writer
-    // sets the final length, so no old tail survives whichever writer comes last. Concurrent
-    // ftruncates to the same length are safe: one only drops bytes beyond that length, or extends
-    // the file with zeros past its current end, and never touches bytes another writer put below
-    // it. (A fresh file renamed in would need one writer to create it before the others open it
-    // and one to rename it after all have written: an ordering between ranks this avoids.)
-    fs.ftruncateSync(fd, bytes);
-    for (const part of parts) fs.writeSync(fd, part.bytes, 0, part.bytes.length, part.at);
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
+  const written = writer.write(path.join(dir, stateFile), stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])]);
+  const digests = [...parts, ...(bufferPart ? [[bufferPart]] : [])].map((list) => crc64(...list.map((p) => p.bytes)));
+  return { digests, written };
 }
 
 /**

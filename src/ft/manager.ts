@@ -15,7 +15,7 @@
 // once the communicator is repaired, the survivors grow it with MPI_Comm_spawn, send the newcomers
 // the parameters and where the run stands (the join), and the newcomers take the lost shards.
 import { isFailure, type Communicator } from '../comm';
-import { checkpointDir, commitCheckpoint, configSha256, pruneCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
+import { checkpointDir, commitCheckpoint, configSha256, newStripeWriter, pruneCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
 import { LazyShard, Readback } from '../data/readback';
 import type { ShardLayout } from '../data/shard-layout';
@@ -151,6 +151,8 @@ export class Manager {
   worldInitial: number;
   readonly worldHistory: CheckpointMeta['world_history'] = [];
   lastCheckpoint: string | null = null;
+  /** this rank's checkpoint stripes' writer, made at the start: its staging buffers are touched then, not during the checkpoint */
+  private readonly stripeWriter = newStripeWriter();
   /** the id the next spawned rank gets, and how many more may be spawned */
   private nextId: number;
   private respawnsLeft: number;
@@ -654,7 +656,9 @@ export class Manager {
     const dir = checkpointDir(this.config.checkpointDir, this.step);
     this.at('checkpoint-stripe');
     // the working ranks write it; spares hold nothing of their own
-    const mine = this.working ? Buffer.from(writeStripe(dir, state, this.rank, this.size).join(''), 'hex') : Buffer.alloc(0);
+    const stripe = this.working ? writeStripe(dir, state, this.rank, this.size, this.stripeWriter) : undefined;
+    await stripe?.written;
+    const mine = stripe ? Buffer.from(stripe.digests.join(''), 'hex') : Buffer.alloc(0);
     const digests = new Uint8Array(mine.length * this.size);
     this.at('checkpoint-gather');
     if (!(await this.attempt('checkpoint-gather', () => this.workers!.allgather(new Uint8Array(mine), digests)))) return false;

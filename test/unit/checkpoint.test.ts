@@ -6,7 +6,7 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { checkpointDir, commitCheckpoint, configSha256, findCheckpoint, loadCheckpoint, pruneCheckpoints, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
+import { checkpointDir, commitCheckpoint, configSha256, findCheckpoint, loadCheckpoint, newStripeWriter, pruneCheckpoints, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { crc64 } from '../../src/checksum';
 import { randomTensor } from '../helpers/gradcheck';
@@ -27,12 +27,22 @@ function meta(step: number): CheckpointMeta {
   };
 }
 
-/** Writes a checkpoint as `n` ranks would, each its stripe. */
-function write(root: string, step: number, s: TrainingState, n: number, m: CheckpointMeta = meta(step)): string {
+/** One writer per simulated rank (a process has one). */
+const writers = Array.from({ length: 7 }, () => newStripeWriter());
+
+/** Rank i of n's stripes, written and durable; their digests. */
+async function stripe(dir: string, s: TrainingState, i: number, n: number): Promise<string[]> {
+  const { digests, written } = writeStripe(dir, s, i, n, writers[i]);
+  await written;
+  return digests;
+}
+
+/** Writes a checkpoint as `n` ranks would, each its stripe, all at once. */
+async function write(root: string, step: number, s: TrainingState, n: number, m: CheckpointMeta = meta(step)): Promise<string> {
   const dir = checkpointDir(root, step);
-  // in reverse order, as ranks finish in any order
-  const digests = Array.from({ length: n }, (_, k) => n - 1 - k).map((i) => writeStripe(dir, s, i, n)).reverse();
-  commitCheckpoint(dir, m, s, digests);
+  // started in reverse order, as ranks come in any order
+  const digests = await Promise.all(Array.from({ length: n }, (_, k) => n - 1 - k).map((i) => stripe(dir, s, i, n)));
+  commitCheckpoint(dir, m, s, digests.reverse());
   return dir;
 }
 
@@ -51,9 +61,10 @@ describe('checkpoints', () => {
   });
   afterEach(() => fs.rmSync(root, { recursive: true, force: true }));
 
-  it('stripes from any number of writers make the same safetensors file, loaded back bit for bit', () => {
+  it('stripes from any number of writers make the same safetensors file, loaded back bit for bit', async () => {
     const s = state(1);
-    const files = [1, 3, 7].map((n) => fs.readFileSync(path.join(write(path.join(root, `n${n}`), 10, s, n), 'state.safetensors')));
+    const files: Buffer[] = [];
+    for (const n of [1, 3, 7]) files.push(fs.readFileSync(path.join(await write(path.join(root, `n${n}`), 10, s, n), 'state.safetensors')));
     assert.ok(files[0].equals(files[1]) && files[0].equals(files[2]));
     const decoded = decodeSafetensors(files[0], 'state.safetensors');
     assert.deepEqual(decoded.tensors.map((t) => t.name), ['params.fc.weight', 'params.fc.bias', 'params.out.weight', 'velocity.fc.weight', 'velocity.fc.bias', 'velocity.out.weight']);
@@ -69,9 +80,9 @@ describe('checkpoints', () => {
     assert.deepEqual(ranges.map((r) => r.offset + r.length), [...ranges.slice(1).map((r) => r.offset), files[0].length]);
   });
 
-  it('detects a flipped byte and a truncated file, and falls back to the previous complete checkpoint', () => {
-    write(root, 10, state(1), 2);
-    const newer = write(root, 20, state(2), 2);
+  it('detects a flipped byte and a truncated file, and falls back to the previous complete checkpoint', async () => {
+    await write(root, 10, state(1), 2);
+    const newer = await write(root, 20, state(2), 2);
     const file = path.join(newer, 'state.safetensors');
     const bytes = fs.readFileSync(file);
     bytes[bytes.length - 5] ^= 1;
@@ -89,13 +100,13 @@ describe('checkpoints', () => {
     assert.throws(() => findCheckpoint(root), new RegExp(`^Error: ${root}: no complete checkpoint \\(.*incomplete.*truncated`));
   });
 
-  it('refuses an edited step, and an edited setting whose config_sha256 was recomputed, by the manifest\'s own checksum', () => {
-    const dir = write(root, 10, state(1), 2);
+  it('refuses an edited step, and an edited setting whose config_sha256 was recomputed, by the manifest\'s own checksum', async () => {
+    const dir = await write(root, 10, state(1), 2);
     const edited = editManifest(dir, (m) => {
       m.step = 11;
     });
     assert.throws(() => verifyCheckpoint(dir), { message: `${edited}: corrupt: the manifest fails its own checksum (edited?)` });
-    const other = write(root, 20, state(2), 2);
+    const other = await write(root, 20, state(2), 2);
     editManifest(other, (m) => {
       m.config.lr = 0.1;
       m.config_sha256 = configSha256(m.config);
@@ -103,20 +114,20 @@ describe('checkpoints', () => {
     assert.throws(() => verifyCheckpoint(other), { message: `${path.join(other, 'manifest.json')}: corrupt: the manifest fails its own checksum (edited?)` });
   });
 
-  it('refuses a config_sha256 that is not its config\'s, even under a valid manifest checksum', () => {
-    const dir = write(root, 10, state(1), 2, { ...meta(10), config_sha256: configSha256({ ...config, lr: 0.1 }) });
+  it('refuses a config_sha256 that is not its config\'s, even under a valid manifest checksum', async () => {
+    const dir = await write(root, 10, state(1), 2, { ...meta(10), config_sha256: configSha256({ ...config, lr: 0.1 }) });
     assert.throws(() => verifyCheckpoint(dir), { message: `${path.join(dir, 'manifest.json')}: corrupt: config_sha256 is not the sha256 of its config` });
   });
 
-  it('verifies a manifest whatever its key order and layout, since the checksum is over canonical JSON', () => {
-    const dir = write(root, 10, state(1), 2);
+  it('verifies a manifest whatever its key order and layout, since the checksum is over canonical JSON', async () => {
+    const dir = await write(root, 10, state(1), 2);
     editManifest(dir, (m) => Object.fromEntries(Object.entries(m).reverse().map(([k, v]) => [k, k === 'config' ? Object.fromEntries(Object.entries(m.config).reverse()) : v])));
     assert.equal(verifyCheckpoint(dir).step, 10);
   });
 
-  it('passes over a newest checkpoint whose manifest was edited, saying why', () => {
-    write(root, 10, state(1), 2);
-    const newer = write(root, 20, state(2), 2);
+  it('passes over a newest checkpoint whose manifest was edited, saying why', async () => {
+    await write(root, 10, state(1), 2);
+    const newer = await write(root, 20, state(2), 2);
     editManifest(newer, (m) => {
       m.seed = 2;
     });
@@ -125,12 +136,12 @@ describe('checkpoints', () => {
     assert.deepEqual(found.skipped, [`${path.join(newer, 'manifest.json')}: corrupt: the manifest fails its own checksum (edited?)`]);
   });
 
-  it('a checkpoint written over a larger state file (a bigger model\'s) keeps no old tail: it verifies and loads', () => {
+  it('a checkpoint written over a larger state file (a bigger model\'s) keeps no old tail: it verifies and loads', async () => {
     const big = [{ name: 'fc.weight', shape: [70, 50] }, { name: 'fc.bias', shape: [70] }];
-    const dir = write(root, 10, { tensors: big, params: randomTensor(3570, 7), slots: [{ name: 'velocity', data: randomTensor(3570, 8) }], held: { from: 0, to: 3570 } }, 2);
+    const dir = await write(root, 10, { tensors: big, params: randomTensor(3570, 7), slots: [{ name: 'velocity', data: randomTensor(3570, 8) }], held: { from: 0, to: 3570 } }, 2);
     const bigBytes = fs.statSync(path.join(dir, 'state.safetensors')).size;
     const s = state(3);
-    write(root, 10, s, 3);
+    await write(root, 10, s, 3);
     const manifest = verifyCheckpoint(dir);
     assert.ok(manifest.file.bytes < bigBytes);
     assert.equal(fs.statSync(path.join(dir, 'state.safetensors')).size, manifest.file.bytes);
@@ -140,7 +151,7 @@ describe('checkpoints', () => {
     assert.deepEqual([params, velocity], [s.params, s.slots[0].data]);
   });
 
-  it('sharded state: ranks holding only their chunk of each slot write the same file as replicated state; one that lacks its chunk is refused', () => {
+  it('sharded state: ranks holding only their chunk of each slot write the same file as replicated state; one that lacks its chunk is refused', async () => {
     const slots = ['exp_avg', 'exp_avg_sq'].map((name, k) => ({ name, data: randomTensor(P, 40 + k) }));
     const whole: TrainingState = { tensors, params: randomTensor(P, 4), slots, held: { from: 0, to: P } };
     const n = 3;
@@ -149,7 +160,8 @@ describe('checkpoints', () => {
       ...whole, held: { from: bounds[i], to: bounds[i + 1] }, slots: slots.map((s) => ({ name: s.name, data: s.data.slice(bounds[i], bounds[i + 1]) })),
     });
     const dirs = ['replicated', 'sharded'].map((kind) => checkpointDir(path.join(root, kind), 5));
-    const digests = [0, 1, 2].map((i) => [writeStripe(dirs[0], whole, i, n), writeStripe(dirs[1], shard(i), i, n)]);
+    const digests: string[][][] = [];
+    for (const i of [0, 1, 2]) digests.push([await stripe(dirs[0], whole, i, n), await stripe(dirs[1], shard(i), i, n)]);
     assert.deepEqual(digests.map((d) => d[0]), digests.map((d) => d[1]));
     commitCheckpoint(dirs[1], meta(5), whole, digests.map((d) => d[1]));
     const files = dirs.map((d) => fs.readFileSync(path.join(d, 'state.safetensors')));
@@ -157,7 +169,30 @@ describe('checkpoints', () => {
     const loaded = slots.map((s) => ({ name: s.name, data: new Float32Array(P) }));
     loadCheckpoint(dirs[1], verifyCheckpoint(dirs[1]), tensors, new Float32Array(P), loaded);
     assert.deepEqual(loaded.map((s) => s.data), slots.map((s) => s.data));
-    assert.throws(() => writeStripe(dirs[1], shard(0), 1, n), { message: `writeStripe: rank 1 of 3 does not hold its chunk (elements ${bounds[1]}..${bounds[2]}) of exp_avg` });
+    assert.throws(() => writeStripe(dirs[1], shard(0), 1, n, writers[1]), { message: `writeStripe: rank 1 of 3 does not hold its chunk (elements ${bounds[1]}..${bounds[2]}) of exp_avg` });
+  });
+
+  it('stripes larger than the staging buffers, at offsets no page boundary fits, written at once over an older longer file, hold exactly the state', async () => {
+    // 3 writers of 2 groups of ~10 MB each: the middles go straight to the disk through the 4 MiB
+    // staging slots in turn, the unaligned ends (shared pages between writers) through the page cache
+    const P = 2_600_003 * 3;
+    const big = [{ name: 'w', shape: [2_600_003, 3] }];
+    const s: TrainingState = { tensors: big, params: randomTensor(P, 11), slots: [{ name: 'velocity', data: randomTensor(P, 12) }], held: { from: 0, to: P } };
+    const dir = checkpointDir(root, 10);
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, 'state.safetensors'), Buffer.alloc(2 * 4 * P + 3 * 4096 + 5, 0xff));
+    const manifest = verifyCheckpoint(await write(root, 10, s, 3));
+    const params = new Float32Array(P);
+    const velocity = new Float32Array(P);
+    loadCheckpoint(dir, manifest, big, params, [{ name: 'velocity', data: velocity }]);
+    const bytes = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+    assert.ok(bytes(params).equals(bytes(s.params)) && bytes(velocity).equals(bytes(s.slots[0].data)));
+    assert.equal(fs.statSync(path.join(dir, 'state.safetensors')).size, manifest.file.bytes);
+  });
+
+  it('a stripe that cannot be written fails naming its file, as Node\'s fs errors do', async () => {
+    const file = path.join(root, 'missing', 'state.safetensors');
+    await assert.rejects(writers[0].write(file, 8, [{ at: 0, bytes: new Uint8Array(8) }]), { message: `${file}: ENOENT: no such file or directory`, code: 'ENOENT' });
   });
 
   it('CRC-64 (ISA-L) gives the published check value and chains over pieces', () => {
@@ -166,8 +201,8 @@ describe('checkpoints', () => {
     assert.notEqual(crc64(Buffer.from('123456788')), '995dc9bbdf1939fa');
   });
 
-  it('keeps the newest complete checkpoints', () => {
-    for (const step of [5, 10, 15, 20]) write(root, step, state(step), 1);
+  it('keeps the newest complete checkpoints', async () => {
+    for (const step of [5, 10, 15, 20]) await write(root, step, state(step), 1);
     pruneCheckpoints(root, 2);
     assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000015', 'step-00000020']);
   });

@@ -1,0 +1,313 @@
+// Checkpoint stripes written at the disk's speed. A buffered write copies every byte into fresh
+// page-cache pages first, and on a VM whose memory the host backs lazily those cost more than the
+// disk itself (100 MB: about 300 ms of kernel time the first time, against about 50 ms for the
+// disk), before the fsync writes them out. Here the page-aligned middle of each byte range goes
+// through O_DIRECT, copied into a ring of aligned staging buffers (the caller's memory and offsets
+// are not aligned alike): this thread fills the next slot while a second one writes the last, so
+// the copy hides behind the disk. The unaligned ends go through the page cache. A page is written
+// by one path only, so a direct write never races another rank's buffered write of a page they
+// share. Where the file system refuses O_DIRECT (tmpfs), every byte is buffered.
+//
+// new FileWriter() allocates and touches the ring; writer.write(path, fileBytes, [{at, bytes}])
+// -> Promise: creates the file if needed, sets its length to fileBytes, writes each view's bytes
+// at `at`, fsyncs. One write at a time per writer. An I/O error rejects with an Error like Node's
+// fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
+#include "direct_write.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "args.h"
+
+namespace ft {
+
+namespace {
+// O_DIRECT needs 512 here (statx's dio alignment); a page also keeps every page to one path.
+constexpr size_t kPage = 4096;
+// Two slots of 4 MiB: large enough that the device sees deep requests, small enough to touch at
+// start-up.
+constexpr size_t kSlotBytes = size_t{4} << 20;
+constexpr int kSlots = 2;
+
+struct IoError {
+  int code;  // errno
+  const char* syscall;
+};
+
+struct Range {
+  uint64_t at;
+  const uint8_t* data;
+  size_t length;
+};
+
+uint64_t AlignUp(uint64_t x) { return (x + kPage - 1) / kPage * kPage; }
+uint64_t AlignDown(uint64_t x) { return x / kPage * kPage; }
+
+class Fd {
+ public:
+  Fd(const std::string& path, int flags) : fd_(open(path.c_str(), flags | O_CLOEXEC, 0644)) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+void WriteAll(int fd, const uint8_t* data, size_t length, uint64_t at) {
+  while (length > 0) {
+    ssize_t written = pwrite(fd, data, length, static_cast<off_t>(at));
+    if (written < 0 && errno == EINTR) continue;
+    if (written < 0) throw IoError{errno, "write"};
+    if (written == 0) throw IoError{ENOSPC, "write"};
+    data += written;
+    length -= static_cast<size_t>(written);
+    at += static_cast<uint64_t>(written);
+  }
+}
+
+// Aligned bytes through `direct`; what a short direct write leaves (no longer aligned) through
+// `buffered`.
+void WriteDirect(int direct, int buffered, const uint8_t* data, size_t length, uint64_t at) {
+  ssize_t written;
+  do written = pwrite(direct, data, length, static_cast<off_t>(at));
+  while (written < 0 && errno == EINTR);
+  if (written < 0) throw IoError{errno, "write"};
+  size_t done = static_cast<size_t>(written);
+  WriteAll(buffered, data + done, length - done, at + done);
+}
+
+// The staging slots, allocated once and touched at once: at checkpoint time fresh pages cost.
+class Ring {
+ public:
+  Ring() : memory_(static_cast<uint8_t*>(std::aligned_alloc(kPage, kSlots * kSlotBytes)), std::free) {
+    if (!memory_) throw std::bad_alloc();
+    for (size_t i = 0; i < kSlots * kSlotBytes; i += kPage) static_cast<volatile uint8_t*>(memory_.get())[i] = 0;
+  }
+  uint8_t* Slot(int i) { return memory_.get() + i * kSlotBytes; }
+
+ private:
+  std::unique_ptr<uint8_t, decltype(&std::free)> memory_;
+};
+
+// Aligned runs copied into the slots in turn by the caller while a thread of its own writes the
+// filled ones in the same turn.
+class Pipeline {
+ public:
+  Pipeline(Ring& ring, int direct, int buffered)
+      : ring_(ring), direct_(direct), buffered_(buffered), writer_([this] { WriteFilled(); }) {}
+  ~Pipeline() { Stop(); }
+
+  // `length` and `at` are multiples of kPage.
+  void Copy(const uint8_t* data, size_t length, uint64_t at) {
+    for (size_t done = 0; done < length; done += kSlotBytes) {
+      Slot& slot = slots_[next_];
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return !slot.filled || failed_; });
+        if (failed_) return;
+      }
+      slot.length = std::min(kSlotBytes, length - done);
+      slot.at = at + done;
+      std::memcpy(ring_.Slot(next_), data + done, slot.length);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        slot.filled = true;
+      }
+      changed_.notify_all();
+      next_ = (next_ + 1) % kSlots;
+    }
+  }
+
+  // Waits for the writes; throws the writer's error.
+  void Finish() {
+    Stop();
+    if (failed_) throw error_;
+  }
+
+ private:
+  struct Slot {
+    uint64_t at = 0;
+    size_t length = 0;
+    bool filled = false;
+  };
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closing_ = true;
+    }
+    changed_.notify_all();
+    if (writer_.joinable()) writer_.join();
+  }
+
+  void WriteFilled() {
+    for (int turn = 0;; turn = (turn + 1) % kSlots) {
+      Slot& slot = slots_[turn];
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return slot.filled || closing_; });
+        if (!slot.filled) return;  // closing, and everything copied is written
+      }
+      try {
+        WriteDirect(direct_, buffered_, ring_.Slot(turn), slot.length, slot.at);
+      } catch (const IoError& error) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        error_ = error;
+        failed_ = true;
+        changed_.notify_all();
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        slot.filled = false;
+      }
+      changed_.notify_all();
+    }
+  }
+
+  Ring& ring_;
+  const int direct_;
+  const int buffered_;
+  Slot slots_[kSlots];
+  int next_ = 0;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool closing_ = false;
+  bool failed_ = false;
+  IoError error_{0, ""};
+  std::thread writer_;  // last: starts once the rest is set up
+};
+
+void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const std::vector<Range>& ranges) {
+  Fd buffered(path, O_WRONLY | O_CREAT);
+  if (buffered.get() < 0) throw IoError{errno, "open"};
+  // every writer sets the final length (see writeStripe in src/checkpoint/checkpoint.ts)
+  if (ftruncate(buffered.get(), static_cast<off_t>(fileBytes)) != 0) throw IoError{errno, "ftruncate"};
+  Fd direct(path, O_WRONLY | O_DIRECT);
+  if (direct.get() < 0 && errno != EINVAL) throw IoError{errno, "open"};
+  {
+    Pipeline pipeline(ring, direct.get(), buffered.get());
+    for (const Range& range : ranges) {
+      uint64_t end = range.at + range.length;
+      uint64_t from = direct.get() < 0 ? end : std::min(AlignUp(range.at), end);
+      uint64_t to = std::max(from, AlignDown(end));
+      WriteAll(buffered.get(), range.data, from - range.at, range.at);
+      pipeline.Copy(range.data + (from - range.at), to - from, from);
+      WriteAll(buffered.get(), range.data + (to - range.at), end - to, to);
+    }
+    pipeline.Finish();
+  }
+  if (fsync(buffered.get()) != 0) throw IoError{errno, "fsync"};
+}
+
+class FileWriteWorker : public Napi::AsyncWorker {
+ public:
+  FileWriteWorker(Napi::Env env, Ring& ring, bool& busy, std::string path, uint64_t fileBytes,
+                  std::vector<Range> ranges, Napi::Object writer, Napi::Object parts)
+      : Napi::AsyncWorker(env, "FileWriter.write"), deferred_(Napi::Promise::Deferred::New(env)), ring_(ring),
+        busy_(busy), path_(std::move(path)), fileBytes_(fileBytes), ranges_(std::move(ranges)),
+        writer_(Napi::Persistent(writer)), parts_(Napi::Persistent(parts)) {}
+
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+ protected:
+  void Execute() override {
+    try {
+      WriteFile(ring_, path_, fileBytes_, ranges_);
+    } catch (const IoError& error) {
+      error_ = error;
+    }
+  }
+
+  void OnOK() override {
+    busy_ = false;
+    if (error_.code == 0) {
+      deferred_.Resolve(Env().Undefined());
+      return;
+    }
+    const char* code = uv_err_name(-error_.code);
+    Napi::Error error = Napi::Error::New(Env(), path_ + ": " + code + ": " + uv_strerror(-error_.code));
+    error.Set("code", Napi::String::New(Env(), code));
+    error.Set("syscall", Napi::String::New(Env(), error_.syscall));
+    error.Set("path", Napi::String::New(Env(), path_));
+    deferred_.Reject(error.Value());
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  Ring& ring_;
+  bool& busy_;
+  std::string path_;
+  uint64_t fileBytes_;
+  std::vector<Range> ranges_;
+  // the ring and the views' memory stay alive until the write ends
+  Napi::ObjectReference writer_;
+  Napi::ObjectReference parts_;
+  IoError error_{0, ""};
+};
+
+class FileWriter : public Napi::ObjectWrap<FileWriter> {
+ public:
+  explicit FileWriter(const Napi::CallbackInfo& info) : Napi::ObjectWrap<FileWriter>(info) {}
+
+  Napi::Value Write(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    const char* method = "FileWriter.write";
+    if (!info[0].IsString()) ThrowArg(env, method, "path", "a string", info[0]);
+    double fileBytes = info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : -1;
+    if (fileBytes < 0 || fileBytes > 9007199254740991.0 || fileBytes != static_cast<double>(static_cast<uint64_t>(fileBytes))) {
+      ThrowArg(env, method, "fileBytes", "a byte count", info[1]);
+    }
+    if (!info[2].IsArray()) ThrowArg(env, method, "parts", "an Array of {at, bytes}", info[2]);
+    auto parts = info[2].As<Napi::Array>();
+    std::vector<Range> ranges;
+    for (uint32_t i = 0; i < parts.Length(); ++i) {
+      Napi::Value part = parts.Get(i);
+      std::string name = "parts[" + std::to_string(i) + "]";
+      if (!part.IsObject()) ThrowArg(env, method, name.c_str(), "{at, bytes}", part);
+      Napi::Value at = part.As<Napi::Object>().Get("at");
+      Napi::Value bytes = part.As<Napi::Object>().Get("bytes");
+      double offset = at.IsNumber() ? at.As<Napi::Number>().DoubleValue() : -1;
+      if (!bytes.IsTypedArray()) ThrowArg(env, method, (name + ".bytes").c_str(), "a typed array", bytes);
+      auto view = bytes.As<Napi::TypedArray>();
+      if (offset < 0 || offset != static_cast<double>(static_cast<uint64_t>(offset)) || offset + view.ByteLength() > fileBytes) {
+        ThrowArg(env, method, (name + ".at").c_str(), "an offset within fileBytes of the whole view", at);
+      }
+      ranges.push_back({static_cast<uint64_t>(offset), DataOf(view), view.ByteLength()});
+    }
+    if (busy_) throw Napi::Error::New(env, "FileWriter.write: the previous write has not ended");
+    busy_ = true;
+    auto* worker = new FileWriteWorker(env, ring_, busy_, info[0].As<Napi::String>().Utf8Value(),
+                                       static_cast<uint64_t>(fileBytes), std::move(ranges), info.This().As<Napi::Object>(), parts);
+    worker->Queue();
+    return worker->Promise();
+  }
+
+ private:
+  Ring ring_;
+  bool busy_ = false;
+};
+}  // namespace
+
+void InitFileWriter(Napi::Env env, Napi::Object exports) {
+  exports.Set("FileWriter", FileWriter::DefineClass(env, "FileWriter", {FileWriter::InstanceMethod<&FileWriter::Write>("write")}));
+}
+
+}  // namespace ft
