@@ -8,7 +8,7 @@
 // fail, is never used.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { syncDirectory, writeAtomically } from '../atomic-write';
+import { syncDirectoryInBackground, writeAtomically } from '../atomic-write';
 import { crc64 } from '../checksum';
 import { parameterChunks } from '../chunks';
 import { addon } from '../native';
@@ -137,7 +137,8 @@ export function newStripeWriter(): StripeWriter {
 /**
  * Starts writing rank i of n's stripes of the state file into `dir` (chunk i of every group,
  * straight from the buffers, fsynced) on `writer`'s thread, and returns their CRC-64s, group by
- * group, computed here meanwhile, and `written`, settled once they are durable. The state must not
+ * group, computed here meanwhile, and `written`, settled once they and `dir`'s own entry are
+ * durable (the older checkpoints pruned after the commit must not outlive it). The state must not
  * change until then. Every writer sets the file's final length, so no longer old file (an
  * interrupted attempt, a bigger model) leaves a tail whichever writer comes last; concurrent
  * ftruncates to one length never touch bytes another writer put below it. (A fresh file renamed in
@@ -162,14 +163,23 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   const buffers = state.buffers?.data;
   const bufferPart = buffers && buffers.length > 0
     ? { at: header.length + 4 * groups.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) } : undefined;
-  const written = writer.write(path.join(dir, stateFile), stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])]);
+  const written = allSettled([
+    writer.write(path.join(dir, stateFile), stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])]),
+    syncDirectoryInBackground(path.dirname(dir)),
+  ]);
   const digests = [...parts, ...(bufferPart ? [[bufferPart]] : [])].map((list) => crc64(...list.map((p) => p.bytes)));
   return { digests, written };
 }
 
+/** Settles once every one of `promises` has, failing with the first one's error if any failed. */
+async function allSettled(promises: Promise<void>[]): Promise<void> {
+  const failed = (await Promise.allSettled(promises)).find((outcome) => outcome.status === 'rejected');
+  if (failed) throw (failed as PromiseRejectedResult).reason;
+}
+
 /**
- * The leader's commit: the manifest, renamed in last; then the step directory's own entry made
- * durable. `digests[c]`: what rank c's writeStripe returned.
+ * The leader's commit, once every rank's writeStripe was written: the manifest, renamed in last.
+ * `digests[c]`: what rank c's writeStripe returned.
  */
 export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: TrainingState, digests: string[][]): CheckpointManifest {
   const n = digests.length;
@@ -183,8 +193,6 @@ export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: Train
   };
   const manifest: CheckpointManifest = { ...unsealed, manifest_sha256: manifestSha256(unsealed) };
   writeAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
-  // the older checkpoints pruned next must not outlive this one's directory entry
-  syncDirectory(path.dirname(dir));
   return manifest;
 }
 
