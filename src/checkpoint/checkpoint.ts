@@ -163,7 +163,7 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   const buffers = state.buffers?.data;
   const bufferPart = buffers && buffers.length > 0
     ? { at: header.length + 4 * groups.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) } : undefined;
-  const written = allSettled([
+  const written = allDone([
     writer.write(path.join(dir, stateFile), stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])]),
     syncDirectoryInBackground(path.dirname(dir)),
   ]);
@@ -172,7 +172,7 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
 }
 
 /** Settles once every one of `promises` has, failing with the first one's error if any failed. */
-async function allSettled(promises: Promise<void>[]): Promise<void> {
+async function allDone(promises: Promise<void>[]): Promise<void> {
   const failed = (await Promise.allSettled(promises)).find((outcome) => outcome.status === 'rejected');
   if (failed) throw (failed as PromiseRejectedResult).reason;
 }
