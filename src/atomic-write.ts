@@ -45,13 +45,3 @@ export function syncDirectory(dir: string): void {
     fs.closeSync(fd);
   }
 }
-
-/** syncDirectory off the JS thread, to overlap with other writes. */
-export async function syncDirectoryInBackground(dir: string): Promise<void> {
-  const handle = await fs.promises.open(dir, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}

@@ -8,7 +8,7 @@
 // fail, is never used.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { syncDirectoryInBackground, writeAtomically } from '../atomic-write';
+import { writeAtomically } from '../atomic-write';
 import { crc64 } from '../checksum';
 import { parameterChunks } from '../chunks';
 import { addon } from '../native';
@@ -163,18 +163,9 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   const buffers = state.buffers?.data;
   const bufferPart = buffers && buffers.length > 0
     ? { at: header.length + 4 * groups.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) } : undefined;
-  const written = allDone([
-    writer.write(path.join(dir, stateFile), stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])]),
-    syncDirectoryInBackground(path.dirname(dir)),
-  ]);
+  const written = writer.write(path.join(dir, stateFile), stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])], [path.dirname(dir)]);
   const digests = [...parts, ...(bufferPart ? [[bufferPart]] : [])].map((list) => crc64(...list.map((p) => p.bytes)));
   return { digests, written };
-}
-
-/** Settles once every one of `promises` has, failing with the first one's error if any failed. */
-async function allDone(promises: Promise<void>[]): Promise<void> {
-  const failed = (await Promise.allSettled(promises)).find((outcome) => outcome.status === 'rejected');
-  if (failed) throw (failed as PromiseRejectedResult).reason;
 }
 
 /**

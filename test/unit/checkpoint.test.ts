@@ -190,9 +190,12 @@ describe('checkpoints', () => {
     assert.equal(fs.statSync(path.join(dir, 'state.safetensors')).size, manifest.file.bytes);
   });
 
-  it('a stripe that cannot be written fails naming its file, as Node\'s fs errors do', async () => {
-    const file = path.join(root, 'missing', 'state.safetensors');
-    await assert.rejects(writers[0].write(file, 8, [{ at: 0, bytes: new Uint8Array(8) }]), { message: `${file}: ENOENT: no such file or directory`, code: 'ENOENT' });
+  it('a stripe or directory that cannot be written or synced fails naming it, as Node\'s fs errors do', async () => {
+    const missing = path.join(root, 'missing');
+    const file = path.join(missing, 'state.safetensors');
+    const parts = [{ at: 0, bytes: new Uint8Array(8) }];
+    await assert.rejects(writers[0].write(file, 8, parts), { message: `${file}: ENOENT: no such file or directory`, code: 'ENOENT' });
+    await assert.rejects(writers[0].write(path.join(root, 'state.safetensors'), 8, parts, [root, missing]), { message: `${missing}: ENOENT: no such file or directory`, code: 'ENOENT' });
   });
 
   it('CRC-64 (ISA-L) gives the published check value and chains over pieces', () => {
