@@ -27,6 +27,8 @@ export interface MpirunOptions {
   sshConfig?: string;
   /** Seconds a rank may stay silent before it is declared dead (default defaultHangTimeoutS). */
   hangTimeoutS?: number;
+  /** Compute threads per rank (default 1). */
+  threads?: number;
 }
 
 export interface Command {
@@ -107,7 +109,17 @@ function clusterSettings(sshConfig: string | undefined): string[] {
 }
 
 /**
- * `mpirun --with-ft ulfm [--oversubscribe] -n N [--hostfile F] <cluster> <detector> <program>`: without
+ * Where a rank's threads may run. mpirun binds each rank to one core by default (at up to 2 ranks),
+ * and a rank's compute threads then share that core: with T > 1 threads each rank gets T cores of
+ * its own where there are enough (--map-by slot:PE=T), else the cores are left to the OS.
+ */
+function bindingSettings(ranks: number, threads: number, slots: number): string[] {
+  if (threads <= 1) return [];
+  return ranks * threads <= slots ? ['--map-by', `slot:PE=${threads}`] : ['--bind-to', 'none'];
+}
+
+/**
+ * `mpirun --with-ft ulfm [--oversubscribe] -n N [--hostfile F] <binding> <cluster> <detector> <program>`: without
  * --with-ft a dead rank ends the whole job; oversubscription (more ranks than slots: this machine's
  * cores, or the hostfile's slots) lets tests and drills run 4 or 8 ranks on a laptop; root needs
  * Open MPI's explicit consent.
@@ -119,6 +131,7 @@ export function mpirunCommand(options: MpirunOptions): Command {
     command: path.join(mpiHome, 'bin', 'mpirun'),
     args: ['--with-ft', 'ulfm', ...(options.ranks > slots ? ['--oversubscribe'] : []), '-n', String(options.ranks),
       ...(options.hostfile !== undefined ? ['--hostfile', options.hostfile] : []),
+      ...bindingSettings(options.ranks, options.threads ?? 1, slots),
       ...clusterSettings(options.sshConfig),
       ...detectorSettings(options.hangTimeoutS ?? defaultHangTimeoutS),
       ...options.program],
@@ -149,12 +162,18 @@ export function hangTimeoutOf(trainArgs: string[]): number {
   return seconds;
 }
 
+/** ft-train's --threads in `trainArgs` (1 when absent or not a whole number: ft-train itself refuses it in one line). */
+function threadsOf(trainArgs: string[]): number {
+  const threads = Number(trainFlag(trainArgs, 'threads') ?? 1);
+  return Number.isSafeInteger(threads) && threads >= 1 ? threads : 1;
+}
+
 /**
  * mpirun running ft-train (or `script`, a program over the library) with `trainArgs` on `ranks`
- * ranks; the hang detector follows its --hang-timeout.
+ * ranks; the hang detector follows its --hang-timeout, the ranks' cores its --threads.
  */
 export function trainCommand(ranks: number, trainArgs: string[], hosts: { hostfile?: string; sshConfig?: string } = {}, script = ftTrainScript): Command {
-  return mpirunCommand({ ranks, ...hosts, hangTimeoutS: hangTimeoutOf(trainArgs), program: [process.execPath, script, ...trainArgs] });
+  return mpirunCommand({ ranks, ...hosts, hangTimeoutS: hangTimeoutOf(trainArgs), threads: threadsOf(trainArgs), program: [process.execPath, script, ...trainArgs] });
 }
 
 /** Throws one line unless mpiHome holds an Open MPI whose ompi_info reports "FT MPI support: yes". */

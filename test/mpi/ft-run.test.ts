@@ -1,5 +1,6 @@
 // launch/ft-run: the mpirun command it builds (--dry-run: oversubscription against this machine's
-// cores or a hostfile's slots, the hang detector from ft-train's --hang-timeout, root's consent),
+// cores or a hostfile's slots, the hang detector from ft-train's --hang-timeout, the ranks' cores
+// from its --threads, root's consent),
 // its one-line refusals, and real jobs judged by their run directory: a finished run exits 0, a job
 // whose ranks were all killed exits 1 although mpirun exits 0, and SIGTERM ends in a clean stop.
 import { strict as assert } from 'node:assert';
@@ -21,17 +22,24 @@ function launch(args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs 
 }
 
 /** The line --dry-run should print for `ranks` ranks, `slots` slots and ft-train's `trainArgs`. */
-function expectedLine(ranks: number, slots: number, detector: string, trainArgs: string, hostfile?: string): string {
+function expectedLine(ranks: number, slots: number, detector: string, trainArgs: string, hostfile?: string, binding?: string): string {
   return [
     ...(process.getuid?.() === 0 ? ['OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'] : []),
     `${mpiHome}/bin/mpirun --with-ft ulfm`, ...(ranks > slots ? ['--oversubscribe'] : []), `-n ${ranks}`,
-    ...(hostfile ? [`--hostfile ${hostfile}`] : []),
+    ...(hostfile ? [`--hostfile ${hostfile}`] : []), ...(binding ? [binding] : []),
     `--prefix ${mpiHome} --mca coll '^han' --mca mpi_add_procs_cutoff 1024 --mca mpi_ft_propagator_with_rbcast true -x FT_RUN_JOB -x FT_TEST_JOB -x FT_BENCH_JOB`,
     detector, process.execPath, ftTrain, trainArgs,
   ].join(' ') + '\n';
 }
 
 const detector30 = '--mca mpi_ft_detector true --mca mpi_ft_detector_thread false --mca mpi_ft_detector_period 7.5 --mca mpi_ft_detector_timeout 30';
+
+/** A hostfile of one host with `slots` slots. */
+function hostfileOf(slots: number): string {
+  const file = path.join(scratch, `hosts-${slots}`);
+  fs.writeFileSync(file, `localhost slots=${slots}\n`);
+  return file;
+}
 
 describe('launch/ft-run', function () {
   this.timeout(120_000);
@@ -67,6 +75,16 @@ describe('launch/ft-run', function () {
       const job = await launch(['-n', '2', '--ssh-config', config, '--dry-run', '--', ...flags]);
       assert.equal(job.code, 0, job.stderr);
       assert.ok(job.stdout.includes(` -x FT_BENCH_JOB --prtemca plm_ssh_agent 'ssh -F ${config}' --mca mpi_ft_detector true `), job.stdout);
+    });
+
+    it('--threads T: each rank gets T cores of its own where the slots allow, else the OS places its threads', async () => {
+      const slots = os.availableParallelism();
+      const cases: [number, number, string | undefined][] = [[1, 1, undefined], [1, slots, `--map-by slot:PE=${slots}`], [2, slots, '--bind-to none'], [1, slots + 1, '--bind-to none']];
+      for (const [ranks, threads, binding] of cases) {
+        const job = await launch(['-n', String(ranks), '--hostfile', hostfileOf(slots), '--dry-run', '--', ...flags, '--threads', String(threads)]);
+        assert.equal(job.code, 0, job.stderr);
+        assert.equal(job.stdout, expectedLine(ranks, slots, detector30, `${quoted} --threads ${threads}`, hostfileOf(slots), binding));
+      }
     });
 
     it('the hang detector follows ft-train\'s last --hang-timeout', async () => {
