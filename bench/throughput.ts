@@ -2,10 +2,10 @@
 // shipped model (models/*.json) at batch 64 on one thread, against PyTorch running the same spec,
 // interleaved: per round, each model is timed here and then in a long-lived PyTorch child (the order
 // alternating from round to round), and the ratio is the median of the per-round ratios, so that the
-// drift of a shared machine cancels. Also the same kernel step at 2 threads against 1 (lenet,
-// cifarnet, interleaved alike), and a real ft-train run of each model that has a dataset here at
-// 1 rank (the whole step: batch, sum, vote, update, records), whose median step time is set against
-// the kernel-only step's. Last line JSON:
+// drift of a shared machine cancels. Also real 1-rank ft-train runs of lenet and cifarnet at
+// --threads 2 against --threads 1 (alternating, per round), and a real ft-train run of each model
+// that has a dataset here at 1 rank (the whole step: batch, sum, vote, update, records, progress),
+// whose wall-clock time per step is set against the kernel-only step's. Last line JSON:
 //   lenet_vs_pytorch (target >= 1.5), min_model_vs_pytorch (the worst model; target >= 1.3),
 //   <model>_vs_pytorch, threads2_speedup (the worse of lenet and cifarnet; target >= 1.6),
 //   step_vs_kernels_1rank (the worst model's real step / kernel-only step; target <= 1.1), models.
@@ -86,18 +86,18 @@ function startPytorch(): { imagesPerS: (net: Net) => Promise<number>; stop: () =
   };
 }
 
-/** Wall-clock ms per step from step 50 on of a real 1-rank ft-train run of `name` (300 steps, batch 64). */
-function realStepMs(name: string, dataset: string): number {
+/** Wall-clock ms per step from step 30 on of a real 1-rank ft-train run of `name` (batch 64). */
+function realStepMs(name: string, dataset: string, threads = 1, steps = 300): number {
   const runDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-step-'));
   fs.rmdirSync(runDir);
   try {
     const result = spawnSync(path.join(root, 'launch', 'ft-run'), ['-n', '1', '--', '--model', path.join(root, 'models', `${name}.json`),
-      '--data', path.join(root, 'datasets', dataset), '--steps', '300', '--batch', String(batch), '--run-dir', runDir], { encoding: 'utf8', timeout: 300_000 });
+      '--data', path.join(root, 'datasets', dataset), '--steps', String(steps), '--batch', String(batch), '--threads', String(threads), '--run-dir', runDir], { encoding: 'utf8', timeout: 300_000 });
     if (result.status !== 0) throw new Error(`ft-train run of ${name} failed:\n${result.stderr}`);
-    // wall-clock per step from step 50 on: the whole loop, records and progress included (a step's
+    // wall-clock per step from step 30 on: the whole loop, records and progress included (a step's
     // own step_ms leaves out what follows its commit)
-    const steps = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; time: number });
-    const [first, last] = [steps[50], steps[steps.length - 1]];
+    const records = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; time: number });
+    const [first, last] = [records[30], records[records.length - 1]];
     return (last.time - first.time) / (last.step - first.step);
   } finally {
     fs.rmSync(runDir, { recursive: true, force: true });
@@ -130,24 +130,24 @@ async function main(): Promise<void> {
   }
   pytorch.stop();
 
+  // threads: real 1-rank runs (ft-run places a rank's threads on cores of their own), 1 and 2 alternating
   const threadRatios = new Map<string, number[]>(threadModels.map((m) => [m, []]));
   for (let round = 0; round < rounds; ++round) {
-    process.stderr.write(`[bench] round ${round + 1}/${rounds}: 1 thread and 2, alternating ...\n`);
+    process.stderr.write(`[bench] round ${round + 1}/${rounds}: real runs at --threads 1 and 2, alternating ...\n`);
     for (const model of threadModels) {
-      const { step } = steps.get(model)!;
-      const rate = (threads: number): number => { cpu.setThreads(threads); return imagesPerS(step); };
+      const dataset = datasets[steps.get(model)!.net.spec.input.join(',')];
+      const ms = (threads: number): number => realStepMs(model, dataset, threads, 150);
       let one: number, two: number;
       if (round % 2 === 0) {
-        one = rate(1);
-        two = rate(2);
+        one = ms(1);
+        two = ms(2);
       } else {
-        two = rate(2);
-        one = rate(1);
+        two = ms(2);
+        one = ms(1);
       }
-      threadRatios.get(model)!.push(two / one);
+      threadRatios.get(model)!.push(one / two);
     }
   }
-  cpu.setThreads(1);
 
   const real = new Map<string, number>();
   for (const model of models) {

@@ -48,6 +48,11 @@ interface Addon {
 const addonPath = path.resolve(__dirname, '..', '..', 'build', 'Release', 'ft_train_native.node');
 
 function load(): Addon {
+  // OpenMP (oneDNN's threads) reads this as the addon loads: unset, it pinned the loading thread to
+  // the first core it may use, so that every rank of a job mpirun does not bind to one core (more
+  // ranks than cores, --bind-to none) ran on core 0 alone. setThreads(n > 1) pins the kernels'
+  // threads instead, a core each (binding/src/cpu/cpu_module.cc).
+  process.env.OMP_PROC_BIND ??= 'false';
   let addon: Addon;
   try {
     addon = require(addonPath) as Addon;
