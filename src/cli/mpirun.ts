@@ -109,6 +109,13 @@ function clusterSettings(sshConfig: string | undefined): string[] {
 }
 
 /**
+ * libnbc's ring for MPI_Iallreduce (the comm thread's allreduce is non-blocking, so that a wait can
+ * be bounded): its default for an in-place call, a binomial reduce then broadcast, took 2.1 ms for
+ * 4 MiB at 2 ranks here, against 0.55 ms for the blocking MPI_Allreduce and 0.42 ms for the ring.
+ */
+const collectiveSettings = ['--mca', 'coll_libnbc_iallreduce_algorithm', 'ring'];
+
+/**
  * Where a rank's threads may run. mpirun binds each rank to one core by default (at up to 2 ranks),
  * and a rank's compute threads then share that core: with T > 1 threads each rank gets T cores of
  * its own where there are enough (--map-by slot:PE=T), else the cores are left to the OS.
@@ -119,7 +126,7 @@ function bindingSettings(ranks: number, threads: number, slots: number): string[
 }
 
 /**
- * `mpirun --with-ft ulfm [--oversubscribe] -n N [--hostfile F] <binding> <cluster> <detector> <program>`: without
+ * `mpirun --with-ft ulfm [--oversubscribe] -n N [--hostfile F] <binding> <cluster> <collectives> <detector> <program>`: without
  * --with-ft a dead rank ends the whole job; oversubscription (more ranks than slots: this machine's
  * cores, or the hostfile's slots) lets tests and drills run 4 or 8 ranks on a laptop; root needs
  * Open MPI's explicit consent.
@@ -133,6 +140,7 @@ export function mpirunCommand(options: MpirunOptions): Command {
       ...(options.hostfile !== undefined ? ['--hostfile', options.hostfile] : []),
       ...bindingSettings(options.ranks, options.threads ?? 1, slots),
       ...clusterSettings(options.sshConfig),
+      ...collectiveSettings,
       ...detectorSettings(options.hangTimeoutS ?? defaultHangTimeoutS),
       ...options.program],
     env: { ...process.env, ...envSet },

@@ -28,6 +28,7 @@ function expectedLine(ranks: number, slots: number, detector: string, trainArgs:
     `${mpiHome}/bin/mpirun --with-ft ulfm`, ...(ranks > slots ? ['--oversubscribe'] : []), `-n ${ranks}`,
     ...(hostfile ? [`--hostfile ${hostfile}`] : []), ...(binding ? [binding] : []),
     `--prefix ${mpiHome} --mca coll '^han' --mca mpi_add_procs_cutoff 1024 --mca mpi_ft_propagator_with_rbcast true -x FT_RUN_JOB -x FT_TEST_JOB -x FT_BENCH_JOB`,
+    '--mca coll_libnbc_iallreduce_algorithm ring',
     detector, process.execPath, ftTrain, trainArgs,
   ].join(' ') + '\n';
 }
@@ -74,7 +75,7 @@ describe('launch/ft-run', function () {
       fs.writeFileSync(config, 'Host *\n  User root\n');
       const job = await launch(['-n', '2', '--ssh-config', config, '--dry-run', '--', ...flags]);
       assert.equal(job.code, 0, job.stderr);
-      assert.ok(job.stdout.includes(` -x FT_BENCH_JOB --prtemca plm_ssh_agent 'ssh -F ${config}' --mca mpi_ft_detector true `), job.stdout);
+      assert.ok(job.stdout.includes(` -x FT_BENCH_JOB --prtemca plm_ssh_agent 'ssh -F ${config}' --mca coll_libnbc_iallreduce_algorithm ring --mca mpi_ft_detector true `), job.stdout);
     });
 
     it('--threads T: each rank gets T cores of its own where the slots allow, else the OS places its threads', async () => {
