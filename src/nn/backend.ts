@@ -1,8 +1,9 @@
 // The compute backend that layers call, one implementation per device. Shapes are plain tuples so
 // that a GPU backend (cuDNN, cuBLAS) can slot in beside the CPU one without touching the layers.
 // All tensors are row-major Float32Arrays: activations NCHW, convolution weights OIHW
-// (out, in, kh, kw), linear weights [out, in]. Convolutions and poolings also take activations in
-// the backend's blocked layout (see channelBlock), so that a run of them skips the reorders between.
+// (out, in, kh, kw), linear weights [out, in]. Convolutions, poolings, batchnorm and global average
+// pooling also take activations in the backend's blocked layout (see channelBlock), so that a run of
+// them skips the reorders between.
 
 /** `[N, C, H, W, K, R, S, stride, pad]`: input N x C x H x W, K filters of C x R x S. */
 export type ConvShape = [number, number, number, number, number, number, number, number, number];
@@ -47,16 +48,18 @@ export interface Backend {
   /**
    * Batchnorm on the batch's statistics, per channel over N x S values: mean, unbiased variance (0
    * when N S = 1) and invStd = 1 / sqrt(biased variance + eps) into the [C] arrays; xhat = (x - mean)
-   * invStd; y = xhat w + b. Sums in float64, sample by sample, then position by position.
+   * invStd; y = xhat w + b. Sums in float64, sample by sample, then position by position, in either
+   * layout (x, y, xhat and, below, dy and dx in `layout`, 'plain' unless given; the blocked one for
+   * [N, C, H, W] with S = H W).
    */
   batchnormForwardTrain(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, xhat: Float32Array,
-    mean: Float64Array, unbiased: Float64Array, invStd: Float64Array, eps: number, shape: NormShape): void;
+    mean: Float64Array, unbiased: Float64Array, invStd: Float64Array, eps: number, shape: NormShape, layout?: Layout): void;
   /** y = (x - runningMean) w / sqrt(runningVar + eps) + b, per channel. */
   batchnormForwardEval(x: Float32Array, w: Float32Array, b: Float32Array, runningMean: Float32Array,
-    runningVar: Float32Array, y: Float32Array, eps: number, shape: NormShape): void;
+    runningVar: Float32Array, y: Float32Array, eps: number, shape: NormShape, layout?: Layout): void;
   /** Per channel: dw = sum(dy xhat), db = sum(dy), dx (skipped when null) = w invStd (dy - mean(dy) - xhat mean(dy xhat)). */
   batchnormBackward(dy: Float32Array, xhat: Float32Array, w: Float32Array, invStd: Float64Array,
-    dx: Float32Array | null, dw: Float32Array, db: Float32Array, shape: NormShape): void;
+    dx: Float32Array | null, dw: Float32Array, db: Float32Array, shape: NormShape, layout?: Layout): void;
   /**
    * Layernorm of each of N samples over its D values: invStd[N] = 1 / sqrt(biased variance + eps),
    * xhat = (x - mean) invStd, y = xhat w + b (w, b: [D]). Sums in float64, in position order.
@@ -66,10 +69,10 @@ export interface Backend {
   /** With g = dy w, per sample: dx (skipped when null) = invStd (g - mean(g) - xhat mean(g xhat)); dw = sum_n dy xhat, db = sum_n dy. */
   layernormBackward(dy: Float32Array, xhat: Float32Array, w: Float32Array, invStd: Float64Array,
     dx: Float32Array | null, dw: Float32Array, db: Float32Array, shape: [number, number]): void;
-  /** `shape` = [maps, area]: y[map] = the mean of the map's `area` values (float64 sum, in order). */
-  globalAvgPoolForward(x: Float32Array, y: Float32Array, shape: [number, number]): void;
-  /** dx = dy / area at every position of each map. */
-  globalAvgPoolBackward(dy: Float32Array, dx: Float32Array, shape: [number, number]): void;
+  /** y[N, C] = the mean of each channel's S values of x[N, C, S] (float64 sum, in order); x in `layout`. */
+  globalAvgPoolForward(x: Float32Array, y: Float32Array, shape: NormShape, layout?: Layout): void;
+  /** dx = dy / S at every position of each channel's map; dx in `layout`. */
+  globalAvgPoolBackward(dy: Float32Array, dx: Float32Array, shape: NormShape, layout?: Layout): void;
   reluForward(x: Float32Array, y: Float32Array): void;
   reluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array): void;
   /** acc += x, element-wise. */

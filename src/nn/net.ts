@@ -4,9 +4,10 @@
 // update in `statistics` (see layers/batchnorm.ts). Shapes are checked while the layers are built,
 // before any buffer exists. Backward visits the layers in reverse spec order; an output read by
 // several layers gets the sum of their gradients, added in that order.
-// Layouts: convolutions write the backend's blocked layout, poolings and ReLUs keep their input's,
-// so a run of them never leaves it; the net reorders a blocked output to plain once for the layers
-// (and the loss) that read plain, and their input gradients back to blocked.
+// Layouts: convolutions write the backend's blocked layout; poolings, ReLUs, batchnorms and adds (of
+// inputs in one layout) keep their input's, and global average pooling reads either, so a residual
+// network never leaves it; the net reorders a blocked output to plain once for the layers (and the
+// loss) that read plain, and their input gradients back to blocked.
 import type { Backend, Layout } from './backend';
 import { type BatchKey, type Layer, type LayerContext, type MergeLayer, Scratch, activationLength, product } from './layer';
 import { Add } from './layers/add';
@@ -41,13 +42,13 @@ export interface StepResult {
 
 const shapeText = (shape: number[]): string => `[${shape.join(', ')}]`;
 
-/** Layer types that take their input in either layout. */
-const layoutTaking = new Set<LayerSpec['type']>(['conv', 'maxpool', 'avgpool', 'relu']);
+/** Layer types that take their input in either layout (add: where all its inputs share one). */
+const layoutTaking = new Set<LayerSpec['type']>(['conv', 'maxpool', 'avgpool', 'relu', 'batchnorm', 'add', 'globalavgpool']);
 
-/** The layout of a layer's output, given its input's (the layout it reads: plain unless layoutTaking). */
+/** The layout of a layer's output, given the layout it reads its input in (plain unless it takes either). */
 function outputLayout(spec: LayerSpec, inLayout: Layout, backend: Backend): Layout {
   if (spec.type === 'conv') return backend.channelBlock > 1 ? 'blocked' : 'plain';
-  return layoutTaking.has(spec.type) ? inLayout : 'plain';
+  return spec.type === 'globalavgpool' ? 'plain' : inLayout;
 }
 
 function buildLayer(spec: LayerSpec, inShapes: number[][], inNames: string[], ctx: LayerContext,
@@ -78,12 +79,12 @@ function buildLayer(spec: LayerSpec, inShapes: number[][], inNames: string[], ct
     case 'dropout':
       return new Dropout(spec.name, inShape, spec.p, ctx);
     case 'batchnorm':
-      return new BatchNorm(spec.name, inShape, spec.momentum, spec.eps, ctx);
+      return new BatchNorm(spec.name, inShape, spec.momentum, spec.eps, ctx, inLayout);
     case 'layernorm':
       return new LayerNorm(spec.name, inShape, spec.eps, ctx);
     case 'globalavgpool':
       image();
-      return new GlobalAvgPool(spec.name, inShape, ctx);
+      return new GlobalAvgPool(spec.name, inShape, ctx, inLayout);
     case 'add':
       inShapes.forEach((shape, k) => {
         if (shapeText(shape) !== shapeText(inShape)) {
@@ -144,8 +145,9 @@ export class Net {
       const sources = inputIndices(spec, index);
       const reserved = this.params.views.length;
       const context = { backend, params: this.params, buffers: this.state, index };
-      const takesLayout = layoutTaking.has(layerSpec.type);
-      const inLayout = takesLayout && sources[0] >= 0 ? this.layouts[sources[0]] : 'plain';
+      const sourceLayouts = sources.map((j): Layout => (j >= 0 ? this.layouts[j] : 'plain'));
+      const takesLayout = layoutTaking.has(layerSpec.type) && sourceLayouts.every((layout) => layout === sourceLayouts[0]);
+      const inLayout = takesLayout ? sourceLayouts[0] : 'plain';
       const outLayout = outputLayout(layerSpec, inLayout, backend);
       const layer = buildLayer(layerSpec, sources.map(shapeOf), sources.map(nameOf), context, inLayout, outLayout, fail);
       if (layer.outShape.some((d) => d < 1)) fail(`output shape [${layer.outShape.join(', ')}] is empty`);

@@ -131,6 +131,51 @@ describe('CPU kernels', () => {
     });
   }
 
+  for (const channels of [20, 32]) {
+    it(`batchnorm and global average pooling of ${channels} channels in the blocked layout: the same bits as in plain`, () => {
+      const [n, h, w] = [3, 5, 7];
+      const dims: [number, number, number, number] = [n, channels, h, w];
+      const shape: [number, number, number] = [n, channels, h * w];
+      const length = (layout: Layout): number => activationLength(cpu, [channels, h, w], n, layout);
+      const x = randomTensor(length('plain'), 41), dyPlain = randomTensor(length('plain'), 42), dpooled = randomTensor(n * channels, 43);
+      const weight = randomTensor(channels, 44), bias = randomTensor(channels, 45);
+      const runningMean = randomTensor(channels, 46), runningVar = randomTensor(channels, 47).map(Math.abs);
+      const toLayout = (t: Float32Array, layout: Layout): Float32Array => {
+        if (layout === 'plain') return t;
+        const blocked = new Float32Array(length('blocked'));
+        cpu.convertLayout(t, blocked, dims, 'blocked');
+        return blocked;
+      };
+      const toPlain = (t: Float32Array, layout: Layout): Float32Array => {
+        if (layout === 'plain') return t;
+        const plain = new Float32Array(length('plain'));
+        cpu.convertLayout(t, plain, dims, 'plain');
+        // the reorder back pads with zeros: so must the kernels have, for the convolutions reading their padding
+        assert.ok(Buffer.from(toLayout(plain, 'blocked').buffer).equals(Buffer.from(t.buffer)), 'padding channels are zero');
+        return plain;
+      };
+      const run = (layout: Layout): Array<Float32Array | Float64Array> => {
+        const xs = toLayout(x, layout), dy = toLayout(dyPlain, layout);
+        const y = new Float32Array(xs.length), xhat = new Float32Array(xs.length), yEval = new Float32Array(xs.length);
+        const dx = new Float32Array(xs.length), dxPool = new Float32Array(xs.length), pooled = new Float32Array(n * channels);
+        const [mean, unbiased, invStd] = [new Float64Array(channels), new Float64Array(channels), new Float64Array(channels)];
+        const [dw, db] = [new Float32Array(channels), new Float32Array(channels)];
+        cpu.batchnormForwardTrain(xs, weight, bias, y, xhat, mean, unbiased, invStd, 1e-5, shape, layout);
+        cpu.batchnormForwardEval(xs, weight, bias, runningMean, runningVar, yEval, 1e-5, shape, layout);
+        cpu.batchnormBackward(dy, xhat, weight, invStd, dx, dw, db, shape, layout);
+        cpu.globalAvgPoolForward(xs, pooled, shape, layout);
+        cpu.globalAvgPoolBackward(dpooled, dxPool, shape, layout);
+        return [toPlain(y, layout), toPlain(xhat, layout), toPlain(yEval, layout), toPlain(dx, layout), toPlain(dxPool, layout),
+          mean, unbiased, invStd, dw, db, pooled];
+      };
+      const plain = run('plain');
+      const blocked = run('blocked');
+      ['y', 'xhat', 'y (eval)', 'dx', 'dx (pooling)', 'mean', 'unbiased', 'invStd', 'dw', 'db', 'pooled'].forEach((name, i) => {
+        assert.ok(Buffer.from(blocked[i].buffer).equals(Buffer.from(plain[i].buffer)), `${name} differs between layouts`);
+      });
+    });
+  }
+
   it('linear: forward and gradients (input, weights, bias)', () => {
     const [n, i, o] = [5, 7, 3];
     const x = randomTensor(n * i, 7), w = randomTensor(o * i, 8), b = randomTensor(o, 9);
@@ -219,7 +264,7 @@ describe('CPU kernels', () => {
       { name: 'TypeError', message: 'batchnormForwardTrain: expected mean to be a Float64Array of 2 elements, got Float32Array' });
     assert.throws(() => cpu.layernormForward(values, two, two, values, values, new Float64Array(4), 0, [4, 2]),
       { name: 'TypeError', message: 'layernormForward: expected eps to be a number > 0, got number 0' });
-    assert.throws(() => cpu.globalAvgPoolForward(values, new Float32Array(3), [4, 2]),
+    assert.throws(() => cpu.globalAvgPoolForward(values, new Float32Array(3), [2, 2, 2]),
       { name: 'TypeError', message: 'globalAvgPoolForward: expected y to be a Float32Array of 4 elements, got Float32Array of 3' });
     assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape, 'nhwc' as Layout),
       { name: 'TypeError', message: "conv2dForward: expected xLayout to be 'plain' or 'blocked', got string" });

@@ -38,8 +38,6 @@ dnnl::stream& Stream() {
 
 memory Wrap(const memory::desc& desc, float* data) { return memory(desc, Engine(), data); }
 
-enum class Layout { kPlain, kBlocked };
-
 // The blocked layout: nChw16c or nChw8c after ChannelBlock(), plain where the convolutions use none.
 Tag BlockedTag() {
   static const Tag tag = [] {
@@ -180,18 +178,6 @@ algorithm PoolKindArg(const Napi::CallbackInfo& info, const char* method) {
     if (kind == "avg") return algorithm::pooling_avg_include_padding;
   }
   ThrowArg(info.Env(), method, "kind", "'max' or 'avg'", value);
-}
-
-// An optional layout argument: 'plain' (the default) or 'blocked'.
-Layout LayoutArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name) {
-  Napi::Value value = info[index];
-  if (value.IsUndefined()) return Layout::kPlain;
-  if (value.IsString()) {
-    std::string layout = value.As<Napi::String>();
-    if (layout == "plain") return Layout::kPlain;
-    if (layout == "blocked") return Layout::kBlocked;
-  }
-  ThrowArg(info.Env(), method, name, "'plain' or 'blocked'", value);
 }
 
 size_t Count(const memory::desc& desc) { return desc.get_size() / sizeof(float); }

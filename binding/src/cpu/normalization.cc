@@ -1,6 +1,7 @@
 // Batch normalisation, layer normalisation and global average pooling, forward and backward.
 // Every sum runs in double, one value after another in a fixed order (sample, then position), so
-// the results are the same bits as the TypeScript loops these kernels replace, on any machine.
+// the results are the same bits as the TypeScript loops these kernels replace, on any machine, and
+// in either activation layout: the blocked one changes where a channel's values lie, not their order.
 // That order makes each sum one chain of dependent adds; the speed comes from running the chains
 // of several channels (or samples) side by side, never from reordering a chain.
 #include <array>
@@ -16,17 +17,24 @@
 namespace ft::cpu {
 
 namespace {
-// `count` groups of values; group g is `runs` runs of `length` contiguous values, run r starting at
-// g * groupStride + r * runStride. Batchnorm's channel c of [N, C, S]: runs N, length S, groupStride
-// S, runStride C S. A sample of [N, D], or a channel map of global pooling: runs 1, length D.
+// `count` groups of values; group g is `runs` runs of `length` values `step` apart, run r starting at
+// Start(g) + r * runStride. Groups come in bunches of `bunch` adjacent ones (the channels of one
+// block of the blocked layout), a bunch `bunchStride` after the previous one.
+// Batchnorm's channel c of [N, C, S] in the blocked layout (block B, C padded to Cp): runs N,
+// length S, step B, runStride Cp S, bunch B, bunchStride S B; plain is the same with B = 1.
+// A sample of [N, D], or a channel map of global pooling: runs 1, length D.
 struct Groups {
-  size_t count, runs, length, groupStride, runStride;
+  size_t count, runs, length, step, runStride, bunch, bunchStride;
+  size_t Start(size_t g) const { return (g / bunch) * bunchStride + g % bunch; }
 };
 
 // How many chains of dependent adds run side by side: enough to hide the add's latency, few enough
 // that the streams they read (one per chain's group and array) stay in L1's ways when groups lie a
 // multiple of 4 KiB apart.
 constexpr size_t kChains = 8;
+// Where a bunch's groups interleave (the blocked layout), its chains all read the same stream:
+// as many as a 64-byte line holds floats, so that each line is read once per pass.
+constexpr size_t kInterleavedChains = 16;
 
 // Calls block(first, lanes) over the groups, Lanes at a time, then one at a time; lanes is a
 // std::integral_constant, so that each block's loops have a fixed number of chains.
@@ -37,17 +45,35 @@ void InBlocks(size_t count, Block block) {
   for (; g < count; ++g) block(g, std::integral_constant<size_t, 1>());
 }
 
+// InBlocks with the number of chains that suits the groups' layout, each chain making Sums sums.
+template <size_t Sums, typename Block>
+void InLaneBlocks(const Groups& groups, Block block) {
+  if (groups.bunch > 1) {
+    InBlocks<kInterleavedChains>(groups.count, block);
+  } else {
+    InBlocks<kChains / Sums>(groups.count, block);
+  }
+}
+
+template <size_t Lanes>
+std::array<size_t, Lanes> Starts(const Groups& groups, size_t first) {
+  std::array<size_t, Lanes> start;
+  for (size_t lane = 0; lane < Lanes; ++lane) start[lane] = groups.Start(first + lane);
+  return start;
+}
+
 // For groups first .. first + Lanes - 1, Sums double sums over each group's values in run order,
 // then position order: term(g, at) gives the Sums values to add for the value at index `at`;
 // done(g, sums) receives the totals.
 template <size_t Sums, size_t Lanes, typename Term, typename Done>
 void SumLanes(const Groups& groups, size_t first, Term term, Done done) {
+  std::array<size_t, Lanes> start = Starts<Lanes>(groups, first);
   std::array<std::array<double, Lanes>, Sums> acc{};
   for (size_t r = 0; r < groups.runs; ++r) {
     for (size_t i = 0; i < groups.length; ++i) {
+      size_t offset = r * groups.runStride + i * groups.step;
       for (size_t lane = 0; lane < Lanes; ++lane) {
-        size_t g = first + lane;
-        std::array<double, Sums> t = term(g, g * groups.groupStride + r * groups.runStride + i);
+        std::array<double, Sums> t = term(first + lane, start[lane] + offset);
         for (size_t s = 0; s < Sums; ++s) acc[s][lane] += t[s];
       }
     }
@@ -61,7 +87,7 @@ void SumLanes(const Groups& groups, size_t first, Term term, Done done) {
 
 template <size_t Sums, typename Term, typename Done>
 void SumGroups(const Groups& groups, Term term, Done done) {
-  InBlocks<kChains / Sums>(groups.count, [&](size_t first, auto lanes) {
+  InLaneBlocks<Sums>(groups, [&](size_t first, auto lanes) {
     SumLanes<Sums, decltype(lanes)::value>(groups, first, term, done);
   });
 }
@@ -69,20 +95,53 @@ void SumGroups(const Groups& groups, Term term, Done done) {
 // Calls f(at) for every value of group g: the element-wise passes.
 template <typename F>
 void ForEachValueOf(const Groups& groups, size_t g, F f) {
+  size_t start = groups.Start(g);
   for (size_t r = 0; r < groups.runs; ++r) {
-    size_t start = g * groups.groupStride + r * groups.runStride;
-    for (size_t at = start; at < start + groups.length; ++at) f(at);
+    for (size_t i = 0; i < groups.length; ++i) f(start + r * groups.runStride + i * groups.step);
   }
 }
 
-// [N, C, S] as batchnorm's groups: one per channel.
-Groups ChannelGroups(const std::vector<int>& d) {
-  size_t n = d[0], c = d[1], s = d[2];
-  return Groups{c, n, s, s, c * s};
+// Calls f(g, at) for every value of groups first .. first + Lanes - 1: contiguous groups one after
+// another, interleaved ones position by position, so that each line is visited once.
+template <size_t Lanes, typename F>
+void ForEachValueOfLanes(const Groups& groups, size_t first, F f) {
+  if (groups.bunch == 1) {
+    for (size_t g = first; g < first + Lanes; ++g) ForEachValueOf(groups, g, [&](size_t at) { f(g, at); });
+    return;
+  }
+  std::array<size_t, Lanes> start = Starts<Lanes>(groups, first);
+  for (size_t r = 0; r < groups.runs; ++r) {
+    for (size_t i = 0; i < groups.length; ++i) {
+      size_t offset = r * groups.runStride + i * groups.step;
+      for (size_t lane = 0; lane < Lanes; ++lane) f(first + lane, start[lane] + offset);
+    }
+  }
+}
+
+// The channel block of `layout`'s [N, C, S] activations (1: plain), and C padded to it.
+size_t BlockOf(Layout layout) { return layout == Layout::kBlocked ? static_cast<size_t>(ChannelBlock()) : 1; }
+size_t Padded(size_t c, size_t block) { return (c + block - 1) / block * block; }
+
+// [N, C, S] in `layout` as batchnorm's groups: one per channel.
+Groups ChannelGroups(const std::vector<int>& d, Layout layout) {
+  size_t n = d[0], c = d[1], s = d[2], block = BlockOf(layout);
+  return Groups{c, n, s, block, Padded(c, block) * s, block, s * block};
+}
+
+// [N, C, S] in `layout` as global pooling's groups: one per channel map, padding channels included
+// (map g is sample g / Cp's channel g % Cp).
+Groups MapGroups(const std::vector<int>& d, Layout layout) {
+  size_t n = d[0], c = d[1], s = d[2], block = BlockOf(layout);
+  return Groups{n * Padded(c, block), 1, s, block, 0, block, s * block};
+}
+
+// Elements of an [N, C, S] activation in `layout`.
+size_t ActivationSize(const std::vector<int>& d, Layout layout) {
+  return static_cast<size_t>(d[0]) * Padded(d[1], BlockOf(layout)) * d[2];
 }
 
 // [N, D] as one group per sample.
-Groups SampleGroups(size_t n, size_t d) { return Groups{n, 1, d, d, 0}; }
+Groups SampleGroups(size_t n, size_t d) { return Groups{n, 1, d, 1, 0, 1, d}; }
 
 double EpsArg(const Napi::CallbackInfo& info, size_t i, const char* method) {
   double eps = NumberArg(info, i, method, "eps");
@@ -90,14 +149,15 @@ double EpsArg(const Napi::CallbackInfo& info, size_t i, const char* method) {
   return eps;
 }
 
-// Normalises each group of x in two passes, mean = sum(x) / m, then squares = sum((x - mean)^2),
-// and calls normalise(g, mean, squares, 1 / sqrt(squares / m + eps)) once per group.
-template <typename Normalise>
-void NormaliseGroups(const Groups& groups, const float* x, double eps, Normalise normalise) {
+// Normalises each group of x in two passes, mean = sum(x) / m, then squares = sum((x - mean)^2);
+// calls stats(g, mean, squares, invStd) once per group, invStd = 1 / sqrt(squares / m + eps), then
+// value(g, at, mean, invStd) for each of its values.
+template <typename Stats, typename Value>
+void NormaliseGroups(const Groups& groups, const float* x, double eps, Stats stats, Value value) {
   double m = static_cast<double>(groups.runs * groups.length);
-  InBlocks<kChains>(groups.count, [&](size_t first, auto lanes) {
+  InLaneBlocks<1>(groups, [&](size_t first, auto lanes) {
     constexpr size_t kLanes = decltype(lanes)::value;
-    std::array<double, kLanes> mean;
+    std::array<double, kLanes> mean, inv;
     using One = std::array<double, 1>;
     SumLanes<1, kLanes>(
         groups, first, [&](size_t, size_t at) { return One{x[at]}; },
@@ -109,19 +169,23 @@ void NormaliseGroups(const Groups& groups, const float* x, double eps, Normalise
           return One{centred * centred};
         },
         [&](size_t g, const One& squares) {
-          normalise(g, mean[g - first], squares[0], 1.0 / std::sqrt(squares[0] / m + eps));
+          inv[g - first] = 1.0 / std::sqrt(squares[0] / m + eps);
+          stats(g, mean[g - first], squares[0], inv[g - first]);
         });
+    ForEachValueOfLanes<kLanes>(groups, first, [&](size_t g, size_t at) { value(g, at, mean[g - first], inv[g - first]); });
   });
 }
 }  // namespace
 
-// batchnormForwardTrain(x, w, b, y, xhat, mean, unbiased, invStd, eps, [N, C, S]): per channel,
-// the batch's mean, unbiased variance (0 when N S = 1) and 1 / sqrt(biased variance + eps), all
-// Float64Array [C]; xhat = (x - mean) invStd (float32), y = xhat w + b.
+// batchnormForwardTrain(x, w, b, y, xhat, mean, unbiased, invStd, eps, [N, C, S], layout?): per
+// channel, the batch's mean, unbiased variance (0 when N S = 1) and 1 / sqrt(biased variance + eps),
+// all Float64Array [C]; xhat = (x - mean) invStd (float32), y = xhat w + b. x, y and xhat in
+// `layout`; the padding channels of y and xhat are left as they are.
 Napi::Value BatchnormForwardTrain(const Napi::CallbackInfo& info) {
   const char* m = "batchnormForwardTrain";
   std::vector<int> d = DimsArg(info, 9, m, "shape", 3);
-  size_t size = static_cast<size_t>(d[0]) * d[1] * d[2], c = d[1];
+  Layout layout = LayoutArg(info, 10, m, "layout");
+  size_t size = ActivationSize(d, layout), c = d[1];
   const float* x = FloatArg(info, 0, m, "x", size);
   const float* w = FloatArg(info, 1, m, "w", c);
   const float* b = FloatArg(info, 2, m, "b", c);
@@ -131,26 +195,29 @@ Napi::Value BatchnormForwardTrain(const Napi::CallbackInfo& info) {
   double* unbiased = DoubleArg(info, 6, m, "unbiased", c);
   double* invStd = DoubleArg(info, 7, m, "invStd", c);
   double eps = EpsArg(info, 8, m);
-  Groups channels = ChannelGroups(d);
+  Groups channels = ChannelGroups(d, layout);
   size_t values = channels.runs * channels.length;
-  NormaliseGroups(channels, x, eps, [&](size_t ch, double mu, double squares, double inv) {
-    mean[ch] = mu;
-    unbiased[ch] = values > 1 ? squares / static_cast<double>(values - 1) : 0.0;
-    invStd[ch] = inv;
-    ForEachValueOf(channels, ch, [&](size_t at) {
-      xhat[at] = static_cast<float>((x[at] - mu) * inv);
-      y[at] = static_cast<float>(static_cast<double>(xhat[at]) * w[ch] + b[ch]);
-    });
-  });
+  NormaliseGroups(
+      channels, x, eps,
+      [&](size_t ch, double mu, double squares, double inv) {
+        mean[ch] = mu;
+        unbiased[ch] = values > 1 ? squares / static_cast<double>(values - 1) : 0.0;
+        invStd[ch] = inv;
+      },
+      [&](size_t ch, size_t at, double mu, double inv) {
+        xhat[at] = static_cast<float>((x[at] - mu) * inv);
+        y[at] = static_cast<float>(static_cast<double>(xhat[at]) * w[ch] + b[ch]);
+      });
   return info.Env().Undefined();
 }
 
-// batchnormForwardEval(x, w, b, runningMean, runningVar, y, eps, [N, C, S]):
+// batchnormForwardEval(x, w, b, runningMean, runningVar, y, eps, [N, C, S], layout?):
 // y = (x - runningMean) w / sqrt(runningVar + eps) + b.
 Napi::Value BatchnormForwardEval(const Napi::CallbackInfo& info) {
   const char* m = "batchnormForwardEval";
   std::vector<int> d = DimsArg(info, 7, m, "shape", 3);
-  size_t size = static_cast<size_t>(d[0]) * d[1] * d[2], c = d[1];
+  Layout layout = LayoutArg(info, 8, m, "layout");
+  size_t size = ActivationSize(d, layout), c = d[1];
   const float* x = FloatArg(info, 0, m, "x", size);
   const float* w = FloatArg(info, 1, m, "w", c);
   const float* b = FloatArg(info, 2, m, "b", c);
@@ -158,7 +225,7 @@ Napi::Value BatchnormForwardEval(const Napi::CallbackInfo& info) {
   const float* runningVar = FloatArg(info, 4, m, "runningVar", c);
   float* y = FloatArg(info, 5, m, "y", size);
   double eps = EpsArg(info, 6, m);
-  Groups channels = ChannelGroups(d);
+  Groups channels = ChannelGroups(d, layout);
   for (size_t ch = 0; ch < c; ++ch) {
     double scale = w[ch] / std::sqrt(runningVar[ch] + eps);
     double mu = runningMean[ch];
@@ -167,12 +234,13 @@ Napi::Value BatchnormForwardEval(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// batchnormBackward(dy, xhat, w, invStd, dx | null, dw, db, [N, C, S]): per channel
+// batchnormBackward(dy, xhat, w, invStd, dx | null, dw, db, [N, C, S], layout?): per channel
 // dw = sum(dy xhat), db = sum(dy), dx = w invStd (dy - mean(dy) - xhat mean(dy xhat)).
 Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
   const char* m = "batchnormBackward";
   std::vector<int> d = DimsArg(info, 7, m, "shape", 3);
-  size_t size = static_cast<size_t>(d[0]) * d[1] * d[2], c = d[1];
+  Layout layout = LayoutArg(info, 8, m, "layout");
+  size_t size = ActivationSize(d, layout), c = d[1];
   const float* dy = FloatArg(info, 0, m, "dy", size);
   const float* xhat = FloatArg(info, 1, m, "xhat", size);
   const float* w = FloatArg(info, 2, m, "w", c);
@@ -180,21 +248,27 @@ Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
   float* dx = info[4].IsNull() ? nullptr : FloatArg(info, 4, m, "dx", size);
   float* dw = FloatArg(info, 5, m, "dw", c);
   float* db = FloatArg(info, 6, m, "db", c);
-  Groups channels = ChannelGroups(d);
+  Groups channels = ChannelGroups(d, layout);
   double values = static_cast<double>(channels.runs * channels.length);
-  SumGroups<2>(
-      channels,
-      [&](size_t, size_t at) { return std::array<double, 2>{dy[at], static_cast<double>(dy[at]) * xhat[at]}; },
-      [&](size_t ch, const std::array<double, 2>& sums) {
-        db[ch] = static_cast<float>(sums[0]);
-        dw[ch] = static_cast<float>(sums[1]);
-        if (dx == nullptr) return;
-        double scale = w[ch] * invStd[ch];
-        double meanDy = sums[0] / values, meanDyXhat = sums[1] / values;
-        ForEachValueOf(channels, ch, [&](size_t at) {
-          dx[at] = static_cast<float>(scale * (dy[at] - meanDy - xhat[at] * meanDyXhat));
+  InLaneBlocks<2>(channels, [&](size_t first, auto lanes) {
+    constexpr size_t kLanes = decltype(lanes)::value;
+    std::array<double, kLanes> scale, meanDy, meanDyXhat;
+    SumLanes<2, kLanes>(
+        channels, first,
+        [&](size_t, size_t at) { return std::array<double, 2>{dy[at], static_cast<double>(dy[at]) * xhat[at]}; },
+        [&](size_t ch, const std::array<double, 2>& sums) {
+          db[ch] = static_cast<float>(sums[0]);
+          dw[ch] = static_cast<float>(sums[1]);
+          scale[ch - first] = w[ch] * invStd[ch];
+          meanDy[ch - first] = sums[0] / values;
+          meanDyXhat[ch - first] = sums[1] / values;
         });
-      });
+    if (dx == nullptr) return;
+    ForEachValueOfLanes<kLanes>(channels, first, [&](size_t ch, size_t at) {
+      size_t lane = ch - first;
+      dx[at] = static_cast<float>(scale[lane] * (dy[at] - meanDy[lane] - xhat[at] * meanDyXhat[lane]));
+    });
+  });
   return info.Env().Undefined();
 }
 
@@ -212,16 +286,13 @@ Napi::Value LayernormForward(const Napi::CallbackInfo& info) {
   float* xhat = FloatArg(info, 4, m, "xhat", n * d);
   double* invStd = DoubleArg(info, 5, m, "invStd", n);
   double eps = EpsArg(info, 6, m);
-  NormaliseGroups(SampleGroups(n, d), x, eps, [&](size_t sample, double mu, double, double inv) {
-    invStd[sample] = inv;
-    const float* xs = x + sample * d;
-    float* xhats = xhat + sample * d;
-    float* ys = y + sample * d;
-    for (size_t i = 0; i < d; ++i) {
-      xhats[i] = static_cast<float>((xs[i] - mu) * inv);
-      ys[i] = static_cast<float>(static_cast<double>(xhats[i]) * w[i] + b[i]);
-    }
-  });
+  NormaliseGroups(
+      SampleGroups(n, d), x, eps, [&](size_t sample, double, double, double inv) { invStd[sample] = inv; },
+      [&](size_t sample, size_t at, double mu, double inv) {
+        size_t i = at - sample * d;
+        xhat[at] = static_cast<float>((x[at] - mu) * inv);
+        y[at] = static_cast<float>(static_cast<double>(xhat[at]) * w[i] + b[i]);
+      });
   return info.Env().Undefined();
 }
 
@@ -240,7 +311,7 @@ Napi::Value LayernormBackward(const Napi::CallbackInfo& info) {
   float* db = FloatArg(info, 6, m, "db", d);
   // per position, over the samples in order: its values are one apart within a sample, d apart across
   SumGroups<2>(
-      Groups{d, n, 1, 1, d},
+      Groups{d, n, 1, 1, d, 1, 1},
       [&](size_t, size_t at) { return std::array<double, 2>{static_cast<double>(dy[at]) * xhat[at], dy[at]}; },
       [&](size_t i, const std::array<double, 2>& sums) {
         dw[i] = static_cast<float>(sums[0]);
@@ -264,28 +335,38 @@ Napi::Value LayernormBackward(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// globalAvgPoolForward(x, y, [N C, H W]): y = the mean of each map of H W values.
+// globalAvgPoolForward(x, y, [N, C, S], layout?): y[N, C] = the mean of each channel's map of S
+// values, x in `layout`.
 Napi::Value GlobalAvgPoolForward(const Napi::CallbackInfo& info) {
   const char* m = "globalAvgPoolForward";
-  std::vector<int> d = DimsArg(info, 2, m, "shape", 2);
-  size_t maps = d[0], area = d[1];
-  const float* x = FloatArg(info, 0, m, "x", maps * area);
-  float* y = FloatArg(info, 1, m, "y", maps);
+  std::vector<int> d = DimsArg(info, 2, m, "shape", 3);
+  Layout layout = LayoutArg(info, 3, m, "layout");
+  size_t c = d[1], area = d[2], padded = Padded(c, BlockOf(layout));
+  const float* x = FloatArg(info, 0, m, "x", ActivationSize(d, layout));
+  float* y = FloatArg(info, 1, m, "y", d[0] * c);
   SumGroups<1>(
-      SampleGroups(maps, area), [&](size_t, size_t at) { return std::array<double, 1>{x[at]}; },
-      [&](size_t map, const std::array<double, 1>& sums) { y[map] = static_cast<float>(sums[0] / area); });
+      MapGroups(d, layout), [&](size_t, size_t at) { return std::array<double, 1>{x[at]}; },
+      [&](size_t map, const std::array<double, 1>& sums) {
+        size_t sample = map / padded, ch = map % padded;
+        if (ch < c) y[sample * c + ch] = static_cast<float>(sums[0] / area);
+      });
   return info.Env().Undefined();
 }
 
-// globalAvgPoolBackward(dy, dx, [N C, H W]): dx = dy / (H W) at every position of the map.
+// globalAvgPoolBackward(dy, dx, [N, C, S], layout?): dx = dy / S at every position of the channel's
+// map, dx in `layout` (its padding channels 0).
 Napi::Value GlobalAvgPoolBackward(const Napi::CallbackInfo& info) {
   const char* m = "globalAvgPoolBackward";
-  std::vector<int> d = DimsArg(info, 2, m, "shape", 2);
-  size_t maps = d[0], area = d[1];
-  const float* dy = FloatArg(info, 0, m, "dy", maps);
-  float* dx = FloatArg(info, 1, m, "dx", maps * area);
-  for (size_t map = 0; map < maps; ++map) {
-    std::fill(dx + map * area, dx + (map + 1) * area, static_cast<float>(static_cast<double>(dy[map]) / area));
+  std::vector<int> d = DimsArg(info, 2, m, "shape", 3);
+  Layout layout = LayoutArg(info, 3, m, "layout");
+  size_t c = d[1], area = d[2], padded = Padded(c, BlockOf(layout));
+  const float* dy = FloatArg(info, 0, m, "dy", d[0] * c);
+  float* dx = FloatArg(info, 1, m, "dx", ActivationSize(d, layout));
+  Groups maps = MapGroups(d, layout);
+  for (size_t map = 0; map < maps.count; ++map) {
+    size_t sample = map / padded, ch = map % padded;
+    float value = ch < c ? static_cast<float>(static_cast<double>(dy[sample * c + ch]) / area) : 0.0f;
+    ForEachValueOf(maps, map, [&](size_t at) { dx[at] = value; });
   }
   return info.Env().Undefined();
 }

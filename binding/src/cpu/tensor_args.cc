@@ -89,4 +89,15 @@ double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* metho
   return value.As<Napi::Number>().DoubleValue();
 }
 
+Layout LayoutArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name) {
+  Napi::Value value = info[index];
+  if (value.IsUndefined()) return Layout::kPlain;
+  if (value.IsString()) {
+    std::string layout = value.As<Napi::String>();
+    if (layout == "plain") return Layout::kPlain;
+    if (layout == "blocked") return Layout::kBlocked;
+  }
+  ThrowArg(info.Env(), method, name, "'plain' or 'blocked'", value);
+}
+
 }  // namespace ft::cpu

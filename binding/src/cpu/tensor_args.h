@@ -35,6 +35,12 @@ int32_t* IntArrayArg(const Napi::CallbackInfo& info, size_t index, const char* m
 std::vector<int> DimsArg(const Napi::CallbackInfo& info, size_t index, const char* method,
                          const char* name, size_t count, int min = 1);
 
+// An activation's layout (see Backend's Layout in src/nn/backend.ts).
+enum class Layout { kPlain, kBlocked };
+
+// An optional layout argument: 'plain' (the default) or 'blocked'.
+Layout LayoutArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name);
+
 double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* method,
                  const char* name);
 

@@ -14,8 +14,9 @@
 // micro-batch (m = batch x H x W = 1) the unbiased variance is undefined; the biased one (0) is used.
 // Evaluation normalises with the running statistics: y = (x - mean) / sqrt(var + eps) * w + b.
 // The backend's kernels sum in float64 in a fixed order (sample, then position), independent of
-// thread count.
-import type { NormShape } from '../backend';
+// thread count and of the layout: a [C, H, W] input comes in its producer's layout (the net's choice),
+// and the output and input gradient keep it.
+import type { Layout, NormShape } from '../backend';
 import { type BatchKey, type Layer, type LayerContext, Scratch } from '../layer';
 import type { ParamView, ParameterStore } from '../params';
 
@@ -36,7 +37,7 @@ export class BatchNorm implements Layer {
   private xhat?: Float32Array;
 
   constructor(readonly name: string, readonly outShape: number[], private readonly momentum: number,
-    private readonly eps: number, private readonly ctx: LayerContext) {
+    private readonly eps: number, private readonly ctx: LayerContext, private readonly layout: Layout) {
     this.channels = outShape[0];
     this.spatial = outShape.length === 3 ? outShape[1] * outShape[2] : 1;
     this.weight = ctx.params.reserve(`${name}.weight`, [this.channels]);
@@ -62,11 +63,11 @@ export class BatchNorm implements Layer {
     const y = this.scratch.get('y', x.length);
     const shape: NormShape = [batch, this.channels, this.spatial];
     if (!train) {
-      backend.batchnormForwardEval(x, w, b, buffers.param(this.runningMean), buffers.param(this.runningVar), y, this.eps, shape);
+      backend.batchnormForwardEval(x, w, b, buffers.param(this.runningMean), buffers.param(this.runningVar), y, this.eps, shape, this.layout);
       return y;
     }
     this.xhat = this.scratch.get('xhat', x.length);
-    backend.batchnormForwardTrain(x, w, b, y, this.xhat, this.mean, this.unbiased, this.invStd, this.eps, shape);
+    backend.batchnormForwardTrain(x, w, b, y, this.xhat, this.mean, this.unbiased, this.invStd, this.eps, shape, this.layout);
     return y;
   }
 
@@ -75,7 +76,7 @@ export class BatchNorm implements Layer {
     const { backend, params } = this.ctx;
     const dx = needInputGrad ? this.scratch.get('dx', dy.length) : null;
     backend.batchnormBackward(dy, this.xhat!, params.param(this.weight), this.invStd, dx, params.grad(this.weight),
-      params.grad(this.bias), [batch, this.channels, this.spatial]);
+      params.grad(this.bias), [batch, this.channels, this.spatial], this.layout);
     return dx;
   }
 
