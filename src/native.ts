@@ -16,6 +16,8 @@ interface Addon {
   setCommTimeout(ms: number): void;
   /** While idle, the comm thread drives MPI's progress this often, for the failure detector's heartbeats (0: never). */
   setIdleProgress(ms: number): void;
+  /** Whether the main thread computes (pending requests are then polled between naps, leaving it the core) or will wait on the comm thread. */
+  setMainComputing(computing: boolean): void;
   /** (Re)arms the progress watchdog: no beat() for timeoutMs and the process prints `line` and dies (0: off). */
   watchdog(timeoutMs: number, line: string): void;
   beat(): void;

@@ -107,6 +107,14 @@ Napi::Value SetIdleProgress(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// setMainComputing(computing): the main thread computes (the comm thread then polls pending
+// requests between naps) or is about to wait on the comm thread.
+Napi::Value SetMainComputing(const Napi::CallbackInfo& info) {
+  if (!info[0].IsBoolean()) ThrowArg(info.Env(), "setMainComputing", "computing", "a boolean", info[0]);
+  CommThread::Get().SetMainComputing(info[0].As<Napi::Boolean>().Value());
+  return info.Env().Undefined();
+}
+
 Napi::Value FinalizeMpi(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CommThread& thread = CommThread::Get();
@@ -121,6 +129,7 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("finalize", Napi::Function::New(env, FinalizeMpi, "finalize"));
   exports.Set("setCommTimeout", Napi::Function::New(env, SetCommTimeout, "setCommTimeout"));
   exports.Set("setIdleProgress", Napi::Function::New(env, SetIdleProgress, "setIdleProgress"));
+  exports.Set("setMainComputing", Napi::Function::New(env, SetMainComputing, "setMainComputing"));
   exports.Set("watchdog", Napi::Function::New(env, ArmWatchdog, "watchdog"));
   exports.Set("beat", Napi::Function::New(env, Beat, "beat"));
   exports.Set("registerErrorTypes", Napi::Function::New(env, RegisterErrorTypes, "registerErrorTypes"));

@@ -144,7 +144,7 @@ std::vector<Op*> CommThread::TakeQueued() {
 
 Op* CommThread::Next() {
   auto spinUntil = std::chrono::steady_clock::now() + kSpin;
-  while (queued_.load(std::memory_order_acquire) == 0 &&
+  while (queued_.load(std::memory_order_acquire) == 0 && !mainComputing_.load(std::memory_order_relaxed) &&
          std::chrono::steady_clock::now() < spinUntil) {
     std::this_thread::yield();
   }
@@ -232,6 +232,7 @@ void CommThread::RunUrgent() {
 void CommThread::Wait(MPI_Request* request, MPI_Comm comm, const char* call) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
+  auto spinUntil = started + kWaitSpin;
   const long long timeoutMs = timeoutMs_.load();
   bool revoked = false;
   Clock::time_point giveUpAt;
@@ -267,7 +268,10 @@ void CommThread::Wait(MPI_Request* request, MPI_Comm comm, const char* call) {
       if (current_ != nullptr) current_->abandoned = true;
       throw timedOut(" (its request was left to MPI)");
     }
-    if (now - started < kWaitSpin) {
+    if (mainComputing_.load(std::memory_order_relaxed)) {
+      std::this_thread::sleep_for(kWaitNap);
+      spinUntil = Clock::now() + kWaitSpin;  // the main thread will wait on it soon: poll closely then
+    } else if (now < spinUntil) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(kWaitNap);

@@ -89,6 +89,12 @@ class CommThread {
     wake_.notify_one();
   }
 
+  // Main thread: whether it is computing (true) or about to wait for the comm thread (false).
+  // While it computes, a pending request is polled between naps, not by yielding in a loop: the
+  // two threads often share a core (mpirun binds a rank to one), and a yielding poller halves the
+  // computation it is meant to overlap.
+  void SetMainComputing(bool computing) { mainComputing_.store(computing, std::memory_order_relaxed); }
+
   // Comm thread: polls `request`, started by `call` on `comm`, running urgent Ops meanwhile.
   // Throws the request's failure; past the timeout revokes `comm` and throws a kTimeout failure
   // (once the revoke has completed the request, or after a grace period, leaving it to MPI).
@@ -146,6 +152,7 @@ class CommThread {
   std::atomic<size_t> urgentQueued_{0};
   std::atomic<long long> timeoutMs_{0};
   std::atomic<long long> idleProgressMs_{0};
+  std::atomic<bool> mainComputing_{false};
   Op* current_ = nullptr;  // comm thread only: the Op being run
   std::atomic<bool> busy_{false};  // an Op is running (process exit does not wait for it)
   bool exitRequested_ = false;  // guarded by mutex_

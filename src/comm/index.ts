@@ -17,3 +17,17 @@ export function init(): Promise<MpiSession> {
 export function finalize(): Promise<void> {
   return addon.finalize();
 }
+
+/**
+ * Runs `work` (computation that collectives started earlier overlap) telling the comm thread that
+ * the main thread computes meanwhile: it then polls their requests between naps instead of
+ * yielding in a loop on the core the two threads share.
+ */
+export async function whileComputing<T>(work: () => Promise<T>): Promise<T> {
+  addon.setMainComputing(true);
+  try {
+    return await work();
+  } finally {
+    addon.setMainComputing(false);
+  }
+}

@@ -3,6 +3,7 @@
 // gradient put into the shard-ordered sum (only those not there yet, so a retried step computes
 // just the shards taken over from lost ranks), and a test-split evaluation divided over the live
 // ranks and redone after a recovery.
+import { whileComputing } from '../comm';
 import type { Manager } from '../ft/manager';
 import type { BatchKey } from '../nn/layer';
 import type { GradientProgress } from '../nn/net';
@@ -94,29 +95,31 @@ export async function computeShards(ft: Manager, plan: MicroBatches, step: numbe
   const samples = plan.samplesAt(t);
   const sum = ft.shardSum;
   const missing = sum.held.filter((shard) => !sum.holds(shard, step));
-  for (const shard of missing) {
-    const rows = plan.rows(shard, epoch, t);
-    const weight = rows.length / samples;
-    const slot = target.place ? sum.slot(shard) : undefined;
-    if (slot) target.place!(slot);
-    let loss = 0;
-    if (rows.length === 0) {
-      target.gradient.fill(0);
-      target.statistics.fill(0);
-    } else {
-      const [x, labels] = buffers.view(rows.length);
-      await ft.ready(shard, rows);
-      gatherBatch(ft.shard(shard), rows, x, labels);
-      const last = slot && shard === missing[missing.length - 1];
-      const progress: GradientProgress | undefined = last ? {
-        lossKnown: (mean) => { slot[slot.length - 1] = mean * weight; },
-        gradientsFrom: (from) => sum.sendFrom(from),
-      } : undefined;
-      loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard }, progress }) * weight;
+  await whileComputing(async () => {
+    for (const shard of missing) {
+      const rows = plan.rows(shard, epoch, t);
+      const weight = rows.length / samples;
+      const slot = target.place ? sum.slot(shard) : undefined;
+      if (slot) target.place!(slot);
+      let loss = 0;
+      if (rows.length === 0) {
+        target.gradient.fill(0);
+        target.statistics.fill(0);
+      } else {
+        const [x, labels] = buffers.view(rows.length);
+        await ft.ready(shard, rows);
+        gatherBatch(ft.shard(shard), rows, x, labels);
+        const last = slot && shard === missing[missing.length - 1];
+        const progress: GradientProgress | undefined = last ? {
+          lossKnown: (mean) => { slot[slot.length - 1] = mean * weight; },
+          gradientsFrom: (from) => sum.sendFrom(from),
+        } : undefined;
+        loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard }, progress }) * weight;
+      }
+      if (slot) sum.stored(shard, step, loss);
+      else sum.put(shard, step, [target.gradient, target.statistics, [loss]]);
     }
-    if (slot) sum.stored(shard, step, loss);
-    else sum.put(shard, step, [target.gradient, target.statistics, [loss]]);
-  }
+  });
   sum.sendFrom(0);
 }
 
