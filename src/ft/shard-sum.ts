@@ -110,7 +110,8 @@ export class ShardSum {
 
   /** Held shard s's vector: code computing it may write it here in place of put(), then call stored(). */
   slot(shard: number): Float32Array {
-    const h = this.heldIndex(shard, 'slot');
+    const h = this.held.indexOf(shard);
+    if (h < 0) throw new RangeError(`ShardSum.slot: shard ${shard} is not held by this rank (holds ${this.held})`);
     return this.slots.subarray(h * this.length, (h + 1) * this.length);
   }
 
@@ -149,12 +150,6 @@ export class ShardSum {
       this.slot(shard).set(previous.slot(shard));
       this.stepOf.set(shard, step);
     }
-  }
-
-  private heldIndex(shard: number, method: string): number {
-    const h = this.held.indexOf(shard);
-    if (h < 0) throw new RangeError(`ShardSum.${method}: shard ${shard} is not held by this rank (holds ${this.held})`);
-    return h;
   }
 
   /**
