@@ -12,6 +12,7 @@ import { commandLine, last, UsageError } from './command';
 import { jobProcesses } from './job-processes';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
+import { hangBounds, minorityStopMs } from '../ft/hang-bounds';
 import { runFiles } from '../run/files';
 import { rankList, signalRanks } from '../run/pids';
 import { fileSize, readObject } from '../run/reader';
@@ -188,7 +189,7 @@ async function main(): Promise<number> {
     return 0;
   }
   const was = before(runDir);
-  const { code, stopAsked } = await runJob(job, runDir, was, (3 * hangTimeoutOf(trainArgs) + 10) * 1000);
+  const { code, stopAsked } = await runJob(job, runDir, was, minorityStopMs(hangBounds(hangTimeoutOf(trainArgs))) + 10_000);
   const why = unfinished(runDir, was);
   const complete = why === undefined && summaryWritten(runDir, was);
   // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the

@@ -10,23 +10,8 @@
 // A rank declared dead may still exist (stopped): the survivors kill it, so it can never come back
 // and mpirun ends with the job.
 import { addon } from '../native';
+import type { HangBounds } from './hang-bounds';
 import { rankProcess, signalRanks } from '../run/pids';
-
-export interface HangBounds {
-  /** no beat from the event loop for this long: the rank kills itself */
-  watchdogMs: number;
-  /** the longest any MPI wait may take before the communicator is revoked */
-  commMs: number;
-  /** the longest MPI's start-up may take (a rank lost before MPI_Init leaves the others in it) */
-  startupMs: number;
-}
-
-/** The bounds for --hang-timeout `seconds`. */
-export function hangBounds(seconds: number): HangBounds {
-  const watchdogMs = Math.round(seconds * 1000);
-  // a peer's compute is bounded by its watchdog and its death is seen within T by the detector
-  return { watchdogMs, commMs: 3 * watchdogMs, startupMs: Math.max(10_000, 3 * watchdogMs) };
-}
 
 /** Arms the deadlines and the watchdog; returns a function that disarms both (at exit). */
 export function guardAgainstHangs(bounds: HangBounds, worldRank: number): () => void {

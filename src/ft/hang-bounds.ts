@@ -1,0 +1,27 @@
+// The bounds every wait of a rank follows, derived from --hang-timeout T (see hangs.ts for how they
+// are enforced); kept apart from the addon so that the launcher can size its own waits on them.
+
+export interface HangBounds {
+  /** no beat from the event loop for this long: the rank kills itself */
+  watchdogMs: number;
+  /** the longest any MPI wait may take before the communicator is revoked */
+  commMs: number;
+  /** the longest MPI's start-up may take (a rank lost before MPI_Init leaves the others in it) */
+  startupMs: number;
+}
+
+/** The bounds for --hang-timeout `seconds`. */
+export function hangBounds(seconds: number): HangBounds {
+  const watchdogMs = Math.round(seconds * 1000);
+  // a peer's compute is bounded by its watchdog and its death is seen within T by the detector
+  return { watchdogMs, commMs: 3 * watchdogMs, startupMs: Math.max(10_000, 3 * watchdogMs) };
+}
+
+/**
+ * How long a side cut off from the rest may take, after the rest ended the run, to see that it is
+ * a minority and stop: its pending collective, then its vote, then its shrink each wait at most
+ * one comm deadline for peers it cannot reach.
+ */
+export function minorityStopMs(bounds: HangBounds): number {
+  return 3 * bounds.commMs;
+}
