@@ -19,6 +19,7 @@ import { cpu } from '../src/nn/cpu';
 import { modelSpecJson } from '../src/nn/export';
 import { Net } from '../src/nn/net';
 import { loadSpec } from '../src/nn/spec';
+import { Stream, streamVector } from '../src/nn/stream-memory';
 
 const batch = 64;
 const seconds = Number(process.env.BENCH_SECONDS ?? 0.5);
@@ -46,7 +47,7 @@ function forwardFlops(net: Net): number {
 function ourStep(name: string): { net: Net; step: () => void } {
   const net = new Net(loadSpec(path.join(root, 'models', `${name}.json`)), cpu);
   net.init(1);
-  const velocity = new Float32Array(net.params.data.length);
+  const velocity = streamVector(net.params.data.length, Stream.state);
   const x = Float32Array.from({ length: batch * net.inputSize }, (_, i) => (i % 97) / 97);
   const labels = Int32Array.from({ length: batch }, (_, i) => i % net.spec.classes);
   const step = (): void => {

@@ -16,6 +16,7 @@
 import type { Communicator } from '../comm';
 import { chunkBounds } from '../chunks';
 import type { ShardMap } from '../data/shard-map';
+import { Stream, streamVector } from '../nn/stream-memory';
 
 /** Buckets hold about a quarter of the vector each, within these bounds (floats). */
 const bucketMin = 16_384;
@@ -69,7 +70,7 @@ export class ShardSum {
       throw new Error(`ShardSum: the shard map's owners ${JSON.stringify(map.ranks)} are not the communicator's ranks ${JSON.stringify(comm.worldRanks)}`);
     }
     this.held = heldBy[comm.rank];
-    this.slots = new Float32Array(this.held.length * length);
+    this.slots = streamVector(this.held.length * length, Stream.gradients);
     const [mineFrom, mineTo] = [this.bounds[comm.rank], this.bounds[comm.rank + 1]];
     this.chunk = new Float32Array(mineTo - mineFrom);
     this.receiveBuffer = new Float32Array(map.shardCount * this.chunk.length);
@@ -105,7 +106,7 @@ export class ShardSum {
       this.buckets.push({ from, calls: bucketCalls, chunkPart: this.chunk.subarray(partFrom, partFrom + mine), pieces });
     }
     // alone with one shard, the sum is that shard's vector as stored: no copy
-    this.total = size === 1 && this.held.length === 1 ? this.slots : new Float32Array(length);
+    this.total = size === 1 && this.held.length === 1 ? this.slots : streamVector(length, Stream.gradients);
   }
 
   /** Held shard s's vector: code computing it may write it here in place of put(), then call stored(). */

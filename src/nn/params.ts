@@ -1,6 +1,7 @@
 // Parameters in one flat Float32Array and gradients in another (llm.c style): one collective
 // covers them all; layers take views at each use, so that the gradients can be placed elsewhere.
 // Layers reserve their tensors first, then the buffers exist.
+import { Stream, streamVector } from './stream-memory';
 
 export interface ParamView {
   /** e.g. "conv1.weight" */
@@ -28,8 +29,8 @@ export class ParameterStore {
   }
 
   allocate(): void {
-    this.grads = new Float32Array(this.size); // first: a size too large is refused naming the parameter count
-    this.withTail = new Float32Array(this.size + 1);
+    this.grads = streamVector(this.size, Stream.gradients); // first: a size too large is refused naming the parameter count
+    this.withTail = streamVector(this.size + 1, Stream.parameters);
     this.params = this.withTail.subarray(0, this.size);
   }
 

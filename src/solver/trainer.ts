@@ -18,6 +18,7 @@ import type { Failure, FailurePolicy, Manager, ProtocolObserver, StateSource } f
 import { ProtocolStop } from '../ft/stop';
 import type { Backend } from '../nn/backend';
 import type { Net } from '../nn/net';
+import { Stream, streamVector } from '../nn/stream-memory';
 import type { StepRecord } from '../run/records';
 import { learningRate, type LrSchedule } from './lr-schedule';
 import { Optimizer, type OptimizerSettings } from './optimizer';
@@ -107,8 +108,8 @@ export class Trainer implements StateSource {
     if (config.onFailure !== 'exact') this.shrink = new ShrinkSchedule(this.plan, config.rankBatch ?? config.batch / ft.size);
     const P = net.params.data.length;
     this.optimizer = new Optimizer(config.optimizer, backend);
-    this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map(() => new Float32Array(P));
-    this.contribution = new Float32Array(P + net.buffers.length + 1);
+    this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
+    this.contribution = streamVector(P + net.buffers.length + 1, Stream.gradients);
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => this.plan.size(s)));
     this.buffers = new BatchBuffers(largest, net.inputSize);
     this.gradientTarget = {

@@ -61,8 +61,8 @@ describe('Net', function () {
         net.init(seed);
         const { x, labels } = batchFor(net, 8, 5);
         const { loss } = net.lossAndGradient(x, labels, 8, key);
-        return [Buffer.from(net.params.data.buffer).subarray(0), Buffer.from(net.params.gradients.buffer),
-          Buffer.from(Float64Array.of(loss).buffer)];
+        const bytes = (a: Float32Array): Buffer => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+        return [bytes(net.params.data), bytes(net.params.gradients), Buffer.from(Float64Array.of(loss).buffer)];
       };
       const [a, b, c] = [run(1), run(1), run(2)];
       a.forEach((buffer, i) => assert.ok(buffer.equals(b[i]), `part ${i} differs between identical runs`));
