@@ -1,4 +1,5 @@
 // The MPI binding as the rest of ft-train uses it: init/finalize, the Communicator, typed errors.
+import * as os from 'node:os';
 import { addon } from '../native';
 import type { MpiSession } from './communicator';
 
@@ -16,6 +17,19 @@ export function init(): Promise<MpiSession> {
 /** Fails queued calls that have not started, then finalizes MPI and ends the comm thread. */
 export function finalize(): Promise<void> {
   return addon.finalize();
+}
+
+/** The cores this process may run on, as it started (before compute threads are pinned to theirs). */
+const coresAtStart = os.availableParallelism();
+
+/**
+ * Whether communication can overlap computation on `computeThreads` threads: only where the process
+ * has a core beyond theirs for the comm thread. On a core it shares it only time-slices with them:
+ * lenet's exact step at 2 ranks of one core each computed 0.2 ms longer with its sum's buckets sent
+ * during backward, and its collective took no less.
+ */
+export function canOverlap(computeThreads: number): boolean {
+  return coresAtStart > computeThreads;
 }
 
 /**

@@ -216,7 +216,8 @@ export class ElasticLoop {
       this.started = performance.now();
       this.ft.step = this.currentStep;
       this.ft.at('compute');
-      await computeShards(this.ft, this.plan, this.currentStep, this.settings.seed, this.buffers, this.target, compute);
+      // (the user's gradient is copied into the sum once computed: nothing to overlap)
+      await computeShards(this.ft, this.plan, this.currentStep, this.settings.seed, this.buffers, this.target, false, compute);
       const sum = this.ft.shardSum;
       const outcome = await this.ft.collective('collective', async () => {
         await sum.sum();
