@@ -117,10 +117,13 @@ const collectiveSettings = ['--mca', 'coll_libnbc_iallreduce_algorithm', 'ring']
 
 /**
  * Where a rank's threads may run. mpirun binds each rank to one core by default (at up to 2 ranks),
- * and a rank's compute threads then share that core: with T > 1 threads each rank gets T cores of
- * its own where there are enough (--map-by slot:PE=T), else the cores are left to the OS.
+ * and a rank's compute threads and comm thread then share that core. Where the slots allow, each
+ * rank gets T + 1 cores of its own, T for its T compute threads and one for its comm thread (which
+ * exact mode then overlaps with backward: see comm's canOverlap); else T cores; else, with T > 1,
+ * the cores are left to the OS.
  */
 function bindingSettings(ranks: number, threads: number, slots: number): string[] {
+  if (ranks * (threads + 1) <= slots) return ['--map-by', `slot:PE=${threads + 1}`];
   if (threads <= 1) return [];
   return ranks * threads <= slots ? ['--map-by', `slot:PE=${threads}`] : ['--bind-to', 'none'];
 }
