@@ -17,5 +17,13 @@ const skewFloats = (4096 + 64) / Float32Array.BYTES_PER_ELEMENT;
 export function streamVector(length: number, kind: number): Float32Array {
   if (!Number.isInteger(kind) || kind < 0 || kind >= kinds) throw new RangeError(`streamVector: kind ${kind} is not one of 0..${kinds - 1}`);
   const skew = kind * skewFloats;
-  return new Float32Array(length + (kinds - 1) * skewFloats).subarray(skew, skew + length);
+  let memory: Float32Array;
+  try {
+    memory = new Float32Array(length + (kinds - 1) * skewFloats);
+  } catch (error) {
+    // worded as the engine words it, for the length asked for (the slack is this module's business)
+    if (error instanceof RangeError) throw new RangeError(`Invalid typed array length: ${length}`);
+    throw error;
+  }
+  return memory.subarray(skew, skew + length);
 }

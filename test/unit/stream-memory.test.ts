@@ -19,6 +19,10 @@ describe('stream memory', () => {
     for (const a of vectors) for (const b of vectors) if (a !== b) assert.notEqual((a.byteOffset - b.byteOffset) % 4096, 0);
   });
 
+  it('a length too large to allocate is refused naming that length', () => {
+    assert.throws(() => streamVector(2 ** 40, 1), /^RangeError: Invalid typed array length: 1099511627776$/);
+  });
+
   it('a bad kind is refused', () => {
     assert.throws(() => streamVector(10, 4), /^RangeError: streamVector: kind 4 is not one of 0\.\.3$/);
     assert.throws(() => streamVector(10, 1.5), /^RangeError: streamVector: kind 1\.5 is not one of 0\.\.3$/);
