@@ -7,7 +7,7 @@
 // side of a partition (it stops, writing nothing).
 import { checkConfig, findCheckpoint, type CheckpointManifest } from './checkpoint/checkpoint';
 import { encodeSafetensors } from './checkpoint/safetensors';
-import { ulfm } from './comm';
+import { canOverlap, ulfm } from './comm';
 import { Dataset } from './data/dataset';
 import { DatasetError } from './data/errors';
 import { Manager } from './ft/manager';
@@ -175,7 +175,7 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
   const shards = resume?.manifest.shards ?? options.shards ?? world.size - options.spares;
   const ft = new Manager({
     ...options, shards, identity: identity(options, net.spec, dataset, shards), commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
-    sumLength: net.params.data.length + net.buffers.length + 1, add: (acc, x) => cpu.addInPlace(acc, x),
+    sumLength: net.params.data.length + net.buffers.length + 1, add: (acc, x) => cpu.addInPlace(acc, x), overlap: canOverlap(options.threads),
     sharded: options.optimizerState === 'sharded'
       ? { optimizer: new Optimizer(options.optimizer, cpu), params: net.params.dataWithTail, redundancy: options.redundancy }
       : undefined,

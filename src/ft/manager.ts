@@ -24,7 +24,7 @@ import type { ShardData } from '../data/split';
 import { goneFromHere } from '../run/pids';
 import type { RunEvent } from '../run/records';
 import type { FaultInjector, Phase } from './drills';
-import { ShardSum } from './shard-sum';
+import { ddpBuckets, oneBucket, ShardSum } from './shard-sum';
 import { ShardedState, type JoinMeta, type ShardedStateConfig } from './sharded-state';
 import { beat, killDeclaredDead, peersGone } from './hangs';
 import { repair, withDeadline, type Repair } from './repair';
@@ -52,6 +52,11 @@ export interface ProtocolConfig {
   /** exact mode: the length of what one shard contributes to the sum, and the add in shard order */
   sumLength: number;
   add(acc: Float32Array, x: Float32Array): void;
+  /**
+   * exact mode: the sum overlaps the backward pass (in DDP's buckets), which needs a core for the
+   * comm thread beside the compute's (comm's canOverlap); else it goes in one exchange at the end
+   */
+  overlap: boolean;
   /** --optimizer-state sharded (exact mode): the optimizer, parameters and redundancy it needs */
   sharded?: Omit<ShardedStateConfig, 'log' | 'initial'>;
   /** --spares: the ranks of the job beyond the working ones (the highest ids) */
@@ -351,6 +356,11 @@ export class Manager {
     this.failedAt = this.step;
     this.observer.event({ event: 'failure', step: this.step, phase, error: error.name, detect_ms: detectMs });
     this.observer.log(`step ${this.step}: ${error.name} in the ${phase} phase`);
+  }
+
+  /** Whether exact mode's sum overlaps the backward pass (the computation reports its progress to it). */
+  get overlap(): boolean {
+    return this.config.overlap;
   }
 
   /** Whether the current step is being retried after a failure. */
@@ -744,7 +754,7 @@ export class Manager {
   private rebuildSum(): void {
     const { onFailure, sumLength, add } = this.config;
     const previous = this.sum;
-    this.sum = onFailure === 'exact' && this.workers ? new ShardSum(this.workers, this.map, sumLength, add) : undefined;
+    this.sum = onFailure === 'exact' && this.workers ? new ShardSum(this.workers, this.map, sumLength, add, this.config.overlap ? ddpBuckets : oneBucket) : undefined;
     // a survivor's vectors for the step being retried stay valid: the parameters are untouched
     if (previous && this.sum) this.sum.carryFrom(previous, this.step);
   }

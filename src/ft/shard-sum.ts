@@ -32,6 +32,9 @@ export interface BucketSizes {
  */
 export const ddpBuckets: BucketSizes = { first: 1 << 18, rest: 25 * (1 << 18) };
 
+/** The whole vector in one exchange: where nothing overlaps it, more buckets only cost more calls. */
+export const oneBucket: BucketSizes = { first: Infinity, rest: Infinity };
+
 /** One alltoallv of a bucket: the j-th held shard of every rank (if it has one). */
 interface BucketCall {
   send: Float32Array;

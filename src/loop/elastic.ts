@@ -216,8 +216,7 @@ export class ElasticLoop {
       this.started = performance.now();
       this.ft.step = this.currentStep;
       this.ft.at('compute');
-      // (the user's gradient is copied into the sum once computed: nothing to overlap)
-      await computeShards(this.ft, this.plan, this.currentStep, this.settings.seed, this.buffers, this.target, false, compute);
+      await computeShards(this.ft, this.plan, this.currentStep, this.settings.seed, this.buffers, this.target, compute);
       const sum = this.ft.shardSum;
       const outcome = await this.ft.collective('collective', async () => {
         await sum.sum();
@@ -345,7 +344,8 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
   const ft = new Manager({
     onFailure: 'exact', shards, minRanks: s.minRanks, maxRetries: s.maxRetries, jitCheckpoint: s.jitCheckpoint === 'on', checkpointDir,
     keepCheckpoints: s.keepCheckpoints, identity, commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
-    sumLength: size + 1, add: (acc, x) => cpu.addInPlace(acc, x), spares: 0, joined: job.joined,
+    // the user's gradient is copied into the sum once computed: nothing to overlap
+    sumLength: size + 1, add: (acc, x) => cpu.addInPlace(acc, x), overlap: false, spares: 0, joined: job.joined,
   }, world, dataset, layout, job.observer, job.faults);
   const loop = new ElasticLoop(s, ft, dataset, plan, job);
   job.stopWith(() => loop.requestStop());

@@ -84,12 +84,12 @@ export interface GradientTarget {
 /**
  * Exact mode: one gradient per held shard, each into the shard-ordered sum with its loss weighted
  * by its share of the step's samples; shards already in the sum for `step` are skipped. What
- * `compute` leaves in the statistics goes into the sum between the gradient and the loss. With
- * `overlap`, the sum's exchange starts during the last computed micro-batch's backward where the
- * target is placed in the sum; else once all are computed.
+ * `compute` leaves in the statistics goes into the sum between the gradient and the loss. Where
+ * the sum overlaps backward (ft.overlap), its exchange starts during the last computed
+ * micro-batch's backward if the target is placed in the sum; else once all are computed.
  */
 export async function computeShards(ft: Manager, plan: MicroBatches, step: number, seed: number, buffers: BatchBuffers,
-  target: GradientTarget, overlap: boolean, compute: GradientFn): Promise<void> {
+  target: GradientTarget, compute: GradientFn): Promise<void> {
   const t = step % plan.stepsPerEpoch;
   const epoch = Math.floor(step / plan.stepsPerEpoch);
   const samples = plan.samplesAt(t);
@@ -109,7 +109,7 @@ export async function computeShards(ft: Manager, plan: MicroBatches, step: numbe
         const [x, labels] = buffers.view(rows.length);
         await ft.ready(shard, rows);
         gatherBatch(ft.shard(shard), rows, x, labels);
-        const last = overlap && slot && shard === missing[missing.length - 1];
+        const last = ft.overlap && slot && shard === missing[missing.length - 1];
         const progress: GradientProgress | undefined = last ? {
           lossKnown: (mean) => { slot[slot.length - 1] = mean * weight; },
           gradientsFrom: (from) => sum.sendFrom(from),

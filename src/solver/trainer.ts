@@ -10,7 +10,6 @@
 // untouched.
 import { createHash } from 'node:crypto';
 import { loadCheckpoint, type CheckpointManifest, type TrainingState } from '../checkpoint/checkpoint';
-import { canOverlap } from '../comm';
 import type { Dataset } from '../data/dataset';
 import { gatherBatch, MicroBatches } from '../data/micro-batches';
 import type { ShardMap } from '../data/shard-map';
@@ -49,8 +48,6 @@ export interface TrainConfig {
   evalEvery: number;
   /** a checkpoint every K steps (0: none) */
   checkpointEvery: number;
-  /** the compute threads per rank (exact mode overlaps its sum with backward only where a core is left for the comm thread) */
-  threads: number;
 }
 
 /** What the trainer reports to the run directory and the console. */
@@ -177,7 +174,7 @@ export class Trainer implements StateSource {
     const working = this.ft.working;
     this.ft.at('compute');
     if (working && this.config.onFailure === 'exact') {
-      await computeShards(this.ft, this.plan, step, this.config.seed, this.buffers, this.gradientTarget, canOverlap(this.config.threads),
+      await computeShards(this.ft, this.plan, step, this.config.seed, this.buffers, this.gradientTarget,
         (batch) => this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples, batch.progress).loss);
     }
     else if (working) await this.computeRank(epoch, samples);
