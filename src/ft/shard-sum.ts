@@ -26,9 +26,9 @@ export interface BucketSizes {
 }
 
 /**
- * DDP's: 1 MiB, then 25 MiB. Each bucket costs a round of calls through the comm thread, which
- * shares its rank's core with the backward pass it overlaps: smaller ones made lenet's exact step
- * at 2 ranks slower (4 buckets of 0.21 MB took 191 us to exchange, one of 0.86 MB 106 us).
+ * DDP's: 1 MiB, then 25 MiB. Each bucket costs a round of calls through the comm thread: smaller
+ * ones made lenet's exact step slower (at 2 ranks, 4 buckets of 0.21 MB took 191 us to exchange,
+ * one of 0.86 MB 106 us).
  */
 export const ddpBuckets: BucketSizes = { first: 1 << 18, rest: 25 * (1 << 18) };
 
@@ -73,8 +73,8 @@ export class ShardSum {
   private readonly stepOf = new Map<number, number>();
   readonly total: Float32Array;
 
-  /** `add(acc, x)`: acc += x element-wise (the backend's addInPlace). */
-  constructor(private readonly comm: Communicator, map: ShardMap, readonly length: number, private readonly add: (acc: Float32Array, x: Float32Array) => void, sizes: BucketSizes = ddpBuckets) {
+  /** `add(acc, x)`: acc += x element-wise (the backend's addInPlace); `sizes`: how the exchange is cut (ddpBuckets, oneBucket). */
+  constructor(private readonly comm: Communicator, map: ShardMap, readonly length: number, private readonly add: (acc: Float32Array, x: Float32Array) => void, sizes: BucketSizes) {
     const size = comm.size;
     this.bounds = chunkBounds(length, size);
     this.chunkLengths = this.bounds.slice(1).map((end, c) => end - this.bounds[c]);
