@@ -5,8 +5,32 @@ import * as path from 'node:path';
 import { namingFile } from './file-errors';
 
 export function writeAtomically(file: string, bytes: string | Uint8Array): void {
+  moveIntoPlace(writeAside(file, bytes), file);
+}
+
+/**
+ * writeAtomically's first half: `bytes` durable in a temporary file next to `file`, whose path it
+ * returns; nothing is seen under `file` until moveIntoPlace. Lets a writer prepare a commit while
+ * what the commit vouches for is still being written.
+ */
+export function writeAside(file: string, bytes: string | Uint8Array): string {
   removeStrayPartials(file);
-  namingFile(file, () => writeThenRename(file, bytes));
+  const partial = `${file}.partial-${process.pid}`;
+  namingFile(file, () => leavingNothingOnError(partial, () => {
+    const fd = fs.openSync(partial, 'w');
+    try {
+      fs.writeFileSync(fd, bytes);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+  }));
+  return partial;
+}
+
+/** writeAtomically's second half: renames writeAside's `partial` to `file`, and makes the new name durable. */
+export function moveIntoPlace(partial: string, file: string): void {
+  namingFile(file, () => leavingNothingOnError(partial, () => fs.renameSync(partial, file)));
   syncDirectory(path.dirname(file));
 }
 
@@ -19,19 +43,12 @@ function removeStrayPartials(file: string): void {
   }
 }
 
-function writeThenRename(file: string, bytes: string | Uint8Array): void {
-  const partial = `${file}.partial-${process.pid}`;
+/** A full disk or a failed rename leaves no partial behind. */
+function leavingNothingOnError(partial: string, action: () => void): void {
   try {
-    const fd = fs.openSync(partial, 'w');
-    try {
-      fs.writeFileSync(fd, bytes);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-    fs.renameSync(partial, file);
+    action();
   } catch (error) {
-    fs.rmSync(partial, { force: true }); // a full disk or a failed rename leaves nothing behind
+    fs.rmSync(partial, { force: true });
     throw error;
   }
 }

@@ -8,7 +8,7 @@
 // fail, is never used.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { writeAtomically } from '../atomic-write';
+import { moveIntoPlace, writeAside } from '../atomic-write';
 import { crc64 } from '../checksum';
 import { parameterChunks } from '../chunks';
 import { addon } from '../native';
@@ -95,8 +95,16 @@ function stateTensors(tensors: readonly TensorInfo[], slots: readonly string[], 
   ];
 }
 
+/** The last header built per tensor list: a run's layout never changes, and a JIT checkpoint's start is on its critical path. */
+const headers = new WeakMap<readonly TensorInfo[], { slots: string; buffers?: readonly TensorInfo[]; header: Buffer }>();
+
 function headerOf(state: TrainingState): Buffer {
-  return safetensorsHeader(stateTensors(state.tensors, state.slots.map((s) => s.name), state.buffers?.tensors));
+  const slots = state.slots.map((s) => s.name).join('\n');
+  const known = headers.get(state.tensors);
+  if (known && known.slots === slots && known.buffers === state.buffers?.tensors) return known.header;
+  const header = safetensorsHeader(stateTensors(state.tensors, state.slots.map((s) => s.name), state.buffers?.tensors));
+  headers.set(state.tensors, { slots, buffers: state.buffers?.tensors, header });
+  return header;
 }
 
 /** The buffers' floats (0 without). */
@@ -168,11 +176,25 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   return { digests, written };
 }
 
+/** A manifest written aside (durable, not yet in place): see prepareManifest. */
+export interface PreparedManifest {
+  manifest: CheckpointManifest;
+  partial: string;
+  file: string;
+}
+
 /**
- * The leader's commit, once every rank's writeStripe was written: the manifest, renamed in last.
- * `digests[c]`: what rank c's writeStripe returned.
+ * The leader's commit, first half: the manifest written aside, which needs only the stripes'
+ * digests (`digests[c]`: what rank c's writeStripe returned), so it can go while they are still
+ * being written. Nothing names the checkpoint complete until commitManifest.
  */
-export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: TrainingState, digests: string[][]): CheckpointManifest {
+export function prepareManifest(dir: string, meta: CheckpointMeta, state: TrainingState, digests: string[][]): PreparedManifest {
+  const manifest = sealManifest(meta, state, digests);
+  const file = path.join(dir, manifestFile);
+  return { manifest, partial: writeAside(file, JSON.stringify(manifest, null, 1) + '\n'), file };
+}
+
+function sealManifest(meta: CheckpointMeta, state: TrainingState, digests: string[][]): CheckpointManifest {
   const n = digests.length;
   const ranges = stripeRanges(state, n);
   const unsealed = {
@@ -182,9 +204,23 @@ export function commitCheckpoint(dir: string, meta: CheckpointMeta, state: Train
     // (the buffers' stripe, index groups n, is rank 0's last digest)
     file: { name: stateFile, bytes: stateFileBytes(state), stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i % n][Math.floor(i / n)] })) },
   };
-  const manifest: CheckpointManifest = { ...unsealed, manifest_sha256: manifestSha256(unsealed) };
-  writeAtomically(path.join(dir, manifestFile), JSON.stringify(manifest, null, 1) + '\n');
-  return manifest;
+  return { ...unsealed, manifest_sha256: manifestSha256(unsealed) };
+}
+
+/**
+ * Readies the checkpoint path before a failure needs it: builds `state`'s header, and compiles the
+ * manifest's code by sealing one (a JIT checkpoint runs once, right after a failure, where
+ * compiling that code cost about 1.5 ms of its critical path).
+ */
+export function readyCheckpoints(meta: CheckpointMeta, state: TrainingState, ranks: number): void {
+  const stripes = stripeRanges(state, ranks).length;
+  sealManifest(meta, state, Array.from({ length: ranks }, () => Array.from({ length: Math.ceil(stripes / ranks) }, () => '0'.repeat(16))));
+}
+
+/** The leader's commit, second half, once every rank's stripe is durable: the manifest renamed in. */
+export function commitManifest(prepared: PreparedManifest): CheckpointManifest {
+  moveIntoPlace(prepared.partial, prepared.file);
+  return prepared.manifest;
 }
 
 /** Removes all but the newest `keep` complete checkpoints, and unfinished ones older than those. */

@@ -28,7 +28,7 @@ machine's cores, or the sum of the hostfile's slots=K), and ULFM's hang detector
 --hang-timeout (default ${defaultHangTimeoutS} s). The first Ctrl-C or SIGTERM asks the ranks to checkpoint and stop;
 ${stopGraceMs / 1000} s later (or at a second one) mpirun ends the job. Exit code 0 only if the run directory
 holds a complete summary.json or a clean stop, 1 if the job ended without finishing, 2 on bad input
-or no ULFM, otherwise mpirun's own. With --script, every rank runs \`node FILE <flags>\` instead of ft-train:
+or no ULFM, otherwise mpirun's own. With --script, every rank runs \`node --single-threaded-gc FILE <flags>\` instead of ft-train:
 a program over the library (train() or elastic()) that takes at least --run-dir DIR (and
 --hang-timeout S, if not the default) among its flags.`;
 

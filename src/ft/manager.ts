@@ -15,7 +15,7 @@
 // once the communicator is repaired, the survivors grow it with MPI_Comm_spawn, send the newcomers
 // the parameters and where the run stands (the join), and the newcomers take the lost shards.
 import { isFailure, type Communicator } from '../comm';
-import { checkpointDir, commitCheckpoint, configSha256, newStripeWriter, pruneCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
+import { checkpointDir, commitManifest, configSha256, newStripeWriter, prepareManifest, pruneCheckpoints, readyCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
 import { LazyShard, Readback } from '../data/readback';
 import type { ShardLayout } from '../data/shard-layout';
@@ -158,6 +158,8 @@ export class Manager {
   lastCheckpoint: string | null = null;
   /** this rank's checkpoint stripes' writer, made at the start: its staging buffers are touched then, not during the checkpoint */
   private readonly stripeWriter = newStripeWriter();
+  /** every checkpoint's config_sha256 (the identity never changes) */
+  private readonly configSha256: string;
   /** the id the next spawned rank gets, and how many more may be spawned */
   private nextId: number;
   private respawnsLeft: number;
@@ -181,6 +183,7 @@ export class Manager {
     this.nextId = ids[ids.length - 1] + 1;
     this.respawnsLeft = config.respawn?.limit ?? 0;
     this.awaitingJoin = config.joined;
+    this.configSha256 = configSha256(config.identity);
   }
 
   /** The number of working ranks. */
@@ -301,6 +304,7 @@ export class Manager {
     this.source = source;
     if (this.config.joined) {
       await this.recover();
+      readyCheckpoints(this.checkpointMeta('ready'), source.state(), this.size);
       return;
     }
     if (!this.workers) this.workers = await this.splitWorkers();
@@ -309,6 +313,7 @@ export class Manager {
     this.rebuildSum();
     if (this.config.sharded && this.working) this.sharded = this.newShardedState();
     this.worldHistory.push({ step: this.step, world: this.size, lost: [] });
+    readyCheckpoints(this.checkpointMeta('ready'), source.state(), this.size);
     if (resumed) while (!(await this.collective('resume', async () => undefined)).ok);
   }
 
@@ -656,9 +661,11 @@ export class Manager {
   }
 
   /**
-   * One attempt: every live rank writes its stripe of the state file, the digests are gathered,
-   * the leader commits the manifest, and a last vote says the commit happened. False when a
-   * failure interrupted it (the caller repairs and tries again; stripes rewrite the same bytes).
+   * One attempt: every live rank writes its stripe of the state file; meanwhile the digests are
+   * gathered (they are computed from memory) and the leader writes the manifest aside; a vote once
+   * every stripe is durable; the leader renames the manifest in; a last vote says the commit
+   * happened. False when a failure interrupted it (the caller repairs and tries again; stripes
+   * rewrite the same bytes).
    */
   private async tryCheckpoint(reason: string): Promise<boolean> {
     const started = now();
@@ -667,33 +674,39 @@ export class Manager {
     this.at('checkpoint-stripe');
     // the working ranks write it; spares hold nothing of their own
     const stripe = this.working ? writeStripe(dir, state, this.rank, this.size, this.stripeWriter) : undefined;
-    await stripe?.written;
     const mine = stripe ? Buffer.from(stripe.digests.join(''), 'hex') : Buffer.alloc(0);
     const digests = new Uint8Array(mine.length * this.size);
     this.at('checkpoint-gather');
-    if (!(await this.attempt('checkpoint-gather', () => this.workers!.allgather(new Uint8Array(mine), digests)))) return false;
+    const gathered = await this.survives('checkpoint-gather', this.working ? () => this.workers!.allgather(new Uint8Array(mine), digests) : async () => undefined);
+    const prepared = gathered && this.isLeader ? prepareManifest(dir, this.checkpointMeta(reason), state,
+      Array.from({ length: this.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex').match(/.{16}/g)!)) : undefined;
+    await stripe?.written;
+    if ((await this.vote(gathered ? OK : 0)) !== OK) return false;
     this.at('checkpoint-commit');
-    if (this.isLeader) {
-      const meta: CheckpointMeta = {
-        step: this.step,
-        ...this.source!.position(),
-        reason,
-        shards: this.config.shards,
-        shard_map: this.map.toJSON(),
-        seed: this.config.identity.seed as number,
-        config: this.config.identity,
-        config_sha256: configSha256(this.config.identity),
-        rng: { seed: this.config.identity.seed as number, kind: 'counter-based' },
-        world_history: this.worldHistory,
-      };
-      const hex = Array.from({ length: this.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex').match(/.{16}/g)!);
-      const manifest = commitCheckpoint(dir, meta, state, hex);
+    if (prepared) {
+      const manifest = commitManifest(prepared);
       pruneCheckpoints(this.config.checkpointDir, this.config.keepCheckpoints);
       this.observer.event({ event: 'checkpoint', step: this.step, reason, dir, bytes: manifest.file.bytes, stripes: this.size, duration_ms: now() - started });
     }
     if (!(await this.attempt('checkpoint-commit', async () => undefined))) return false;
     this.lastCheckpoint = dir;
     return true;
+  }
+
+  /** What a checkpoint of the current step records besides the tensors. */
+  private checkpointMeta(reason: string): CheckpointMeta {
+    return {
+      step: this.step,
+      ...this.source!.position(),
+      reason,
+      shards: this.config.shards,
+      shard_map: this.map.toJSON(),
+      seed: this.config.identity.seed as number,
+      config: this.config.identity,
+      config_sha256: this.configSha256,
+      rng: { seed: this.config.identity.seed as number, kind: 'counter-based' },
+      world_history: this.worldHistory,
+    };
   }
 
   /**

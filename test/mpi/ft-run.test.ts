@@ -34,7 +34,7 @@ function expectedLine(ranks: number, slots: number, detector: string, trainArgs:
     ...(hostfile ? [`--hostfile ${hostfile}`] : []), ...(binding ? [binding] : []),
     `--prefix ${mpiHome} --mca coll '^han' --mca mpi_add_procs_cutoff 1024 --mca mpi_ft_propagator_with_rbcast true -x FT_RUN_JOB -x FT_TEST_JOB -x FT_BENCH_JOB`,
     '--mca coll_libnbc_iallreduce_algorithm ring',
-    detector, process.execPath, ftTrain, trainArgs,
+    detector, process.execPath, '--single-threaded-gc', ftTrain, trainArgs,
   ].join(' ') + '\n';
 }
 

@@ -6,7 +6,7 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { checkpointDir, commitCheckpoint, configSha256, findCheckpoint, loadCheckpoint, newStripeWriter, pruneCheckpoints, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
+import { checkpointDir, commitManifest, configSha256, findCheckpoint, loadCheckpoint, newStripeWriter, prepareManifest, pruneCheckpoints, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { crc64 } from '../../src/checksum';
 import { randomTensor } from '../helpers/gradcheck';
@@ -42,7 +42,7 @@ async function write(root: string, step: number, s: TrainingState, n: number, m:
   const dir = checkpointDir(root, step);
   // started in reverse order, as ranks come in any order
   const digests = await Promise.all(Array.from({ length: n }, (_, k) => n - 1 - k).map((i) => stripe(dir, s, i, n)));
-  commitCheckpoint(dir, m, s, digests.reverse());
+  commitManifest(prepareManifest(dir, m, s, digests.reverse()));
   return dir;
 }
 
@@ -78,6 +78,27 @@ describe('checkpoints', () => {
     assert.deepEqual([params, velocity], [s.params, s.slots[0].data]);
     const ranges = stripeRanges(s, 2);
     assert.deepEqual(ranges.map((r) => r.offset + r.length), [...ranges.slice(1).map((r) => r.offset), files[0].length]);
+  });
+
+  it('a manifest prepared while the stripes are written names nothing complete until it is moved into place', async () => {
+    const s = state(2);
+    const older = await write(root, 10, s, 2);
+    const dir = checkpointDir(root, 20);
+    const stripes = [0, 1].map((i) => writeStripe(dir, s, i, 2, writers[i]));
+    const prepared = prepareManifest(dir, meta(20), s, stripes.map((x) => x.digests));
+    assert.deepEqual(fs.readdirSync(dir).sort(), [`manifest.json.partial-${process.pid}`, 'state.safetensors']);
+    assert.equal(findCheckpoint(root).dir, older);
+    await Promise.all(stripes.map((x) => x.written));
+    assert.equal(findCheckpoint(root).dir, older);
+    assert.deepEqual(commitManifest(prepared), verifyCheckpoint(dir));
+    assert.deepEqual(fs.readdirSync(dir).sort(), ['manifest.json', 'state.safetensors']);
+    assert.equal(findCheckpoint(root).dir, dir);
+    // the same tensors with another optimizer's slots: another header, not the one remembered
+    const adamw: TrainingState = { ...s, slots: ['exp_avg', 'exp_avg_sq'].map((name, k) => ({ name, data: randomTensor(P, 60 + k) })) };
+    const loaded = adamw.slots.map((x) => ({ name: x.name, data: new Float32Array(P) }));
+    const third = await write(root, 30, adamw, 3);
+    loadCheckpoint(third, verifyCheckpoint(third), tensors, new Float32Array(P), loaded);
+    assert.deepEqual(loaded, adamw.slots);
   });
 
   it('detects a flipped byte and a truncated file, and falls back to the previous complete checkpoint', async () => {
@@ -163,7 +184,7 @@ describe('checkpoints', () => {
     const digests: string[][][] = [];
     for (const i of [0, 1, 2]) digests.push([await stripe(dirs[0], whole, i, n), await stripe(dirs[1], shard(i), i, n)]);
     assert.deepEqual(digests.map((d) => d[0]), digests.map((d) => d[1]));
-    commitCheckpoint(dirs[1], meta(5), whole, digests.map((d) => d[1]));
+    commitManifest(prepareManifest(dirs[1], meta(5), whole, digests.map((d) => d[1])));
     const files = dirs.map((d) => fs.readFileSync(path.join(d, 'state.safetensors')));
     assert.ok(files[0].equals(files[1]));
     const loaded = slots.map((s) => ({ name: s.name, data: new Float32Array(P) }));
