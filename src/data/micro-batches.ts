@@ -40,10 +40,11 @@ export class MicroBatches {
     return order.subarray(start, Math.min(start + this.size(shard), order.length));
   }
 
-  /** Samples in step t of any epoch, over all shards. */
+  /** Samples in step t of any epoch, over all shards (counted, not drawn: no permutation is touched). */
   samplesAt(step: number): number {
+    if (!(step >= 0 && step < this.stepsPerEpoch)) throw new RangeError(`samplesAt: expected a step in [0, ${this.stepsPerEpoch}), got ${step}`);
     let total = 0;
-    for (let s = 0; s < this.layout.count; ++s) total += this.rows(s, 0, step).length;
+    for (let s = 0; s < this.layout.count; ++s) total += Math.max(0, Math.min(this.size(s), this.layout.rows(s) - step * this.size(s)));
     return total;
   }
 
@@ -51,7 +52,8 @@ export class MicroBatches {
   order(shard: number, epoch: number): Int32Array {
     const cached = this.permutations.get(shard);
     if (cached?.epoch === epoch) return cached.order;
-    const order = Int32Array.from({ length: this.layout.rows(shard) }, (_, i) => i);
+    const order = new Int32Array(this.layout.rows(shard));
+    for (let i = 0; i < order.length; ++i) order[i] = i;
     const next = stream(hashKeys(this.seed, epoch, shard));
     for (let i = order.length - 1; i > 0; --i) {
       const j = Math.floor(next() * (i + 1));

@@ -121,6 +121,7 @@ describe('MicroBatches', () => {
       const plan = new MicroBatches(layout, batch, 42);
       for (const epoch of [0, 3]) {
         const seen = new Uint8Array(1037);
+        const orders = Array.from({ length: S }, (_, s) => plan.order(s, epoch));
         let total = 0;
         for (let t = 0; t < plan.stepsPerEpoch; ++t) {
           let inStep = 0;
@@ -134,6 +135,8 @@ describe('MicroBatches', () => {
           total += inStep;
         }
         assert.equal(total, 1037);
+        // counting a step's samples draws no permutation: each shard's order for the epoch is computed once
+        assert.ok(orders.every((order, s) => plan.order(s, epoch) === order), `S=${S} batch=${batch} epoch ${epoch}: a permutation was drawn again`);
         assert.ok(seen.every((n) => n === 1), `S=${S} batch=${batch}: a sample seen ${Math.max(...seen)} times or never`);
       }
     }
