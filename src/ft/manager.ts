@@ -674,13 +674,16 @@ export class Manager {
     this.at('checkpoint-stripe');
     // the working ranks write it; spares hold nothing of their own
     const stripe = this.working ? writeStripe(dir, state, this.rank, this.size, this.stripeWriter) : undefined;
+    // its failure (a full disk) is held from now on, not left unhandled while the digests are gathered
+    const written = stripe?.written.then(() => undefined, (error: unknown) => ({ error }));
     const mine = stripe ? Buffer.from(stripe.digests.join(''), 'hex') : Buffer.alloc(0);
     const digests = new Uint8Array(mine.length * this.size);
     this.at('checkpoint-gather');
     const gathered = await this.survives('checkpoint-gather', this.working ? () => this.workers!.allgather(new Uint8Array(mine), digests) : async () => undefined);
     const prepared = gathered && this.isLeader ? prepareManifest(dir, this.checkpointMeta(reason), state,
       Array.from({ length: this.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex').match(/.{16}/g)!)) : undefined;
-    await stripe?.written;
+    const writeFailed = await written;
+    if (writeFailed) throw writeFailed.error;
     if ((await this.vote(gathered ? OK : 0)) !== OK) return false;
     this.at('checkpoint-commit');
     if (prepared) {

@@ -200,16 +200,18 @@ describe('a rank\'s own error stops every rank', function () {
     assert.deepEqual(stopEventRanks(runDir), [rank]);
   });
 
-  it('a full disk under the checkpoint directory: ENOSPC naming the stripe file, no manifest', async function () {
+  it('a full disk under the checkpoint directory: ENOSPC naming the stripe file or the manifest, no manifest', async function () {
     this.timeout(60_000);
     const disk = path.join(scratch, 'full-checkpoints');
     if (!mountTmpfs(disk, '1m')) this.skip();
     const checkpoints = path.join(disk, 'ck');
     const runDir = newDir();
     const job = await runTrain(4, [...common, '--data', 'datasets/fashion-mnist', '--steps', '40', '--checkpoint-dir', checkpoints, '--checkpoint-every', '10', '--run-dir', runDir], jobTimeoutMs);
-    const stripes = path.join(checkpoints, 'step-00000010', 'state.safetensors');
-    const rank = assertStopped(job, runDir, new RegExp(`^ft-train: rank \\d: ${escape(stripes)}: ENOSPC: no space left on device$`));
-    // every rank writes its stripe: any of them may find the disk full, and the lowest of those speaks
+    const step = path.join(checkpoints, 'step-00000010');
+    const files = ['state.safetensors', 'manifest.json'].map((name) => escape(path.join(step, name))).join('|');
+    const rank = assertStopped(job, runDir, new RegExp(`^ft-train: rank \\d: (${files}): ENOSPC: no space left on device$`));
+    // every rank writes its stripe, and the leader the manifest meanwhile: any of them may find the
+    // disk full, and the lowest of those speaks
     const erred = stopEventRanks(runDir) as number[];
     assert.ok(Array.isArray(erred) && erred[0] === rank && erred.every((r, i) => r >= 0 && r < 4 && (i === 0 || r > erred[i - 1])), `ranks ${JSON.stringify(erred)}`);
     const manifests = fs.readdirSync(checkpoints, { recursive: true }).map(String).filter((name) => path.basename(name) === 'manifest.json');
