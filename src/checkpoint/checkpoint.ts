@@ -99,10 +99,11 @@ function stateTensors(tensors: readonly TensorInfo[], slots: readonly string[], 
 const headers = new WeakMap<readonly TensorInfo[], { slots: string; buffers?: readonly TensorInfo[]; header: Buffer }>();
 
 function headerOf(state: TrainingState): Buffer {
-  const slots = state.slots.map((s) => s.name).join('\n');
+  const names = state.slots.map((s) => s.name);
+  const slots = names.join('\n');
   const known = headers.get(state.tensors);
   if (known && known.slots === slots && known.buffers === state.buffers?.tensors) return known.header;
-  const header = safetensorsHeader(stateTensors(state.tensors, state.slots.map((s) => s.name), state.buffers?.tensors));
+  const header = safetensorsHeader(stateTensors(state.tensors, names, state.buffers?.tensors));
   headers.set(state.tensors, { slots, buffers: state.buffers?.tensors, header });
   return header;
 }
