@@ -34,18 +34,26 @@ export class MicroBatches {
 
   /** Rows (indices within shard s) of step t's micro-batch in `epoch`; empty once s is used up. */
   rows(shard: number, epoch: number, step: number): Int32Array {
-    if (!(step >= 0 && step < this.stepsPerEpoch)) throw new RangeError(`rows: expected a step in [0, ${this.stepsPerEpoch}), got ${step}`);
-    const order = this.order(shard, epoch);
-    const start = Math.min(step * this.size(shard), order.length);
-    return order.subarray(start, Math.min(start + this.size(shard), order.length));
+    const { start, end } = this.span('rows', shard, step);
+    return this.order(shard, epoch).subarray(start, end);
   }
 
   /** Samples in step t of any epoch, over all shards (counted, not drawn: no permutation is touched). */
   samplesAt(step: number): number {
-    if (!(step >= 0 && step < this.stepsPerEpoch)) throw new RangeError(`samplesAt: expected a step in [0, ${this.stepsPerEpoch}), got ${step}`);
     let total = 0;
-    for (let s = 0; s < this.layout.count; ++s) total += Math.max(0, Math.min(this.size(s), this.layout.rows(s) - step * this.size(s)));
+    for (let s = 0; s < this.layout.count; ++s) {
+      const { start, end } = this.span('samplesAt', s, step);
+      total += end - start;
+    }
     return total;
+  }
+
+  /** Where step t's micro-batch lies in shard s's order, whatever the epoch: [start, end). */
+  private span(method: string, shard: number, step: number): { start: number; end: number } {
+    if (!(step >= 0 && step < this.stepsPerEpoch)) throw new RangeError(`${method}: expected a step in [0, ${this.stepsPerEpoch}), got ${step}`);
+    const rows = this.layout.rows(shard);
+    const start = Math.min(step * this.size(shard), rows);
+    return { start, end: Math.min(start + this.size(shard), rows) };
   }
 
   /** Shard s's rows in the order `epoch` visits them (a seeded permutation). */
