@@ -9,28 +9,25 @@ export function writeAtomically(file: string, bytes: string | Uint8Array): void 
 }
 
 /**
- * writeAtomically's first half: `bytes` durable in a temporary file next to `file`, whose path it
- * returns; nothing is seen under `file` until moveIntoPlace. Lets a writer prepare a commit while
- * what the commit vouches for is still being written.
+ * writeAtomically's first half: `bytes` in a temporary file next to `file`, whose path it returns;
+ * nothing is seen under `file` until moveIntoPlace, which makes them durable first. Lets a writer
+ * prepare a commit while what the commit vouches for is still being written, without an fsync of
+ * its own racing those writes' (on a journalling file system their fsyncs have usually carried
+ * these bytes by the time moveIntoPlace asks).
  */
 export function writeAside(file: string, bytes: string | Uint8Array): string {
   removeStrayPartials(file);
   const partial = `${file}.partial-${process.pid}`;
-  namingFile(file, () => leavingNothingOnError(partial, () => {
-    const fd = fs.openSync(partial, 'w');
-    try {
-      fs.writeFileSync(fd, bytes);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-  }));
+  namingFile(file, () => leavingNothingOnError(partial, () => fs.writeFileSync(partial, bytes)));
   return partial;
 }
 
-/** writeAtomically's second half: renames writeAside's `partial` to `file`, and makes the new name durable. */
+/** writeAtomically's second half: makes writeAside's `partial` durable, renames it to `file`, and makes the new name durable. */
 export function moveIntoPlace(partial: string, file: string): void {
-  namingFile(file, () => leavingNothingOnError(partial, () => fs.renameSync(partial, file)));
+  namingFile(file, () => leavingNothingOnError(partial, () => {
+    syncFile(partial);
+    fs.renameSync(partial, file);
+  }));
   syncDirectory(path.dirname(file));
 }
 
@@ -50,6 +47,15 @@ function leavingNothingOnError(partial: string, action: () => void): void {
   } catch (error) {
     fs.rmSync(partial, { force: true });
     throw error;
+  }
+}
+
+function syncFile(file: string): void {
+  const fd = fs.openSync(file, 'r+');
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
   }
 }
 

@@ -26,13 +26,13 @@ interface Addon {
   /** x[i, :] = features[rows[i], :] / divisor for samples of `sampleSize` values (each quotient rounded to float32). */
   gatherRows(features: Uint8Array | Float32Array, sampleSize: number, rows: Int32Array, divisor: number, x: Float32Array): void;
   /**
-   * Writes byte ranges of a file and fsyncs it, then `directories`, off the JS thread: it creates
+   * Writes byte ranges of a file and fsyncs it, off the JS thread: it creates
    * the file if needed, sets its length to `fileBytes`, and writes each view's bytes at `at`,
    * page-aligned runs straight to the disk (O_DIRECT, through staging buffers a writer allocates
    * once) where the file system allows. The views must not change until the Promise settles; one
-   * write at a time. I/O errors reject like Node's fs errors, naming the file or directory.
+   * write at a time. I/O errors reject like Node's fs errors, naming the file.
    */
-  FileWriter: new () => { write(file: string, fileBytes: number, parts: { at: number; bytes: ArrayBufferView }[], directories?: string[]): Promise<void> };
+  FileWriter: new () => { write(file: string, fileBytes: number, parts: { at: number; bytes: ArrayBufferView }[]): Promise<void> };
   /**
    * Reed-Solomon erasure coding (ISA-L, Cauchy matrix) over the raw bytes of the views: k data
    * fragments and m parity fragments (k + m <= 255), any k of which rebuild the others. Fragment i

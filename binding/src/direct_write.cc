@@ -8,12 +8,10 @@
 // by one path only, so a direct write never races another rank's buffered write of a page they
 // share. Where the file system refuses O_DIRECT (tmpfs), every byte is buffered.
 //
-// new FileWriter() allocates and touches the ring; writer.write(path, fileBytes, [{at, bytes}],
-// directories?) -> Promise: creates the file if needed, sets its length to fileBytes, writes each
-// view's bytes at `at`, fsyncs it, then each of `directories` (whose entries must be durable too:
-// on a journalling file system the file's fsync has usually committed them, so this costs little
-// there). One write at a time per writer. An I/O error rejects with an Error like Node's
-// fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
+// new FileWriter() allocates and touches the ring; writer.write(path, fileBytes, [{at, bytes}])
+// -> Promise: creates the file if needed, sets its length to fileBytes, writes each view's bytes
+// at `at`, and fsyncs it. One write at a time per writer. An I/O error rejects with an Error like
+// Node's fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
 #include "direct_write.h"
 
 #include <fcntl.h>
@@ -197,12 +195,6 @@ class Pipeline {
   std::thread writer_;  // last: starts once the rest is set up
 };
 
-void SyncDirectory(const std::string& directory) {
-  Fd fd(directory, O_RDONLY | O_DIRECTORY);
-  if (fd.get() < 0) throw IoError{errno, "open"};
-  if (fsync(fd.get()) != 0) throw IoError{errno, "fsync"};
-}
-
 void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const std::vector<Range>& ranges) {
   Fd buffered(path, O_WRONLY | O_CREAT);
   if (buffered.get() < 0) throw IoError{errno, "open"};
@@ -228,11 +220,10 @@ void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const st
 class FileWriteWorker : public Napi::AsyncWorker {
  public:
   FileWriteWorker(Napi::Env env, Ring& ring, bool& busy, std::string path, uint64_t fileBytes,
-                  std::vector<Range> ranges, std::vector<std::string> directories, Napi::Object writer,
-                  Napi::Object parts)
+                  std::vector<Range> ranges, Napi::Object writer, Napi::Object parts)
       : Napi::AsyncWorker(env, "FileWriter.write"), deferred_(Napi::Promise::Deferred::New(env)), ring_(ring),
         busy_(busy), path_(std::move(path)), fileBytes_(fileBytes), ranges_(std::move(ranges)),
-        directories_(std::move(directories)), writer_(Napi::Persistent(writer)), parts_(Napi::Persistent(parts)) {}
+        writer_(Napi::Persistent(writer)), parts_(Napi::Persistent(parts)) {}
 
   Napi::Promise Promise() { return deferred_.Promise(); }
 
@@ -242,16 +233,6 @@ class FileWriteWorker : public Napi::AsyncWorker {
       WriteFile(ring_, path_, fileBytes_, ranges_);
     } catch (const IoError& error) {
       error_ = error;
-      return;
-    }
-    for (const std::string& directory : directories_) {
-      try {
-        SyncDirectory(directory);
-      } catch (const IoError& error) {
-        error_ = error;
-        failedPath_ = directory;
-        return;
-      }
     }
   }
 
@@ -262,11 +243,10 @@ class FileWriteWorker : public Napi::AsyncWorker {
       return;
     }
     const char* code = uv_err_name(-error_.code);
-    const std::string& path = failedPath_.empty() ? path_ : failedPath_;
-    Napi::Error error = Napi::Error::New(Env(), path + ": " + code + ": " + uv_strerror(-error_.code));
+    Napi::Error error = Napi::Error::New(Env(), path_ + ": " + code + ": " + uv_strerror(-error_.code));
     error.Set("code", Napi::String::New(Env(), code));
     error.Set("syscall", Napi::String::New(Env(), error_.syscall));
-    error.Set("path", Napi::String::New(Env(), path));
+    error.Set("path", Napi::String::New(Env(), path_));
     deferred_.Reject(error.Value());
   }
 
@@ -277,12 +257,10 @@ class FileWriteWorker : public Napi::AsyncWorker {
   std::string path_;
   uint64_t fileBytes_;
   std::vector<Range> ranges_;
-  std::vector<std::string> directories_;
   // the ring and the views' memory stay alive until the write ends
   Napi::ObjectReference writer_;
   Napi::ObjectReference parts_;
   IoError error_{0, ""};
-  std::string failedPath_;  // a directory that failed (empty: the file)
 };
 
 class FileWriter : public Napi::ObjectWrap<FileWriter> {
@@ -314,20 +292,10 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
       }
       ranges.push_back({static_cast<uint64_t>(offset), DataOf(view), view.ByteLength()});
     }
-    std::vector<std::string> directories;
-    if (!info[3].IsUndefined()) {
-      if (!info[3].IsArray()) ThrowArg(env, method, "directories", "an Array of strings", info[3]);
-      auto list = info[3].As<Napi::Array>();
-      for (uint32_t i = 0; i < list.Length(); ++i) {
-        Napi::Value directory = list.Get(i);
-        if (!directory.IsString()) ThrowArg(env, method, ("directories[" + std::to_string(i) + "]").c_str(), "a string", directory);
-        directories.push_back(directory.As<Napi::String>().Utf8Value());
-      }
-    }
     if (busy_) throw Napi::Error::New(env, "FileWriter.write: the previous write has not ended");
     busy_ = true;
     auto* worker = new FileWriteWorker(env, ring_, busy_, info[0].As<Napi::String>().Utf8Value(),
-                                       static_cast<uint64_t>(fileBytes), std::move(ranges), std::move(directories),
+                                       static_cast<uint64_t>(fileBytes), std::move(ranges),
                                        info.This().As<Napi::Object>(), parts);
     worker->Queue();
     return worker->Promise();

@@ -8,7 +8,7 @@
 // fail, is never used.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { moveIntoPlace, writeAside } from '../atomic-write';
+import { moveIntoPlace, syncDirectory, writeAside } from '../atomic-write';
 import { crc64 } from '../checksum';
 import { parameterChunks } from '../chunks';
 import { addon } from '../native';
@@ -146,8 +146,8 @@ export function newStripeWriter(): StripeWriter {
 /**
  * Starts writing rank i of n's stripes of the state file into `dir` (chunk i of every group,
  * straight from the buffers, fsynced) on `writer`'s thread, and returns their CRC-64s, group by
- * group, computed here meanwhile, and `written`, settled once they and `dir`'s own entry are
- * durable (the older checkpoints pruned after the commit must not outlive it). The state must not
+ * group, computed here meanwhile, and `written`, settled once they are durable (`dir`'s own
+ * entry is made durable by commitManifest). The state must not
  * change until then. Every writer sets the file's final length, so no longer old file (an
  * interrupted attempt, a bigger model) leaves a tail whichever writer comes last; concurrent
  * ftruncates to one length never touch bytes another writer put below it. (A fresh file renamed in
@@ -172,12 +172,12 @@ export function writeStripe(dir: string, state: TrainingState, i: number, n: num
   const buffers = state.buffers?.data;
   const bufferPart = buffers && buffers.length > 0
     ? { at: header.length + 4 * groups.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) } : undefined;
-  const written = writer.write(path.join(dir, stateFile), stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])], [path.dirname(dir)]);
+  const written = writer.write(path.join(dir, stateFile), stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])]);
   const digests = [...parts, ...(bufferPart ? [[bufferPart]] : [])].map((list) => crc64(...list.map((p) => p.bytes)));
   return { digests, written };
 }
 
-/** A manifest written aside (durable, not yet in place): see prepareManifest. */
+/** A manifest written aside (not yet durable nor in place): see prepareManifest. */
 export interface PreparedManifest {
   manifest: CheckpointManifest;
   partial: string;
@@ -221,6 +221,10 @@ export function readyCheckpoints(meta: CheckpointMeta, state: TrainingState, ran
 /** The leader's commit, second half, once every rank's stripe is durable: the manifest renamed in. */
 export function commitManifest(prepared: PreparedManifest): CheckpointManifest {
   moveIntoPlace(prepared.partial, prepared.file);
+  // the step directory's own entry, which every writer's mkdir made: once, here, after the
+  // stripes' fsyncs (a directory fsync racing them waited for a journal commit of its own: up to
+  // 3 ms) and before any older checkpoint is pruned
+  syncDirectory(path.dirname(path.dirname(prepared.file)));
   return prepared.manifest;
 }
 

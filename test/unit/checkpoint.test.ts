@@ -86,9 +86,11 @@ describe('checkpoints', () => {
     const dir = checkpointDir(root, 20);
     const stripes = [0, 1].map((i) => writeStripe(dir, s, i, 2, writers[i]));
     const prepared = prepareManifest(dir, meta(20), s, stripes.map((x) => x.digests));
-    assert.deepEqual(fs.readdirSync(dir).sort(), [`manifest.json.partial-${process.pid}`, 'state.safetensors']);
+    // (the stripes' file may not exist yet: the writers create it on their threads)
+    assert.deepEqual(fs.readdirSync(dir).filter((name) => name.startsWith('manifest')), [`manifest.json.partial-${process.pid}`]);
     assert.equal(findCheckpoint(root).dir, older);
     await Promise.all(stripes.map((x) => x.written));
+    assert.deepEqual(fs.readdirSync(dir).sort(), [`manifest.json.partial-${process.pid}`, 'state.safetensors']);
     assert.equal(findCheckpoint(root).dir, older);
     assert.deepEqual(commitManifest(prepared), verifyCheckpoint(dir));
     assert.deepEqual(fs.readdirSync(dir).sort(), ['manifest.json', 'state.safetensors']);
@@ -211,12 +213,11 @@ describe('checkpoints', () => {
     assert.equal(fs.statSync(path.join(dir, 'state.safetensors')).size, manifest.file.bytes);
   });
 
-  it('a stripe or directory that cannot be written or synced fails naming it, as Node\'s fs errors do', async () => {
+  it('a stripe that cannot be written fails naming it, as Node\'s fs errors do', async () => {
     const missing = path.join(root, 'missing');
     const file = path.join(missing, 'state.safetensors');
     const parts = [{ at: 0, bytes: new Uint8Array(8) }];
     await assert.rejects(writers[0].write(file, 8, parts), { message: `${file}: ENOENT: no such file or directory`, code: 'ENOENT' });
-    await assert.rejects(writers[0].write(path.join(root, 'state.safetensors'), 8, parts, [root, missing]), { message: `${missing}: ENOENT: no such file or directory`, code: 'ENOENT' });
   });
 
   it('CRC-64 (ISA-L) gives the published check value and chains over pieces', () => {
