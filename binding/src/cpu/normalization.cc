@@ -32,53 +32,64 @@ struct Groups {
 // that the streams they read (one per chain's group and array) stay in L1's ways when groups lie a
 // multiple of 4 KiB apart.
 constexpr size_t kChains = 8;
-// Where a bunch's groups interleave (the blocked layout), its chains all read the same stream:
-// as many as a 64-byte line holds floats, so that each line is read once per pass.
-constexpr size_t kInterleavedChains = 16;
 
-// Calls block(first, lanes) over the groups, Lanes at a time, then one at a time; lanes is a
-// std::integral_constant, so that each block's loops have a fixed number of chains.
-template <size_t Lanes, typename Block>
+// A block's lanes: Count of them, each a group's chain; Adjacent where they are a whole bunch of
+// interleaved groups (the blocked layout), whose values at one position are Count adjacent floats,
+// read as one vector (the same chains, the same adds in the same order: the bits do not change).
+template <size_t Count, bool Adjacent>
+struct Lanes {
+  static constexpr size_t value = Count;
+  static constexpr bool adjacent = Adjacent;
+};
+
+// Calls block(first, lanes) over the groups, N at a time, then one at a time.
+template <size_t N, bool Adjacent, typename Block>
 void InBlocks(size_t count, Block block) {
   size_t g = 0;
-  for (; g + Lanes <= count; g += Lanes) block(g, std::integral_constant<size_t, Lanes>());
-  for (; g < count; ++g) block(g, std::integral_constant<size_t, 1>());
+  for (; g + N <= count; g += N) block(g, Lanes<N, Adjacent>());
+  for (; g < count; ++g) block(g, Lanes<1, false>());
 }
 
-// InBlocks with the number of chains that suits the groups' layout, each chain making Sums sums.
+// InBlocks with the lanes that suit the groups' layout, each chain making Sums sums: a bunch at a
+// time where groups interleave (its chains all read one stream, each line once per pass).
 template <size_t Sums, typename Block>
 void InLaneBlocks(const Groups& groups, Block block) {
-  if (groups.bunch > 1) {
-    InBlocks<kInterleavedChains>(groups.count, block);
+  if (groups.bunch == 16) {
+    InBlocks<16, true>(groups.count, block);
+  } else if (groups.bunch == 8) {
+    InBlocks<8, true>(groups.count, block);
+  } else if (groups.bunch > 1) {
+    InBlocks<1, false>(groups.count, block);
   } else {
-    InBlocks<kChains / Sums>(groups.count, block);
+    InBlocks<kChains / Sums, false>(groups.count, block);
   }
 }
 
-template <size_t Lanes>
-std::array<size_t, Lanes> Starts(const Groups& groups, size_t first) {
-  std::array<size_t, Lanes> start;
-  for (size_t lane = 0; lane < Lanes; ++lane) start[lane] = groups.Start(first + lane);
+template <typename L>
+std::array<size_t, L::value> Starts(const Groups& groups, size_t first) {
+  std::array<size_t, L::value> start;
+  for (size_t lane = 0; lane < L::value; ++lane) start[lane] = L::adjacent ? groups.Start(first) + lane : groups.Start(first + lane);
   return start;
 }
 
-// For groups first .. first + Lanes - 1, Sums double sums over each group's values in run order,
+// For groups first .. first + L::value - 1, Sums double sums over each group's values in run order,
 // then position order: term(g, at) gives the Sums values to add for the value at index `at`;
 // done(g, sums) receives the totals.
-template <size_t Sums, size_t Lanes, typename Term, typename Done>
+template <size_t Sums, typename L, typename Term, typename Done>
 void SumLanes(const Groups& groups, size_t first, Term term, Done done) {
-  std::array<size_t, Lanes> start = Starts<Lanes>(groups, first);
-  std::array<std::array<double, Lanes>, Sums> acc{};
+  constexpr size_t kLanes = L::value;
+  std::array<size_t, kLanes> start = Starts<L>(groups, first);
+  std::array<std::array<double, kLanes>, Sums> acc{};
   for (size_t r = 0; r < groups.runs; ++r) {
     for (size_t i = 0; i < groups.length; ++i) {
       size_t offset = r * groups.runStride + i * groups.step;
-      for (size_t lane = 0; lane < Lanes; ++lane) {
-        std::array<double, Sums> t = term(first + lane, start[lane] + offset);
+      for (size_t lane = 0; lane < kLanes; ++lane) {
+        std::array<double, Sums> t = term(first + lane, (L::adjacent ? start[0] + lane : start[lane]) + offset);
         for (size_t s = 0; s < Sums; ++s) acc[s][lane] += t[s];
       }
     }
   }
-  for (size_t lane = 0; lane < Lanes; ++lane) {
+  for (size_t lane = 0; lane < kLanes; ++lane) {
     std::array<double, Sums> sums;
     for (size_t s = 0; s < Sums; ++s) sums[s] = acc[s][lane];
     done(first + lane, sums);
@@ -87,9 +98,7 @@ void SumLanes(const Groups& groups, size_t first, Term term, Done done) {
 
 template <size_t Sums, typename Term, typename Done>
 void SumGroups(const Groups& groups, Term term, Done done) {
-  InLaneBlocks<Sums>(groups, [&](size_t first, auto lanes) {
-    SumLanes<Sums, decltype(lanes)::value>(groups, first, term, done);
-  });
+  InLaneBlocks<Sums>(groups, [&](size_t first, auto lanes) { SumLanes<Sums, decltype(lanes)>(groups, first, term, done); });
 }
 
 // Calls f(at) for every value of group g: the element-wise passes.
@@ -101,19 +110,20 @@ void ForEachValueOf(const Groups& groups, size_t g, F f) {
   }
 }
 
-// Calls f(g, at) for every value of groups first .. first + Lanes - 1: contiguous groups one after
-// another, interleaved ones position by position, so that each line is visited once.
-template <size_t Lanes, typename F>
+// Calls f(g, at) for every value of groups first .. first + L::value - 1: contiguous groups one
+// after another, interleaved ones position by position, so that each line is visited once.
+template <typename L, typename F>
 void ForEachValueOfLanes(const Groups& groups, size_t first, F f) {
+  constexpr size_t kLanes = L::value;
   if (groups.bunch == 1) {
-    for (size_t g = first; g < first + Lanes; ++g) ForEachValueOf(groups, g, [&](size_t at) { f(g, at); });
+    for (size_t g = first; g < first + kLanes; ++g) ForEachValueOf(groups, g, [&](size_t at) { f(g, at); });
     return;
   }
-  std::array<size_t, Lanes> start = Starts<Lanes>(groups, first);
+  std::array<size_t, kLanes> start = Starts<L>(groups, first);
   for (size_t r = 0; r < groups.runs; ++r) {
     for (size_t i = 0; i < groups.length; ++i) {
       size_t offset = r * groups.runStride + i * groups.step;
-      for (size_t lane = 0; lane < Lanes; ++lane) f(first + lane, start[lane] + offset);
+      for (size_t lane = 0; lane < kLanes; ++lane) f(first + lane, (L::adjacent ? start[0] + lane : start[lane]) + offset);
     }
   }
 }
@@ -156,13 +166,14 @@ template <typename Stats, typename Value>
 void NormaliseGroups(const Groups& groups, const float* x, double eps, Stats stats, Value value) {
   double m = static_cast<double>(groups.runs * groups.length);
   InLaneBlocks<1>(groups, [&](size_t first, auto lanes) {
-    constexpr size_t kLanes = decltype(lanes)::value;
+    using L = decltype(lanes);
+    constexpr size_t kLanes = L::value;
     std::array<double, kLanes> mean, inv;
     using One = std::array<double, 1>;
-    SumLanes<1, kLanes>(
+    SumLanes<1, L>(
         groups, first, [&](size_t, size_t at) { return One{x[at]}; },
         [&](size_t g, const One& sum) { mean[g - first] = sum[0] / m; });
-    SumLanes<1, kLanes>(
+    SumLanes<1, L>(
         groups, first,
         [&](size_t g, size_t at) {
           double centred = x[at] - mean[g - first];
@@ -172,7 +183,7 @@ void NormaliseGroups(const Groups& groups, const float* x, double eps, Stats sta
           inv[g - first] = 1.0 / std::sqrt(squares[0] / m + eps);
           stats(g, mean[g - first], squares[0], inv[g - first]);
         });
-    ForEachValueOfLanes<kLanes>(groups, first, [&](size_t g, size_t at) { value(g, at, mean[g - first], inv[g - first]); });
+    ForEachValueOfLanes<L>(groups, first, [&](size_t g, size_t at) { value(g, at, mean[g - first], inv[g - first]); });
   });
 }
 }  // namespace
@@ -251,9 +262,10 @@ Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
   Groups channels = ChannelGroups(d, layout);
   double values = static_cast<double>(channels.runs * channels.length);
   InLaneBlocks<2>(channels, [&](size_t first, auto lanes) {
-    constexpr size_t kLanes = decltype(lanes)::value;
+    using L = decltype(lanes);
+    constexpr size_t kLanes = L::value;
     std::array<double, kLanes> scale, meanDy, meanDyXhat;
-    SumLanes<2, kLanes>(
+    SumLanes<2, L>(
         channels, first,
         [&](size_t, size_t at) { return std::array<double, 2>{dy[at], static_cast<double>(dy[at]) * xhat[at]}; },
         [&](size_t ch, const std::array<double, 2>& sums) {
@@ -264,7 +276,7 @@ Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
           meanDyXhat[ch - first] = sums[1] / values;
         });
     if (dx == nullptr) return;
-    ForEachValueOfLanes<kLanes>(channels, first, [&](size_t ch, size_t at) {
+    ForEachValueOfLanes<L>(channels, first, [&](size_t ch, size_t at) {
       size_t lane = ch - first;
       dx[at] = static_cast<float>(scale[lane] * (dy[at] - meanDy[lane] - xhat[at] * meanDyXhat[lane]));
     });
