@@ -25,10 +25,10 @@ export function writeAside(file: string, bytes: string | Uint8Array): string {
 /** writeAtomically's second half: makes writeAside's `partial` durable, renames it to `file`, and makes the new name durable. */
 export function moveIntoPlace(partial: string, file: string): void {
   namingFile(file, () => leavingNothingOnError(partial, () => {
-    syncFile(partial);
+    syncPath(partial);
     fs.renameSync(partial, file);
   }));
-  syncDirectory(path.dirname(file));
+  syncPath(path.dirname(file));
 }
 
 /** What a writer killed before its rename left (another process's partial of the same file). */
@@ -50,18 +50,9 @@ function leavingNothingOnError(partial: string, action: () => void): void {
   }
 }
 
-function syncFile(file: string): void {
-  const fd = fs.openSync(file, 'r+');
-  try {
-    fs.fsyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
-  }
-}
-
-/** Makes the entries of `dir` (names created, renamed or removed in it) durable. */
-export function syncDirectory(dir: string): void {
-  const fd = fs.openSync(dir, 'r');
+/** Makes a file's bytes, or a directory's entries (names created, renamed or removed in it), durable. */
+export function syncPath(target: string): void {
+  const fd = fs.openSync(target, 'r');
   try {
     fs.fsyncSync(fd);
   } finally {

@@ -8,7 +8,7 @@
 // fail, is never used.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { moveIntoPlace, syncDirectory, writeAside } from '../atomic-write';
+import { moveIntoPlace, syncPath, writeAside } from '../atomic-write';
 import { crc64 } from '../checksum';
 import { parameterChunks } from '../chunks';
 import { addon } from '../native';
@@ -224,7 +224,7 @@ export function commitManifest(prepared: PreparedManifest): CheckpointManifest {
   // the step directory's own entry, which every writer's mkdir made: once, here, after the
   // stripes' fsyncs (a directory fsync racing them waited for a journal commit of its own: up to
   // 3 ms) and before any older checkpoint is pruned
-  syncDirectory(path.dirname(path.dirname(prepared.file)));
+  syncPath(path.dirname(path.dirname(prepared.file)));
   return prepared.manifest;
 }
 

@@ -59,7 +59,7 @@ void InLaneBlocks(const Groups& groups, Block block) {
   } else if (groups.bunch == 8) {
     InBlocks<8, true>(groups.count, block);
   } else if (groups.bunch > 1) {
-    InBlocks<1, false>(groups.count, block);
+    InBlocks<16, false>(groups.count, block);  // a line's worth of floats, gathered
   } else {
     InBlocks<kChains / Sums, false>(groups.count, block);
   }

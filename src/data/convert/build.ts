@@ -6,7 +6,7 @@
 // directory that exists is complete.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { syncDirectory } from '../../atomic-write';
+import { syncPath } from '../../atomic-write';
 import { DatasetError } from '../errors';
 import { sampleSize, splitNames, type FeatureType, type Manifest, type SplitMethod, type SplitName } from '../manifest';
 import { writeDataset, type ProgressSink, type SplitSource } from '../writer';
@@ -99,7 +99,7 @@ export class DatasetBuilder {
     for (const name of splitNames) this.spills[name].close();
     if (options.force) fs.rmSync(options.out, { recursive: true, force: true });
     fs.renameSync(this.temp, options.out);
-    syncDirectory(path.dirname(options.out));
+    syncPath(path.dirname(options.out));
     return manifest;
   }
 
