@@ -53,8 +53,9 @@ export interface ProtocolConfig {
   sumLength: number;
   add(acc: Float32Array, x: Float32Array): void;
   /**
-   * exact mode: the sum overlaps the backward pass (in DDP's buckets), which needs a core for the
-   * comm thread beside the compute's (comm's canOverlap); else it goes in one exchange at the end
+   * exact mode: this rank's part of the sum can overlap its backward pass, having a core for the
+   * comm thread beside the compute's (comm's canOverlap). The sum goes in DDP's buckets where every
+   * rank can, else in one exchange at the end.
    */
   overlap: boolean;
   /** --optimizer-state sharded (exact mode): the optimizer, parameters and redundancy it needs */
@@ -103,6 +104,7 @@ interface JoinMessage {
   worldHistory: CheckpointMeta['world_history'];
   bytesReadBack: number;
   lastCheckpoint: string | null;
+  sumInBuckets: boolean;
   position: Pick<CheckpointMeta, 'epoch' | 'shrink'>;
   sharded?: JoinMeta;
 }
@@ -136,6 +138,12 @@ export class Manager {
   private workers: Communicator | null;
   private map: ShardMap;
   private sum?: ShardSum;
+  /**
+   * Whether the sum goes in DDP's buckets (else one exchange): one choice for the world, since
+   * every rank must make the same calls (a rank that chose otherwise hung its peers' exchange).
+   * DDP's where every rank can overlap; a spawned rank takes the world's from the join.
+   */
+  private sumInBuckets: boolean;
   private sharded?: ShardedState;
   private readonly held = new Map<number, ShardData>();
   private readonly readbacks: Readback[] = [];
@@ -183,6 +191,7 @@ export class Manager {
     this.nextId = ids[ids.length - 1] + 1;
     this.respawnsLeft = config.respawn?.limit ?? 0;
     this.awaitingJoin = config.joined;
+    this.sumInBuckets = config.overlap;
     this.configSha256 = configSha256(config.identity);
   }
 
@@ -307,6 +316,9 @@ export class Manager {
       readyCheckpoints(this.checkpointMeta('ready'), source.state(), this.size);
       return;
     }
+    const canOverlap = Int32Array.of(this.config.overlap ? 1 : 0);
+    await withDeadline(this.comm.allreduce(canOverlap, 'min'), this.config.commTimeoutMs, 'MPI_Allreduce');
+    this.sumInBuckets = canOverlap[0] === 1;
     if (!this.workers) this.workers = await this.splitWorkers();
     this.observer.leader(this.isLeader);
     await this.load(this.heldShards);
@@ -503,7 +515,7 @@ export class Manager {
     const root = this.leaderRoot;
     const sent: JoinMessage = {
       step: this.step, owners: this.map.toJSON(), joiners, worldInitial: this.worldInitial, nextId: this.nextId, respawnsLeft: this.respawnsLeft,
-      failures: this.failures, worldHistory: this.worldHistory, bytesReadBack: this.bytesReadBack, lastCheckpoint: this.lastCheckpoint,
+      failures: this.failures, worldHistory: this.worldHistory, bytesReadBack: this.bytesReadBack, lastCheckpoint: this.lastCheckpoint, sumInBuckets: this.sumInBuckets,
       position: this.awaitingJoin ? { epoch: 0 } : this.source!.position(), sharded: this.sharded?.meta(),
     };
     let received: JoinMessage | undefined;
@@ -533,6 +545,7 @@ export class Manager {
       this.failures.push(...message.failures);
       this.worldHistory.push(...message.worldHistory);
       [this.nextId, this.respawnsLeft, this.bytesReadBack, this.lastCheckpoint] = [message.nextId, message.respawnsLeft, message.bytesReadBack, message.lastCheckpoint];
+      this.sumInBuckets = message.sumInBuckets;
       this.source!.joinAt(message.step, message.position);
     }
     if (this.config.sharded && !this.sharded && message.joiners.includes(this.worldRank)) this.sharded = this.newShardedState(message.sharded!);
@@ -770,7 +783,7 @@ export class Manager {
   private rebuildSum(): void {
     const { onFailure, sumLength, add } = this.config;
     const previous = this.sum;
-    this.sum = onFailure === 'exact' && this.workers ? new ShardSum(this.workers, this.map, sumLength, add, this.config.overlap ? ddpBuckets : oneBucket) : undefined;
+    this.sum = onFailure === 'exact' && this.workers ? new ShardSum(this.workers, this.map, sumLength, add, this.sumInBuckets ? ddpBuckets : oneBucket) : undefined;
     // a survivor's vectors for the step being retried stay valid: the parameters are untouched
     if (previous && this.sum) this.sum.carryFrom(previous, this.step);
   }

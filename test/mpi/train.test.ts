@@ -7,10 +7,12 @@
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { Dataset } from '../../src/data/dataset';
 import { MicroBatches } from '../../src/data/micro-batches';
+import { trainCommand } from '../../src/cli/mpirun';
 import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { readbackBytes } from '../helpers/readback';
@@ -109,6 +111,20 @@ describe('ft-train', function () {
       const run = await train(ranks, '--shards', '4');
       assert.equal(run.summary.params_sha256, baseline.summary.params_sha256, `${ranks} rank(s)`);
     }
+  });
+
+  it('exact: ranks of which one has a core for its comm thread and one has not cut the sum alike: no hang, the same bits', async function () {
+    const cores = os.availableParallelism();
+    if (cores < 2) this.skip();
+    const dir = path.join(scratch, `run-${++runs}`);
+    const { command, args, env } = trainCommand(2, [...common, '--shards', '4', '--run-dir', dir]);
+    // rank 0 on one core (no overlap), rank 1 on all of them (overlap: DDP's buckets on its own)
+    const cpus = `[ "$OMPI_COMM_WORLD_RANK" = 0 ] && echo 0 || echo 0-${cores - 1}`;
+    const program = args.indexOf(process.execPath);
+    args.splice(program, 0, 'bash', '-c', `exec taskset -c "$(${cpus})" "$@"`, 'cores-by-rank');
+    const job = await runCommand(command, args, env, 60_000, 'ft-train on 2 ranks of 1 and all cores');
+    assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
+    assert.equal(load(dir, job).summary.params_sha256, baseline.summary.params_sha256);
   });
 
   it('exact: a kill of rank 0 (the leader) and of two ranks at the same step', async () => {
