@@ -154,6 +154,7 @@ class CommThread {
   std::atomic<long long> idleProgressMs_{0};
   std::atomic<bool> mainComputing_{false};
   Op* current_ = nullptr;  // comm thread only: the Op being run
+  std::optional<bool> progressYields_;  // comm thread only: MPI's polls yield when idle (known once MPI runs)
   std::atomic<bool> busy_{false};  // an Op is running (process exit does not wait for it)
   bool exitRequested_ = false;  // guarded by mutex_
   bool exited_ = false;         // guarded by mutex_

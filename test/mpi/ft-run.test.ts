@@ -27,7 +27,7 @@ function launch(args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs 
  * where the slots allow, else mpirun's own ('' for none).
  */
 function expectedLine(ranks: number, slots: number, detector: string, trainArgs: string, hostfile?: string,
-  binding = 2 * ranks <= slots ? '--map-by slot:PE=2' : ''): string {
+  binding = 2 * ranks <= slots ? '--map-by slot:PE=2' : ranks > slots ? '--bind-to core:overload-allowed' : ''): string {
   return [
     ...(process.getuid?.() === 0 ? ['OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'] : []),
     `${mpiHome}/bin/mpirun --with-ft ulfm`, ...(ranks > slots ? ['--oversubscribe'] : []), `-n ${ranks}`,
@@ -83,10 +83,10 @@ describe('launch/ft-run', function () {
       assert.ok(job.stdout.includes(` -x FT_BENCH_JOB --prtemca plm_ssh_agent 'ssh -F ${config}' --mca coll_libnbc_iallreduce_algorithm ring --mca mpi_ft_detector true `), job.stdout);
     });
 
-    it('--threads T: each rank gets T + 1 cores of its own (one for its comm thread), else T, where the slots allow, else the OS places its threads', async () => {
+    it('--threads T: each rank gets T + 1 cores of its own (one for its comm thread), else T, where the slots allow, else the OS places its threads; ranks of one thread beyond the slots share cores', async () => {
       const slots = os.availableParallelism();
       const cases: [number, number, string][] = [[1, 1, slots >= 2 ? '--map-by slot:PE=2' : ''], [1, slots, `--map-by slot:PE=${slots}`],
-        [2, slots, '--bind-to none'], [1, slots + 1, '--bind-to none'], [slots, 1, '']];
+        [2, slots, '--bind-to none'], [1, slots + 1, '--bind-to none'], [slots, 1, ''], [slots + 1, 1, '--bind-to core:overload-allowed']];
       for (const [ranks, threads, binding] of cases) {
         const job = await launch(['-n', String(ranks), '--hostfile', hostfileOf(slots), '--dry-run', '--', ...flags, '--threads', String(threads)]);
         assert.equal(job.code, 0, job.stderr);
