@@ -1,11 +1,11 @@
-// The comm binding under mpirun: exact collectives at 1, 2 and 4 ranks; kill -9 of one or two
+// The comm binding under mpirun: exact collectives at 1, 2, 3 and 4 ranks; kill -9 of one or two
 // ranks followed by revoke/shrink/agree; a free event loop while MPI waits; argument errors.
 import { strict as assert } from 'node:assert';
 import { runProgram, type JobResult } from '../helpers/mpi-job';
 
 interface Collectives {
   rank: number; size: number; worldRanks: number[];
-  sumF32: number[]; sumF64: number[]; maxI32: number[]; minI32: number[]; bcast: number[];
+  sumF32: number[]; sumF64: number[]; maxI32: number[]; minI32: number[]; sumsAround: number[]; bcast: number[];
   gathered: number[]; gatheredV: number[]; alltoallv: number[];
   agreed: number; revoked: boolean; failed: number[];
 }
@@ -31,7 +31,7 @@ function f32(x: number): number {
 describe('Communicator collectives', function () {
   this.timeout(90_000);
 
-  for (const size of [1, 2, 4]) {
+  for (const size of [1, 2, 3, 4]) {
     it(`returns exact values at ${size} rank${size > 1 ? 's' : ''}`, async () => {
       const job = await runProgram<Collectives>('collectives', size);
       assert.equal(job.code, 0, job.stderr);
@@ -47,6 +47,8 @@ describe('Communicator collectives', function () {
         r.sumF64.forEach((v, i) => assert.ok(Math.abs(v - sum((k) => (k + 1) * 1e-3 + i)) < 1e-12));
         assert.deepEqual(r.maxI32, range(4).map((i) => (size - 1) * 10 - i));
         assert.deepEqual(r.minI32, range(4).map((i) => 0 - i));
+        const weighted = (n: number): number => range(n).reduce((acc, i) => acc + (i % 97) * sum((k) => k + 1) * ((i % 89) + 1), 0);
+        assert.deepEqual(r.sumsAround, [16384, 16385, 100_000].map(weighted), 'sums of 64 KiB, 64 KiB + 4 bytes and 400 KB');
         assert.deepEqual(r.bcast, [7.25, 7.25, 7.25, 7.25]);
         assert.deepEqual(r.gathered, ranks.flatMap((k) => [k, k * k]));
         assert.deepEqual(r.gatheredV, ranks.flatMap((k) => Array(k + 1).fill(100 + k)));

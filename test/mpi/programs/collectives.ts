@@ -15,6 +15,11 @@ async function main(): Promise<void> {
   await world.allreduce(maxI32, 'max');
   const minI32 = Int32Array.from({ length: 4 }, (_, i) => rank * 10 - i);
   await world.allreduce(minI32, 'min');
+  // Either side of where allreduce changes libnbc's algorithm (64 KiB: Rabenseifner's up to it, the
+  // ring above). Integers, so every order of the sum gives the same floats; reported as a weighted
+  // checksum (exact in doubles) rather than 130,000 numbers.
+  const sumsAround = [16384, 16385, 100_000].map((n) => Float32Array.from({ length: n }, (_, i) => (i % 97) * (rank + 1)));
+  for (const v of sumsAround) await world.allreduce(v);
 
   const root = size - 1;
   const bcast = new Float32Array(4).fill(rank === root ? 7.25 : -1);
@@ -44,6 +49,7 @@ async function main(): Promise<void> {
   report({
     rank, size, worldRanks: world.worldRanks,
     sumF32: [...sumF32], sumF64: [...sumF64], maxI32: [...maxI32], minI32: [...minI32],
+    sumsAround: sumsAround.map((v) => v.reduce((acc, x, i) => acc + x * ((i % 89) + 1), 0)),
     bcast: [...bcast], gathered: [...gathered], gatheredV: [...gatheredV], alltoallv: [...recv],
     agreed, revoked, failed,
   });
