@@ -95,10 +95,10 @@ class CommThread {
   // computation it is meant to overlap.
   void SetMainComputing(bool computing) { mainComputing_.store(computing, std::memory_order_relaxed); }
 
-  // Comm thread: polls `request`, started by `call` on `comm`, running urgent Ops meanwhile.
+  // Comm thread: polls `request`, started by `call` on `comm` to move `bytes`, running urgent Ops meanwhile.
   // Throws the request's failure; past the timeout revokes `comm` and throws a kTimeout failure
   // (once the revoke has completed the request, or after a grace period, leaving it to MPI).
-  void Wait(MPI_Request* request, MPI_Comm comm, const char* call);
+  void Wait(MPI_Request* request, MPI_Comm comm, const char* call, size_t bytes = 0);
 
   // Fails every queued Op that has not started, then queues MPI_Finalize, which ends the thread.
   Napi::Promise Finalize(Napi::Env env);

@@ -23,6 +23,13 @@ char kToken = 0;
 
 Napi::Value Undefined(Napi::Env env, Unit&) { return env.Undefined(); }
 
+// The bytes of `buffer` (comm thread: asks MPI the size of its type).
+size_t BytesOf(const Buffer& buffer) {
+  int typeBytes = 0;
+  MPI_CHECK(MPI_Type_size(buffer.type, &typeBytes));
+  return static_cast<size_t>(buffer.count) * static_cast<size_t>(typeBytes);
+}
+
 // libnbc's algorithm for the MPI_Iallreduce of `bytes`, set per call through MPI_T (every rank
 // makes the same choice: it depends on the size alone). Its ring (mpirun's --mca setting: its
 // in-place default, a binomial reduce then broadcast, took 2.1 ms for 4 MiB at 2 ranks against the
@@ -30,11 +37,11 @@ Napi::Value Undefined(Napi::Env env, Unit&) { return env.Undefined(); }
 // ranks that may share a core. Up to kFewRoundsBytes Rabenseifner's reduce-scatter + allgather, in
 // 2 log p rounds, is faster: at 4 ranks on 2 cores 4 KiB took 49 us against 58, 64 KiB 118 against
 // 141 (no slower at 2 ranks). Where MPI has no such variable, mpirun's setting stands.
-constexpr int kFewRoundsBytes = 64 << 10;
+constexpr size_t kFewRoundsBytes = 64 << 10;
 constexpr int kLibnbcRing = 1;
 constexpr int kLibnbcRabenseifner = 3;
 
-void ChooseIallreduceAlgorithm(long long bytes) {
+void ChooseIallreduceAlgorithm(size_t bytes) {
   static std::optional<ControlVariable> algorithm = ControlVariable::Find("coll_libnbc_iallreduce_algorithm");
   static int chosen = 0;
   const int wanted = bytes <= kFewRoundsBytes ? kLibnbcRabenseifner : kLibnbcRing;
@@ -179,12 +186,11 @@ Napi::Value Communicator::Allreduce(const Napi::CallbackInfo& info) {
   return CommThread::Get().Submit(
       env, {buf.value},
       [comm, buf, op] {
-        int typeBytes = 0;
-        MPI_CHECK(MPI_Type_size(buf.type, &typeBytes));
-        ChooseIallreduceAlgorithm(static_cast<long long>(buf.count) * typeBytes);
+        const size_t bytes = BytesOf(buf);
+        ChooseIallreduceAlgorithm(bytes);
         MPI_Request request;
         MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.data, buf.count, buf.type, op, comm, &request));
-        CommThread::Get().Wait(&request, comm, "MPI_Iallreduce");
+        CommThread::Get().Wait(&request, comm, "MPI_Iallreduce", bytes);
         return Unit{};
       },
       Undefined);
@@ -201,7 +207,7 @@ Napi::Value Communicator::Bcast(const Napi::CallbackInfo& info) {
       [comm, buf, root] {
         MPI_Request request;
         MPI_CHECK(MPI_Ibcast(buf.data, buf.count, buf.type, root, comm, &request));
-        CommThread::Get().Wait(&request, comm, "MPI_Ibcast");
+        CommThread::Get().Wait(&request, comm, "MPI_Ibcast", BytesOf(buf));
         return Unit{};
       },
       Undefined);
@@ -239,7 +245,7 @@ Napi::Value Communicator::Allgather(const Napi::CallbackInfo& info) {
         MPI_Request request;
         MPI_CHECK(MPI_Iallgather(send.data, send.count, send.type, recv.data, send.count,
                                  recv.type, comm, &request));
-        CommThread::Get().Wait(&request, comm, "MPI_Iallgather");
+        CommThread::Get().Wait(&request, comm, "MPI_Iallgather", BytesOf(recv));
         return Unit{};
       },
       Undefined);
@@ -265,7 +271,7 @@ Napi::Value Communicator::Allgatherv(const Napi::CallbackInfo& info) {
         MPI_Request request;
         MPI_CHECK(MPI_Iallgatherv(send.data, send.count, send.type, recv.data, counts.data(),
                                   displs.data(), recv.type, comm, &request));
-        CommThread::Get().Wait(&request, comm, "MPI_Iallgatherv");
+        CommThread::Get().Wait(&request, comm, "MPI_Iallgatherv", BytesOf(recv));
         return Unit{};
       },
       Undefined);
@@ -292,7 +298,7 @@ Napi::Value Communicator::Alltoallv(const Napi::CallbackInfo& info) {
         MPI_CHECK(MPI_Ialltoallv(send.data, sendCounts.data(), sendDispls.data(), send.type,
                                  recv.data, recvCounts.data(), recvDispls.data(), recv.type, comm,
                                  &request));
-        CommThread::Get().Wait(&request, comm, "MPI_Ialltoallv");
+        CommThread::Get().Wait(&request, comm, "MPI_Ialltoallv", BytesOf(recv));
         return Unit{};
       },
       Undefined);
