@@ -316,9 +316,11 @@ export class Manager {
       readyCheckpoints(this.checkpointMeta('ready'), source.state(), this.size);
       return;
     }
-    const canOverlap = Int32Array.of(this.config.overlap ? 1 : 0);
-    await withDeadline(this.comm.allreduce(canOverlap, 'min'), this.config.commTimeoutMs, 'MPI_Allreduce');
-    this.sumInBuckets = canOverlap[0] === 1;
+    if (this.config.onFailure === 'exact') {
+      const canOverlap = Int32Array.of(this.config.overlap ? 1 : 0);
+      await withDeadline(this.comm.allreduce(canOverlap, 'min'), this.config.commTimeoutMs, 'MPI_Allreduce');
+      this.sumInBuckets = canOverlap[0] === 1;
+    }
     if (!this.workers) this.workers = await this.splitWorkers();
     this.observer.leader(this.isLeader);
     await this.load(this.heldShards);

@@ -68,8 +68,15 @@ void InLaneBlocks(const Groups& groups, Block block) {
 template <typename L>
 std::array<size_t, L::value> Starts(const Groups& groups, size_t first) {
   std::array<size_t, L::value> start;
-  for (size_t lane = 0; lane < L::value; ++lane) start[lane] = L::adjacent ? groups.Start(first) + lane : groups.Start(first + lane);
+  for (size_t lane = 0; lane < L::value; ++lane) start[lane] = groups.Start(first + lane);
   return start;
+}
+
+// Where a lane's group starts: adjacent lanes counted from the first, so that the compiler sees
+// consecutive floats (one vector load per position) rather than values it must gather.
+template <typename L>
+size_t LaneStart(const std::array<size_t, L::value>& start, size_t lane) {
+  return L::adjacent ? start[0] + lane : start[lane];
 }
 
 // For groups first .. first + L::value - 1, Sums double sums over each group's values in run order,
@@ -84,7 +91,7 @@ void SumLanes(const Groups& groups, size_t first, Term term, Done done) {
     for (size_t i = 0; i < groups.length; ++i) {
       size_t offset = r * groups.runStride + i * groups.step;
       for (size_t lane = 0; lane < kLanes; ++lane) {
-        std::array<double, Sums> t = term(first + lane, (L::adjacent ? start[0] + lane : start[lane]) + offset);
+        std::array<double, Sums> t = term(first + lane, LaneStart<L>(start, lane) + offset);
         for (size_t s = 0; s < Sums; ++s) acc[s][lane] += t[s];
       }
     }
@@ -123,7 +130,7 @@ void ForEachValueOfLanes(const Groups& groups, size_t first, F f) {
   for (size_t r = 0; r < groups.runs; ++r) {
     for (size_t i = 0; i < groups.length; ++i) {
       size_t offset = r * groups.runStride + i * groups.step;
-      for (size_t lane = 0; lane < kLanes; ++lane) f(first + lane, (L::adjacent ? start[0] + lane : start[lane]) + offset);
+      for (size_t lane = 0; lane < kLanes; ++lane) f(first + lane, LaneStart<L>(start, lane) + offset);
     }
   }
 }
