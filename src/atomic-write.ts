@@ -5,26 +5,10 @@ import * as path from 'node:path';
 import { namingFile } from './file-errors';
 
 export function writeAtomically(file: string, bytes: string | Uint8Array): void {
-  moveIntoPlace(writeAside(file, bytes), file);
-}
-
-/**
- * writeAtomically's first half: `bytes` in a temporary file next to `file`, whose path it returns;
- * nothing is seen under `file` until moveIntoPlace, which makes them durable first. Lets a writer
- * prepare a commit while what the commit vouches for is still being written, without an fsync of
- * its own racing those writes' (on a journalling file system their fsyncs have usually carried
- * these bytes by the time moveIntoPlace asks).
- */
-export function writeAside(file: string, bytes: string | Uint8Array): string {
   removeStrayPartials(file);
   const partial = `${file}.partial-${process.pid}`;
-  namingFile(file, () => leavingNothingOnError(partial, () => fs.writeFileSync(partial, bytes)));
-  return partial;
-}
-
-/** writeAtomically's second half: makes writeAside's `partial` durable, renames it to `file`, and makes the new name durable. */
-export function moveIntoPlace(partial: string, file: string): void {
   namingFile(file, () => leavingNothingOnError(partial, () => {
+    fs.writeFileSync(partial, bytes);
     syncPath(partial);
     fs.renameSync(partial, file);
   }));

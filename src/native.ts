@@ -32,7 +32,7 @@ interface Addon {
    * once) where the file system allows. The views must not change until the Promise settles; one
    * write at a time. I/O errors reject like Node's fs errors, naming the file.
    */
-  FileWriter: new () => { write(file: string, fileBytes: number, parts: { at: number; bytes: ArrayBufferView }[]): Promise<void> };
+  FileWriter: new () => { write(file: string, fileBytes: number, parts: { at: number; bytes: ArrayBufferView }[]): Promise<void>; fill(file: string, fileBytes: number): Promise<void> };
   /**
    * Reed-Solomon erasure coding (ISA-L, Cauchy matrix) over the raw bytes of the views: k data
    * fragments and m parity fragments (k + m <= 255), any k of which rebuild the others. Fragment i

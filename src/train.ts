@@ -175,6 +175,7 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
   const shards = resume?.manifest.shards ?? options.shards ?? world.size - options.spares;
   const ft = new Manager({
     ...options, shards, identity: identity(options, net.spec, dataset, shards), commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
+    spareCheckpoint: (options.onFailure !== 'none' && options.jitCheckpoint) || options.checkpointEvery > 0,
     sumLength: net.params.data.length + net.buffers.length + 1, add: (acc, x) => cpu.addInPlace(acc, x), overlap: canOverlap(options.threads),
     sharded: options.optimizerState === 'sharded'
       ? { optimizer: new Optimizer(options.optimizer, cpu), params: net.params.dataWithTail, redundancy: options.redundancy }

@@ -10,11 +10,13 @@
 //
 // new FileWriter() allocates and touches the ring; writer.write(path, fileBytes, [{at, bytes}])
 // -> Promise: creates the file if needed, sets its length to fileBytes, writes each view's bytes
-// at `at`, and fsyncs it. One write at a time per writer. An I/O error rejects with an Error like
-// Node's fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
+// at `at`, and makes them durable (fdatasync); writer.fill(path, fileBytes) -> Promise: a new file
+// of fileBytes with every block written and durable. One write or fill at a time per writer. An
+// I/O error rejects with an Error like Node's fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
 #include "direct_write.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -195,11 +197,20 @@ class Pipeline {
   std::thread writer_;  // last: starts once the rest is set up
 };
 
+// The file's length made fileBytes, unless it is already: a truncate to the same length still
+// changes the inode, which the fdatasync would then commit to the journal.
+void SetLength(int fd, uint64_t fileBytes) {
+  struct stat status;
+  if (fstat(fd, &status) != 0) throw IoError{errno, "fstat"};
+  if (static_cast<uint64_t>(status.st_size) == fileBytes) return;
+  if (ftruncate(fd, static_cast<off_t>(fileBytes)) != 0) throw IoError{errno, "ftruncate"};
+}
+
 void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const std::vector<Range>& ranges) {
   Fd buffered(path, O_WRONLY | O_CREAT);
   if (buffered.get() < 0) throw IoError{errno, "open"};
   // every writer sets the final length (see writeStripe in src/checkpoint/checkpoint.ts)
-  if (ftruncate(buffered.get(), static_cast<off_t>(fileBytes)) != 0) throw IoError{errno, "ftruncate"};
+  SetLength(buffered.get(), fileBytes);
   Fd direct(path, O_WRONLY | O_DIRECT);
   if (direct.get() < 0 && errno != EINVAL) throw IoError{errno, "open"};
   {
@@ -214,15 +225,35 @@ void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const st
     }
     pipeline.Finish();
   }
-  if (fsync(buffered.get()) != 0) throw IoError{errno, "fsync"};
+  // the data and what reading it back needs (length, blocks); over blocks already written (a
+  // spare file, see src/checkpoint/checkpoint.ts) that is the data alone, no journal commit
+  if (fdatasync(buffered.get()) != 0) throw IoError{errno, "fdatasync"};
+}
+
+// A new file of fileBytes whose every block is written (with whatever the ring holds) and durable:
+// later writes over it allocate nothing.
+void FillFile(Ring& ring, const std::string& path, uint64_t fileBytes) {
+  Fd buffered(path, O_WRONLY | O_CREAT | O_TRUNC);
+  if (buffered.get() < 0) throw IoError{errno, "open"};
+  Fd direct(path, O_WRONLY | O_DIRECT);
+  if (direct.get() < 0 && errno != EINVAL) throw IoError{errno, "open"};
+  uint64_t aligned = direct.get() < 0 ? 0 : AlignDown(fileBytes);
+  for (uint64_t at = 0; at < aligned; at += kSlotBytes) {
+    WriteDirect(direct.get(), buffered.get(), ring.Slot(0), std::min<uint64_t>(kSlotBytes, aligned - at), at);
+  }
+  for (uint64_t at = aligned; at < fileBytes; at += kSlotBytes) {
+    WriteAll(buffered.get(), ring.Slot(0), std::min<uint64_t>(kSlotBytes, fileBytes - at), at);
+  }
+  if (fdatasync(buffered.get()) != 0) throw IoError{errno, "fdatasync"};
 }
 
 class FileWriteWorker : public Napi::AsyncWorker {
  public:
-  FileWriteWorker(Napi::Env env, Ring& ring, bool& busy, std::string path, uint64_t fileBytes,
+  // fill: FillFile instead of WriteFile (ranges empty)
+  FileWriteWorker(Napi::Env env, Ring& ring, bool& busy, std::string path, uint64_t fileBytes, bool fill,
                   std::vector<Range> ranges, Napi::Object writer, Napi::Object parts)
       : Napi::AsyncWorker(env, "FileWriter.write"), deferred_(Napi::Promise::Deferred::New(env)), ring_(ring),
-        busy_(busy), path_(std::move(path)), fileBytes_(fileBytes), ranges_(std::move(ranges)),
+        busy_(busy), path_(std::move(path)), fileBytes_(fileBytes), fill_(fill), ranges_(std::move(ranges)),
         writer_(Napi::Persistent(writer)), parts_(Napi::Persistent(parts)) {}
 
   Napi::Promise Promise() { return deferred_.Promise(); }
@@ -230,7 +261,8 @@ class FileWriteWorker : public Napi::AsyncWorker {
  protected:
   void Execute() override {
     try {
-      WriteFile(ring_, path_, fileBytes_, ranges_);
+      if (fill_) FillFile(ring_, path_, fileBytes_);
+      else WriteFile(ring_, path_, fileBytes_, ranges_);
     } catch (const IoError& error) {
       error_ = error;
     }
@@ -256,6 +288,7 @@ class FileWriteWorker : public Napi::AsyncWorker {
   bool& busy_;
   std::string path_;
   uint64_t fileBytes_;
+  bool fill_;
   std::vector<Range> ranges_;
   // the ring and the views' memory stay alive until the write ends
   Napi::ObjectReference writer_;
@@ -270,11 +303,7 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
   Napi::Value Write(const Napi::CallbackInfo& info) {
     Napi::Env env = info.Env();
     const char* method = "FileWriter.write";
-    if (!info[0].IsString()) ThrowArg(env, method, "path", "a string", info[0]);
-    double fileBytes = info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : -1;
-    if (fileBytes < 0 || fileBytes > 9007199254740991.0 || fileBytes != static_cast<double>(static_cast<uint64_t>(fileBytes))) {
-      ThrowArg(env, method, "fileBytes", "a byte count", info[1]);
-    }
+    uint64_t fileBytes = FileBytes(info, method);
     if (!info[2].IsArray()) ThrowArg(env, method, "parts", "an Array of {at, bytes}", info[2]);
     auto parts = info[2].As<Napi::Array>();
     std::vector<Range> ranges;
@@ -287,28 +316,50 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
       double offset = at.IsNumber() ? at.As<Napi::Number>().DoubleValue() : -1;
       if (!bytes.IsTypedArray()) ThrowArg(env, method, (name + ".bytes").c_str(), "a typed array", bytes);
       auto view = bytes.As<Napi::TypedArray>();
-      if (offset < 0 || offset != static_cast<double>(static_cast<uint64_t>(offset)) || offset + view.ByteLength() > fileBytes) {
+      if (offset < 0 || offset != static_cast<double>(static_cast<uint64_t>(offset)) || offset + view.ByteLength() > static_cast<double>(fileBytes)) {
         ThrowArg(env, method, (name + ".at").c_str(), "an offset within fileBytes of the whole view", at);
       }
       ranges.push_back({static_cast<uint64_t>(offset), DataOf(view), view.ByteLength()});
     }
-    if (busy_) throw Napi::Error::New(env, "FileWriter.write: the previous write has not ended");
+    return Start(info, method, fileBytes, false, std::move(ranges), parts);
+  }
+
+  // fill(path, fileBytes) -> Promise: a new file of fileBytes, every block written and durable.
+  Napi::Value Fill(const Napi::CallbackInfo& info) {
+    const char* method = "FileWriter.fill";
+    uint64_t fileBytes = FileBytes(info, method);
+    return Start(info, method, fileBytes, true, {}, Napi::Object::New(info.Env()));
+  }
+
+ private:
+  // info[0] a path, info[1] a byte count
+  static uint64_t FileBytes(const Napi::CallbackInfo& info, const char* method) {
+    Napi::Env env = info.Env();
+    if (!info[0].IsString()) ThrowArg(env, method, "path", "a string", info[0]);
+    double fileBytes = info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : -1;
+    if (fileBytes < 0 || fileBytes > 9007199254740991.0 || fileBytes != static_cast<double>(static_cast<uint64_t>(fileBytes))) {
+      ThrowArg(env, method, "fileBytes", "a byte count", info[1]);
+    }
+    return static_cast<uint64_t>(fileBytes);
+  }
+
+  Napi::Value Start(const Napi::CallbackInfo& info, const char* method, uint64_t fileBytes, bool fill, std::vector<Range> ranges, Napi::Object parts) {
+    if (busy_) throw Napi::Error::New(info.Env(), std::string(method) + ": the previous write has not ended");
     busy_ = true;
-    auto* worker = new FileWriteWorker(env, ring_, busy_, info[0].As<Napi::String>().Utf8Value(),
-                                       static_cast<uint64_t>(fileBytes), std::move(ranges),
-                                       info.This().As<Napi::Object>(), parts);
+    auto* worker = new FileWriteWorker(info.Env(), ring_, busy_, info[0].As<Napi::String>().Utf8Value(), fileBytes, fill,
+                                       std::move(ranges), info.This().As<Napi::Object>(), parts);
     worker->Queue();
     return worker->Promise();
   }
 
- private:
   Ring ring_;
   bool busy_ = false;
 };
 }  // namespace
 
 void InitFileWriter(Napi::Env env, Napi::Object exports) {
-  exports.Set("FileWriter", FileWriter::DefineClass(env, "FileWriter", {FileWriter::InstanceMethod<&FileWriter::Write>("write")}));
+  exports.Set("FileWriter", FileWriter::DefineClass(env, "FileWriter", {FileWriter::InstanceMethod<&FileWriter::Write>("write"),
+                                                                     FileWriter::InstanceMethod<&FileWriter::Fill>("fill")}));
 }
 
 }  // namespace ft

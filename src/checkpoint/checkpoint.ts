@@ -3,13 +3,18 @@
 // settings that fix the result and their sha256, world history, a CRC-64 per stripe of the file,
 // and the manifest's own sha256). The live ranks write the file in parallel stripes, rank c the
 // chunk c (chunks.ts) of every tensor group, which is the part of the state it holds when the
-// optimizer state is sharded; the leader
-// commits by renaming the manifest in last, so a checkpoint without a manifest, or whose checksums
-// fail, is never used.
+// optimizer state is sharded. They write into the staging directory `next` beside the checkpoints;
+// the leader adds the manifest and commits by renaming the whole directory to step-N, so a
+// checkpoint is never seen without its manifest, and one whose checksums fail is never used.
+// Between checkpoints `next` holds a spare: a state file whose every block is already on disk
+// (written ahead, or a pruned checkpoint's), so that the stripes overwrite blocks in place and
+// each writer's fdatasync is the data alone, not a journal commit of new blocks (at 3 writers of
+// 3.5 MB on ext4: about 3.6 ms against 5.9).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { moveIntoPlace, syncPath, writeAside } from '../atomic-write';
+import { syncPath } from '../atomic-write';
 import { crc64 } from '../checksum';
+import { namingFile } from '../file-errors';
 import { parameterChunks } from '../chunks';
 import { addon } from '../native';
 import { canonicalSha256 } from './canonical-json';
@@ -19,6 +24,7 @@ import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safeten
 export const checkpointFormat = 'ft-train-checkpoint/2';
 const stateFile = 'state.safetensors';
 const manifestFile = 'manifest.json';
+const stagingName = 'next';
 
 export interface Stripe {
   offset: number;
@@ -88,6 +94,11 @@ export function checkpointDir(root: string, step: number): string {
   return path.join(root, `step-${String(step).padStart(8, '0')}`);
 }
 
+/** Where the next checkpoint under `root` is written before its commit names it (see the top). */
+export function stagingDir(root: string): string {
+  return path.join(root, stagingName);
+}
+
 function stateTensors(tensors: readonly TensorInfo[], slots: readonly string[], buffers: readonly TensorInfo[] = []): TensorInfo[] {
   return [
     ...['params', ...slots].flatMap((group) => tensors.map((t) => ({ name: `${group}.${t.name}`, shape: t.shape }))),
@@ -112,7 +123,7 @@ function headerOf(state: TrainingState): Buffer {
 const bufferLength = (state: TrainingState): number => state.buffers?.data.length ?? 0;
 
 /** The state file's size: header, then params and every slot as float32, then the buffers. */
-function stateFileBytes(state: TrainingState): number {
+export function stateFileBytes(state: TrainingState): number {
   return headerOf(state).length + 4 * (state.params.length * (1 + state.slots.length) + bufferLength(state));
 }
 
@@ -144,55 +155,91 @@ export function newStripeWriter(): StripeWriter {
 }
 
 /**
- * Starts writing rank i of n's stripes of the state file into `dir` (chunk i of every group,
- * straight from the buffers, fsynced) on `writer`'s thread, and returns their CRC-64s, group by
- * group, computed here meanwhile, and `written`, settled once they are durable (`dir`'s own
- * entry is made durable by commitManifest). The state must not
- * change until then. Every writer sets the file's final length, so no longer old file (an
- * interrupted attempt, a bigger model) leaves a tail whichever writer comes last; concurrent
- * ftruncates to one length never touch bytes another writer put below it. (A fresh file renamed in
- * would need an ordering between ranks: one to create it first, one to rename it last.)
+ * Rank i of n's pieces of the state file, group by group (chunk i of each; rank 0's first also
+ * holds the header), and the buffers' piece, which rank 0 writes (the same on every rank). Throws,
+ * naming `caller`, if the state lacks chunk i.
  */
-export function writeStripe(dir: string, state: TrainingState, i: number, n: number, writer: StripeWriter): { digests: string[]; written: Promise<void> } {
-  fs.mkdirSync(dir, { recursive: true });
+function stripeParts(caller: string, state: TrainingState, i: number, n: number): { groups: { at: number; bytes: Uint8Array }[][]; buffers?: { at: number; bytes: Uint8Array } } {
   const header = headerOf(state);
   const P = state.params.length;
   const bounds = parameterChunks(P, n);
   const [from, to] = [bounds[i], bounds[i + 1]];
-  const groups = [state.params, ...state.slots.map((s) => s.data)];
-  const parts = groups.map((data, g) => {
+  const data = [state.params, ...state.slots.map((s) => s.data)];
+  const groups = data.map((group, g) => {
     const first = g === 0 ? from : from - state.held.from;
-    if (first < 0 || first + to - from > data.length) {
-      throw new RangeError(`writeStripe: rank ${i} of ${n} does not hold its chunk (elements ${from}..${to}) of ${g === 0 ? 'params' : state.slots[g - 1].name}`);
+    if (first < 0 || first + to - from > group.length) {
+      throw new RangeError(`${caller}: rank ${i} of ${n} does not hold its chunk (elements ${from}..${to}) of ${g === 0 ? 'params' : state.slots[g - 1].name}`);
     }
-    const piece = { at: header.length + 4 * (g * P + from), bytes: new Uint8Array(data.buffer, data.byteOffset + 4 * first, 4 * (to - from)) };
+    const piece = { at: header.length + 4 * (g * P + from), bytes: new Uint8Array(group.buffer, group.byteOffset + 4 * first, 4 * (to - from)) };
     return g === 0 && i === 0 ? [{ at: 0, bytes: header }, piece] : [piece];
   });
-  // the buffers, the same on every rank: rank 0 writes them, every rank reports their digest (the digests are gathered in equal parts)
   const buffers = state.buffers?.data;
-  const bufferPart = buffers && buffers.length > 0
-    ? { at: header.length + 4 * groups.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) } : undefined;
-  const written = writer.write(path.join(dir, stateFile), stateFileBytes(state), [...parts.flat(), ...(bufferPart && i === 0 ? [bufferPart] : [])]);
-  const digests = [...parts, ...(bufferPart ? [[bufferPart]] : [])].map((list) => crc64(...list.map((p) => p.bytes)));
-  return { digests, written };
-}
-
-/** A manifest written aside (not yet durable nor in place): see prepareManifest. */
-export interface PreparedManifest {
-  manifest: CheckpointManifest;
-  partial: string;
-  file: string;
+  return buffers && buffers.length > 0
+    ? { groups, buffers: { at: header.length + 4 * data.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) } }
+    : { groups };
 }
 
 /**
- * The leader's commit, first half: the manifest written aside, which needs only the stripes'
- * digests (`digests[c]`: what rank c's writeStripe returned), so it can go while they are still
- * being written. Nothing names the checkpoint complete until commitManifest.
+ * Starts writing rank i of n's stripes of the state file into `dir` (chunk i of every group,
+ * straight from the buffers, made durable) on `writer`'s thread; settles once they are durable
+ * (`dir`'s own entry is made durable by commitManifest). The state must not change until then.
+ * Every writer sets the file's final length, so no longer old file (an interrupted attempt, a spare
+ * of a bigger model) leaves a tail whichever writer comes last; concurrent ftruncates to one length
+ * never touch bytes another writer put below it. (A fresh file renamed in would need an ordering
+ * between ranks: one to create it first, one to rename it last.)
  */
-export function prepareManifest(dir: string, meta: CheckpointMeta, state: TrainingState, digests: string[][]): PreparedManifest {
+export function writeStripe(dir: string, state: TrainingState, i: number, n: number, writer: StripeWriter): Promise<void> {
+  const { groups, buffers } = stripeParts('writeStripe', state, i, n);
+  fs.mkdirSync(dir, { recursive: true });
+  return writer.write(path.join(dir, stateFile), stateFileBytes(state), [...groups.flat(), ...(buffers && i === 0 ? [buffers] : [])]);
+}
+
+/**
+ * The CRC-64s of rank i of n's stripes, group by group, then the buffers' (every rank reports
+ * theirs, so that each rank's list is as long). Any rank holding chunk i can compute them.
+ */
+export function stripeDigests(state: TrainingState, i: number, n: number): string[] {
+  const { groups, buffers } = stripeParts('stripeDigests', state, i, n);
+  return [...groups, ...(buffers ? [[buffers]] : [])].map((list) => crc64(...list.map((p) => p.bytes)));
+}
+
+/** A manifest written into the staging directory, not yet committed: see prepareManifest. */
+export interface PreparedManifest {
+  manifest: CheckpointManifest;
+  staging: string;
+  /** settled once the manifest is durable (rejects with an error naming it) */
+  durable: Promise<void>;
+}
+
+/**
+ * The leader's commit, first half: the manifest written into `staging` (where the stripes are
+ * being written), made durable on libuv's pool meanwhile. It needs only the stripes' digests
+ * (`digests[c]`: stripeDigests of rank c), so it goes while they are still being
+ * written. Nothing names the checkpoint complete until commitManifest.
+ */
+export function prepareManifest(staging: string, meta: CheckpointMeta, state: TrainingState, digests: string[][]): PreparedManifest {
   const manifest = sealManifest(meta, state, digests);
-  const file = path.join(dir, manifestFile);
-  return { manifest, partial: writeAside(file, JSON.stringify(manifest, null, 1) + '\n'), file };
+  const file = path.join(staging, manifestFile);
+  fs.mkdirSync(staging, { recursive: true });
+  const fd = namingFile(file, () => fs.openSync(file, 'w'));
+  try {
+    namingFile(file, () => fs.writeFileSync(fd, JSON.stringify(manifest, null, 1) + '\n'));
+  } catch (error) {
+    fs.closeSync(fd);
+    throw error;
+  }
+  const durable = new Promise<void>((resolve, reject) => fs.fdatasync(fd, (error) => {
+    fs.close(fd, () => undefined);
+    if (!error) return resolve();
+    try {
+      namingFile(file, () => {
+        throw error;
+      });
+    } catch (named) {
+      reject(named);
+    }
+  }));
+  return { manifest, staging, durable };
 }
 
 function sealManifest(meta: CheckpointMeta, state: TrainingState, digests: string[][]): CheckpointManifest {
@@ -218,23 +265,85 @@ export function readyCheckpoints(meta: CheckpointMeta, state: TrainingState, ran
   sealManifest(meta, state, Array.from({ length: ranks }, () => Array.from({ length: Math.ceil(stripes / ranks) }, () => '0'.repeat(16))));
 }
 
-/** The leader's commit, second half, once every rank's stripe is durable: the manifest renamed in. */
-export function commitManifest(prepared: PreparedManifest): CheckpointManifest {
-  moveIntoPlace(prepared.partial, prepared.file);
-  // the step directory's own entry, which every writer's mkdir made: once, here, after the
-  // stripes' fsyncs (a directory fsync racing them waited for a journal commit of its own: up to
-  // 3 ms) and before any older checkpoint is pruned
-  syncPath(path.dirname(path.dirname(prepared.file)));
+/**
+ * The leader's commit, second half, once every rank's stripe and the manifest are durable: the staging directory
+ * renamed to `dir` (replacing what an interrupted commit of the same step, or an older run, left
+ * there), and the new name made durable.
+ */
+export function commitManifest(prepared: PreparedManifest, dir: string): CheckpointManifest {
+  if (fs.existsSync(dir)) fs.rmSync(dir, { recursive: true, force: true });
+  fs.renameSync(prepared.staging, dir);
+  syncPath(dir);
+  syncPath(path.dirname(dir));
   return prepared.manifest;
 }
 
-/** Removes all but the newest `keep` complete checkpoints, and unfinished ones older than those. */
+/**
+ * Removes all but the newest `keep` complete checkpoints, and unfinished ones older than those. The
+ * newest removed one's state file becomes the spare when there is none (see the top).
+ */
 export function pruneCheckpoints(root: string, keep: number): void {
   const steps = listSteps(root);
   const complete = steps.filter((d) => fs.existsSync(path.join(root, d, manifestFile)));
   const kept = new Set(complete.slice(-keep));
   const oldestKept = complete.slice(-keep)[0];
-  for (const d of steps) if (!kept.has(d) && (oldestKept === undefined || d < oldestKept)) fs.rmSync(path.join(root, d), { recursive: true, force: true });
+  const removed = steps.filter((d) => !kept.has(d) && (oldestKept === undefined || d < oldestKept));
+  const recyclable = removed.map((d) => path.join(root, d, stateFile)).filter((f) => fs.existsSync(f)).pop();
+  if (recyclable && !fs.existsSync(stagingDir(root))) {
+    const partial = newPartialStaging(root);
+    fs.renameSync(recyclable, path.join(partial, stateFile));
+    placeSpare(partial, root);
+  }
+  for (const d of removed) fs.rmSync(path.join(root, d), { recursive: true, force: true });
+}
+
+/**
+ * Makes a spare of `bytes` under `root` with `writer` (a writer of its own: this runs beside
+ * training) unless the staging directory already holds a state file. Resolves once it is in place,
+ * or was not needed; a checkpoint that starts meanwhile writes a new file as before, and the spare
+ * then stays out (placeSpare).
+ */
+export async function readySpare(root: string, bytes: number, writer: StripeWriter): Promise<void> {
+  if (fs.existsSync(path.join(stagingDir(root), stateFile))) return;
+  for (const name of fs.existsSync(root) ? fs.readdirSync(root) : []) {
+    if (name.startsWith(`${stagingName}.partial-`)) fs.rmSync(path.join(root, name), { recursive: true, force: true });
+  }
+  const partial = newPartialStaging(root);
+  try {
+    await writer.fill(path.join(partial, stateFile), bytes);
+  } catch (error) {
+    fs.rmSync(partial, { recursive: true, force: true });
+    throw error;
+  }
+  placeSpare(partial, root);
+}
+
+/** Removes the staging directory (the spare, or an attempt that was never committed) and any partial one. */
+export function removeStaging(root: string): void {
+  for (const name of fs.existsSync(root) ? fs.readdirSync(root) : []) {
+    if (name === stagingName || name.startsWith(`${stagingName}.partial-`)) fs.rmSync(path.join(root, name), { recursive: true, force: true });
+  }
+}
+
+function newPartialStaging(root: string): string {
+  const partial = path.join(root, `${stagingName}.partial-${process.pid}`);
+  fs.rmSync(partial, { recursive: true, force: true });
+  fs.mkdirSync(partial, { recursive: true });
+  return partial;
+}
+
+/**
+ * `partial` renamed to the staging directory, which a rename replaces only while it is empty: a
+ * checkpoint whose writers have made it (mkdir) but opened nothing yet all open the spare, and one
+ * whose writers have opened a file keeps it (the spare is dropped). Either way they share one file.
+ */
+function placeSpare(partial: string, root: string): void {
+  try {
+    fs.renameSync(partial, stagingDir(root));
+  } catch (error) {
+    fs.rmSync(partial, { recursive: true, force: true });
+    if (!['ENOTEMPTY', 'EEXIST'].includes((error as NodeJS.ErrnoException).code ?? '')) throw error;
+  }
 }
 
 function listSteps(root: string): string[] {

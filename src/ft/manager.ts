@@ -15,7 +15,7 @@
 // once the communicator is repaired, the survivors grow it with MPI_Comm_spawn, send the newcomers
 // the parameters and where the run stands (the join), and the newcomers take the lost shards.
 import { isFailure, type Communicator } from '../comm';
-import { checkpointDir, commitManifest, configSha256, newStripeWriter, prepareManifest, pruneCheckpoints, readyCheckpoints, writeStripe, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
+import { checkpointDir, commitManifest, configSha256, newStripeWriter, prepareManifest, pruneCheckpoints, readyCheckpoints, readySpare, removeStaging, stagingDir, stateFileBytes, stripeDigests, writeStripe, type CheckpointMeta, type StripeWriter, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
 import { LazyShard, Readback } from '../data/readback';
 import type { ShardLayout } from '../data/shard-layout';
@@ -43,6 +43,8 @@ export interface ProtocolConfig {
   jitCheckpoint: boolean;
   checkpointDir: string;
   keepCheckpoints: number;
+  /** checkpoints are expected (JIT or periodic): the leader keeps a spare state file ready for them (checkpoint.ts) */
+  spareCheckpoint: boolean;
   /** the settings that fix the result, recorded in checkpoints */
   identity: Record<string, unknown>;
   /** the longest a shrink may take (see hangs.ts) */
@@ -166,6 +168,10 @@ export class Manager {
   lastCheckpoint: string | null = null;
   /** this rank's checkpoint stripes' writer, made at the start: its staging buffers are touched then, not during the checkpoint */
   private readonly stripeWriter = newStripeWriter();
+  /** the leader's, for the spare beside training (readySpare) */
+  private spareWriter?: StripeWriter;
+  private spare: Promise<void> = Promise.resolve();
+  private spareUnderWay = false;
   /** every checkpoint's config_sha256 (the identity never changes) */
   private readonly configSha256: string;
   /** the id the next spawned rank gets, and how many more may be spawned */
@@ -328,6 +334,7 @@ export class Manager {
     if (this.config.sharded && this.working) this.sharded = this.newShardedState();
     this.worldHistory.push({ step: this.step, world: this.size, lost: [] });
     readyCheckpoints(this.checkpointMeta('ready'), source.state(), this.size);
+    this.readySpare();
     if (resumed) while (!(await this.collective('resume', async () => undefined)).ok);
   }
 
@@ -676,39 +683,58 @@ export class Manager {
   }
 
   /**
-   * One attempt: every live rank writes its stripe of the state file; meanwhile the digests are
-   * gathered (they are computed from memory) and the leader writes the manifest aside; a vote once
-   * every stripe is durable; the leader renames the manifest in; a last vote says the commit
-   * happened. False when a failure interrupted it (the caller repairs and tries again; stripes
-   * rewrite the same bytes).
+   * One attempt: every live rank writes its stripe of the state file into the staging directory;
+   * meanwhile the leader gets every stripe's digest (computed from memory) and writes the manifest
+   * beside them; a vote once every stripe is durable; the leader renames the directory to the
+   * step's; a last vote says the commit happened. False when a failure interrupted it (the caller
+   * repairs and tries again; stripes rewrite the same bytes).
    */
   private async tryCheckpoint(reason: string): Promise<boolean> {
     const started = now();
     const state = this.source!.state();
     const dir = checkpointDir(this.config.checkpointDir, this.step);
+    const staging = stagingDir(this.config.checkpointDir);
     this.at('checkpoint-stripe');
-    // the working ranks write it; spares hold nothing of their own
-    const stripe = this.working ? writeStripe(dir, state, this.rank, this.size, this.stripeWriter) : undefined;
-    // its failure (a full disk) is held from now on, not left unhandled while the digests are gathered
-    const written = stripe?.written.then(() => undefined, (error: unknown) => ({ error }));
-    const mine = stripe ? Buffer.from(stripe.digests.join(''), 'hex') : Buffer.alloc(0);
-    const digests = new Uint8Array(mine.length * this.size);
+    // the working ranks write it; spares hold nothing of their own. Its failure (a full disk) is
+    // held from now on, not left unhandled while the digests are got
+    const written = this.working
+      ? writeStripe(staging, state, this.rank, this.size, this.stripeWriter).then(() => undefined, (error: unknown) => ({ error }))
+      : undefined;
     this.at('checkpoint-gather');
-    const gathered = await this.survives('checkpoint-gather', this.working ? () => this.workers!.allgather(new Uint8Array(mine), digests) : async () => undefined);
-    const prepared = gathered && this.isLeader ? prepareManifest(dir, this.checkpointMeta(reason), state,
-      Array.from({ length: this.size }, (_, i) => Buffer.from(digests.subarray(mine.length * i, mine.length * (i + 1))).toString('hex').match(/.{16}/g)!)) : undefined;
-    const writeFailed = await written;
-    if (writeFailed) throw writeFailed.error;
+    const digests = await this.stripeDigests(state);
+    const gathered = digests !== false;
+    const prepared = digests ? prepareManifest(staging, this.checkpointMeta(reason), state, digests) : undefined;
+    const manifestFailed = prepared?.durable.then(() => undefined, (error: unknown) => ({ error }));
+    const failed = (await written) ?? (await manifestFailed);
+    if (failed) throw failed.error;
     if ((await this.vote(gathered ? OK : 0)) !== OK) return false;
     this.at('checkpoint-commit');
     if (prepared) {
-      const manifest = commitManifest(prepared);
-      pruneCheckpoints(this.config.checkpointDir, this.config.keepCheckpoints);
+      const manifest = commitManifest(prepared, dir);
       this.observer.event({ event: 'checkpoint', step: this.step, reason, dir, bytes: manifest.file.bytes, stripes: this.size, duration_ms: now() - started });
     }
     if (!(await this.attempt('checkpoint-commit', async () => undefined))) return false;
     this.lastCheckpoint = dir;
+    // once every rank goes on: what the others need not wait for
+    if (prepared) {
+      pruneCheckpoints(this.config.checkpointDir, this.config.keepCheckpoints);
+      this.readySpare();
+    }
     return true;
+  }
+
+  /**
+   * Every working rank's stripe digests (stripeDigests), at the leader; undefined elsewhere, false
+   * when a failure interrupted their gather. Replicated state is the same on every rank, so the
+   * leader computes them all from its own memory; sharded state has them gathered.
+   */
+  private async stripeDigests(state: TrainingState): Promise<string[][] | undefined | false> {
+    const n = this.size;
+    if (!this.config.sharded) return this.isLeader ? Array.from({ length: n }, (_, c) => stripeDigests(state, c, n)) : undefined;
+    const mine = this.working ? Buffer.from(stripeDigests(state, this.rank, n).join(''), 'hex') : Buffer.alloc(0);
+    const all = new Uint8Array(mine.length * n);
+    if (!(await this.survives('checkpoint-gather', this.working ? () => this.workers!.allgather(new Uint8Array(mine), all) : async () => undefined))) return false;
+    return this.isLeader ? Array.from({ length: n }, (_, c) => Buffer.from(all.subarray(mine.length * c, mine.length * (c + 1))).toString('hex').match(/.{16}/g)!) : undefined;
   }
 
   /** What a checkpoint of the current step records besides the tensors. */
@@ -777,9 +803,27 @@ export class Manager {
     }
   }
 
-  /** Frees the communicator (at exit). */
+  /** Frees the communicator (at exit); the leader removes the spare (or an uncommitted attempt). */
   async close(): Promise<void> {
+    if (this.isLeader && this.config.spareCheckpoint) {
+      await withDeadline(this.spare, this.config.commTimeoutMs, 'the spare checkpoint file\'s write').catch(() => undefined);
+      removeStaging(this.config.checkpointDir);
+    }
     await this.comm.free();
+  }
+
+  /**
+   * The leader starts writing a spare state file for the next checkpoint (see checkpoint.ts) unless
+   * one is in place or under way. Off the critical path: a failure to make one (a full disk) costs
+   * only the spare, and the checkpoint then writes a new file.
+   */
+  private readySpare(): void {
+    if (!this.isLeader || !this.config.spareCheckpoint || this.spareUnderWay) return;
+    this.spareWriter ??= newStripeWriter();
+    this.spareUnderWay = true;
+    this.spare = readySpare(this.config.checkpointDir, stateFileBytes(this.source!.state()), this.spareWriter)
+      .catch((error: Error) => this.observer.log(`no spare checkpoint file (a checkpoint will write a new one): ${error.message}`))
+      .finally(() => { this.spareUnderWay = false; });
   }
 
   private rebuildSum(): void {

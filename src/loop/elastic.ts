@@ -343,7 +343,7 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
   const size = Object.values(s.tensors).reduce((n, shape) => n + shape.reduce((a, b) => a * b, 1), 0);
   const ft = new Manager({
     onFailure: 'exact', shards, minRanks: s.minRanks, maxRetries: s.maxRetries, jitCheckpoint: s.jitCheckpoint === 'on', checkpointDir,
-    keepCheckpoints: s.keepCheckpoints, identity, commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
+    keepCheckpoints: s.keepCheckpoints, spareCheckpoint: s.jitCheckpoint === 'on' || s.checkpointEvery > 0, identity, commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
     // the user's gradient is copied into the sum once computed: nothing to overlap
     sumLength: size + 1, add: (acc, x) => cpu.addInPlace(acc, x), overlap: false, spares: 0, joined: job.joined,
   }, world, dataset, layout, job.observer, job.faults);

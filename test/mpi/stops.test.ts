@@ -207,8 +207,10 @@ describe('a rank\'s own error stops every rank', function () {
     const checkpoints = path.join(disk, 'ck');
     const runDir = newDir();
     const job = await runTrain(4, [...common, '--data', 'datasets/fashion-mnist', '--steps', '40', '--checkpoint-dir', checkpoints, '--checkpoint-every', '10', '--run-dir', runDir], jobTimeoutMs);
-    const step = path.join(checkpoints, 'step-00000010');
-    const files = ['state.safetensors', 'manifest.json'].map((name) => escape(path.join(step, name))).join('|');
+    // (written into the staging directory, which the commit renames step-00000010; the spare file
+    // that would have spared the state file's blocks did not fit either)
+    const staging = path.join(checkpoints, 'next');
+    const files = ['state.safetensors', 'manifest.json'].map((name) => escape(path.join(staging, name))).join('|');
     const rank = assertStopped(job, runDir, new RegExp(`^ft-train: rank \\d: (${files}): ENOSPC: no space left on device$`));
     // every rank writes its stripe, and the leader the manifest meanwhile: any of them may find the
     // disk full, and the lowest of those speaks
@@ -216,6 +218,7 @@ describe('a rank\'s own error stops every rank', function () {
     assert.ok(Array.isArray(erred) && erred[0] === rank && erred.every((r, i) => r >= 0 && r < 4 && (i === 0 || r > erred[i - 1])), `ranks ${JSON.stringify(erred)}`);
     const manifests = fs.readdirSync(checkpoints, { recursive: true }).map(String).filter((name) => path.basename(name) === 'manifest.json');
     assert.deepEqual(manifests, [], 'a checkpoint was committed on a full disk');
+    assert.deepEqual(fs.readdirSync(checkpoints), [], 'the uncommitted attempt was left behind');
   });
 
   it('a full disk under the run directory: ENOSPC naming metrics.jsonl, from the leader', async function () {

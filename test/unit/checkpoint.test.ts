@@ -1,12 +1,13 @@
 // Checkpoint files without MPI: stripes written separately make one safetensors file that other
-// tools can read, also over a longer file left in the directory; the manifest's checksums catch a
+// tools can read, also over a longer file left in the directory; a spare file is written over in
+// place and a pruned checkpoint's file becomes the next spare; the manifest's checksums catch a
 // flipped byte and a truncated file, and its own checksum an edited manifest; the newest complete
 // checkpoint is found, passing over broken, edited or unfinished ones with the reason.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { checkpointDir, commitManifest, configSha256, findCheckpoint, loadCheckpoint, newStripeWriter, prepareManifest, pruneCheckpoints, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
+import { checkpointDir, commitManifest, configSha256, findCheckpoint, loadCheckpoint, newStripeWriter, prepareManifest, pruneCheckpoints, readySpare, removeStaging, stagingDir, stripeDigests, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { crc64 } from '../../src/checksum';
 import { randomTensor } from '../helpers/gradcheck';
@@ -30,21 +31,25 @@ function meta(step: number): CheckpointMeta {
 /** One writer per simulated rank (a process has one). */
 const writers = Array.from({ length: 7 }, () => newStripeWriter());
 
-/** Rank i of n's stripes, written and durable; their digests. */
+/** Rank i of n's stripes, written and durable; their digests, as rank i computes them. */
 async function stripe(dir: string, s: TrainingState, i: number, n: number): Promise<string[]> {
-  const { digests, written } = writeStripe(dir, s, i, n, writers[i]);
-  await written;
-  return digests;
+  await writeStripe(dir, s, i, n, writers[i]);
+  return stripeDigests(s, i, n);
 }
 
-/** Writes a checkpoint as `n` ranks would, each its stripe, all at once. */
+/** Writes a checkpoint as `n` ranks would, each its stripe, all at once, into the staging directory, and commits it. */
 async function write(root: string, step: number, s: TrainingState, n: number, m: CheckpointMeta = meta(step)): Promise<string> {
   const dir = checkpointDir(root, step);
+  const staging = stagingDir(root);
   // started in reverse order, as ranks come in any order
-  const digests = await Promise.all(Array.from({ length: n }, (_, k) => n - 1 - k).map((i) => stripe(dir, s, i, n)));
-  commitManifest(prepareManifest(dir, m, s, digests.reverse()));
+  const digests = await Promise.all(Array.from({ length: n }, (_, k) => n - 1 - k).map((i) => stripe(staging, s, i, n)));
+  const prepared = prepareManifest(staging, m, s, digests.reverse());
+  await prepared.durable;
+  commitManifest(prepared, dir);
   return dir;
 }
+
+const inode = (file: string): number => fs.statSync(file).ino;
 
 /** Rewrites a checkpoint's manifest.json after `edit`, as a person with an editor would. */
 function editManifest(dir: string, edit: (manifest: CheckpointManifest) => object | void): string {
@@ -80,20 +85,22 @@ describe('checkpoints', () => {
     assert.deepEqual(ranges.map((r) => r.offset + r.length), [...ranges.slice(1).map((r) => r.offset), files[0].length]);
   });
 
-  it('a manifest prepared while the stripes are written names nothing complete until it is moved into place', async () => {
+  it('a manifest prepared while the stripes are written names nothing complete until the commit renames the staging directory', async () => {
     const s = state(2);
     const older = await write(root, 10, s, 2);
     const dir = checkpointDir(root, 20);
-    const stripes = [0, 1].map((i) => writeStripe(dir, s, i, 2, writers[i]));
-    const prepared = prepareManifest(dir, meta(20), s, stripes.map((x) => x.digests));
+    const staging = stagingDir(root);
+    const stripes = [0, 1].map((i) => writeStripe(staging, s, i, 2, writers[i]));
+    const prepared = prepareManifest(staging, meta(20), s, [0, 1].map((i) => stripeDigests(s, i, 2)));
     // (the stripes' file may not exist yet: the writers create it on their threads)
-    assert.deepEqual(fs.readdirSync(dir).filter((name) => name.startsWith('manifest')), [`manifest.json.partial-${process.pid}`]);
+    assert.deepEqual(fs.readdirSync(staging).filter((name) => name.startsWith('manifest')), ['manifest.json']);
     assert.equal(findCheckpoint(root).dir, older);
-    await Promise.all(stripes.map((x) => x.written));
-    assert.deepEqual(fs.readdirSync(dir).sort(), [`manifest.json.partial-${process.pid}`, 'state.safetensors']);
+    await Promise.all([...stripes, prepared.durable]);
+    assert.deepEqual(fs.readdirSync(staging).sort(), ['manifest.json', 'state.safetensors']);
     assert.equal(findCheckpoint(root).dir, older);
-    assert.deepEqual(commitManifest(prepared), verifyCheckpoint(dir));
+    assert.deepEqual(commitManifest(prepared, dir), verifyCheckpoint(dir));
     assert.deepEqual(fs.readdirSync(dir).sort(), ['manifest.json', 'state.safetensors']);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000010', 'step-00000020']);
     assert.equal(findCheckpoint(root).dir, dir);
     // the same tensors with another optimizer's slots: another header, not the one remembered
     const adamw: TrainingState = { ...s, slots: ['exp_avg', 'exp_avg_sq'].map((name, k) => ({ name, data: randomTensor(P, 60 + k) })) };
@@ -101,6 +108,57 @@ describe('checkpoints', () => {
     const third = await write(root, 30, adamw, 3);
     loadCheckpoint(third, verifyCheckpoint(third), tensors, new Float32Array(P), loaded);
     assert.deepEqual(loaded, adamw.slots);
+  });
+
+  it('a commit of a step already on disk (an interrupted commit, an older run) replaces it whole', async () => {
+    const dir = await write(root, 10, state(1), 3);
+    fs.writeFileSync(path.join(dir, 'stray'), 'left by an older run');
+    const s = state(2);
+    await write(root, 10, s, 2);
+    assert.deepEqual(fs.readdirSync(dir).sort(), ['manifest.json', 'state.safetensors']);
+    const params = new Float32Array(P);
+    loadCheckpoint(dir, verifyCheckpoint(dir), tensors, params, [{ name: 'velocity', data: new Float32Array(P) }]);
+    assert.deepEqual(params, s.params);
+  });
+
+  it('a spare is written over in place (its blocks, no new file) and cut to the state\'s length; a pruned checkpoint\'s file becomes the next spare', async () => {
+    const spareWriter = newStripeWriter();
+    const s = state(4);
+    const spare = path.join(stagingDir(root), 'state.safetensors');
+    // a spare larger than the state, as a bigger model's would be
+    await readySpare(root, 3 * 4096 + 17, spareWriter);
+    assert.equal(fs.statSync(spare).size, 3 * 4096 + 17);
+    assert.equal(fs.statSync(spare).blocks * 512, 4 * 4096, 'every block of the spare is on disk');
+    const spareInode = inode(spare);
+    await readySpare(root, 5, spareWriter); // one is in place: nothing to do
+    assert.equal(inode(spare), spareInode);
+    const first = await write(root, 10, s, 3);
+    assert.equal(inode(path.join(first, 'state.safetensors')), spareInode);
+    const manifest = verifyCheckpoint(first);
+    assert.equal(fs.statSync(path.join(first, 'state.safetensors')).size, manifest.file.bytes);
+    assert.ok(!fs.existsSync(stagingDir(root)));
+    const second = await write(root, 20, state(5), 3);
+    pruneCheckpoints(root, 1);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['next', 'step-00000020']);
+    assert.equal(inode(spare), spareInode);
+    const third = await write(root, 30, s, 2);
+    assert.equal(inode(path.join(third, 'state.safetensors')), spareInode);
+    const params = new Float32Array(P);
+    loadCheckpoint(third, verifyCheckpoint(third), tensors, params, [{ name: 'velocity', data: new Float32Array(P) }]);
+    assert.deepEqual(params, s.params);
+    assert.equal(verifyCheckpoint(second).step, 20);
+    // a spare finished while an attempt has files in the staging directory stays out of it; one
+    // finished after a writer's mkdir alone takes the empty directory's place
+    fs.mkdirSync(stagingDir(root));
+    fs.writeFileSync(path.join(stagingDir(root), 'manifest.json'), '{}');
+    await readySpare(root, 4096, spareWriter);
+    assert.deepEqual(fs.readdirSync(stagingDir(root)), ['manifest.json']);
+    removeStaging(root);
+    fs.mkdirSync(stagingDir(root));
+    await readySpare(root, 4096, spareWriter);
+    assert.equal(fs.statSync(spare).size, 4096);
+    removeStaging(root);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000020', 'step-00000030']);
   });
 
   it('detects a flipped byte and a truncated file, and falls back to the previous complete checkpoint', async () => {
@@ -159,10 +217,14 @@ describe('checkpoints', () => {
     assert.deepEqual(found.skipped, [`${path.join(newer, 'manifest.json')}: corrupt: the manifest fails its own checksum (edited?)`]);
   });
 
-  it('a checkpoint written over a larger state file (a bigger model\'s) keeps no old tail: it verifies and loads', async () => {
+  it('a checkpoint written over a larger spare (a bigger model\'s) keeps no old tail: it verifies and loads', async () => {
     const big = [{ name: 'fc.weight', shape: [70, 50] }, { name: 'fc.bias', shape: [70] }];
-    const dir = await write(root, 10, { tensors: big, params: randomTensor(3570, 7), slots: [{ name: 'velocity', data: randomTensor(3570, 8) }], held: { from: 0, to: 3570 } }, 2);
-    const bigBytes = fs.statSync(path.join(dir, 'state.safetensors')).size;
+    const older = await write(root, 5, { tensors: big, params: randomTensor(3570, 7), slots: [{ name: 'velocity', data: randomTensor(3570, 8) }], held: { from: 0, to: 3570 } }, 2);
+    const bigBytes = fs.statSync(path.join(older, 'state.safetensors')).size;
+    await write(root, 7, state(9), 1);
+    pruneCheckpoints(root, 1);
+    assert.equal(fs.statSync(path.join(stagingDir(root), 'state.safetensors')).size, bigBytes);
+    const dir = checkpointDir(root, 10);
     const s = state(3);
     await write(root, 10, s, 3);
     const manifest = verifyCheckpoint(dir);
@@ -182,11 +244,16 @@ describe('checkpoints', () => {
     const shard = (i: number): TrainingState => ({
       ...whole, held: { from: bounds[i], to: bounds[i + 1] }, slots: slots.map((s) => ({ name: s.name, data: s.data.slice(bounds[i], bounds[i + 1]) })),
     });
-    const dirs = ['replicated', 'sharded'].map((kind) => checkpointDir(path.join(root, kind), 5));
+    const roots = ['replicated', 'sharded'].map((kind) => path.join(root, kind));
+    const dirs = roots.map((r) => checkpointDir(r, 5));
     const digests: string[][][] = [];
-    for (const i of [0, 1, 2]) digests.push([await stripe(dirs[0], whole, i, n), await stripe(dirs[1], shard(i), i, n)]);
+    for (const i of [0, 1, 2]) digests.push([await stripe(stagingDir(roots[0]), whole, i, n), await stripe(stagingDir(roots[1]), shard(i), i, n)]);
     assert.deepEqual(digests.map((d) => d[0]), digests.map((d) => d[1]));
-    commitManifest(prepareManifest(dirs[1], meta(5), whole, digests.map((d) => d[1])));
+    for (const k of [0, 1]) {
+      const prepared = prepareManifest(stagingDir(roots[k]), meta(5), whole, digests.map((d) => d[k]));
+      await prepared.durable;
+      commitManifest(prepared, dirs[k]);
+    }
     const files = dirs.map((d) => fs.readFileSync(path.join(d, 'state.safetensors')));
     assert.ok(files[0].equals(files[1]));
     const loaded = slots.map((s) => ({ name: s.name, data: new Float32Array(P) }));
@@ -202,8 +269,8 @@ describe('checkpoints', () => {
     const big = [{ name: 'w', shape: [2_600_003, 3] }];
     const s: TrainingState = { tensors: big, params: randomTensor(P, 11), slots: [{ name: 'velocity', data: randomTensor(P, 12) }], held: { from: 0, to: P } };
     const dir = checkpointDir(root, 10);
-    fs.mkdirSync(dir, { recursive: true });
-    fs.writeFileSync(path.join(dir, 'state.safetensors'), Buffer.alloc(2 * 4 * P + 3 * 4096 + 5, 0xff));
+    fs.mkdirSync(stagingDir(root), { recursive: true });
+    fs.writeFileSync(path.join(stagingDir(root), 'state.safetensors'), Buffer.alloc(2 * 4 * P + 3 * 4096 + 5, 0xff));
     const manifest = verifyCheckpoint(await write(root, 10, s, 3));
     const params = new Float32Array(P);
     const velocity = new Float32Array(P);
@@ -226,10 +293,12 @@ describe('checkpoints', () => {
     assert.notEqual(crc64(Buffer.from('123456788')), '995dc9bbdf1939fa');
   });
 
-  it('keeps the newest complete checkpoints', async () => {
+  it('keeps the newest complete checkpoints, the newest pruned one\'s file as the spare', async () => {
     for (const step of [5, 10, 15, 20]) await write(root, step, state(step), 1);
+    const newestPruned = inode(path.join(checkpointDir(root, 10), 'state.safetensors'));
     pruneCheckpoints(root, 2);
-    assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000015', 'step-00000020']);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['next', 'step-00000015', 'step-00000020']);
+    assert.equal(inode(path.join(stagingDir(root), 'state.safetensors')), newestPruned);
   });
 });
 
