@@ -319,7 +319,7 @@ export class Manager {
     this.source = source;
     if (this.config.joined) {
       await this.recover();
-      readyCheckpoints(this.checkpointMeta('ready'), source.state(), this.size);
+      readyCheckpoints(this.checkpointMeta('ready'), source.state(), this.working ? this.rank : undefined, this.size);
       return;
     }
     if (this.config.onFailure === 'exact') {
@@ -333,7 +333,7 @@ export class Manager {
     this.rebuildSum();
     if (this.config.sharded && this.working) this.sharded = this.newShardedState();
     this.worldHistory.push({ step: this.step, world: this.size, lost: [] });
-    readyCheckpoints(this.checkpointMeta('ready'), source.state(), this.size);
+    readyCheckpoints(this.checkpointMeta('ready'), source.state(), this.working ? this.rank : undefined, this.size);
     this.readySpare();
     if (resumed) while (!(await this.collective('resume', async () => undefined)).ok);
   }

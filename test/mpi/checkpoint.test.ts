@@ -18,8 +18,8 @@ const newDir = (): string => path.join(scratch, `run-${++runs}`);
 const sha = (dir: string): string => JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')).params_sha256;
 const events = (dir: string): { event: string; reason?: string; step?: number }[] =>
   fs.readFileSync(path.join(dir, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
-/** The checkpoints in a run directory (a job killed whole may leave the spare, ckpt/next, beside them). */
-const checkpoints = (dir: string): string[] => fs.readdirSync(path.join(dir, 'ckpt')).filter((name) => name.startsWith('step-')).sort();
+/** The checkpoints in a run directory (a job killed whole may leave the spare, ckpt/step-next, beside them). */
+const checkpoints = (dir: string): string[] => fs.readdirSync(path.join(dir, 'ckpt')).filter((name) => /^step-\d{8}$/.test(name)).sort();
 
 async function train(ranks: number, dir: string, ...extra: string[]): Promise<JobResult<never>> {
   return runTrain(ranks, [...common, '--run-dir', dir, ...extra]);

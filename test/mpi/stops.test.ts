@@ -209,7 +209,7 @@ describe('a rank\'s own error stops every rank', function () {
     const job = await runTrain(4, [...common, '--data', 'datasets/fashion-mnist', '--steps', '40', '--checkpoint-dir', checkpoints, '--checkpoint-every', '10', '--run-dir', runDir], jobTimeoutMs);
     // (written into the staging directory, which the commit renames step-00000010; the spare file
     // that would have spared the state file's blocks did not fit either)
-    const staging = path.join(checkpoints, 'next');
+    const staging = path.join(checkpoints, 'step-next');
     const files = ['state.safetensors', 'manifest.json'].map((name) => escape(path.join(staging, name))).join('|');
     const rank = assertStopped(job, runDir, new RegExp(`^ft-train: rank \\d: (${files}): ENOSPC: no space left on device$`));
     // every rank writes its stripe, and the leader the manifest meanwhile: any of them may find the

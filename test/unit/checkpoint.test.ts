@@ -139,7 +139,7 @@ describe('checkpoints', () => {
     assert.ok(!fs.existsSync(stagingDir(root)));
     const second = await write(root, 20, state(5), 3);
     pruneCheckpoints(root, 1);
-    assert.deepEqual(fs.readdirSync(root).sort(), ['next', 'step-00000020']);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000020', 'step-next']);
     assert.equal(inode(spare), spareInode);
     const third = await write(root, 30, s, 2);
     assert.equal(inode(path.join(third, 'state.safetensors')), spareInode);
@@ -297,7 +297,7 @@ describe('checkpoints', () => {
     for (const step of [5, 10, 15, 20]) await write(root, step, state(step), 1);
     const newestPruned = inode(path.join(checkpointDir(root, 10), 'state.safetensors'));
     pruneCheckpoints(root, 2);
-    assert.deepEqual(fs.readdirSync(root).sort(), ['next', 'step-00000015', 'step-00000020']);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000015', 'step-00000020', 'step-next']);
     assert.equal(inode(path.join(stagingDir(root), 'state.safetensors')), newestPruned);
   });
 });
