@@ -2,10 +2,12 @@
 // synthetic model of about 100 MB of state (parameters + momentum: a 784 -> 15,900 -> 10
 // perceptron) at 2 ranks (one survivor writes everything) and 4 (three write stripes); the highest
 // rank is killed at step 4 and the survivors write the JIT checkpoint. Its duration is the leader's
-// 'checkpoint' event: stripes written and fsynced in parallel, digests gathered, manifest committed.
-// Each drill is followed by the disk's sequential time for as many bytes, measured in the same
-// round: the faster of a buffered write + fsync (8 MiB writes, from one process) and an O_DIRECT
-// write + fsync (the addon's FileWriter, one part). 5 rounds; a ratio is the median of the
+// 'checkpoint' event: stripes written in parallel over the spare file the leader readied at start
+// (src/checkpoint/checkpoint.ts) and made durable, the manifest written beside them, the staging
+// directory renamed in. Each drill is followed by the disk's sequential time for as many bytes,
+// measured in the same round: the faster of a buffered write + fsync of a new file (8 MiB writes,
+// from one process) and an O_DIRECT write + fsync of one (the addon's FileWriter, one part); over
+// the spare's blocks the checkpoint can beat it. 5 rounds; a ratio is the median of the
 // per-round ratios. Prints a table, then one JSON line:
 //   jit_write_vs_disk_large  checkpoint time / disk time at 100 MB, worst over world sizes (target <= 1.2)
 //   jit_fixed_cost_ms        lenet's checkpoint time less its bytes at the disk's bandwidth (the 100 MB
