@@ -324,11 +324,16 @@ export async function readySpare(root: string, bytes: number, writer: StripeWrit
   placeSpare(partial, root);
 }
 
-/** Removes the staging directory (the spare, or an attempt that was never committed) and any partial one. */
-export function removeStaging(root: string): void {
-  for (const name of fs.existsSync(root) ? fs.readdirSync(root) : []) {
+/**
+ * Removes the staging directory (the spare, or an attempt that was never committed) and any partial
+ * one; then `root` itself if that left it empty and `made` (this run made it, for the spare alone).
+ */
+export function removeStaging(root: string, made: boolean): void {
+  if (!fs.existsSync(root)) return;
+  for (const name of fs.readdirSync(root)) {
     if (name === stagingName || name.startsWith(`${stagingName}.partial-`)) fs.rmSync(path.join(root, name), { recursive: true, force: true });
   }
+  if (made && fs.readdirSync(root).length === 0) fs.rmdirSync(root);
 }
 
 function newPartialStaging(root: string): string {

@@ -14,6 +14,7 @@
 // shards, in the recovery. Lost ranks are also replaced by ranks spawned for them (--respawn):
 // once the communicator is repaired, the survivors grow it with MPI_Comm_spawn, send the newcomers
 // the parameters and where the run stands (the join), and the newcomers take the lost shards.
+import * as fs from 'node:fs';
 import { isFailure, type Communicator } from '../comm';
 import { checkpointDir, commitManifest, configSha256, newStripeWriter, prepareManifest, pruneCheckpoints, readyCheckpoints, readySpare, removeStaging, stagingDir, stateFileBytes, stripeDigests, writeStripe, type CheckpointMeta, type StripeWriter, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
@@ -172,6 +173,8 @@ export class Manager {
   private spareWriter?: StripeWriter;
   private spare: Promise<void> = Promise.resolve();
   private spareUnderWay = false;
+  /** the checkpoint directory was there before this run (else a run that wrote no checkpoint leaves none) */
+  private readonly checkpointDirWasThere: boolean;
   /** every checkpoint's config_sha256 (the identity never changes) */
   private readonly configSha256: string;
   /** the id the next spawned rank gets, and how many more may be spawned */
@@ -189,6 +192,7 @@ export class Manager {
     private readonly faults: FaultInjector,
   ) {
     this.comm = world;
+    this.checkpointDirWasThere = fs.existsSync(config.checkpointDir);
     // a spawned rank learns the run's sizes and map at the join
     this.worldInitial = config.joined ? world.size : world.size - config.spares;
     const ids = [...world.worldRanks].sort((a, b) => a - b);
@@ -807,7 +811,7 @@ export class Manager {
   async close(): Promise<void> {
     if (this.isLeader && this.config.spareCheckpoint) {
       await withDeadline(this.spare, this.config.commTimeoutMs, 'the spare checkpoint file\'s write').catch(() => undefined);
-      removeStaging(this.config.checkpointDir);
+      removeStaging(this.config.checkpointDir, !this.checkpointDirWasThere);
     }
     await this.comm.free();
   }

@@ -153,12 +153,20 @@ describe('checkpoints', () => {
     fs.writeFileSync(path.join(stagingDir(root), 'manifest.json'), '{}');
     await readySpare(root, 4096, spareWriter);
     assert.deepEqual(fs.readdirSync(stagingDir(root)), ['manifest.json']);
-    removeStaging(root);
+    removeStaging(root, true);
     fs.mkdirSync(stagingDir(root));
     await readySpare(root, 4096, spareWriter);
     assert.equal(fs.statSync(spare).size, 4096);
-    removeStaging(root);
+    // at the end of a run: the spare goes; the directory stays while it holds checkpoints
+    removeStaging(root, true);
     assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000020', 'step-00000030']);
+    // a run that wrote none removes the directory it made for the spare alone, never one it found
+    for (const made of [false, true]) {
+      const fresh = path.join(root, 'fresh');
+      await readySpare(fresh, 4096, spareWriter);
+      removeStaging(fresh, made);
+      assert.equal(fs.existsSync(fresh), !made);
+    }
   });
 
   it('detects a flipped byte and a truncated file, and falls back to the previous complete checkpoint', async () => {
