@@ -1,6 +1,7 @@
 // bench/checkpoint: what a JIT checkpoint costs. ft-train runs lenet (3.5 MB of state) and a
 // synthetic model of about 100 MB of state (parameters + momentum: a 784 -> 15,900 -> 10
-// perceptron) at 2 ranks (one survivor writes everything) and 4 (three write stripes); the highest
+// perceptron) at 2 ranks (one survivor writes everything) and 4 (three survivors: lenet's small
+// replicated state is written by one of them, the 100 MB one in three parallel stripes); the highest
 // rank is killed at step 4 and the survivors write the JIT checkpoint. Its duration is the leader's
 // 'checkpoint' event: stripes written in parallel over the spare file the leader readied at start
 // (src/checkpoint/checkpoint.ts) and made durable, the manifest written beside them, the staging

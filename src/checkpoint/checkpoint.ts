@@ -1,9 +1,10 @@
 // Checkpoints: the training state at the start of a step (parameters and the optimizer's state
 // slots in one safetensors file, state.safetensors) plus manifest.json (step, shards, shard map, seed, the
 // settings that fix the result and their sha256, world history, a CRC-64 per stripe of the file,
-// and the manifest's own sha256). The live ranks write the file in parallel stripes, rank c the
-// chunk c (chunks.ts) of every tensor group, which is the part of the state it holds when the
-// optimizer state is sharded. They write into the staging directory `step-next` beside the
+// and the manifest's own sha256). The file is made of stripes, chunk c (chunks.ts) of every
+// tensor group, which rank c holds when the optimizer state is sharded; the live ranks write them
+// in parallel, rank c chunk c, or one rank writes them all (manager.ts: a small replicated state).
+// They are written into the staging directory `step-next` beside the
 // checkpoints; the leader adds the manifest and commits by renaming the whole directory to step-N,
 // so a checkpoint is never seen without its manifest, and one whose checksums fail is never used.
 // Between checkpoints `step-next` holds a spare: a state file whose every block is already on disk
@@ -155,8 +156,8 @@ export function newStripeWriter(): StripeWriter {
 }
 
 /**
- * Rank i of n's pieces of the state file, group by group (chunk i of each; rank 0's first also
- * holds the header), and the buffers' piece, which rank 0 writes (the same on every rank). Throws,
+ * Chunk i of n's pieces of the state file, group by group (chunk i of each; chunk 0's first also
+ * holds the header), and the buffers' piece, written with chunk 0 (the same on every rank). Throws,
  * naming `caller`, if the state lacks chunk i.
  */
 function stripeParts(caller: string, state: TrainingState, i: number, n: number): { groups: { at: number; bytes: Uint8Array }[][]; buffers?: { at: number; bytes: Uint8Array } } {
@@ -168,7 +169,7 @@ function stripeParts(caller: string, state: TrainingState, i: number, n: number)
   const groups = data.map((group, g) => {
     const first = g === 0 ? from : from - state.held.from;
     if (first < 0 || first + to - from > group.length) {
-      throw new RangeError(`${caller}: rank ${i} of ${n} does not hold its chunk (elements ${from}..${to}) of ${g === 0 ? 'params' : state.slots[g - 1].name}`);
+      throw new RangeError(`${caller}: the state does not hold chunk ${i} of ${n} (elements ${from}..${to}) of ${g === 0 ? 'params' : state.slots[g - 1].name}`);
     }
     const piece = { at: header.length + 4 * (g * P + from), bytes: new Uint8Array(group.buffer, group.byteOffset + 4 * first, 4 * (to - from)) };
     return g === 0 && i === 0 ? [{ at: 0, bytes: header }, piece] : [piece];
@@ -180,22 +181,25 @@ function stripeParts(caller: string, state: TrainingState, i: number, n: number)
 }
 
 /**
- * Starts writing rank i of n's stripes of the state file into `dir` (chunk i of every group,
- * straight from the buffers, made durable) on `writer`'s thread; settles once they are durable
- * (`dir`'s own entry is made durable by commitManifest). The state must not change until then.
- * Every writer sets the file's final length, so no longer old file (an interrupted attempt, a spare
- * of a bigger model) leaves a tail whichever writer comes last; concurrent ftruncates to one length
- * never touch bytes another writer put below it. (A fresh file renamed in would need an ordering
- * between ranks: one to create it first, one to rename it last.)
+ * Starts writing the stripes of `chunks` (of n: chunk c of every group) of the state file into
+ * `dir`, straight from the buffers, made durable, on `writer`'s thread; settles once they are
+ * durable (`dir`'s own entry is made durable by commitManifest). The state must not change until
+ * then. Every writer sets the file's final length, so no longer old file (an interrupted attempt, a
+ * spare of a bigger model) leaves a tail whichever writer comes last; concurrent ftruncates to one
+ * length never touch bytes another writer put below it. (A fresh file renamed in would need an
+ * ordering between ranks: one to create it first, one to rename it last.)
  */
-export function writeStripe(dir: string, state: TrainingState, i: number, n: number, writer: StripeWriter): Promise<void> {
-  const { groups, buffers } = stripeParts('writeStripe', state, i, n);
+export function writeStripes(dir: string, state: TrainingState, chunks: readonly number[], n: number, writer: StripeWriter): Promise<void> {
+  const parts = chunks.flatMap((c) => {
+    const { groups, buffers } = stripeParts('writeStripes', state, c, n);
+    return [...groups.flat(), ...(buffers && c === 0 ? [buffers] : [])];
+  });
   fs.mkdirSync(dir, { recursive: true });
-  return writer.write(path.join(dir, stateFile), stateFileBytes(state), [...groups.flat(), ...(buffers && i === 0 ? [buffers] : [])]);
+  return writer.write(path.join(dir, stateFile), stateFileBytes(state), parts);
 }
 
 /**
- * The CRC-64s of rank i of n's stripes, group by group, then the buffers' (every rank reports
+ * The CRC-64s of chunk i of n's stripes, group by group, then the buffers' (every chunk reports
  * theirs, so that each rank's list is as long). Any rank holding chunk i can compute them.
  */
 export function stripeDigests(state: TrainingState, i: number, n: number): string[] {

@@ -216,9 +216,9 @@ describe('a rank\'s own error stops every rank', function () {
     // disk full, and the lowest of those speaks
     const erred = stopEventRanks(runDir) as number[];
     assert.ok(Array.isArray(erred) && erred[0] === rank && erred.every((r, i) => r >= 0 && r < 4 && (i === 0 || r > erred[i - 1])), `ranks ${JSON.stringify(erred)}`);
-    const manifests = fs.readdirSync(checkpoints, { recursive: true }).map(String).filter((name) => path.basename(name) === 'manifest.json');
-    assert.deepEqual(manifests, [], 'a checkpoint was committed on a full disk');
-    assert.deepEqual(fs.readdirSync(checkpoints), [], 'the uncommitted attempt was left behind');
+    // nothing committed and nothing left: the run made the directory (for the spare) and removes it
+    const left = fs.existsSync(checkpoints) ? fs.readdirSync(checkpoints, { recursive: true }).map(String) : undefined;
+    assert.equal(left, undefined, `left on a full disk: ${left}`);
   });
 
   it('a full disk under the run directory: ENOSPC naming metrics.jsonl, from the leader', async function () {

@@ -7,7 +7,7 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { checkpointDir, commitManifest, configSha256, findCheckpoint, loadCheckpoint, newStripeWriter, prepareManifest, pruneCheckpoints, readySpare, removeStaging, stagingDir, stripeDigests, stripeRanges, verifyCheckpoint, writeStripe, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
+import { checkpointDir, commitManifest, configSha256, findCheckpoint, loadCheckpoint, newStripeWriter, prepareManifest, pruneCheckpoints, readySpare, removeStaging, stagingDir, stripeDigests, stripeRanges, verifyCheckpoint, writeStripes, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { crc64 } from '../../src/checksum';
 import { randomTensor } from '../helpers/gradcheck';
@@ -33,7 +33,7 @@ const writers = Array.from({ length: 7 }, () => newStripeWriter());
 
 /** Rank i of n's stripes, written and durable; their digests, as rank i computes them. */
 async function stripe(dir: string, s: TrainingState, i: number, n: number): Promise<string[]> {
-  await writeStripe(dir, s, i, n, writers[i]);
+  await writeStripes(dir, s, [i], n, writers[i]);
   return stripeDigests(s, i, n);
 }
 
@@ -71,6 +71,15 @@ describe('checkpoints', () => {
     const files: Buffer[] = [];
     for (const n of [1, 3, 7]) files.push(fs.readFileSync(path.join(await write(path.join(root, `n${n}`), 10, s, n), 'state.safetensors')));
     assert.ok(files[0].equals(files[1]) && files[0].equals(files[2]));
+    // one writer of every chunk of 3 (a small replicated state's checkpoint): the same file, and the
+    // same manifest's stripes verify it
+    const one = path.join(root, 'one');
+    await writeStripes(stagingDir(one), s, [0, 1, 2], 3, writers[0]);
+    const sealed = prepareManifest(stagingDir(one), meta(10), s, [0, 1, 2].map((c) => stripeDigests(s, c, 3)));
+    await sealed.durable;
+    commitManifest(sealed, checkpointDir(one, 10));
+    assert.ok(fs.readFileSync(path.join(checkpointDir(one, 10), 'state.safetensors')).equals(files[0]));
+    assert.equal(verifyCheckpoint(checkpointDir(one, 10)).file.stripes.length, 3 * 2);
     const decoded = decodeSafetensors(files[0], 'state.safetensors');
     assert.deepEqual(decoded.tensors.map((t) => t.name), ['params.fc.weight', 'params.fc.bias', 'params.out.weight', 'velocity.fc.weight', 'velocity.fc.bias', 'velocity.out.weight']);
     const dir = path.join(root, 'n3', 'step-00000010');
@@ -90,7 +99,7 @@ describe('checkpoints', () => {
     const older = await write(root, 10, s, 2);
     const dir = checkpointDir(root, 20);
     const staging = stagingDir(root);
-    const stripes = [0, 1].map((i) => writeStripe(staging, s, i, 2, writers[i]));
+    const stripes = [0, 1].map((i) => writeStripes(staging, s, [i], 2, writers[i]));
     const prepared = prepareManifest(staging, meta(20), s, [0, 1].map((i) => stripeDigests(s, i, 2)));
     // (the stripes' file may not exist yet: the writers create it on their threads)
     assert.deepEqual(fs.readdirSync(staging).filter((name) => name.startsWith('manifest')), ['manifest.json']);
@@ -267,7 +276,7 @@ describe('checkpoints', () => {
     const loaded = slots.map((s) => ({ name: s.name, data: new Float32Array(P) }));
     loadCheckpoint(dirs[1], verifyCheckpoint(dirs[1]), tensors, new Float32Array(P), loaded);
     assert.deepEqual(loaded.map((s) => s.data), slots.map((s) => s.data));
-    assert.throws(() => writeStripe(dirs[1], shard(0), 1, n, writers[1]), { message: `writeStripe: rank 1 of 3 does not hold its chunk (elements ${bounds[1]}..${bounds[2]}) of exp_avg` });
+    assert.throws(() => writeStripes(dirs[1], shard(0), [1], n, writers[1]), { message: `writeStripes: the state does not hold chunk 1 of 3 (elements ${bounds[1]}..${bounds[2]}) of exp_avg` });
   });
 
   it('stripes larger than the staging buffers, at offsets no page boundary fits, written at once over an older longer file, hold exactly the state', async () => {
