@@ -176,6 +176,48 @@ describe('CPU kernels', () => {
     });
   }
 
+  it('batchnorm: the same bits as double-precision loops in the fixed order (whichever build of the kernels this CPU runs)', () => {
+    // JavaScript's numbers are doubles: these loops are the kernels' arithmetic, one operation at a
+    // time, in sample-then-position order; an AVX-512 build that fused a multiply and an add, or
+    // reordered a sum, would differ in the last bits
+    const [n, channels, spatial] = [3, 20, 35];
+    const shape: [number, number, number] = [n, channels, spatial];
+    const x = randomTensor(n * channels * spatial, 51), dy = randomTensor(x.length, 52);
+    const weight = randomTensor(channels, 53), bias = randomTensor(channels, 54);
+    const y = new Float32Array(x.length), xhat = new Float32Array(x.length), dx = new Float32Array(x.length);
+    const [mean, unbiased, invStd] = [new Float64Array(channels), new Float64Array(channels), new Float64Array(channels)];
+    const [dw, db] = [new Float32Array(channels), new Float32Array(channels)];
+    cpu.batchnormForwardTrain(x, weight, bias, y, xhat, mean, unbiased, invStd, 1e-5, shape, 'plain');
+    cpu.batchnormBackward(dy, xhat, weight, invStd, dx, dw, db, shape, 'plain');
+    const m = n * spatial;
+    const at = (sample: number, c: number, s: number): number => (sample * channels + c) * spatial + s;
+    const each = (c: number, f: (i: number) => void): void => {
+      for (let sample = 0; sample < n; ++sample) for (let s = 0; s < spatial; ++s) f(at(sample, c, s));
+    };
+    const expected = { y: new Float32Array(x.length), xhat: new Float32Array(x.length), dx: new Float32Array(x.length),
+      mean: new Float64Array(channels), unbiased: new Float64Array(channels), invStd: new Float64Array(channels), dw: new Float32Array(channels), db: new Float32Array(channels) };
+    for (let c = 0; c < channels; ++c) {
+      let sum = 0, squares = 0, dySum = 0, dyXhat = 0;
+      each(c, (i) => { sum += x[i]; });
+      const mu = sum / m;
+      each(c, (i) => { const centred = x[i] - mu; squares += centred * centred; });
+      const inv = 1 / Math.sqrt(squares / m + 1e-5);
+      [expected.mean[c], expected.unbiased[c], expected.invStd[c]] = [mu, squares / (m - 1), inv];
+      each(c, (i) => {
+        expected.xhat[i] = Math.fround((x[i] - mu) * inv);
+        expected.y[i] = Math.fround(expected.xhat[i] * weight[c] + bias[c]);
+      });
+      each(c, (i) => { dySum += dy[i]; dyXhat += dy[i] * expected.xhat[i]; });
+      [expected.db[c], expected.dw[c]] = [dySum, dyXhat];
+      const scale = weight[c] * inv;
+      each(c, (i) => { expected.dx[i] = Math.fround(scale * (dy[i] - dySum / m - expected.xhat[i] * (dyXhat / m))); });
+    }
+    const got = { y, xhat, dx, mean, unbiased, invStd, dw, db };
+    for (const [name, values] of Object.entries(expected)) {
+      assert.ok(Buffer.from(got[name as keyof typeof got].buffer).equals(Buffer.from(values.buffer)), `${name} differs from the loops`);
+    }
+  });
+
   it('linear: forward and gradients (input, weights, bias)', () => {
     const [n, i, o] = [5, 7, 3];
     const x = randomTensor(n * i, 7), w = randomTensor(o * i, 8), b = randomTensor(o, 9);

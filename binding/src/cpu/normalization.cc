@@ -4,6 +4,11 @@
 // in either activation layout: the blocked one changes where a channel's values lie, not their order.
 // That order makes each sum one chain of dependent adds; the speed comes from running the chains
 // of several channels (or samples) side by side, never from reordering a chain.
+//
+// Each kernel is built twice, for AVX-512 (x86-64-v4: side-by-side chains of doubles in vectors 4x
+// the baseline's) and for the baseline, and the loader picks the one the CPU runs (GCC's
+// target_clones; flatten inlines the loops into each build). CMakeLists.txt builds this file with
+// -ffp-contract=off, so neither build fuses a multiply and an add: both give the same bits.
 #include <array>
 #include <algorithm>
 #include <cmath>
@@ -13,6 +18,12 @@
 #include "../args.h"
 #include "cpu_kernels.h"
 #include "tensor_args.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FT_VECTOR_KERNEL __attribute__((target_clones("arch=x86-64-v4", "default"), flatten))
+#else
+#define FT_VECTOR_KERNEL
+#endif
 
 namespace ft::cpu {
 
@@ -199,7 +210,7 @@ void NormaliseGroups(const Groups& groups, const float* x, double eps, Stats sta
 // channel, the batch's mean, unbiased variance (0 when N S = 1) and 1 / sqrt(biased variance + eps),
 // all Float64Array [C]; xhat = (x - mean) invStd (float32), y = xhat w + b. x, y and xhat in
 // `layout`; the padding channels of y and xhat are left as they are.
-Napi::Value BatchnormForwardTrain(const Napi::CallbackInfo& info) {
+FT_VECTOR_KERNEL Napi::Value BatchnormForwardTrain(const Napi::CallbackInfo& info) {
   const char* m = "batchnormForwardTrain";
   std::vector<int> d = DimsArg(info, 9, m, "shape", 3);
   Layout layout = LayoutArg(info, 10, m, "layout");
@@ -231,7 +242,7 @@ Napi::Value BatchnormForwardTrain(const Napi::CallbackInfo& info) {
 
 // batchnormForwardEval(x, w, b, runningMean, runningVar, y, eps, [N, C, S], layout?):
 // y = (x - runningMean) w / sqrt(runningVar + eps) + b.
-Napi::Value BatchnormForwardEval(const Napi::CallbackInfo& info) {
+FT_VECTOR_KERNEL Napi::Value BatchnormForwardEval(const Napi::CallbackInfo& info) {
   const char* m = "batchnormForwardEval";
   std::vector<int> d = DimsArg(info, 7, m, "shape", 3);
   Layout layout = LayoutArg(info, 8, m, "layout");
@@ -254,7 +265,7 @@ Napi::Value BatchnormForwardEval(const Napi::CallbackInfo& info) {
 
 // batchnormBackward(dy, xhat, w, invStd, dx | null, dw, db, [N, C, S], layout?): per channel
 // dw = sum(dy xhat), db = sum(dy), dx = w invStd (dy - mean(dy) - xhat mean(dy xhat)).
-Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
+FT_VECTOR_KERNEL Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
   const char* m = "batchnormBackward";
   std::vector<int> d = DimsArg(info, 7, m, "shape", 3);
   Layout layout = LayoutArg(info, 8, m, "layout");
@@ -294,7 +305,7 @@ Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
 // layernormForward(x, w, b, y, xhat, invStd, eps, [N, D]): per sample, over its D values,
 // invStd = 1 / sqrt(biased variance + eps) (Float64Array [N]), xhat = (x - mean) invStd (float32),
 // y = xhat w + b with w and b of D values.
-Napi::Value LayernormForward(const Napi::CallbackInfo& info) {
+FT_VECTOR_KERNEL Napi::Value LayernormForward(const Napi::CallbackInfo& info) {
   const char* m = "layernormForward";
   std::vector<int> dims = DimsArg(info, 7, m, "shape", 2);
   size_t n = dims[0], d = dims[1];
@@ -317,7 +328,7 @@ Napi::Value LayernormForward(const Napi::CallbackInfo& info) {
 
 // layernormBackward(dy, xhat, w, invStd, dx | null, dw, db, [N, D]): with g = dy w, per sample
 // dx = invStd (g - mean(g) - xhat mean(g xhat)); dw = sum_n dy xhat, db = sum_n dy.
-Napi::Value LayernormBackward(const Napi::CallbackInfo& info) {
+FT_VECTOR_KERNEL Napi::Value LayernormBackward(const Napi::CallbackInfo& info) {
   const char* m = "layernormBackward";
   std::vector<int> dims = DimsArg(info, 7, m, "shape", 2);
   size_t n = dims[0], d = dims[1];
@@ -356,7 +367,7 @@ Napi::Value LayernormBackward(const Napi::CallbackInfo& info) {
 
 // globalAvgPoolForward(x, y, [N, C, S], layout?): y[N, C] = the mean of each channel's map of S
 // values, x in `layout`.
-Napi::Value GlobalAvgPoolForward(const Napi::CallbackInfo& info) {
+FT_VECTOR_KERNEL Napi::Value GlobalAvgPoolForward(const Napi::CallbackInfo& info) {
   const char* m = "globalAvgPoolForward";
   std::vector<int> d = DimsArg(info, 2, m, "shape", 3);
   Layout layout = LayoutArg(info, 3, m, "layout");
@@ -374,7 +385,7 @@ Napi::Value GlobalAvgPoolForward(const Napi::CallbackInfo& info) {
 
 // globalAvgPoolBackward(dy, dx, [N, C, S], layout?): dx = dy / S at every position of the channel's
 // map, dx in `layout` (its padding channels 0).
-Napi::Value GlobalAvgPoolBackward(const Napi::CallbackInfo& info) {
+FT_VECTOR_KERNEL Napi::Value GlobalAvgPoolBackward(const Napi::CallbackInfo& info) {
   const char* m = "globalAvgPoolBackward";
   std::vector<int> d = DimsArg(info, 2, m, "shape", 3);
   Layout layout = LayoutArg(info, 3, m, "layout");
