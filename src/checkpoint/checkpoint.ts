@@ -4,9 +4,9 @@
 // and the manifest's own sha256). The file is made of stripes, chunk c (chunks.ts) of every
 // tensor group, which rank c holds when the optimizer state is sharded; the live ranks write them
 // in parallel, rank c chunk c, or one rank writes them all (manager.ts: a small replicated state).
-// They are written into the staging directory `step-next` beside the
-// checkpoints; the leader adds the manifest and commits by renaming the whole directory to step-N,
-// so a checkpoint is never seen without its manifest, and one whose checksums fail is never used.
+// They are written into the staging directory `step-next` beside the checkpoints; the leader adds
+// the manifest and commits by renaming the whole directory to step-N, so a checkpoint is never
+// seen without its manifest, and one whose checksums fail is never used.
 // Between checkpoints `step-next` holds a spare: a state file whose every block is already on disk
 // (written ahead, or a pruned checkpoint's), so that the stripes overwrite blocks in place and
 // each writer's fdatasync is the data alone, not a journal commit of new blocks (at 3 writers of
@@ -281,10 +281,22 @@ export function readyCheckpoints(meta: CheckpointMeta, state: TrainingState, ran
  * there), and the new name made durable.
  */
 export function commitManifest(prepared: PreparedManifest, dir: string): CheckpointManifest {
-  if (fs.existsSync(dir)) fs.rmSync(dir, { recursive: true, force: true });
+  // a leader frozen past its peers' retry would find another attempt's files, or a spare, there
+  const staged = path.join(prepared.staging, manifestFile);
+  if (!fs.existsSync(staged) || (JSON.parse(fs.readFileSync(staged, 'utf8')) as CheckpointManifest).manifest_sha256 !== prepared.manifest.manifest_sha256) {
+    throw new Error(`${prepared.staging}: does not hold the manifest this commit prepared: not committed`);
+  }
+  const root = path.dirname(dir);
+  // an older copy of the step is set aside whole, not deleted, until the new one is in place
+  const replaced = fs.existsSync(dir) ? path.join(root, `${stagingName}.partial-${process.pid}-replaced`) : undefined;
+  if (replaced) {
+    fs.rmSync(replaced, { recursive: true, force: true });
+    fs.renameSync(dir, replaced);
+  }
   fs.renameSync(prepared.staging, dir);
   syncPath(dir);
-  syncPath(path.dirname(dir));
+  syncPath(root);
+  if (replaced) fs.rmSync(replaced, { recursive: true, force: true });
   return prepared.manifest;
 }
 
@@ -299,33 +311,38 @@ export function pruneCheckpoints(root: string, keep: number): void {
   const oldestKept = complete.slice(-keep)[0];
   const removed = steps.filter((d) => !kept.has(d) && (oldestKept === undefined || d < oldestKept));
   const recyclable = removed.map((d) => path.join(root, d, stateFile)).filter((f) => fs.existsSync(f)).pop();
-  if (recyclable && !fs.existsSync(stagingDir(root))) {
-    const partial = newPartialStaging(root);
-    fs.renameSync(recyclable, path.join(partial, stateFile));
-    placeSpare(partial, root);
+  if (recyclable && !fs.existsSync(path.join(stagingDir(root), stateFile))) {
+    try {
+      placeSpare(recyclable, root);
+    } catch {
+      // the spare only saves time: without it the next checkpoint writes a new file
+    }
   }
   for (const d of removed) fs.rmSync(path.join(root, d), { recursive: true, force: true });
 }
 
 /**
  * Makes a spare of `bytes` under `root` with `writer` (a writer of its own: this runs beside
- * training) unless the staging directory already holds a state file. Resolves once it is in place,
- * or was not needed; a checkpoint that starts meanwhile writes a new file as before, and the spare
- * then stays out (placeSpare).
+ * training) unless the staging directory already holds a state file, or the disk has room for
+ * less than twice its size. Resolves once it is in place, or was not needed; a checkpoint that
+ * starts meanwhile writes a new file as before, and the spare then stays out (placeSpare).
  */
 export async function readySpare(root: string, bytes: number, writer: StripeWriter): Promise<void> {
   if (fs.existsSync(path.join(stagingDir(root), stateFile))) return;
   for (const name of fs.existsSync(root) ? fs.readdirSync(root) : []) {
     if (name.startsWith(`${stagingName}.partial-`)) fs.rmSync(path.join(root, name), { recursive: true, force: true });
   }
-  const partial = newPartialStaging(root);
+  const partial = path.join(root, `${stagingName}.partial-${process.pid}`);
+  fs.mkdirSync(partial, { recursive: true });
   try {
+    // never the disk's last bytes: a spare that filled it would make the run's own writes fail
+    const { bavail, bsize } = fs.statfsSync(root);
+    if (bavail * bsize < 2 * bytes) throw new Error(`${root}: ${bavail * bsize} bytes free, too few for a spare of ${bytes} and as much again`);
     await writer.fill(path.join(partial, stateFile), bytes);
-  } catch (error) {
+    placeSpare(path.join(partial, stateFile), root);
+  } finally {
     fs.rmSync(partial, { recursive: true, force: true });
-    throw error;
   }
-  placeSpare(partial, root);
 }
 
 /**
@@ -340,25 +357,21 @@ export function removeStaging(root: string, made: boolean): void {
   if (made && fs.readdirSync(root).length === 0) fs.rmdirSync(root);
 }
 
-function newPartialStaging(root: string): string {
-  const partial = path.join(root, `${stagingName}.partial-${process.pid}`);
-  fs.rmSync(partial, { recursive: true, force: true });
-  fs.mkdirSync(partial, { recursive: true });
-  return partial;
-}
-
 /**
- * `partial` renamed to the staging directory, which a rename replaces only while it is empty: a
- * checkpoint whose writers have made it (mkdir) but opened nothing yet all open the spare, and one
- * whose writers have opened a file keeps it (the spare is dropped). Either way they share one file.
+ * The state file `file` linked into the staging directory as the spare, unless a state file is
+ * there, and unlinked from where it was. A link never replaces: a checkpoint's writers (who may
+ * have made the directory and be opening the file) either all open the spare or all keep the file
+ * one of them created, and the directory they opened is never swapped under them.
  */
-function placeSpare(partial: string, root: string): void {
+function placeSpare(file: string, root: string): void {
+  const staging = stagingDir(root);
+  fs.mkdirSync(staging, { recursive: true });
   try {
-    fs.renameSync(partial, stagingDir(root));
+    fs.linkSync(file, path.join(staging, stateFile));
   } catch (error) {
-    fs.rmSync(partial, { recursive: true, force: true });
-    if (!['ENOTEMPTY', 'EEXIST'].includes((error as NodeJS.ErrnoException).code ?? '')) throw error;
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
   }
+  fs.rmSync(file, { force: true });
 }
 
 function listSteps(root: string): string[] {

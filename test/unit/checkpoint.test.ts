@@ -119,6 +119,18 @@ describe('checkpoints', () => {
     assert.deepEqual(loaded, adamw.slots);
   });
 
+  it('a commit refuses a staging directory that does not hold the manifest it prepared (a leader frozen past a retry)', async () => {
+    const older = await write(root, 10, state(1), 2);
+    const staging = stagingDir(root);
+    await Promise.all([0, 1].map((i) => writeStripes(staging, state(2), [i], 2, writers[i])));
+    const prepared = prepareManifest(staging, meta(10), state(2), [0, 1].map((i) => stripeDigests(state(2), i, 2)));
+    await prepared.durable;
+    fs.rmSync(path.join(staging, 'manifest.json')); // another leader committed it meanwhile; this is a spare
+    assert.throws(() => commitManifest(prepared, older), { message: `${staging}: does not hold the manifest this commit prepared: not committed` });
+    assert.equal(verifyCheckpoint(older).step, 10);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000010', 'step-next']);
+  });
+
   it('a commit of a step already on disk (an interrupted commit, an older run) replaces it whole', async () => {
     const dir = await write(root, 10, state(1), 3);
     fs.writeFileSync(path.join(dir, 'stray'), 'left by an older run');
@@ -156,12 +168,15 @@ describe('checkpoints', () => {
     loadCheckpoint(third, verifyCheckpoint(third), tensors, params, [{ name: 'velocity', data: new Float32Array(P) }]);
     assert.deepEqual(params, s.params);
     assert.equal(verifyCheckpoint(second).step, 20);
-    // a spare finished while an attempt has files in the staging directory stays out of it; one
-    // finished after a writer's mkdir alone takes the empty directory's place
+    // a spare finished once a checkpoint's writer has created the state file stays out (the
+    // writer's file is untouched); one finished after a writer's mkdir alone goes in beside it
+    const filling = readySpare(root, 4096, spareWriter);
     fs.mkdirSync(stagingDir(root));
-    fs.writeFileSync(path.join(stagingDir(root), 'manifest.json'), '{}');
-    await readySpare(root, 4096, spareWriter);
-    assert.deepEqual(fs.readdirSync(stagingDir(root)), ['manifest.json']);
+    fs.writeFileSync(spare, 'a writer\'s');
+    const created = inode(spare);
+    await filling;
+    assert.deepEqual([inode(spare), fs.readFileSync(spare, 'utf8')], [created, 'a writer\'s']);
+    assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000020', 'step-00000030', 'step-next']);
     removeStaging(root, true);
     fs.mkdirSync(stagingDir(root));
     await readySpare(root, 4096, spareWriter);
