@@ -4,8 +4,13 @@ export function namingFile<T>(file: string, action: () => T): T {
   try {
     return action();
   } catch (error) {
-    const failure = error as NodeJS.ErrnoException;
-    if (failure.code === undefined || failure.message.includes(file)) throw error;
-    throw Object.assign(new Error(`${file}: ${failure.message.replace(/, \w+$/, '')}`), { code: failure.code });
+    throw namedError(file, error);
   }
+}
+
+/** `error` as namingFile throws it: a system error that does not name `file` is reworded to. */
+export function namedError(file: string, error: unknown): unknown {
+  const failure = error as NodeJS.ErrnoException;
+  if (failure.code === undefined || failure.message.includes(file)) return error;
+  return Object.assign(new Error(`${file}: ${failure.message.replace(/, \w+$/, '')}`), { code: failure.code });
 }

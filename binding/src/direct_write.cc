@@ -12,7 +12,8 @@
 // -> Promise: creates the file if needed, sets its length to fileBytes, writes each view's bytes
 // at `at`, and makes them durable (fdatasync); writer.fill(path, fileBytes) -> Promise: a new file
 // of fileBytes with every block written and durable. One write or fill at a time per writer. An
-// I/O error rejects with an Error like Node's fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
+// I/O error rejects with an Error like Node's fs errors, naming the file:
+// "<path>: ENOSPC: no space left on device", .code "ENOSPC".
 #include "direct_write.h"
 
 #include <fcntl.h>
@@ -209,7 +210,7 @@ void SetLength(int fd, uint64_t fileBytes) {
 void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const std::vector<Range>& ranges) {
   Fd buffered(path, O_WRONLY | O_CREAT);
   if (buffered.get() < 0) throw IoError{errno, "open"};
-  // every writer sets the final length (see writeStripe in src/checkpoint/checkpoint.ts)
+  // every writer sets the final length (see writeStripes in src/checkpoint/checkpoint.ts)
   SetLength(buffered.get(), fileBytes);
   Fd direct(path, O_WRONLY | O_DIRECT);
   if (direct.get() < 0 && errno != EINVAL) throw IoError{errno, "open"};

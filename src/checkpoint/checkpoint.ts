@@ -15,7 +15,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { syncPath } from '../atomic-write';
 import { crc64 } from '../checksum';
-import { namingFile } from '../file-errors';
+import { namedError, namingFile } from '../file-errors';
 import { parameterChunks } from '../chunks';
 import { addon } from '../native';
 import { canonicalSha256 } from './canonical-json';
@@ -234,14 +234,8 @@ export function prepareManifest(staging: string, meta: CheckpointMeta, state: Tr
   }
   const durable = new Promise<void>((resolve, reject) => fs.fdatasync(fd, (error) => {
     fs.close(fd, () => undefined);
-    if (!error) return resolve();
-    try {
-      namingFile(file, () => {
-        throw error;
-      });
-    } catch (named) {
-      reject(named);
-    }
+    if (error) reject(namedError(file, error));
+    else resolve();
   }));
   return { manifest, staging, durable };
 }
@@ -276,9 +270,9 @@ export function readyCheckpoints(meta: CheckpointMeta, state: TrainingState, ran
 }
 
 /**
- * The leader's commit, second half, once every rank's stripe and the manifest are durable: the staging directory
- * renamed to `dir` (replacing what an interrupted commit of the same step, or an older run, left
- * there), and the new name made durable.
+ * The leader's commit, second half, once every rank's stripe and the manifest are durable: the
+ * staging directory renamed to `dir` (replacing what an interrupted commit of the same step, or an
+ * older run, left there), and the new name made durable.
  */
 export function commitManifest(prepared: PreparedManifest, dir: string): CheckpointManifest {
   // a leader frozen past its peers' retry would find another attempt's files, or a spare, there
@@ -329,9 +323,7 @@ export function pruneCheckpoints(root: string, keep: number): void {
  */
 export async function readySpare(root: string, bytes: number, writer: StripeWriter): Promise<void> {
   if (fs.existsSync(path.join(stagingDir(root), stateFile))) return;
-  for (const name of fs.existsSync(root) ? fs.readdirSync(root) : []) {
-    if (name.startsWith(`${stagingName}.partial-`)) fs.rmSync(path.join(root, name), { recursive: true, force: true });
-  }
+  removeEntries(root, (name) => name.startsWith(`${stagingName}.partial-`));
   const partial = path.join(root, `${stagingName}.partial-${process.pid}`);
   fs.mkdirSync(partial, { recursive: true });
   try {
@@ -351,10 +343,15 @@ export async function readySpare(root: string, bytes: number, writer: StripeWrit
  */
 export function removeStaging(root: string, made: boolean): void {
   if (!fs.existsSync(root)) return;
-  for (const name of fs.readdirSync(root)) {
-    if (name === stagingName || name.startsWith(`${stagingName}.partial-`)) fs.rmSync(path.join(root, name), { recursive: true, force: true });
-  }
+  removeEntries(root, (name) => name === stagingName || name.startsWith(`${stagingName}.partial-`));
   if (made && fs.readdirSync(root).length === 0) fs.rmdirSync(root);
+}
+
+/** Removes the entries of `root` (if it exists) whose names `which` picks. */
+function removeEntries(root: string, which: (name: string) => boolean): void {
+  for (const name of fs.existsSync(root) ? fs.readdirSync(root) : []) {
+    if (which(name)) fs.rmSync(path.join(root, name), { recursive: true, force: true });
+  }
 }
 
 /**
