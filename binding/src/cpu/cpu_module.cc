@@ -10,6 +10,7 @@
 
 #include "../args.h"
 #include "cpu_kernels.h"
+#include "signals_held.h"
 
 namespace ft::cpu {
 
@@ -44,6 +45,9 @@ void SetThreadCount(int n) {
   omp_set_num_threads(n);  // oneDNN's runtime and the element-wise kernels
   openblas_set_num_threads(1);
   PinThreads(n);
+  // OpenMP's workers run oneDNN's sgemm too (signals_held.h); signals go to the other threads.
+#pragma omp parallel num_threads(n)
+  if (omp_get_thread_num() != 0) BlockAsynchronousSignals();
 }
 
 Napi::Value SetThreads(const Napi::CallbackInfo& info) {
