@@ -24,6 +24,11 @@ export type Layout = 'plain' | 'blocked';
 export interface Backend {
   /** Threads each kernel may use (one rank per core: 1). */
   setThreads(threads: number): void;
+  /**
+   * Whether 3x3 stride-1 convolutions over multiples of 16 channels may compute by Winograd where
+   * that is faster (default true; binding/src/cpu/dnnl_kernels.cc): other bits than direct ones.
+   */
+  setWinograd(on: boolean): void;
   /** The channel group of the 'blocked' layout (16 with AVX-512, 8 with AVX2); 1: the backend has none. */
   readonly channelBlock: number;
   /** y[N,K,OH,OW] = conv(x, w) + b. Layouts of x (and dx) and y (and dy): 'plain' unless given. */

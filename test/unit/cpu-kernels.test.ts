@@ -22,6 +22,23 @@ function conv(shape: ConvShape) {
   };
 }
 
+/** conv(x, w) + b by loops in double, [N, K, OH, OW]. */
+function directConv(t: ReturnType<typeof conv>, shape: ConvShape): Float64Array {
+  const [n, c, h, w, k, r, s, stride, pad] = shape;
+  const [oh, ow] = convOut(shape);
+  const y = new Float64Array(n * k * oh * ow);
+  for (let i = 0; i < n; ++i) for (let o = 0; o < k; ++o) for (let p = 0; p < oh; ++p) for (let q = 0; q < ow; ++q) {
+    let sum = t.b[o];
+    for (let ch = 0; ch < c; ++ch) for (let u = 0; u < r; ++u) for (let v = 0; v < s; ++v) {
+      const yy = p * stride - pad + u;
+      const xx = q * stride - pad + v;
+      if (yy >= 0 && yy < h && xx >= 0 && xx < w) sum += t.x[((i * c + ch) * h + yy) * w + xx] * t.w[((o * c + ch) * r + u) * s + v];
+    }
+    y[((i * k + o) * oh + p) * ow + q] = sum;
+  }
+  return y;
+}
+
 describe('CPU kernels', () => {
   it('an error inside oneDNN becomes a JS error, and the process lives on', () => {
     // a 2e9-wide input passes the argument checks but no memory object of that size can exist
@@ -33,20 +50,8 @@ describe('CPU kernels', () => {
   it('conv2dForward equals a direct convolution', () => {
     const t = conv(convShape);
     cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape);
-    const [n, c, h, w, k, r, s, stride, pad] = convShape;
-    const [oh, ow] = convOut(convShape);
-    for (let i = 0; i < n; ++i) for (let o = 0; o < k; ++o) for (let p = 0; p < oh; ++p) for (let q = 0; q < ow; ++q) {
-      let sum = t.b[o];
-      for (let ch = 0; ch < c; ++ch) for (let u = 0; u < r; ++u) for (let v = 0; v < s; ++v) {
-        const yy = p * stride - pad + u;
-        const xx = q * stride - pad + v;
-        if (yy >= 0 && yy < h && xx >= 0 && xx < w) {
-          sum += t.x[((i * c + ch) * h + yy) * w + xx] * t.w[((o * c + ch) * r + u) * s + v];
-        }
-      }
-      const got = t.y[((i * k + o) * oh + p) * ow + q];
-      assert.ok(Math.abs(got - sum) < 1e-5, `y[${i},${o},${p},${q}] = ${got}, expected ${sum}`);
-    }
+    const expected = directConv(t, convShape);
+    t.y.forEach((got, i) => assert.ok(Math.abs(got - expected[i]) < 1e-5, `y[${i}] = ${got}, expected ${expected[i]}`));
   });
 
   it('conv2d gradients match finite differences (input, weights, bias)', () => {
@@ -58,6 +63,36 @@ describe('CPU kernels', () => {
     checkGradient('dw', t.w, t.dw, loss);
     checkGradient('db', t.b, t.db, loss);
   });
+
+  // 32 channels: every pass by Winograd; 16: the weight gradient alone (dnnl_kernels.cc)
+  for (const shape of [[3, 32, 6, 7, 48, 3, 3, 1, 1], [2, 16, 9, 8, 16, 3, 3, 1, 1]] as ConvShape[]) {
+    it(`3x3 convolutions over ${shape[1]} channels by Winograd (AVX-512): near a direct convolution and the direct kernels' gradients, other bits, the same bits every run`, () => {
+      const passes = (): Float32Array[] => {
+        const t = conv(shape);
+        cpu.conv2dForward(t.x, t.w, t.b, t.y, shape);
+        cpu.conv2dBackwardData(t.dy, t.w, t.dx, shape);
+        cpu.conv2dBackwardWeights(t.x, t.dy, t.dw, t.db, shape);
+        return [t.y, t.dx, t.dw];
+      };
+      const winograd = passes();
+      passes().forEach((again, i) => assert.deepEqual(again, winograd[i], `pass ${i} differs between identical calls`));
+      const expected = directConv(conv(shape), shape);
+      winograd[0].forEach((got, i) => assert.ok(Math.abs(got - expected[i]) < 1e-4, `y[${i}] = ${got}, expected ${expected[i]}`));
+      cpu.setWinograd(false);
+      let direct: Float32Array[];
+      try {
+        direct = passes();
+      } finally {
+        cpu.setWinograd(true);
+      }
+      // the direct kernels' gradients match finite differences (above); Winograd's stay near them
+      ['y', 'dx', 'dw'].forEach((name, k) => winograd[k].forEach((got, i) =>
+        assert.ok(Math.abs(got - direct[k][i]) < 1e-4 * Math.max(1, Math.abs(direct[k][i])), `${name}[${i}] = ${got}, direct ${direct[k][i]}`)));
+      const differs = winograd.map((got, i) => !Buffer.from(got.buffer).equals(Buffer.from(direct[i].buffer)));
+      const expectedDiffers = cpu.channelBlock === 16 ? [shape[1] >= 32, shape[1] >= 32, true] : [false, false, false];
+      assert.deepEqual(differs, expectedDiffers, 'which passes [y, dx, dw] differ from the direct ones');
+    });
+  }
 
   for (const kind of ['max', 'avg'] as PoolKind[]) {
     it(`${kind} pooling: forward and its gradient`, () => {

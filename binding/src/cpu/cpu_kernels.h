@@ -12,6 +12,7 @@ Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info);
 Napi::Value Pool2dForward(const Napi::CallbackInfo& info);
 Napi::Value Pool2dBackward(const Napi::CallbackInfo& info);
 Napi::Value ConvertLayout(const Napi::CallbackInfo& info);
+Napi::Value SetWinograd(const Napi::CallbackInfo& info);
 // The channel block of the blocked activation layout oneDNN's convolutions use here (16 with
 // AVX-512, 8 with AVX2), or 1 where they use none.
 int ChannelBlock();

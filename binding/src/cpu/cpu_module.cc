@@ -70,6 +70,7 @@ Napi::Object Exports(Napi::Env env) {
   add("pool2dForward", Pool2dForward);
   add("pool2dBackward", Pool2dBackward);
   add("convertLayout", ConvertLayout);
+  add("setWinograd", SetWinograd);
   cpu.Set("channelBlock", ChannelBlock());
   add("linearForward", LinearForward);
   add("linearBackward", LinearBackward);
