@@ -89,7 +89,7 @@ function startPytorch(): { imagesPerS: (net: Net) => Promise<number>; stop: () =
 }
 
 /** Wall-clock ms per step from step 30 on of a real 1-rank ft-train run of `name` (batch 64). */
-function realStepMs(name: string, dataset: string, threads = 1, steps = 200): number {
+function realStepMs(name: string, dataset: string, threads: number, steps: number): number {
   const runDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-step-'));
   fs.rmdirSync(runDir);
   try {
@@ -165,13 +165,16 @@ async function main(): Promise<void> {
       const { net, step } = steps.get(model)!;
       const dataset = datasets[net.spec.input.join(',')];
       const kernelMs = (): number => (1000 * batch) / imagesPerS(step);
+      // about 1.5 s of steps after the 30 left out (at least 200 steps), so that the run's own
+      // start (its spare checkpoint file, the first records) weighs little in a fast model's time
+      const realSteps = Math.max(200, 30 + Math.ceil(1500 / ((1000 * batch) / median(ours.get(model)!))));
       let realMs: number, kernel: number;
       if (round % 2 === 0) {
-        realMs = realStepMs(model, dataset);
+        realMs = realStepMs(model, dataset, 1, realSteps);
         kernel = kernelMs();
       } else {
         kernel = kernelMs();
-        realMs = realStepMs(model, dataset);
+        realMs = realStepMs(model, dataset, 1, realSteps);
       }
       real.get(model)!.push(realMs);
       stepRatios.get(model)!.push(realMs / kernel);

@@ -323,7 +323,7 @@ Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// setWinograd(on): whether 3x3 convolutions of 32+ channels may compute by Winograd (default true).
+// setWinograd(on): whether AlgorithmsFor may pick Winograd (default true; off: direct everywhere).
 Napi::Value SetWinograd(const Napi::CallbackInfo& info) {
   Napi::Value on = info[0];
   if (!on.IsBoolean()) ThrowArg(info.Env(), "setWinograd", "on", "a boolean", on);
