@@ -6,7 +6,6 @@
 #include <string>
 
 #include "cpu_kernels.h"
-#include "signals_held.h"
 #include "tensor_args.h"
 
 namespace ft::cpu {
@@ -26,7 +25,6 @@ void Gemm(Napi::Env env, const char* method, char transA, char transB, size_t m,
     cblas_sgemm(CblasRowMajor, op(transA), op(transB), m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  SignalsHeld held;  // see signals_held.h
   dnnl_status_t status = dnnl_sgemm(transA, transB, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
   if (status != dnnl_success) {
     throw Napi::Error::New(env, std::string(method) + ": oneDNN's sgemm failed (dnnl_status_t " + std::to_string(status) + ")");

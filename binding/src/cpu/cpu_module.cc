@@ -42,12 +42,10 @@ void PinThreads(int n) {
 // OpenBLAS (the linear layers) stays at one thread: its workers spin a while after each call, on
 // the cores OpenMP's threads need (lenet at 2 threads: 1.3x with them, 1.75x without).
 void SetThreadCount(int n) {
+  SignalsHeld held;  // PinThreads starts OpenMP's workers (signals_held.h)
   omp_set_num_threads(n);  // oneDNN's runtime and the element-wise kernels
   openblas_set_num_threads(1);
   PinThreads(n);
-  // OpenMP's workers run oneDNN's sgemm too (signals_held.h); signals go to the other threads.
-#pragma omp parallel num_threads(n)
-  if (omp_get_thread_num() != 0) BlockAsynchronousSignals();
 }
 
 Napi::Value SetThreads(const Napi::CallbackInfo& info) {
@@ -59,8 +57,13 @@ Napi::Value SetThreads(const Napi::CallbackInfo& info) {
 Napi::Object Exports(Napi::Env env) {
   SetThreadCount(1);
   Napi::Object cpu = Napi::Object::New(env);
+  // every kernel runs with the caller's asynchronous signals held (signals_held.h)
   auto add = [&](const char* name, Napi::Function::Callback fn) {
-    cpu.Set(name, Napi::Function::New(env, fn, name));
+    auto held = [fn](const Napi::CallbackInfo& info) {
+      SignalsHeld held;
+      return fn(info);
+    };
+    cpu.Set(name, Napi::Function::New(env, held, name));
   };
   add("setThreads", SetThreads);
   add("conv2dForward", Conv2dForward);

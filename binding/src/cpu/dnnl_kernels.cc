@@ -100,7 +100,7 @@ struct Conv {
 };
 
 // Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3, AVX-512 only) for 3x3 stride-1 convolutions whose
-// input and output channels are multiples of 16. Here, against the direct kernels at batch 64: 1.6-2.2x
+// input and output channels are multiples of 16. Here, against the direct kernels at batch 64: 1.6-2.1x
 // faster in all three passes at 32 and 64 channels (resnet8's 16x16 and 8x8 stages); at 16 channels
 // (32x32) 1.5x faster for the weight gradient but slower forward and for the input gradient, so
 // there the weight gradient alone takes it. Chosen by shape alone, never by timing, so that every rank
