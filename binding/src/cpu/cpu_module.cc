@@ -42,7 +42,6 @@ void PinThreads(int n) {
 // OpenBLAS (the linear layers) stays at one thread: its workers spin a while after each call, on
 // the cores OpenMP's threads need (lenet at 2 threads: 1.3x with them, 1.75x without).
 void SetThreadCount(int n) {
-  SignalsHeld held;  // PinThreads starts OpenMP's workers (signals_held.h)
   omp_set_num_threads(n);  // oneDNN's runtime and the element-wise kernels
   openblas_set_num_threads(1);
   PinThreads(n);
@@ -57,7 +56,8 @@ Napi::Value SetThreads(const Napi::CallbackInfo& info) {
 Napi::Object Exports(Napi::Env env) {
   SetThreadCount(1);
   Napi::Object cpu = Napi::Object::New(env);
-  // every kernel runs with the caller's asynchronous signals held (signals_held.h)
+  // every kernel runs with the caller's asynchronous signals held (signals_held.h), setThreads too:
+  // its PinThreads starts OpenMP's workers (at load, one thread starts none)
   auto add = [&](const char* name, Napi::Function::Callback fn) {
     auto held = [fn](const Napi::CallbackInfo& info) {
       SignalsHeld held;
