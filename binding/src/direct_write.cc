@@ -1,19 +1,22 @@
 // Checkpoint stripes written at the disk's speed. A buffered write copies every byte into fresh
 // page-cache pages first, and on a VM whose memory the host backs lazily those cost more than the
 // disk itself (100 MB: about 300 ms of kernel time the first time, against about 50 ms for the
-// disk), before the fsync writes them out. Here the page-aligned middle of each byte range goes
-// through O_DIRECT, copied into a ring of aligned staging buffers (the caller's memory and offsets
-// are not aligned alike): this thread fills the next slot while a second one writes the last, so
-// the copy hides behind the disk. The unaligned ends go through the page cache. A page is written
-// by one path only, so a direct write never races another rank's buffered write of a page they
-// share. Where the file system refuses O_DIRECT (tmpfs), every byte is buffered.
+// disk), before the fsync writes them out. Here the byte ranges are first joined into runs of
+// ranges that follow one another in the file (a stripe's pieces, one writer's stripes), so that
+// only a run's ends can be unaligned. The page-aligned middle of each run goes through O_DIRECT,
+// copied into a ring of aligned staging buffers (the caller's memory and offsets are not aligned
+// alike); once there is more than one buffer's worth, a second thread writes the last while this
+// one fills the next, so the copy hides behind the disk. The unaligned ends go through the page
+// cache. A page is written by one path only, so a direct write never races another rank's buffered
+// write of a page they share. Where the file system refuses O_DIRECT (tmpfs), every byte is
+// buffered.
 //
 // new FileWriter() allocates and touches the ring; writer.write(path, fileBytes, [{at, bytes}])
 // -> Promise: creates the file if needed, sets its length to fileBytes, writes each view's bytes
-// at `at`, and makes them durable (fdatasync); writer.fill(path, fileBytes) -> Promise: a new file
-// of fileBytes with every block written and durable. One write or fill at a time per writer. An
-// I/O error rejects with an Error like Node's fs errors, naming the file:
-// "<path>: ENOSPC: no space left on device", .code "ENOSPC".
+// at `at` (the views must not overlap in the file), and makes them durable (fdatasync);
+// writer.fill(path, fileBytes) -> Promise: a new file of fileBytes with every block written and
+// durable. One write or fill at a time per writer. An I/O error rejects with an Error like Node's
+// fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
 #include "direct_write.h"
 
 #include <fcntl.h>
@@ -31,6 +34,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "args.h"
@@ -54,6 +58,27 @@ struct Range {
   uint64_t at;
   const uint8_t* data;
   size_t length;
+};
+
+// Ranges that follow one another in the file, [at, end), written as one.
+struct Run {
+  uint64_t at;
+  uint64_t end;
+  std::vector<Range> pieces;
+
+  // The run's bytes [from, from + length) (file offsets within it) into `out`.
+  void CopyOut(uint64_t from, size_t length, uint8_t* out) const {
+    for (const Range& piece : pieces) {
+      uint64_t pieceEnd = piece.at + piece.length;
+      if (length == 0) return;
+      if (pieceEnd <= from) continue;
+      size_t n = static_cast<size_t>(std::min<uint64_t>(pieceEnd - from, length));
+      std::memcpy(out, piece.data + (from - piece.at), n);
+      out += n;
+      from += n;
+      length -= n;
+    }
+  }
 };
 
 uint64_t AlignUp(uint64_t x) { return (x + kPage - 1) / kPage * kPage; }
@@ -109,37 +134,48 @@ class Ring {
   std::unique_ptr<uint8_t, decltype(&std::free)> memory_;
 };
 
-// Aligned runs copied into the slots in turn by the caller while a thread of its own writes the
-// filled ones in the same turn.
+// Aligned bytes copied into the slots in turn by the caller. The first slot filled is held: if the
+// copy ends there the caller writes it itself (handing it to a thread would cost a wake-up, about
+// half a millisecond on a busy host, for nothing to overlap). A second slot starts a thread of its
+// own that writes the filled slots in turn while the caller copies the next.
 class Pipeline {
  public:
-  Pipeline(Ring& ring, int direct, int buffered)
-      : ring_(ring), direct_(direct), buffered_(buffered), writer_([this] { WriteFilled(); }) {}
+  Pipeline(Ring& ring, int direct, int buffered) : ring_(ring), direct_(direct), buffered_(buffered) {}
   ~Pipeline() { Stop(); }
 
-  // `length` and `at` are multiples of kPage.
-  void Copy(const uint8_t* data, size_t length, uint64_t at) {
-    for (size_t done = 0; done < length; done += kSlotBytes) {
+  // The run's bytes [from, to), multiples of kPage.
+  void Copy(const Run& run, uint64_t from, uint64_t to) {
+    for (uint64_t at = from; at < to; at += kSlotBytes) {
+      if (held_) {
+        held_ = false;
+        writer_ = std::thread([this] { WriteFilled(); });
+      }
       Slot& slot = slots_[next_];
       {
         std::unique_lock<std::mutex> lock(mutex_);
         changed_.wait(lock, [&] { return !slot.filled || failed_; });
         if (failed_) return;
       }
-      slot.length = std::min(kSlotBytes, length - done);
-      slot.at = at + done;
-      std::memcpy(ring_.Slot(next_), data + done, slot.length);
+      slot.length = static_cast<size_t>(std::min<uint64_t>(kSlotBytes, to - at));
+      slot.at = at;
+      run.CopyOut(at, slot.length, ring_.Slot(next_));
       {
         std::lock_guard<std::mutex> lock(mutex_);
         slot.filled = true;
       }
-      changed_.notify_all();
+      if (writer_.joinable()) changed_.notify_all();
+      else held_ = true;
       next_ = (next_ + 1) % kSlots;
     }
   }
 
-  // Waits for the writes; throws the writer's error.
+  // Waits for the writes; throws the first error.
   void Finish() {
+    if (held_) {
+      held_ = false;
+      WriteDirect(direct_, buffered_, ring_.Slot(0), slots_[0].length, slots_[0].at);
+      return;
+    }
     Stop();
     if (failed_) throw error_;
   }
@@ -190,12 +226,14 @@ class Pipeline {
   const int buffered_;
   Slot slots_[kSlots];
   int next_ = 0;
+  // slot 0 is filled and no thread writes it yet
+  bool held_ = false;
   std::mutex mutex_;
   std::condition_variable changed_;
   bool closing_ = false;
   bool failed_ = false;
   IoError error_{0, ""};
-  std::thread writer_;  // last: starts once the rest is set up
+  std::thread writer_;
 };
 
 // The file's length made fileBytes, unless it is already: a truncate to the same length still
@@ -207,7 +245,14 @@ void SetLength(int fd, uint64_t fileBytes) {
   if (ftruncate(fd, static_cast<off_t>(fileBytes)) != 0) throw IoError{errno, "ftruncate"};
 }
 
-void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const std::vector<Range>& ranges) {
+// Bytes [from, to) of the run through the page cache, at most a page of them.
+void WriteBuffered(int buffered, const Run& run, uint64_t from, uint64_t to) {
+  uint8_t page[kPage];
+  run.CopyOut(from, static_cast<size_t>(to - from), page);
+  WriteAll(buffered, page, static_cast<size_t>(to - from), from);
+}
+
+void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const std::vector<Run>& runs) {
   Fd buffered(path, O_WRONLY | O_CREAT);
   if (buffered.get() < 0) throw IoError{errno, "open"};
   // every writer sets the final length (see writeStripes in src/checkpoint/checkpoint.ts)
@@ -216,13 +261,16 @@ void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const st
   if (direct.get() < 0 && errno != EINVAL) throw IoError{errno, "open"};
   {
     Pipeline pipeline(ring, direct.get(), buffered.get());
-    for (const Range& range : ranges) {
-      uint64_t end = range.at + range.length;
-      uint64_t from = direct.get() < 0 ? end : std::min(AlignUp(range.at), end);
-      uint64_t to = std::max(from, AlignDown(end));
-      WriteAll(buffered.get(), range.data, from - range.at, range.at);
-      pipeline.Copy(range.data + (from - range.at), to - from, from);
-      WriteAll(buffered.get(), range.data + (to - range.at), end - to, to);
+    for (const Run& run : runs) {
+      if (direct.get() < 0) {
+        for (const Range& piece : run.pieces) WriteAll(buffered.get(), piece.data, piece.length, piece.at);
+        continue;
+      }
+      uint64_t from = std::min(AlignUp(run.at), run.end);
+      uint64_t to = std::max(from, AlignDown(run.end));
+      WriteBuffered(buffered.get(), run, run.at, from);
+      pipeline.Copy(run, from, to);
+      WriteBuffered(buffered.get(), run, to, run.end);
     }
     pipeline.Finish();
   }
@@ -250,11 +298,11 @@ void FillFile(Ring& ring, const std::string& path, uint64_t fileBytes) {
 
 class FileWriteWorker : public Napi::AsyncWorker {
  public:
-  // fill: FillFile instead of WriteFile (ranges empty)
+  // fill: FillFile instead of WriteFile (runs empty)
   FileWriteWorker(Napi::Env env, Ring& ring, bool& busy, std::string path, uint64_t fileBytes, bool fill,
-                  std::vector<Range> ranges, Napi::Object writer, Napi::Object parts)
+                  std::vector<Run> runs, Napi::Object writer, Napi::Object parts)
       : Napi::AsyncWorker(env, "FileWriter.write"), deferred_(Napi::Promise::Deferred::New(env)), ring_(ring),
-        busy_(busy), path_(std::move(path)), fileBytes_(fileBytes), fill_(fill), ranges_(std::move(ranges)),
+        busy_(busy), path_(std::move(path)), fileBytes_(fileBytes), fill_(fill), runs_(std::move(runs)),
         writer_(Napi::Persistent(writer)), parts_(Napi::Persistent(parts)) {}
 
   Napi::Promise Promise() { return deferred_.Promise(); }
@@ -263,7 +311,7 @@ class FileWriteWorker : public Napi::AsyncWorker {
   void Execute() override {
     try {
       if (fill_) FillFile(ring_, path_, fileBytes_);
-      else WriteFile(ring_, path_, fileBytes_, ranges_);
+      else WriteFile(ring_, path_, fileBytes_, runs_);
     } catch (const IoError& error) {
       error_ = error;
     }
@@ -290,7 +338,7 @@ class FileWriteWorker : public Napi::AsyncWorker {
   std::string path_;
   uint64_t fileBytes_;
   bool fill_;
-  std::vector<Range> ranges_;
+  std::vector<Run> runs_;
   // the ring and the views' memory stay alive until the write ends
   Napi::ObjectReference writer_;
   Napi::ObjectReference parts_;
@@ -307,7 +355,7 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
     uint64_t fileBytes = FileBytes(info, method);
     if (!info[2].IsArray()) ThrowArg(env, method, "parts", "an Array of {at, bytes}", info[2]);
     auto parts = info[2].As<Napi::Array>();
-    std::vector<Range> ranges;
+    std::vector<std::pair<Range, uint32_t>> ranges;  // and the part's index
     for (uint32_t i = 0; i < parts.Length(); ++i) {
       Napi::Value part = parts.Get(i);
       std::string name = "parts[" + std::to_string(i) + "]";
@@ -320,9 +368,20 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
       if (offset < 0 || offset != static_cast<double>(static_cast<uint64_t>(offset)) || offset + view.ByteLength() > static_cast<double>(fileBytes)) {
         ThrowArg(env, method, (name + ".at").c_str(), "an offset within fileBytes of the whole view", at);
       }
-      ranges.push_back({static_cast<uint64_t>(offset), DataOf(view), view.ByteLength()});
+      if (view.ByteLength() > 0) ranges.push_back({{static_cast<uint64_t>(offset), DataOf(view), view.ByteLength()}, i});
     }
-    return Start(info, method, fileBytes, false, std::move(ranges), parts);
+    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.first.at < b.first.at; });
+    std::vector<Run> runs;
+    for (const auto& [range, i] : ranges) {
+      if (!runs.empty() && range.at < runs.back().end) {
+        std::string name = "parts[" + std::to_string(i) + "].at";
+        ThrowArg(env, method, name.c_str(), "an offset past every other part's bytes (parts must not overlap)", parts.Get(i).As<Napi::Object>().Get("at"));
+      }
+      if (runs.empty() || range.at != runs.back().end) runs.push_back({range.at, range.at, {}});
+      runs.back().pieces.push_back(range);
+      runs.back().end = range.at + range.length;
+    }
+    return Start(info, method, fileBytes, false, std::move(runs), parts);
   }
 
   // fill(path, fileBytes) -> Promise: a new file of fileBytes, every block written and durable.
@@ -344,11 +403,11 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
     return static_cast<uint64_t>(fileBytes);
   }
 
-  Napi::Value Start(const Napi::CallbackInfo& info, const char* method, uint64_t fileBytes, bool fill, std::vector<Range> ranges, Napi::Object parts) {
+  Napi::Value Start(const Napi::CallbackInfo& info, const char* method, uint64_t fileBytes, bool fill, std::vector<Run> runs, Napi::Object parts) {
     if (busy_) throw Napi::Error::New(info.Env(), std::string(method) + ": the previous write has not ended");
     busy_ = true;
     auto* worker = new FileWriteWorker(info.Env(), ring_, busy_, info[0].As<Napi::String>().Utf8Value(), fileBytes, fill,
-                                       std::move(ranges), info.This().As<Napi::Object>(), parts);
+                                       std::move(runs), info.This().As<Napi::Object>(), parts);
     worker->Queue();
     return worker->Promise();
   }

@@ -319,6 +319,41 @@ describe('checkpoints', () => {
     await assert.rejects(writers[0].write(file, 8, parts), { message: `${file}: ENOENT: no such file or directory`, code: 'ENOENT' });
   });
 
+  it('parts in any order, of any size and alignment, with gaps between them, land exactly where they say; the gaps keep the file\'s old bytes', async () => {
+    const file = path.join(root, 'parts.bin');
+    const fileBytes = 13_000_003;
+    const old = Buffer.alloc(fileBytes, 0xee);
+    fs.writeFileSync(file, old);
+    // runs of touching parts: one inside a page, one within a staging slot, one over three slots,
+    // one to the file's end; parts of 1 byte, parts across page boundaries, an empty part
+    const runs = [[5, 1, 3000], [4097, 100, 1, 5000, 700_000, 61], [900_000, 4_500_000, 33, 4_500_000, 1], [12_999_000, 1003]];
+    const parts: { at: number; bytes: Uint8Array }[] = [];
+    let seed = 1;
+    for (const [at, ...lengths] of runs) {
+      let offset = at;
+      for (const length of lengths) {
+        const bytes = Buffer.from(randomTensor(Math.ceil(length / 4), seed++).buffer).subarray(0, length);
+        parts.push({ at: offset, bytes });
+        offset += length;
+      }
+    }
+    parts.push({ at: 77, bytes: new Uint8Array(0) });
+    const expected = Buffer.from(old);
+    for (const p of parts) expected.set(p.bytes, p.at);
+    // shuffled: a writer gets its stripes in chunk order, not file order
+    const shuffled = parts.map((p, i) => ({ p, key: (i * 7919) % parts.length })).sort((a, b) => a.key - b.key).map(({ p }) => p);
+    await writers[0].write(file, fileBytes, shuffled);
+    assert.ok(fs.readFileSync(file).equals(expected));
+  });
+
+  it('refuses parts that overlap in the file, naming the later one, and writes nothing', async () => {
+    const file = path.join(root, 'overlap.bin');
+    const parts = [{ at: 0, bytes: new Uint8Array(4096) }, { at: 8192, bytes: new Uint8Array(10) }, { at: 4095, bytes: new Uint8Array(2) }];
+    assert.throws(() => writers[0].write(file, 16384, parts),
+      { name: 'TypeError', message: 'FileWriter.write: expected parts[2].at to be an offset past every other part\'s bytes (parts must not overlap), got number 4095' });
+    assert.equal(fs.existsSync(file), false);
+  });
+
   it('CRC-64 (ISA-L) gives the published check value and chains over pieces', () => {
     assert.equal(crc64(Buffer.from('123456789')), '995dc9bbdf1939fa'); // CRC-64/XZ's check value
     assert.equal(crc64(Buffer.from('1234'), Buffer.from('56789')), '995dc9bbdf1939fa');
