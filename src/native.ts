@@ -25,6 +25,8 @@ interface Addon {
   crc64(bytes: ArrayBufferView, previous?: string): string;
   /** x[i, :] = features[rows[i], :] / divisor for samples of `sampleSize` values (each quotient rounded to float32). */
   gatherRows(features: Uint8Array | Float32Array, sampleSize: number, rows: Int32Array, divisor: number, x: Float32Array): void;
+  /** `features`, not yet written, will be gathered by random rows: backed by huge pages where the kernel allows. Whether the advice was taken. */
+  adviseRandomRows(features: ArrayBufferView): boolean;
   /**
    * Writes byte ranges of a file and fsyncs it, off the JS thread: it creates
    * the file if needed, sets its length to `fileBytes`, and writes each view's bytes at `at`,

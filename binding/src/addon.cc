@@ -138,6 +138,7 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("cpu", cpu::Exports(env));
   exports.Set("crc64", Napi::Function::New(env, Crc64, "crc64"));
   exports.Set("gatherRows", Napi::Function::New(env, GatherRows, "gatherRows"));
+  exports.Set("adviseRandomRows", Napi::Function::New(env, AdviseRandomRows, "adviseRandomRows"));
   exports.Set("ec", EcExports(env));
   InitFileWriter(env, exports);
   return exports;

