@@ -31,8 +31,9 @@ interface Addon {
    * Writes byte ranges of a file and fsyncs it, off the JS thread: it creates
    * the file if needed, sets its length to `fileBytes`, and writes each view's bytes at `at`,
    * page-aligned runs straight to the disk (O_DIRECT, through staging buffers a writer allocates
-   * once) where the file system allows. The views must not change until the Promise settles; one
-   * write at a time. I/O errors reject like Node's fs errors, naming the file.
+   * once) where the file system allows. The views must not overlap in the file (a TypeError) nor
+   * change until the Promise settles; one write at a time. I/O errors reject like Node's fs errors,
+   * naming the file.
    */
   FileWriter: new () => { write(file: string, fileBytes: number, parts: { at: number; bytes: ArrayBufferView }[]): Promise<void>; fill(file: string, fileBytes: number): Promise<void> };
   /**
