@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -300,10 +301,10 @@ class FileWriteWorker : public Napi::AsyncWorker {
  public:
   // fill: FillFile instead of WriteFile (runs empty)
   FileWriteWorker(Napi::Env env, Ring& ring, bool& busy, std::string path, uint64_t fileBytes, bool fill,
-                  std::vector<Run> runs, Napi::Object writer, Napi::Object parts)
+                  std::vector<Run> runs, Napi::Object writer, Napi::Object views)
       : Napi::AsyncWorker(env, "FileWriter.write"), deferred_(Napi::Promise::Deferred::New(env)), ring_(ring),
         busy_(busy), path_(std::move(path)), fileBytes_(fileBytes), fill_(fill), runs_(std::move(runs)),
-        writer_(Napi::Persistent(writer)), parts_(Napi::Persistent(parts)) {}
+        writer_(Napi::Persistent(writer)), views_(Napi::Persistent(views)) {}
 
   Napi::Promise Promise() { return deferred_.Promise(); }
 
@@ -314,6 +315,9 @@ class FileWriteWorker : public Napi::AsyncWorker {
       else WriteFile(ring_, path_, fileBytes_, runs_);
     } catch (const IoError& error) {
       error_ = error;
+    } catch (const std::system_error& error) {
+      // the writer thread could not start (EAGAIN): rejected like an I/O error, never left pending
+      error_ = IoError{error.code().value(), "pthread_create"};
     }
   }
 
@@ -341,7 +345,7 @@ class FileWriteWorker : public Napi::AsyncWorker {
   std::vector<Run> runs_;
   // the ring and the views' memory stay alive until the write ends
   Napi::ObjectReference writer_;
-  Napi::ObjectReference parts_;
+  Napi::ObjectReference views_;
   IoError error_{0, ""};
 };
 
@@ -356,6 +360,8 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
     if (!info[2].IsArray()) ThrowArg(env, method, "parts", "an Array of {at, bytes}", info[2]);
     auto parts = info[2].As<Napi::Array>();
     std::vector<std::pair<Range, uint32_t>> ranges;  // and the part's index
+    // the views themselves, kept alive until the write ends whatever the caller does to `parts`
+    Napi::Array views = Napi::Array::New(env, parts.Length());
     for (uint32_t i = 0; i < parts.Length(); ++i) {
       Napi::Value part = parts.Get(i);
       std::string name = "parts[" + std::to_string(i) + "]";
@@ -368,20 +374,27 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
       if (offset < 0 || offset != static_cast<double>(static_cast<uint64_t>(offset)) || offset + view.ByteLength() > static_cast<double>(fileBytes)) {
         ThrowArg(env, method, (name + ".at").c_str(), "an offset within fileBytes of the whole view", at);
       }
+      views.Set(i, view);
       if (view.ByteLength() > 0) ranges.push_back({{static_cast<uint64_t>(offset), DataOf(view), view.ByteLength()}, i});
     }
-    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) { return a.first.at < b.first.at; });
+    // by offset, then by index, so that of two parts at one offset the later one is named
+    std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) {
+      return a.first.at != b.first.at ? a.first.at < b.first.at : a.second < b.second;
+    });
     std::vector<Run> runs;
+    uint32_t last = 0;  // the part that ends the last run
     for (const auto& [range, i] : ranges) {
       if (!runs.empty() && range.at < runs.back().end) {
         std::string name = "parts[" + std::to_string(i) + "].at";
-        ThrowArg(env, method, name.c_str(), "an offset past every other part's bytes (parts must not overlap)", parts.Get(i).As<Napi::Object>().Get("at"));
+        ThrowArg(env, method, name.c_str(), "an offset at or past the end of parts[" + std::to_string(last) + "] (parts must not overlap)",
+                 parts.Get(i).As<Napi::Object>().Get("at"));
       }
       if (runs.empty() || range.at != runs.back().end) runs.push_back({range.at, range.at, {}});
       runs.back().pieces.push_back(range);
       runs.back().end = range.at + range.length;
+      last = i;
     }
-    return Start(info, method, fileBytes, false, std::move(runs), parts);
+    return Start(info, method, fileBytes, false, std::move(runs), views);
   }
 
   // fill(path, fileBytes) -> Promise: a new file of fileBytes, every block written and durable.
@@ -403,11 +416,11 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
     return static_cast<uint64_t>(fileBytes);
   }
 
-  Napi::Value Start(const Napi::CallbackInfo& info, const char* method, uint64_t fileBytes, bool fill, std::vector<Run> runs, Napi::Object parts) {
+  Napi::Value Start(const Napi::CallbackInfo& info, const char* method, uint64_t fileBytes, bool fill, std::vector<Run> runs, Napi::Object views) {
     if (busy_) throw Napi::Error::New(info.Env(), std::string(method) + ": the previous write has not ended");
     busy_ = true;
     auto* worker = new FileWriteWorker(info.Env(), ring_, busy_, info[0].As<Napi::String>().Utf8Value(), fileBytes, fill,
-                                       std::move(runs), info.This().As<Napi::Object>(), parts);
+                                       std::move(runs), info.This().As<Napi::Object>(), views);
     worker->Queue();
     return worker->Promise();
   }

@@ -51,6 +51,12 @@ Napi::Value GatherRows(const Napi::CallbackInfo& info) {
     ThrowArg(env, m, "x", "room for " + std::to_string(rowCount * size) + " floats", std::to_string(xArray.ElementLength()) + " floats");
   }
   float* x = reinterpret_cast<float*>(DataOf(xArray));
+  // rows are checked once, below, then read while x is written
+  const uint8_t* rowBytesFrom = DataOf(rowArray);
+  const uint8_t* xFrom = DataOf(xArray);
+  if (rowBytesFrom < xFrom + xArray.ByteLength() && xFrom < rowBytesFrom + rowArray.ByteLength()) {
+    ThrowArg(env, m, "x", "memory apart from rows", "a view overlapping rows");
+  }
   const size_t stored = features.ElementLength() / size;
   for (size_t i = 0; i < rowCount; ++i) {
     if (rows[i] < 0 || static_cast<size_t>(rows[i]) >= stored) {

@@ -350,7 +350,7 @@ describe('checkpoints', () => {
     const file = path.join(root, 'overlap.bin');
     const parts = [{ at: 0, bytes: new Uint8Array(4096) }, { at: 8192, bytes: new Uint8Array(10) }, { at: 4095, bytes: new Uint8Array(2) }];
     assert.throws(() => writers[0].write(file, 16384, parts),
-      { name: 'TypeError', message: 'FileWriter.write: expected parts[2].at to be an offset past every other part\'s bytes (parts must not overlap), got number 4095' });
+      { name: 'TypeError', message: 'FileWriter.write: expected parts[2].at to be an offset at or past the end of parts[0] (parts must not overlap), got number 4095' });
     assert.equal(fs.existsSync(file), false);
   });
 

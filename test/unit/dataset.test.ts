@@ -12,6 +12,7 @@ import { Dataset } from '../../src/data/dataset';
 import { gatherBatch, MicroBatches } from '../../src/data/micro-batches';
 import { batchLayout, copyBatch } from '../../src/data/record-batch';
 import { ShardMap } from '../../src/data/shard-map';
+import { addon } from '../../src/native';
 import { writeDataset, type SplitSource } from '../../src/data/writer';
 import type { ShardData } from '../../src/data/split';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -96,14 +97,15 @@ describe('Arrow datasets', function () {
   });
 
   it('puts a shard read for training on huge pages where the kernel has them (each step gathers its rows at random)', function () {
-    const setting = fs.readFileSync('/sys/kernel/mm/transparent_hugepage/enabled', 'utf8');
-    if (setting.includes('[never]')) this.skip();
+    const setting = '/sys/kernel/mm/transparent_hugepage/enabled';
+    if (!fs.existsSync(setting) || fs.readFileSync(setting, 'utf8').includes('[never]')) this.skip();
     // in a fresh process, as a rank reads its shards: memory a process already wrote is not remapped
     const child = spawnSync(process.execPath, [path.join(__dirname, '..', 'helpers', 'shard-pages.js'), fashion], { encoding: 'utf8', timeout: 60_000 });
     assert.equal(child.status, 0, child.stderr);
     const { bytes, huge } = JSON.parse(child.stdout) as { bytes: number; huge: number };
-    // all but the unaligned ends of its 47 MB: at most two partial 2 MiB pages
-    assert.ok(bytes === 47_040_000 && huge >= bytes - (4 << 20), `${huge} bytes on huge pages of ${bytes}`);
+    // most of its 47 MB (here all but the unaligned ends; without the advice none), leaving room
+    // for a kernel short of free 2 MiB blocks
+    assert.ok(bytes === 47_040_000 && huge >= bytes / 2, `${huge} bytes on huge pages of ${bytes}`);
   });
 
   it('gives the same micro-batches whichever rank reads a shard, before or after a failure', async () => {
@@ -304,6 +306,10 @@ describe('Arrow datasets', function () {
         const x = new Float32Array(10);
         const labels = new Int32Array(2);
         gatherBatch(shard, Int32Array.from([0, 7]), x, labels);
+        // rows sharing memory with x would be read after x is written over them
+        const memory = new ArrayBuffer(64);
+        assert.throws(() => addon.gatherRows(shard.features, 5, new Int32Array(memory, 0, 2), 1, new Float32Array(memory, 4, 10)),
+          { name: 'TypeError', message: 'gatherRows: expected x to be memory apart from rows, got a view overlapping rows' });
         // shard 1 of 3 over 6 batches holds batches 2 and 3: rows 8..15
         assert.deepEqual(Array.from(x), [0, 1, 2, 3, 4].map((j) => value(8, j)).concat([0, 1, 2, 3, 4].map((j) => value(15, j))));
         assert.deepEqual(Array.from(labels), [2, 0]);
