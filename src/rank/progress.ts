@@ -80,27 +80,37 @@ export class Progress {
     }
     this.samples += record.samples;
     if (!isLeader) return;
-    const elapsed = Math.max(1e-3, (now - this.firstStart) / 1000);
-    const done = record.step + 1;
-    const last = this.total !== undefined && done >= this.total;
-    const average = Math.round(this.samples / elapsed);
-    const instant = Math.round(record.samples / Math.max(1e-3, record.step_ms / 1000));
-    const stepOf = this.total !== undefined ? `step ${record.step}/${this.total - 1}` : `step ${record.step}`;
-    const percent = this.total !== undefined ? `${Math.floor((Math.min(done, this.total) / this.total) * 100)}%` : undefined;
-    const eta = this.total !== undefined ? time(Math.max(0, this.total - done) * (elapsed / (done - this.firstStep))) : undefined;
-    const world = `world ${record.world}${record.spares ? ` (+${record.spares} spare${record.spares > 1 ? 's' : ''})` : ''}`;
-    const rate = `${instant} samples/s (avg ${average})`;
+    const last = this.total !== undefined && record.step + 1 >= this.total;
     if (this.terminal) {
-      this.drawBar([percent, stepOf, `${time(elapsed)}${eta ? `<${eta}` : ''}`, `loss ${record.loss.toFixed(4)}`, rate, world], this.total !== undefined ? done / this.total : undefined);
+      const { stepOf, percent, elapsed, eta, world, rate } = this.parts(record, now);
+      this.drawBar([percent, stepOf, `${elapsed}${eta ? `<${eta}` : ''}`, `loss ${record.loss.toFixed(4)}`, rate, world], this.total !== undefined ? (record.step + 1) / this.total : undefined);
       if (last) this.endBar();
     } else if (last || now - this.lastLine >= this.everyMs) {
+      // formatted only when printed: most steps cost a few counters
       this.lastLine = now;
+      const { stepOf, percent, elapsed, eta, world, rate } = this.parts(record, now);
       this.out.write(`[ft-train] ${[stepOf, percent, `epoch ${record.epoch}`, `loss ${record.loss.toFixed(4)}`, `lr ${record.lr.toPrecision(3)}`, world,
-        `${record.step_ms.toFixed(1)} ms/step`, rate, `elapsed ${time(elapsed)}`, eta && `ETA ${eta}`].filter((part) => part !== undefined).join(' ')}\n`);
+        `${record.step_ms.toFixed(1)} ms/step`, rate, `elapsed ${elapsed}`, eta && `ETA ${eta}`].filter((part) => part !== undefined).join(' ')}\n`);
     }
     if (record.test_accuracy !== undefined) {
       this.line(`step ${record.step}: test accuracy ${(record.test_accuracy * 100).toFixed(1)}%${record.test_loss !== undefined ? `, test loss ${record.test_loss.toFixed(4)}` : ''}`);
     }
+  }
+
+  /** What a line or the bar says of `record`, shown at `now`. */
+  private parts(record: StepRecord, now: number): { stepOf: string; percent?: string; elapsed: string; eta?: string; world: string; rate: string } {
+    const elapsed = Math.max(1e-3, (now - this.firstStart!) / 1000);
+    const done = record.step + 1;
+    const average = Math.round(this.samples / elapsed);
+    const instant = Math.round(record.samples / Math.max(1e-3, record.step_ms / 1000));
+    return {
+      stepOf: this.total !== undefined ? `step ${record.step}/${this.total - 1}` : `step ${record.step}`,
+      percent: this.total !== undefined ? `${Math.floor((Math.min(done, this.total) / this.total) * 100)}%` : undefined,
+      elapsed: time(elapsed),
+      eta: this.total !== undefined ? time(Math.max(0, this.total - done) * (elapsed / (done - this.firstStep))) : undefined,
+      world: `world ${record.world}${record.spares ? ` (+${record.spares} spare${record.spares > 1 ? 's' : ''})` : ''}`,
+      rate: `${instant} samples/s (avg ${average})`,
+    };
   }
 
   /** A line of its own (an evaluation, a failure, a recovery), printed above the bar, which is then redrawn. */
