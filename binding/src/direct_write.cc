@@ -147,10 +147,7 @@ class Pipeline {
   // The run's bytes [from, to), multiples of kPage.
   void Copy(const Run& run, uint64_t from, uint64_t to) {
     for (uint64_t at = from; at < to; at += kSlotBytes) {
-      if (held_) {
-        held_ = false;
-        writer_ = std::thread([this] { WriteFilled(); });
-      }
+      if (Held()) writer_ = std::thread([this] { WriteFilled(); });
       Slot& slot = slots_[next_];
       {
         std::unique_lock<std::mutex> lock(mutex_);
@@ -164,16 +161,14 @@ class Pipeline {
         std::lock_guard<std::mutex> lock(mutex_);
         slot.filled = true;
       }
-      if (writer_.joinable()) changed_.notify_all();
-      else held_ = true;
+      changed_.notify_all();
       next_ = (next_ + 1) % kSlots;
     }
   }
 
   // Waits for the writes; throws the first error.
   void Finish() {
-    if (held_) {
-      held_ = false;
+    if (Held()) {
       WriteDirect(direct_, buffered_, ring_.Slot(0), slots_[0].length, slots_[0].at);
       return;
     }
@@ -187,6 +182,9 @@ class Pipeline {
     size_t length = 0;
     bool filled = false;
   };
+
+  // The first slot is filled and no thread writes it yet.
+  bool Held() const { return !writer_.joinable() && slots_[0].filled; }
 
   void Stop() {
     {
@@ -227,8 +225,6 @@ class Pipeline {
   const int buffered_;
   Slot slots_[kSlots];
   int next_ = 0;
-  // slot 0 is filled and no thread writes it yet
-  bool held_ = false;
   std::mutex mutex_;
   std::condition_variable changed_;
   bool closing_ = false;

@@ -20,8 +20,10 @@ namespace {
 // lines from anywhere in the shard, and its misses then overlap the work on the rows before it
 constexpr size_t kRowsAhead = 2;
 
-void PrefetchRow(const uint8_t* row, size_t bytes) {
-  for (size_t at = 0; at < bytes; at += 64) __builtin_prefetch(row + at);
+// Row `row` of `rowBytes` bytes each, from `base`.
+void PrefetchRow(const uint8_t* base, int32_t row, size_t rowBytes) {
+  const uint8_t* start = base + static_cast<size_t>(row) * rowBytes;
+  for (size_t at = 0; at < rowBytes; at += 64) __builtin_prefetch(start + at);
 }
 }  // namespace
 
@@ -65,13 +67,13 @@ Napi::Value GatherRows(const Napi::CallbackInfo& info) {
   }
   const uint8_t* base = DataOf(features);
   const size_t rowBytes = size * (kind == napi_uint8_array ? 1 : sizeof(float));
-  for (size_t i = 0; i < kRowsAhead && i < rowCount; ++i) PrefetchRow(base + static_cast<size_t>(rows[i]) * rowBytes, rowBytes);
+  for (size_t i = 0; i < kRowsAhead && i < rowCount; ++i) PrefetchRow(base, rows[i], rowBytes);
   if (kind == napi_uint8_array) {
     // a uint8 has 256 values: their quotients, looked up, are the division's floats
     float quotients[256];
     for (int v = 0; v < 256; ++v) quotients[v] = static_cast<float>(v / divisor);
     for (size_t i = 0; i < rowCount; ++i) {
-      if (i + kRowsAhead < rowCount) PrefetchRow(base + static_cast<size_t>(rows[i + kRowsAhead]) * rowBytes, rowBytes);
+      if (i + kRowsAhead < rowCount) PrefetchRow(base, rows[i + kRowsAhead], rowBytes);
       const uint8_t* source = base + static_cast<size_t>(rows[i]) * size;
       float* out = x + i * size;
       for (size_t j = 0; j < size; ++j) out[j] = quotients[source[j]];
@@ -79,7 +81,7 @@ Napi::Value GatherRows(const Napi::CallbackInfo& info) {
   } else {
     const float* values = reinterpret_cast<const float*>(base);
     for (size_t i = 0; i < rowCount; ++i) {
-      if (i + kRowsAhead < rowCount) PrefetchRow(base + static_cast<size_t>(rows[i + kRowsAhead]) * rowBytes, rowBytes);
+      if (i + kRowsAhead < rowCount) PrefetchRow(base, rows[i + kRowsAhead], rowBytes);
       const float* source = values + static_cast<size_t>(rows[i]) * size;
       float* out = x + i * size;
       for (size_t j = 0; j < size; ++j) out[j] = static_cast<float>(source[j] / divisor);
