@@ -5,7 +5,9 @@
 import * as path from 'node:path';
 import { parseDrill, phases, type Drill } from './ft/drills';
 import { parseRedundancy, type RedundancySpec } from './ft/placement';
+import { cpuLevels } from './nn/backend';
 import type { ModelSpec } from './nn/spec';
+import type { LevelRequest } from './rank/kernel-level';
 import { parseLrSchedule, type LrSchedule } from './solver/lr-schedule';
 import { optimizerNames, type OptimizerName, type OptimizerSettings } from './solver/optimizer';
 import type { FailurePolicy } from './ft/manager';
@@ -86,6 +88,8 @@ export interface TrainSettings {
   evalEvery?: number;
   /** Compute threads per rank (default 1; the result depends on it). */
   threads?: number;
+  /** The CPU kernels' instruction-set level: 'auto' (default: the best every rank's host runs; a resume: the checkpoint's), a level, or 'native'. */
+  isa?: LevelRequest;
 }
 
 /** A model spec given as an object: the JSON file's fields (see models/*.json). */
@@ -122,6 +126,7 @@ export interface TrainOptions {
   resume?: string;
   evalEvery: number;
   threads: number;
+  isa: LevelRequest;
   /** set on a rank the job's ranks spawned: its id is joinId + its rank among those spawned with it */
   joinId?: number;
   /**
@@ -160,6 +165,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   epochs: { kind: 'integer', min: 1, describe: 'epochs to train (default 1 when --steps is absent)', group: 'Job' },
   evalEvery: { kind: 'integer', min: 0, default: 0, describe: 'test-set evaluation every K steps (0: at the end only)', group: 'Job' },
   threads: { kind: 'integer', min: 1, default: 1, describe: 'compute threads per rank (the result depends on it: a resume must keep it)', group: 'Job' },
+  isa: { kind: 'choice', choices: ['auto', ...cpuLevels, 'native'], default: 'auto', describe: 'the CPU kernels\' instruction-set level, the same on every rank (the result depends on it): auto, the best every rank\'s host runs (a resume: the checkpoint\'s); or x86-64-v2|v3|v4; native: each host\'s libraries choose (fastest, but the bits depend on the CPU and the environment)', group: 'Job' },
   batch: { kind: 'integer', min: 1, default: 64, describe: 'global batch (split over the shards)', group: 'Optimizer' },
   optimizer: { kind: 'choice', choices: optimizerNames, default: 'sgd', describe: 'sgd (momentum, L2 weight decay) | adamw (PyTorch\'s: bias correction, decoupled weight decay)', group: 'Optimizer' },
   lr: { kind: 'number', min: 0, describe: 'learning rate (default 0.01 for sgd, 0.001 for adamw)', group: 'Optimizer' },
@@ -297,5 +303,6 @@ export function resolveTrainOptions(input: TrainSettings, label: (key: string) =
     resume: a.resume,
     evalEvery: a.evalEvery,
     threads: a.threads,
+    isa: a.isa,
   };
 }

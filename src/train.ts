@@ -12,10 +12,12 @@ import { Dataset } from './data/dataset';
 import { DatasetError } from './data/errors';
 import { Manager } from './ft/manager';
 import { formatRedundancy } from './ft/placement';
+import type { CpuLevel, KernelSettings } from './nn/backend';
 import { cpu } from './nn/cpu';
 import { modelSpecJson, namedTensors } from './nn/export';
 import { Net } from './nn/net';
 import { loadSpec, parseSpec, type ModelSpec } from './nn/spec';
+import { levelAsked } from './rank/kernel-level';
 import { lossesText, RankJob } from './rank/job';
 import { launcherWorldRank, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from './rank/launcher-env';
 import type { Summary } from './run/records';
@@ -56,8 +58,8 @@ function optimizerIdentity(o: OptimizerSettings): Record<string, unknown> {
     : { name: o.name, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weightDecay };
 }
 
-/** The settings that fix a run's result; a resume must match the checkpoint's. */
-function identity(options: TrainOptions, spec: ModelSpec, dataset: Dataset, shards: number): Record<string, unknown> {
+/** The settings that fix a run's result, at the kernels' level `isa`; a resume must match the checkpoint's. */
+function identity(options: TrainOptions, spec: ModelSpec, dataset: Dataset, shards: number, isa: string): Record<string, unknown> {
   return {
     model: { name: spec.name, input: spec.input, classes: spec.classes, layers: spec.layers },
     data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },
@@ -66,6 +68,7 @@ function identity(options: TrainOptions, spec: ModelSpec, dataset: Dataset, shar
     lr_rescale: options.lrRescale, steps: options.steps ?? null, epochs: options.epochs ?? null,
     // the CPU kernels' reductions are split by thread: another count gives other bits
     threads: options.threads,
+    isa,
   };
 }
 
@@ -75,7 +78,9 @@ function checkResume(options: TrainOptions, spec: ModelSpec, dataset: Dataset): 
   if (options.shards !== undefined && options.shards !== manifest.shards) {
     throw new Error(`${found.dir}: written with --shards ${manifest.shards}, this run asks for ${options.shards}`);
   }
-  checkConfig(found.dir, manifest, identity(options, spec, dataset, manifest.shards));
+  // --isa auto resumes at the level the checkpoint was computed at
+  const isa = options.isa === 'auto' ? (manifest.config.isa as string | undefined) ?? 'auto' : options.isa;
+  checkConfig(found.dir, manifest, identity(options, spec, dataset, manifest.shards, isa));
   return found;
 }
 
@@ -169,18 +174,21 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
   const job = new RankJob({
     runDir: options.runDir, hangTimeout: options.hangTimeout, drills: options.drills, joinId: options.joinId,
     steps: options.steps, stopOnSigterm: options.onFailure !== 'none', startStep: resume?.manifest.step ?? 0,
+    isa: levelAsked(options.isa, resume && { dir: resume.dir, level: resume.manifest.config.isa as CpuLevel }),
   });
   const world = await job.start();
   const { observer, progress, runLog, logger } = job;
+  const { level } = job.kernels;
   const shards = resume?.manifest.shards ?? options.shards ?? world.size - options.spares;
+  const settings = identity(options, net.spec, dataset, shards, level);
   const ft = new Manager({
-    ...options, shards, identity: identity(options, net.spec, dataset, shards), commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
+    ...options, shards, identity: settings, commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
     spareCheckpoint: (options.onFailure !== 'none' && options.jitCheckpoint) || options.checkpointEvery > 0,
     sumLength: net.params.data.length + net.buffers.length + 1, add: (acc, x) => cpu.addInPlace(acc, x), overlap: canOverlap(options.threads),
     sharded: options.optimizerState === 'sharded'
       ? { optimizer: new Optimizer(options.optimizer, cpu), params: net.params.dataWithTail, redundancy: options.redundancy }
       : undefined,
-    respawn: options.respawn ? { limit: options.respawnLimit!, ...respawnCommand(shards) } : undefined,
+    respawn: options.respawn ? { limit: options.respawnLimit!, ...respawnCommand(shards, level) } : undefined,
     joined: job.joined,
   }, world, dataset, dataset.train.layout(shards), observer, job.faults);
   const trainer = new Trainer({ ...options, shards }, ft, dataset, net, cpu, observer);
@@ -191,8 +199,8 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
   const label = modelLabel(options, net.spec);
   if (runLog.isLeader) {
     const spares = options.spares > 0 ? ` (+${options.spares} spare${options.spares > 1 ? 's' : ''})` : '';
-    runLog.event({ event: 'start', world: world.size - options.spares, spares: options.spares, shards, on_failure: options.onFailure, batch: options.batch });
-    progress.line(`training ${label} on ${options.data}: ${world.size - options.spares} ranks${spares}, ${shards} shards, global batch ${options.batch}, on failure: ${options.onFailure}; run dir ${options.runDir}`);
+    runLog.event({ event: 'start', world: world.size - options.spares, spares: options.spares, shards, on_failure: options.onFailure, batch: options.batch, isa: level });
+    progress.line(`training ${label} on ${options.data}: ${world.size - options.spares} ranks${spares}, ${shards} shards, global batch ${options.batch}, on failure: ${options.onFailure}, kernels at ${level}; run dir ${options.runDir}`);
     for (const reason of resume?.skipped ?? []) progress.line(`${reason}; using ${resume!.dir}`);
   }
   let code = 0;
@@ -201,7 +209,7 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
     const trained = await trainer.run(resume);
     // a failure during the final write changes the world the results report
     const outcome = (): TrainResult => ({ ...trained, worldFinal: ft.size, failures: ft.failures });
-    await ft.finish(() => writeResults(options, label, shards, net, outcome(), ft.bytesReadBack, started, identity(options, net.spec, dataset, shards)));
+    await ft.finish(() => writeResults(options, label, shards, net, outcome(), ft.bytesReadBack, started, settings, job.kernels));
     result = outcome();
     if (ft.isLeader) {
       const lost = lossesText(result.failures);
@@ -236,12 +244,13 @@ export async function train(settings: TrainSettings): Promise<TrainOutcome> {
   return runTraining(spawned ? { ...options, ...spawned } : options);
 }
 
-/** `--shards S --join-id J` as respawnCommand appends them, if present. */
-function spawnedAs(argv: string[]): { shards: number; joinId: number } | undefined {
+/** `--shards S --isa L --join-id J` as respawnCommand appends them, if present. */
+function spawnedAs(argv: string[]): { shards: number; isa: CpuLevel; joinId: number } | undefined {
   const at = argv.lastIndexOf('--join-id');
   const shardsAt = argv.lastIndexOf('--shards');
-  if (at < 0 || shardsAt < 0) return undefined;
-  return { shards: Number(argv[shardsAt + 1]), joinId: Number(argv[at + 1]) };
+  const isaAt = argv.lastIndexOf('--isa');
+  if (at < 0 || shardsAt < 0 || isaAt < 0) return undefined;
+  return { shards: Number(argv[shardsAt + 1]), isa: argv[isaAt + 1] as CpuLevel, joinId: Number(argv[at + 1]) };
 }
 
 /**
@@ -266,25 +275,29 @@ export function exitWhenDone(outcome: Promise<TrainOutcome<unknown>>): void {
 
 /**
  * What a rank spawned to replace a lost one runs: this program with this rank's flags, minus
- * --resume (it receives the run's state from the ranks instead), with the shard count fixed and
- * its id given (it joins under ids that no rank had).
+ * --resume (it receives the run's state from the ranks instead), with the shard count and the
+ * kernels' level fixed and its id given (it joins under ids that no rank had).
  */
-function respawnCommand(shards: number): { command: string; args(firstId: number): string[] } {
+function respawnCommand(shards: number, level: CpuLevel): { command: string; args(firstId: number): string[] } {
   const flags: string[] = [];
   const argv = process.argv.slice(2);
   for (let i = 0; i < argv.length; ++i) {
     const [flag] = argv[i].split('=');
-    if (['--resume', '--shards', '--join-id'].includes(flag)) {
+    if (['--resume', '--shards', '--isa', '--join-id'].includes(flag)) {
       if (!argv[i].includes('=')) i += 1;
       continue;
     }
     flags.push(argv[i]);
   }
-  return { command: process.execPath, args: (firstId) => [...process.execArgv, process.argv[1], ...flags, '--shards', String(shards), '--join-id', String(firstId)] };
+  return {
+    command: process.execPath,
+    args: (firstId) => [...process.execArgv, process.argv[1], ...flags, '--shards', String(shards), '--isa', level, '--join-id', String(firstId)],
+  };
 }
 
 /** `bytesReadBack`: what every rank read back from disk, summed (the Manager's, once it has finished). */
-function writeResults(options: TrainOptions, model: string, shards: number, net: Net, result: TrainResult, bytesReadBack: number, started: number, settings: Record<string, unknown>): void {
+function writeResults(options: TrainOptions, model: string, shards: number, net: Net, result: TrainResult, bytesReadBack: number, started: number,
+  settings: Record<string, unknown>, kernels: KernelSettings): void {
   writeModel(options.runDir, encodeSafetensors(namedTensors(net), { model: net.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }), modelSpecJson(net));
   const summary: Summary = {
     status: 'complete',
@@ -311,6 +324,7 @@ function writeResults(options: TrainOptions, model: string, shards: number, net:
     optimizer_state_bytes_per_rank: result.optimizerBytes.state,
     redundancy_bytes_per_rank: result.optimizerBytes.redundancy,
     settings: runSettings(settings),
+    kernels,
   };
   writeSummary(options.runDir, summary);
 }

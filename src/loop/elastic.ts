@@ -26,7 +26,9 @@ import type { ShardData } from '../data/split';
 import { Manager, type Failure, type StateSource } from '../ft/manager';
 import { parseDrill } from '../ft/drills';
 import { ProtocolStop } from '../ft/stop';
+import type { CpuLevel, KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
+import { levelAsked } from '../rank/kernel-level';
 import { lossesText, RankJob } from '../rank/job';
 import { launcherWorldSize } from '../rank/launcher-env';
 import type { Summary } from '../run/records';
@@ -40,7 +42,7 @@ export type { Evaluation, GradientFn, MicroBatch, Score, ScoreFn } from '../solv
 
 /** The settings of a custom loop: ft-train's own where they mean the same, and the state to keep. */
 export interface LoopSettings extends Pick<TrainSettings, 'data' | 'runDir' | 'steps' | 'epochs' | 'batch' | 'seed' | 'shards'
-  | 'minRanks' | 'maxRetries' | 'hangTimeout' | 'drill' | 'jitCheckpoint' | 'checkpointDir' | 'checkpointEvery' | 'keepCheckpoints' | 'resume'> {
+  | 'minRanks' | 'maxRetries' | 'hangTimeout' | 'drill' | 'jitCheckpoint' | 'checkpointDir' | 'checkpointEvery' | 'keepCheckpoints' | 'resume' | 'isa'> {
   /** The state's tensors, name -> shape, laid out in this order in one flat buffer (`loop.state`). */
   tensors: Record<string, number[]>;
   /** Further state laid out like the tensors (e.g. an optimizer's 'velocity'), also checkpointed. */
@@ -91,10 +93,10 @@ export interface CommitRecord {
 }
 
 const loopKeys = ['steps', 'epochs', 'batch', 'seed', 'shards', 'minRanks', 'maxRetries', 'hangTimeout', 'drill', 'jitCheckpoint',
-  'checkpointDir', 'checkpointEvery', 'keepCheckpoints', 'resume', 'data', 'runDir'] as const;
+  'checkpointDir', 'checkpointEvery', 'keepCheckpoints', 'resume', 'data', 'runDir', 'isa'] as const;
 
 /** The loop's settings with defaults, or one InputError line. */
-function resolveLoopSettings(settings: LoopSettings): Required<Pick<LoopSettings, 'batch' | 'seed' | 'minRanks' | 'maxRetries' | 'hangTimeout' | 'drill' | 'jitCheckpoint' | 'checkpointEvery' | 'keepCheckpoints'>> & LoopSettings {
+function resolveLoopSettings(settings: LoopSettings): Required<Pick<LoopSettings, 'batch' | 'seed' | 'minRanks' | 'maxRetries' | 'hangTimeout' | 'drill' | 'jitCheckpoint' | 'checkpointEvery' | 'keepCheckpoints' | 'isa'>> & LoopSettings {
   const fail = (message: string): never => { throw new InputError(`ft-train: ${message}`); };
   const resolved = { ...settings, ...settingValues(settings as unknown as Record<string, unknown>, loopKeys, (key) => key, fail) };
   if (settings.steps !== undefined && settings.epochs !== undefined) fail('give steps or epochs, not both');
@@ -329,6 +331,8 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
     identity = {
       model, tensors: s.tensors, slots: s.slots ?? [], data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },
       batch: s.batch, seed: s.seed, shards, steps: s.steps ?? null, epochs: s.epochs ?? null, user: s.identity ?? {},
+      // the kernels' level user code computes at, if it uses ft-train's (isa auto resumes at the checkpoint's)
+      isa: s.isa === 'auto' && resume ? (resume.manifest.config.isa as string | undefined) ?? 'auto' : s.isa,
     };
     if (resume) checkConfig(resume.dir, resume.manifest, identity);
     createRunDir(s.runDir, resume !== undefined);
@@ -336,8 +340,12 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
     await dataset?.close();
     throw new InputError(`ft-train: ${(error as Error).message}`);
   }
-  const job = new RankJob({ runDir: s.runDir, hangTimeout: s.hangTimeout, drills, steps: s.steps, stopOnSigterm: true, startStep: resume?.manifest.step ?? 0 });
+  const job = new RankJob({
+    runDir: s.runDir, hangTimeout: s.hangTimeout, drills, steps: s.steps, stopOnSigterm: true, startStep: resume?.manifest.step ?? 0,
+    isa: levelAsked(s.isa, resume && { dir: resume.dir, level: resume.manifest.config.isa as CpuLevel }),
+  });
   const world = await job.start();
+  identity.isa = job.kernels.level;
   const layout = dataset.train.layout(shards);
   const plan = new MicroBatches(layout, s.batch, s.seed);
   const size = Object.values(s.tensors).reduce((n, shape) => n + shape.reduce((a, b) => a * b, 1), 0);
@@ -350,8 +358,8 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
   const loop = new ElasticLoop(s, ft, dataset, plan, job);
   job.stopWith(() => loop.requestStop());
   if (job.runLog.isLeader) {
-    job.runLog.event({ event: 'start', world: world.size, spares: 0, shards, on_failure: 'exact', batch: s.batch });
-    job.progress.line(`training ${model} (custom loop) on ${s.data}: ${world.size} ranks, ${shards} shards, global batch ${s.batch}; run dir ${s.runDir}`);
+    job.runLog.event({ event: 'start', world: world.size, spares: 0, shards, on_failure: 'exact', batch: s.batch, isa: job.kernels.level });
+    job.progress.line(`training ${model} (custom loop) on ${s.data}: ${world.size} ranks, ${shards} shards, global batch ${s.batch}, kernels at ${job.kernels.level}; run dir ${s.runDir}`);
   }
   let code = 0;
   let result: LoopResult | undefined;
@@ -361,7 +369,7 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
     ft.step = loop.step;
     await ft.start(loop.stateSource(), resume !== undefined);
     await program.train(loop);
-    await ft.finish(() => writeLoopResults(s, model, shards, loop, ft.bytesReadBack, started, identity));
+    await ft.finish(() => writeLoopResults(s, model, shards, loop, ft.bytesReadBack, started, identity, job.kernels));
     result = loop.result();
     if (ft.isLeader) {
       const lost = lossesText(result.failures);
@@ -377,7 +385,8 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
   return { exitCode: await job.end(code, ft, dataset), result };
 }
 
-function writeLoopResults(s: LoopSettings & { batch: number; seed: number }, model: string, shards: number, loop: ElasticLoop, bytesReadBack: number, started: number, identity: Record<string, unknown>): void {
+function writeLoopResults(s: LoopSettings & { batch: number; seed: number }, model: string, shards: number, loop: ElasticLoop, bytesReadBack: number, started: number,
+  identity: Record<string, unknown>, kernels: KernelSettings): void {
   const result = loop.result();
   writeModel(s.runDir, encodeSafetensors(loop.modelTensors(), { model, steps: String(result.steps), state_sha256: result.stateSha256 }));
   const summary: Summary = {
@@ -388,6 +397,7 @@ function writeLoopResults(s: LoopSettings & { batch: number; seed: number }, mod
     model, data: s.data, shards, on_failure: 'exact', batch: s.batch, seed: s.seed, optimizer: 'custom', optimizer_state: 'replicated',
     redundancy: null, optimizer_state_bytes_per_rank: 4 * (s.slots ?? []).length * loop.state.length, redundancy_bytes_per_rank: 0,
     settings: runSettings({ ...identity, on_failure: 'exact' }),
+    kernels,
   };
   writeSummary(s.runDir, summary);
 }

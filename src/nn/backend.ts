@@ -21,7 +21,35 @@ export type NormShape = [number, number, number];
  */
 export type Layout = 'plain' | 'blocked';
 
+/** The x86-64 instruction-set levels the CPU kernels may be pinned to, lowest first (each includes the one below). */
+export const cpuLevels = ['x86-64-v2', 'x86-64-v3', 'x86-64-v4'] as const;
+/** A level, or 'native': each library chooses for the CPU it runs on (and its environment says). */
+export type CpuLevel = typeof cpuLevels[number] | 'native';
+
+/** What fixes the CPU kernels' bits in a process (beside the thread count). */
+export interface KernelSettings {
+  level: CpuLevel;
+  /** oneDNN's version, and the ISA it dispatches to */
+  onednn: string;
+  onednnIsa: string;
+  /** openblas_get_config(), and the core whose kernels OpenBLAS runs */
+  openblas: string;
+  openblasCore: string;
+  /** which build of the addon's own vector kernels runs: 'x86-64-v4' or 'baseline' */
+  vectorKernels: string;
+}
+
 export interface Backend {
+  /** The highest level this process may pin: its CPU's (or lower, FT_CPU_LEVEL_MAX's, to act as a host of that level). */
+  hostLevel(): CpuLevel;
+  /**
+   * Pins the level every kernel of this process runs at, before the first (which otherwise pins
+   * hostLevel()): oneDNN's maximum ISA, OpenBLAS's core, the vector kernels' build. Throws when
+   * the host cannot run it, or when another level is pinned already.
+   */
+  pinLevel(level: CpuLevel): void;
+  /** The pinned level and the libraries' settings (pinning hostLevel() if nothing pinned one). */
+  kernelSettings(): KernelSettings;
   /** Threads each kernel may use (one rank per core: 1). */
   setThreads(threads: number): void;
   /**
@@ -29,7 +57,7 @@ export interface Backend {
    * that is faster (default true; binding/src/cpu/dnnl_kernels.cc): other bits than direct ones.
    */
   setWinograd(on: boolean): void;
-  /** The channel group of the 'blocked' layout (16 with AVX-512, 8 with AVX2); 1: the backend has none. */
+  /** The channel group of the 'blocked' layout: 16 at x86-64-v4, 8 below (read once the level is pinned). */
   readonly channelBlock: number;
   /** y[N,K,OH,OW] = conv(x, w) + b. Layouts of x (and dx) and y (and dy): 'plain' unless given. */
   conv2dForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, shape: ConvShape,

@@ -45,9 +45,13 @@ const shapeText = (shape: number[]): string => `[${shape.join(', ')}]`;
 /** Layer types that take their input in either layout (add: where all its inputs share one). */
 const layoutTaking = new Set<LayerSpec['type']>(['conv', 'maxpool', 'avgpool', 'relu', 'batchnorm', 'add', 'globalavgpool']);
 
-/** The layout of a layer's output, given the layout it reads its input in (plain unless it takes either). */
-function outputLayout(spec: LayerSpec, inLayout: Layout, backend: Backend): Layout {
-  if (spec.type === 'conv') return backend.channelBlock > 1 ? 'blocked' : 'plain';
+/**
+ * The layout of a layer's output, given the layout it reads its input in (plain unless it takes
+ * either). Not the block's width, which the instruction-set level fixes: a net is built before the
+ * job pins that (src/rank/kernel-level.ts).
+ */
+function outputLayout(spec: LayerSpec, inLayout: Layout): Layout {
+  if (spec.type === 'conv') return 'blocked';
   return spec.type === 'globalavgpool' ? 'plain' : inLayout;
 }
 
@@ -148,7 +152,7 @@ export class Net {
       const sourceLayouts = sources.map((j): Layout => (j >= 0 ? this.layouts[j] : 'plain'));
       const takesLayout = layoutTaking.has(layerSpec.type) && sourceLayouts.every((layout) => layout === sourceLayouts[0]);
       const inLayout = takesLayout ? sourceLayouts[0] : 'plain';
-      const outLayout = outputLayout(layerSpec, inLayout, backend);
+      const outLayout = outputLayout(layerSpec, inLayout);
       const layer = buildLayer(layerSpec, sources.map(shapeOf), sources.map(nameOf), context, inLayout, outLayout, fail);
       if (layer.outShape.some((d) => d < 1)) fail(`output shape [${layer.outShape.join(', ')}] is empty`);
       this.layers.push(layer);

@@ -8,6 +8,8 @@ import * as path from 'node:path';
 import type * as winston from 'winston';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { finalize, init, type Communicator } from '../comm';
+import type { CpuLevel, KernelSettings } from '../nn/backend';
+import { cpu } from '../nn/cpu';
 import type { Dataset } from '../data/dataset';
 import { FaultInjector, type Drill } from '../ft/drills';
 import { hangBounds, type HangBounds } from '../ft/hang-bounds';
@@ -19,6 +21,7 @@ import { runFiles } from '../run/files';
 import { processStat, rankList, readPid } from '../run/pids';
 import type { StepRecord } from '../run/records';
 import { RunLog } from '../run/writer';
+import { agreeKernelLevel, KernelLevelRefusal, type LevelAsked } from './kernel-level';
 import { launcherWorldRank } from './launcher-env';
 import { closeLogger, rankLogger } from './logger';
 import { Progress } from './progress';
@@ -40,6 +43,8 @@ export interface JobSettings {
   stopOnSigterm: boolean;
   /** the step the run starts at (a resume's), where the start-up drill fires */
   startStep: number;
+  /** the CPU kernels' instruction-set level the job asks for (a spawned rank: the one its job agreed on) */
+  isa: LevelAsked;
 }
 
 
@@ -82,6 +87,7 @@ export class RankJob {
   readonly progress: Progress;
   readonly observer: RankObserver;
   private world?: Communicator;
+  private pinned?: KernelSettings;
   private joinedRun = false;
   private stopRequested = false;
   private onStop?: () => void;
@@ -120,7 +126,11 @@ export class RankJob {
     }
   }
 
-  /** Starts MPI, bounded (when it does not start in time, the job ends: see endStartup), then the hang guard. */
+  /**
+   * Starts MPI, bounded (when it does not start in time, the job ends: see endStartup), then the
+   * hang guard, then pins the CPU kernels' level the ranks agree on (when they cannot run one
+   * alike, the job ends: one line, exit code 2).
+   */
   async start(): Promise<Communicator> {
     this.faults.at(this.settings.startStep, 'startup');
     try {
@@ -130,8 +140,43 @@ export class RankJob {
       return endStartup(`ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, this.pidsDir);
     }
     this.disarm = guardAgainstHangs(this.bounds, this.launchRank);
+    this.pinned = await this.pinKernels(this.world);
     this.runLog.setLeader(this.world.rank === 0 && !this.joinedRun);
     return this.world;
+  }
+
+  /** The CPU kernels' level and libraries, the same on every rank (once start() returned). */
+  get kernels(): KernelSettings {
+    return this.pinned!;
+  }
+
+  private async pinKernels(world: Communicator): Promise<KernelSettings> {
+    const { isa } = this.settings;
+    if (this.joinedRun) {
+      // the job's level, which its ranks passed on: a host that cannot run it is lost like a rank that dies joining
+      try {
+        cpu.pinLevel(isa.level as CpuLevel);
+        return cpu.kernelSettings();
+      } catch (error) {
+        this.logger.error((error as Error).message);
+        await closeLogger(this.logger);
+        fs.writeSync(2, `ft-train: rank ${this.launchRank}: ${(error as Error).message}\n`);
+        return process.exit(1);
+      }
+    }
+    try {
+      return await agreeKernelLevel(world, isa, this.bounds.commMs, (error) => this.logger.error(error.message));
+    } catch (error) {
+      await closeLogger(this.logger);
+      if (!(error instanceof KernelLevelRefusal)) {
+        return endStartup(`ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, this.pidsDir);
+      }
+      // every rank reached this refusal alike: one line, then all leave
+      if (error.printer === this.launchRank) fs.writeSync(2, `ft-train: ${error.message}\n`);
+      this.disarm();
+      await withDeadline(finalize(), this.bounds.commMs, 'MPI_Finalize').catch(() => undefined);
+      return process.exit(2);
+    }
   }
 
   /** Whether this rank was spawned into a running job. */

@@ -1,5 +1,6 @@
 // The records of a run directory: a line of metrics.jsonl, a line of events.jsonl, summary.json.
 // The trainer and ft-train write them through RunLog and writeSummary; ft-report reads them back.
+import type { KernelSettings } from '../nn/backend';
 import type { RunSettings } from './settings';
 
 /** One committed step, as metrics.jsonl holds it. */
@@ -65,4 +66,6 @@ export interface Summary {
   redundancy_bytes_per_rank: number;
   /** every setting that changes the result (src/run/settings.ts); absent in summaries written before it */
   settings?: RunSettings;
+  /** the CPU kernels' level (also in settings, as isa) and the libraries' versions and kernels at it; absent before */
+  kernels?: KernelSettings;
 }

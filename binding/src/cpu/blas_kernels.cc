@@ -1,11 +1,11 @@
 // Fully connected layers: y[N,O] = x[N,I] w[O,I]^T + b[O], and its gradients, as matrix
-// products on oneDNN's JIT sgemm or OpenBLAS.
-#include <cblas.h>
+// products on oneDNN's JIT sgemm or OpenBLAS (both at the pinned level: kernel_level.h).
 #include <oneapi/dnnl/dnnl.h>
 
 #include <string>
 
 #include "cpu_kernels.h"
+#include "kernel_level.h"
 #include "tensor_args.h"
 
 namespace ft::cpu {
@@ -22,7 +22,7 @@ void Gemm(Napi::Env env, const char* method, char transA, char transB, size_t m,
           size_t lda, const float* b, size_t ldb, float beta, float* c, size_t ldc) {
   if (static_cast<double>(m) * n * k < kSmallProduct) {
     auto op = [](char trans) { return trans == 'T' ? CblasTrans : CblasNoTrans; };
-    cblas_sgemm(CblasRowMajor, op(transA), op(transB), m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    OpenBlasSgemm()(CblasRowMajor, op(transA), op(transB), m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   dnnl_status_t status = dnnl_sgemm(transA, transB, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);

@@ -1,6 +1,5 @@
-// The `cpu` object of the addon: the kernels and the per-rank thread count (default 1: one rank
-// per core).
-#include <cblas.h>
+// The `cpu` object of the addon: the kernels, the instruction-set level they run at
+// (kernel_level.h) and the per-rank thread count (default 1: one rank per core).
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -10,6 +9,7 @@
 
 #include "../args.h"
 #include "cpu_kernels.h"
+#include "kernel_level.h"
 #include "signals_held.h"
 
 namespace ft::cpu {
@@ -39,11 +39,11 @@ void PinThreads(int n) {
   }
 }
 
-// OpenBLAS (the linear layers) stays at one thread: its workers spin a while after each call, on
-// the cores OpenMP's threads need (lenet at 2 threads: 1.3x with them, 1.75x without).
+// OpenBLAS (the linear layers) stays at one thread (kernel_level.cc loads it so): its workers spin
+// a while after each call, on the cores OpenMP's threads need (lenet at 2 threads: 1.3x with them,
+// 1.75x without).
 void SetThreadCount(int n) {
   omp_set_num_threads(n);  // oneDNN's runtime and the element-wise kernels
-  openblas_set_num_threads(1);
   PinThreads(n);
 }
 
@@ -58,14 +58,22 @@ Napi::Object Exports(Napi::Env env) {
   Napi::Object cpu = Napi::Object::New(env);
   // every kernel runs with the caller's asynchronous signals held (signals_held.h), setThreads too:
   // its PinThreads starts OpenMP's workers (at load, one thread starts none)
-  auto add = [&](const char* name, Napi::Function::Callback fn) {
+  auto hold = [&](const char* name, auto fn) {
     auto held = [fn](const Napi::CallbackInfo& info) {
       SignalsHeld held;
       return fn(info);
     };
     cpu.Set(name, Napi::Function::New(env, held, name));
   };
-  add("setThreads", SetThreads);
+  // and at the pinned level: the host's highest if nothing pinned one before the first
+  auto add = [&](const char* name, Napi::Function::Callback fn) {
+    hold(name, [fn](const Napi::CallbackInfo& info) {
+      KernelLevel();
+      return fn(info);
+    });
+  };
+  hold("setThreads", SetThreads);
+  AddLevelExports(env, cpu);
   add("conv2dForward", Conv2dForward);
   add("conv2dBackwardData", Conv2dBackwardData);
   add("conv2dBackwardWeights", Conv2dBackwardWeights);
@@ -74,7 +82,10 @@ Napi::Object Exports(Napi::Env env) {
   add("pool2dBackward", Pool2dBackward);
   add("convertLayout", ConvertLayout);
   add("setWinograd", SetWinograd);
-  cpu.Set("channelBlock", ChannelBlock());
+  cpu.DefineProperty(Napi::PropertyDescriptor::Accessor(env, cpu, "channelBlock", [](const Napi::CallbackInfo& info) {
+    KernelLevel();
+    return Napi::Value(Napi::Number::New(info.Env(), ChannelBlock()));
+  }, napi_enumerable));
   add("linearForward", LinearForward);
   add("linearBackward", LinearBackward);
   add("batchnormForwardTrain", BatchnormForwardTrain);

@@ -6,9 +6,9 @@
 // of several channels (or samples) side by side, never from reordering a chain.
 //
 // Each kernel is built twice, for AVX-512 (x86-64-v4: side-by-side chains of doubles in vectors 4x
-// the baseline's) and for the baseline, and the loader picks the one the CPU runs (GCC's
-// target_clones; flatten inlines the loops into each build). CMakeLists.txt builds this file with
-// -ffp-contract=off, so neither build fuses a multiply and an add: both give the same bits.
+// the baseline's) and for the baseline (flatten inlines the loops into each build), and runs the one
+// of the pinned level (kernel_level.h), never one the CPU alone picks. CMakeLists.txt builds this
+// file with -ffp-contract=off, so neither build fuses a multiply and an add: both give the same bits.
 #include <array>
 #include <algorithm>
 #include <cmath>
@@ -17,13 +17,23 @@
 
 #include "../args.h"
 #include "cpu_kernels.h"
+#include "kernel_level.h"
 #include "tensor_args.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FT_VECTOR_KERNEL __attribute__((target_clones("arch=x86-64-v4", "default"), flatten))
-#else
-#define FT_VECTOR_KERNEL
-#endif
+// Defines kernel Name: the body that follows, inlined into an x86-64-v4 build and a baseline one, and
+// the entry that runs the build of the pinned level.
+#define FT_LEVEL_KERNEL(Name)                                                                           \
+  static inline Napi::Value Name##Body(const Napi::CallbackInfo& info);                                 \
+  __attribute__((target("arch=x86-64-v4"), flatten)) static Napi::Value Name##V4(const Napi::CallbackInfo& info) { \
+    return Name##Body(info);                                                                            \
+  }                                                                                                     \
+  __attribute__((flatten)) static Napi::Value Name##Baseline(const Napi::CallbackInfo& info) {          \
+    return Name##Body(info);                                                                            \
+  }                                                                                                     \
+  Napi::Value Name(const Napi::CallbackInfo& info) {                                                    \
+    return VectorKernelsV4() ? Name##V4(info) : Name##Baseline(info);                                   \
+  }                                                                                                     \
+  static inline Napi::Value Name##Body(const Napi::CallbackInfo& info)
 
 namespace ft::cpu {
 
@@ -210,7 +220,7 @@ void NormaliseGroups(const Groups& groups, const float* x, double eps, Stats sta
 // channel, the batch's mean, unbiased variance (0 when N S = 1) and 1 / sqrt(biased variance + eps),
 // all Float64Array [C]; xhat = (x - mean) invStd (float32), y = xhat w + b. x, y and xhat in
 // `layout`; the padding channels of y and xhat are left as they are.
-FT_VECTOR_KERNEL Napi::Value BatchnormForwardTrain(const Napi::CallbackInfo& info) {
+FT_LEVEL_KERNEL(BatchnormForwardTrain) {
   const char* m = "batchnormForwardTrain";
   std::vector<int> d = DimsArg(info, 9, m, "shape", 3);
   Layout layout = LayoutArg(info, 10, m, "layout");
@@ -242,7 +252,7 @@ FT_VECTOR_KERNEL Napi::Value BatchnormForwardTrain(const Napi::CallbackInfo& inf
 
 // batchnormForwardEval(x, w, b, runningMean, runningVar, y, eps, [N, C, S], layout?):
 // y = (x - runningMean) w / sqrt(runningVar + eps) + b.
-FT_VECTOR_KERNEL Napi::Value BatchnormForwardEval(const Napi::CallbackInfo& info) {
+FT_LEVEL_KERNEL(BatchnormForwardEval) {
   const char* m = "batchnormForwardEval";
   std::vector<int> d = DimsArg(info, 7, m, "shape", 3);
   Layout layout = LayoutArg(info, 8, m, "layout");
@@ -265,7 +275,7 @@ FT_VECTOR_KERNEL Napi::Value BatchnormForwardEval(const Napi::CallbackInfo& info
 
 // batchnormBackward(dy, xhat, w, invStd, dx | null, dw, db, [N, C, S], layout?): per channel
 // dw = sum(dy xhat), db = sum(dy), dx = w invStd (dy - mean(dy) - xhat mean(dy xhat)).
-FT_VECTOR_KERNEL Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
+FT_LEVEL_KERNEL(BatchnormBackward) {
   const char* m = "batchnormBackward";
   std::vector<int> d = DimsArg(info, 7, m, "shape", 3);
   Layout layout = LayoutArg(info, 8, m, "layout");
@@ -305,7 +315,7 @@ FT_VECTOR_KERNEL Napi::Value BatchnormBackward(const Napi::CallbackInfo& info) {
 // layernormForward(x, w, b, y, xhat, invStd, eps, [N, D]): per sample, over its D values,
 // invStd = 1 / sqrt(biased variance + eps) (Float64Array [N]), xhat = (x - mean) invStd (float32),
 // y = xhat w + b with w and b of D values.
-FT_VECTOR_KERNEL Napi::Value LayernormForward(const Napi::CallbackInfo& info) {
+FT_LEVEL_KERNEL(LayernormForward) {
   const char* m = "layernormForward";
   std::vector<int> dims = DimsArg(info, 7, m, "shape", 2);
   size_t n = dims[0], d = dims[1];
@@ -328,7 +338,7 @@ FT_VECTOR_KERNEL Napi::Value LayernormForward(const Napi::CallbackInfo& info) {
 
 // layernormBackward(dy, xhat, w, invStd, dx | null, dw, db, [N, D]): with g = dy w, per sample
 // dx = invStd (g - mean(g) - xhat mean(g xhat)); dw = sum_n dy xhat, db = sum_n dy.
-FT_VECTOR_KERNEL Napi::Value LayernormBackward(const Napi::CallbackInfo& info) {
+FT_LEVEL_KERNEL(LayernormBackward) {
   const char* m = "layernormBackward";
   std::vector<int> dims = DimsArg(info, 7, m, "shape", 2);
   size_t n = dims[0], d = dims[1];
@@ -367,7 +377,7 @@ FT_VECTOR_KERNEL Napi::Value LayernormBackward(const Napi::CallbackInfo& info) {
 
 // globalAvgPoolForward(x, y, [N, C, S], layout?): y[N, C] = the mean of each channel's map of S
 // values, x in `layout`.
-FT_VECTOR_KERNEL Napi::Value GlobalAvgPoolForward(const Napi::CallbackInfo& info) {
+FT_LEVEL_KERNEL(GlobalAvgPoolForward) {
   const char* m = "globalAvgPoolForward";
   std::vector<int> d = DimsArg(info, 2, m, "shape", 3);
   Layout layout = LayoutArg(info, 3, m, "layout");
@@ -385,7 +395,7 @@ FT_VECTOR_KERNEL Napi::Value GlobalAvgPoolForward(const Napi::CallbackInfo& info
 
 // globalAvgPoolBackward(dy, dx, [N, C, S], layout?): dx = dy / S at every position of the channel's
 // map, dx in `layout` (its padding channels 0).
-FT_VECTOR_KERNEL Napi::Value GlobalAvgPoolBackward(const Napi::CallbackInfo& info) {
+FT_LEVEL_KERNEL(GlobalAvgPoolBackward) {
   const char* m = "globalAvgPoolBackward";
   std::vector<int> d = DimsArg(info, 2, m, "shape", 3);
   Layout layout = LayoutArg(info, 3, m, "layout");
