@@ -13,4 +13,5 @@ export type { Failure, FailurePolicy } from './ft/manager';
 export { Net, type StepResult, type GradientProgress } from './nn/net';
 export { loadSpec, parseSpec, SpecError } from './nn/spec';
 export { cpu } from './nn/cpu';
-export type { Backend, ConvShape, Layout, LinearShape, NormShape, PoolKind, PoolShape } from './nn/backend';
+export type { Backend, ConvShape, CpuLevel, KernelSettings, Layout, LinearShape, NormShape, PoolKind, PoolShape } from './nn/backend';
+export type { LevelRequest } from './rank/kernel-level';

@@ -21,10 +21,10 @@ export type NormShape = [number, number, number];
  */
 export type Layout = 'plain' | 'blocked';
 
-/** The x86-64 instruction-set levels the CPU kernels may be pinned to, lowest first (each includes the one below). */
-export const cpuLevels = ['x86-64-v2', 'x86-64-v3', 'x86-64-v4'] as const;
-/** A level, or 'native': each library chooses for the CPU it runs on (and its environment says). */
-export type CpuLevel = typeof cpuLevels[number] | 'native';
+/** An x86-64 instruction-set level the CPU kernels are pinned to, or 'native': each library chooses for the CPU it runs on (and what its environment says). */
+export type CpuLevel = 'x86-64-v2' | 'x86-64-v3' | 'x86-64-v4' | 'native';
+/** The levels, lowest first (each includes the one below). */
+export const cpuLevels: readonly Exclude<CpuLevel, 'native'>[] = ['x86-64-v2', 'x86-64-v3', 'x86-64-v4'];
 
 /** What fixes the CPU kernels' bits in a process (beside the thread count). */
 export interface KernelSettings {

@@ -46,7 +46,7 @@ export function chooseLevel(asked: LevelAsked, hosts: Array<CpuLevel | null>, id
   const unknown = hosts.findIndex((host) => host === null);
   if (unknown >= 0) throw new KernelLevelRefusal('', ids[unknown]);
   if (asked.level === 'native') return 'native';
-  const rankOf = (level: CpuLevel): number => cpuLevels.indexOf(level as typeof cpuLevels[number]);
+  const rankOf = (level: CpuLevel): number => cpuLevels.indexOf(level as Exclude<CpuLevel, 'native'>);
   const lowest = hosts.reduce((low, host) => (rankOf(host!) < rankOf(low!) ? host : low))!;
   if (asked.level === 'auto') return lowest;
   const short = ids.filter((_, r) => rankOf(hosts[r]!) < rankOf(asked.level as CpuLevel));
@@ -81,7 +81,7 @@ export async function agreeKernelLevel(world: Communicator, asked: LevelAsked, d
   let ownError: Error | undefined;
   let host = -1;
   try {
-    host = cpuLevels.indexOf(cpu.hostLevel() as typeof cpuLevels[number]);
+    host = cpuLevels.indexOf(cpu.hostLevel() as Exclude<CpuLevel, 'native'>);
   } catch (error) {
     ownError = error as Error;
   }

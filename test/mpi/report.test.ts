@@ -115,7 +115,7 @@ describe('reports', function () {
     assert.deepEqual(compareWithBaselines(runs, runs[5]).map((c) => c.expected), [undefined, undefined, undefined, undefined, undefined, undefined]);
     const settings = runs[4].summary!.settings!;
     assert.deepEqual(Object.keys(settings), ['model', 'model_sha256', 'data_train_sha256', 'data_test_sha256', 'batch', 'lr', 'optimizer', 'momentum', 'weight_decay',
-      'lr_schedule', 'seed', 'shards', 'on_failure', 'lr_rescale', 'steps', 'epochs', 'threads']);
+      'lr_schedule', 'seed', 'shards', 'on_failure', 'lr_rescale', 'steps', 'epochs', 'threads', 'isa']);
     assert.deepEqual([settings.model, settings.batch, settings.lr, settings.momentum, settings.weight_decay, settings.lr_schedule, settings.shards, settings.on_failure, settings.steps, settings.epochs, settings.threads],
       ['lenet', 64, 0.01, 0.9, 0.0005, 'constant', 4, 'exact', 40, null, 1]);
     const manifest = JSON.parse(fs.readFileSync(path.join(repoRoot, 'datasets', 'fashion-mnist', 'manifest.json'), 'utf8'));
@@ -180,9 +180,10 @@ describe('reports', function () {
     assert.deepEqual(of('exact').map((v) => v.difference), Array(40).fill(0));
     const failed = runs[2].summary!.failures[0].step;
     const shrink = of('shrink');
-    // before the failure, shrink mode sums the gradient and loss with MPI's allreduce, not in shard order: float32 rounding apart, the same
-    const ulp = (x: number) => 2 ** (Math.floor(Math.log2(Math.abs(x))) - 23);
-    for (const v of shrink.slice(0, failed)) assert.ok(Math.abs(v.difference) <= 2 * ulp(runs[0].steps[v.step].loss), `step ${v.step}: ${v.difference}`);
+    // before the failure, shrink mode sums the gradient and loss with MPI's allreduce, not in shard
+    // order: the parameters drift apart by float32 rounding from step to step (by how much depends on
+    // the values, so on the kernels' level), far below what another gradient would change
+    for (const v of shrink.slice(0, failed)) assert.ok(Math.abs(v.difference) <= 1e-5 * runs[0].steps[v.step].loss, `step ${v.step}: ${v.difference}`);
     assert.equal(shrink[39].difference, runs[2].steps[39].loss - runs[0].steps[39].loss);
     assert.ok(shrink.slice(failed).some((v) => v.difference !== 0));
   });

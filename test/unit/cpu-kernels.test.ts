@@ -44,7 +44,8 @@ describe('CPU kernels', () => {
     // a 2e9-wide input passes the argument checks but no memory object of that size can exist
     const one = new Float32Array(1);
     const shape = [1, 1, 1, 2_000_000_000, 1, 1, 1, 1, 0] as unknown as ConvShape;
-    assert.throws(() => cpu.conv2dForward(one, one, one, one, shape), { name: 'Error', message: 'could not create a memory object' });
+    // which of oneDNN's steps fails first depends on the level's kernels (x86-64-v3: the primitive)
+    assert.throws(() => cpu.conv2dForward(one, one, one, one, shape), { name: 'Error', message: /^could not create a (memory object|primitive)$/ });
   });
 
   it('conv2dForward equals a direct convolution', () => {
@@ -118,11 +119,14 @@ describe('CPU kernels', () => {
 
   for (const kind of ['max', 'avg'] as PoolKind[]) {
     it(`conv -> ${kind} pool -> conv in the blocked layout: the same bits as in plain, forward and backward`, () => {
-      // 20 and 12 channels: not multiples of the block, so the padding is exercised
+      // 20 and 12 channels: not multiples of the block, so the padding is exercised. Pooling windows
+      // that do not overlap: where they do, oneDNN's plain pooling backward adds a position's
+      // gradients in another order than its blocked kernel below x86-64-v4 (a net keeps each layer's
+      // layout whatever the machine, so no run's bits depend on it)
       const conv1: ConvShape = [2, 3, 9, 9, 20, 3, 3, 1, 1];
-      const pool: PoolShape = [2, 20, 9, 9, 3, 2, 1];
-      const conv2: ConvShape = [2, 20, 5, 5, 12, 3, 3, 1, 0];
-      const sizes = { x: [2, 3, 9, 9], a: [2, 20, 9, 9], p: [2, 20, 5, 5], z: [2, 12, 3, 3] } as const;
+      const pool: PoolShape = [2, 20, 9, 9, 2, 2, 0];
+      const conv2: ConvShape = [2, 20, 4, 4, 12, 3, 3, 1, 0];
+      const sizes = { x: [2, 3, 9, 9], a: [2, 20, 9, 9], p: [2, 20, 4, 4], z: [2, 12, 2, 2] } as const;
       const length = ([n, ...chw]: readonly number[], layout: Layout): number => activationLength(cpu, chw, n, layout);
       const w1 = randomTensor(20 * 3 * 9, 31), b1 = randomTensor(20, 32), w2 = randomTensor(12 * 20 * 9, 33), b2 = randomTensor(12, 34);
       const x = randomTensor(length(sizes.x, 'plain'), 35), dzPlain = randomTensor(length(sizes.z, 'plain'), 36);

@@ -24,7 +24,7 @@ describe('ft-train settings: one table for flags and options', () => {
     assert.deepEqual(parseTrainOptions(['--model', required.model, '--data', required.data, '--run-dir', required.runDir, ...flags]),
       { ...resolveTrainOptions({ ...required, ...settings }), joinId: undefined });
     assert.equal(flagName('respawnLimit'), 'respawn-limit');
-    assert.equal(Object.keys(trainSettings).length, 34);
+    assert.equal(Object.keys(trainSettings).length, 35);
   });
 
   it('a bad setting is one line in the caller\'s spelling', () => {
