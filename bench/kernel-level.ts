@@ -9,10 +9,9 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { median } from './median';
+import { modelStep } from './model-step';
 import type { CpuLevel, KernelSettings } from '../src/nn/backend';
 import { cpu } from '../src/nn/cpu';
-import { Net } from '../src/nn/net';
-import { loadSpec } from '../src/nn/spec';
 
 const batch = 64;
 const seconds = Number(process.env.BENCH_SECONDS ?? 0.5);
@@ -28,16 +27,7 @@ interface Timing {
 /** In a child: `model`'s step at `level`, warmed up, then timed for `seconds`. */
 function timeStep(model: string, level: CpuLevel): Timing {
   cpu.pinLevel(level);
-  const net = new Net(loadSpec(path.join(root, 'models', `${model}.json`)), cpu);
-  net.init(1);
-  const velocity = new Float32Array(net.params.data.length);
-  const x = Float32Array.from({ length: batch * net.inputSize }, (_, i) => (i % 97) / 97);
-  const labels = Int32Array.from({ length: batch }, (_, i) => i % net.spec.classes);
-  const step = (): void => {
-    net.lossAndGradient(x, labels, batch, { seed: 1, epoch: 0, step: 0, shard: 0 });
-    cpu.sgdUpdate(net.params.data, net.params.gradients, velocity, 0.01, 0.9, 5e-4);
-  };
-  for (let i = 0; i < 10; ++i) step();
+  const { step } = modelStep(model, batch);
   let steps = 0;
   const start = performance.now();
   while (performance.now() - start < seconds * 1000) {

@@ -16,11 +16,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
 import { median } from './median';
+import { modelStep } from './model-step';
 import { cpu } from '../src/nn/cpu';
 import { modelSpecJson } from '../src/nn/export';
 import { Net } from '../src/nn/net';
-import { loadSpec } from '../src/nn/spec';
-import { Stream, streamVector } from '../src/nn/stream-memory';
 
 const batch = 64;
 const seconds = Number(process.env.BENCH_SECONDS ?? 0.5);
@@ -44,20 +43,6 @@ function forwardFlops(net: Net): number {
   return flops;
 }
 
-/** A model's kernel-only training step here, on a fixed batch. */
-function ourStep(name: string): { net: Net; step: () => void } {
-  const net = new Net(loadSpec(path.join(root, 'models', `${name}.json`)), cpu);
-  net.init(1);
-  const velocity = streamVector(net.params.data.length, Stream.state);
-  const x = Float32Array.from({ length: batch * net.inputSize }, (_, i) => (i % 97) / 97);
-  const labels = Int32Array.from({ length: batch }, (_, i) => i % net.spec.classes);
-  const step = (): void => {
-    net.lossAndGradient(x, labels, batch, { seed: 1, epoch: 0, step: 0, shard: 0 });
-    cpu.sgdUpdate(net.params.data, net.params.gradients, velocity, 0.01, 0.9, 5e-4);
-  };
-  for (let i = 0; i < 10; ++i) step();
-  return { net, step };
-}
 
 /** Images/s of `step` over `seconds`. */
 function imagesPerS(step: () => void): number {
@@ -108,7 +93,7 @@ function realStepMs(name: string, dataset: string, threads: number, steps: numbe
 
 async function main(): Promise<void> {
   cpu.setThreads(1);
-  const steps = new Map(models.map((model) => [model, ourStep(model)]));
+  const steps = new Map(models.map((model) => [model, modelStep(model, batch)]));
   const pytorch = startPytorch();
   const ours = new Map<string, number[]>(models.map((m) => [m, []]));
   const theirs = new Map<string, number[]>(models.map((m) => [m, []]));
