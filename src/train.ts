@@ -17,7 +17,7 @@ import { cpu } from './nn/cpu';
 import { modelSpecJson, namedTensors } from './nn/export';
 import { Net } from './nn/net';
 import { loadSpec, parseSpec, type ModelSpec } from './nn/spec';
-import { levelAsked } from './rank/kernel-level';
+import { levelAsked, type LevelAsked } from './rank/kernel-level';
 import { lossesText, RankJob } from './rank/job';
 import { launcherWorldRank, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from './rank/launcher-env';
 import type { Summary } from './run/records';
@@ -47,6 +47,8 @@ export class InputError extends Error {
 interface Resume {
   dir: string;
   manifest: CheckpointManifest;
+  /** the kernels' level the resumed run asks for */
+  isa: LevelAsked;
   /** why newer checkpoints were passed over */
   skipped: string[];
 }
@@ -79,9 +81,9 @@ function checkResume(options: TrainOptions, spec: ModelSpec, dataset: Dataset): 
     throw new Error(`${found.dir}: written with --shards ${manifest.shards}, this run asks for ${options.shards}`);
   }
   // --isa auto resumes at the level the checkpoint was computed at
-  const isa = options.isa === 'auto' ? (manifest.config.isa as string | undefined) ?? 'auto' : options.isa;
-  checkConfig(found.dir, manifest, identity(options, spec, dataset, manifest.shards, isa));
-  return found;
+  const isa = levelAsked(options.isa, { dir: found.dir, level: manifest.config.isa });
+  checkConfig(found.dir, manifest, identity(options, spec, dataset, manifest.shards, isa.level));
+  return { ...found, isa };
 }
 
 /** The flags that need the world size: fault tolerance on in MPI, --min-ranks, --drill. */
@@ -174,7 +176,7 @@ export async function runTraining(options: TrainOptions): Promise<TrainOutcome> 
   const job = new RankJob({
     runDir: options.runDir, hangTimeout: options.hangTimeout, drills: options.drills, joinId: options.joinId,
     steps: options.steps, stopOnSigterm: options.onFailure !== 'none', startStep: resume?.manifest.step ?? 0,
-    isa: levelAsked(options.isa, resume && { dir: resume.dir, level: resume.manifest.config.isa as CpuLevel }),
+    isa: resume?.isa ?? levelAsked(options.isa),
   });
   const world = await job.start();
   const { observer, progress, runLog, logger } = job;

@@ -26,9 +26,9 @@ import type { ShardData } from '../data/split';
 import { Manager, type Failure, type StateSource } from '../ft/manager';
 import { parseDrill } from '../ft/drills';
 import { ProtocolStop } from '../ft/stop';
-import type { CpuLevel, KernelSettings } from '../nn/backend';
+import type { KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
-import { levelAsked } from '../rank/kernel-level';
+import { levelAsked, type LevelAsked } from '../rank/kernel-level';
 import { lossesText, RankJob } from '../rank/job';
 import { launcherWorldSize } from '../rank/launcher-env';
 import type { Summary } from '../run/records';
@@ -321,6 +321,7 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
   let resume: ReturnType<typeof findCheckpoint> | undefined;
   let shards: number;
   let identity: Record<string, unknown>;
+  let isa: LevelAsked;
   try {
     drills = s.drill.map(parseDrill);
     dataset = await Dataset.open(s.data);
@@ -328,11 +329,13 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
     shards = resume?.manifest.shards ?? s.shards ?? launcherWorldSize();
     if (s.batch < shards) throw new Error(`batch ${s.batch} is smaller than the ${shards} shards: every shard takes at least one sample per step`);
     dataset.train.layout(shards);
+    // isa auto resumes at the level the checkpoint was computed at
+    isa = levelAsked(s.isa, resume && { dir: resume.dir, level: resume.manifest.config.isa });
     identity = {
       model, tensors: s.tensors, slots: s.slots ?? [], data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },
       batch: s.batch, seed: s.seed, shards, steps: s.steps ?? null, epochs: s.epochs ?? null, user: s.identity ?? {},
-      // the kernels' level user code computes at, if it uses ft-train's (isa auto resumes at the checkpoint's)
-      isa: s.isa === 'auto' && resume ? (resume.manifest.config.isa as string | undefined) ?? 'auto' : s.isa,
+      // the kernels' level user code computes at, if it uses ft-train's
+      isa: isa.level,
     };
     if (resume) checkConfig(resume.dir, resume.manifest, identity);
     createRunDir(s.runDir, resume !== undefined);
@@ -342,7 +345,7 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
   }
   const job = new RankJob({
     runDir: s.runDir, hangTimeout: s.hangTimeout, drills, steps: s.steps, stopOnSigterm: true, startStep: resume?.manifest.step ?? 0,
-    isa: levelAsked(s.isa, resume && { dir: resume.dir, level: resume.manifest.config.isa as CpuLevel }),
+    isa,
   });
   const world = await job.start();
   identity.isa = job.kernels.level;

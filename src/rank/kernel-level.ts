@@ -28,11 +28,15 @@ export class KernelLevelRefusal extends Error {
 }
 
 /**
- * What a job asks for: `--isa` as given, but 'auto' on a resume is the checkpoint's level (its bits
- * need it). `resume` undefined: a new run.
+ * What a job asks for: `--isa` as given, but 'auto' on a resume is the level the checkpoint records
+ * (its bits need it; 'auto' where it records none, which the settings check then refuses).
+ * `resume` undefined: a new run.
  */
-export function levelAsked(isa: LevelRequest, resume?: { dir: string; level: CpuLevel }): LevelAsked {
-  if (isa === 'auto' && resume) return { level: resume.level, origin: `${resume.dir}, computed at ${resume.level},` };
+export function levelAsked(isa: LevelRequest, resume?: { dir: string; level: unknown }): LevelAsked {
+  if (isa === 'auto' && resume) {
+    const level = typeof resume.level === 'string' ? resume.level as LevelRequest : 'auto';
+    return { level, origin: `${resume.dir}, computed at ${level},` };
+  }
   return { level: isa, origin: `--isa ${isa}` };
 }
 

@@ -81,7 +81,7 @@ Napi::Object Exports(Napi::Env env) {
   add("pool2dForward", Pool2dForward);
   add("pool2dBackward", Pool2dBackward);
   add("convertLayout", ConvertLayout);
-  add("setWinograd", SetWinograd);
+  hold("setWinograd", SetWinograd);  // a setting, read when a convolution is made: it pins nothing
   cpu.DefineProperty(Napi::PropertyDescriptor::Accessor(env, cpu, "channelBlock", [](const Napi::CallbackInfo& info) {
     KernelLevel();
     return Napi::Value(Napi::Number::New(info.Env(), ChannelBlock()));
