@@ -11,7 +11,7 @@ import { rankList, signalRanks } from '../run/pids';
 
 /** Every point where a run can fail, in the order a step, a recovery, a checkpoint and a run pass them. */
 export const phases = [
-  'startup', 'resume', 'compute', 'collective', 'redundancy', 'agree', 'update', 'evaluation', 'recovery', 'spawn', 'join', 'rebuild', 'readback',
+  'startup', 'kernels', 'resume', 'compute', 'collective', 'redundancy', 'agree', 'update', 'evaluation', 'recovery', 'spawn', 'join', 'rebuild', 'readback',
   'checkpoint-stripe', 'checkpoint-gather', 'checkpoint-commit', 'final-write',
 ] as const;
 export type Phase = (typeof phases)[number];

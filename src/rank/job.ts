@@ -140,6 +140,7 @@ export class RankJob {
       return endStartup(`ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, this.pidsDir);
     }
     this.disarm = guardAgainstHangs(this.bounds, this.launchRank);
+    this.faults.at(this.settings.startStep, 'kernels');
     this.pinned = await this.pinKernels(this.world);
     this.runLog.setLeader(this.world.rank === 0 && !this.joinedRun);
     return this.world;

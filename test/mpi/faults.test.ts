@@ -160,6 +160,18 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     assert.ok(eventsOf(run).some((e) => e.event === 'failure' && e.error === 'CommTimeoutError'), 'the collective ran into its deadline');
   });
 
+  for (const action of ['kill', 'stop']) {
+    it(`a ${action} during the agreement on the kernels' level ends every rank with one line, nothing left`, async () => {
+      const run = await train('--drill', `rank=2,step=0,phase=kernels,action=${action}`);
+      assert.notEqual(run.job.code, 0);
+      assert.equal(run.job.stragglers, 0);
+      const lines = ftLines(run.job);
+      assert.equal(lines.length, 1, run.job.stderr);
+      assert.match(lines[0], /^ft-train: rank 0: .+ \(a rank died or hung while starting\)$/);
+      assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')), 'a summary was written');
+    });
+  }
+
   it('a kill during start-up ends every rank within the start-up bound, with one line', async () => {
     const run = await train('--drill', 'rank=2,step=0,phase=startup');
     assert.notEqual(run.job.code, 0);
