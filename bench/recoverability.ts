@@ -10,7 +10,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { trainCommand } from '../src/cli/mpirun';
-import { geminiRecoveryProbability, parseRedundancy, planRedundancy, unrecoverableChunks } from '../src/ft/placement';
+import { geminiRecoveryProbability, parseRedundancy, planRedundancy, unrecoverableChunks } from '../src/sharding/placement';
 
 const root = path.resolve(__dirname, '..', '..');
 const specs = ['replicate:2', 'replicate:2:ring', 'ec:2+1', 'ec:2+2'];

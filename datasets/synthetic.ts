@@ -6,7 +6,7 @@
 import { commandLine, runMain } from '../src/cli/command';
 import type { Manifest } from '../src/data/manifest';
 import { writeDataset, type ProgressSink, type SplitSource } from '../src/data/writer';
-import { hashKeys, stream } from '../src/random';
+import { hashKeys, stream } from '../src/base/random';
 
 export interface SyntheticOptions {
   /** [C, H, W] */

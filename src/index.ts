@@ -1,15 +1,15 @@
 // ft-train as a library: `import { train, elastic, ... } from 'ft-train'`. Every rank of a job runs
 // the script that calls these (start it with launch/ft-run --script FILE or `mpirun --with-ft ulfm`).
-export { train, exitWhenDone, InputError, type TrainOutcome, type TrainResult } from './train';
-export { defaultHangTimeoutS, type TrainSettings, type ModelSpecInput } from './train-options';
+export { train, exitWhenDone, InputError, type TrainOutcome, type TrainResult } from './api/train';
+export { defaultHangTimeoutS, type TrainSettings, type ModelSpecInput } from './api/train-settings';
 export {
   elastic, ElasticLoop, type LoopSettings, type LoopProgram, type LoopResult, type CommitRecord,
   type StepSum, type MicroBatch, type GradientFn, type ScoreFn, type Score, type Evaluation,
-} from './loop/elastic';
+} from './api/elastic';
 export type { ModelSpec, LayerSpec, Inputs } from './nn/spec';
 export type { BatchKey, Layer, MergeLayer } from './nn/layer';
 export type { ParameterStore, ParamView } from './nn/params';
-export type { Failure, FailurePolicy } from './ft/manager';
+export type { Failure, FailurePolicy } from './protocol/manager';
 export { Net, type StepResult, type GradientProgress } from './nn/net';
 export { loadSpec, parseSpec, SpecError } from './nn/spec';
 export { cpu } from './nn/cpu';

@@ -6,16 +6,16 @@
 #include <cstdlib>
 #include <string>
 
-#include "checksum.h"
-#include "comm_thread.h"
+#include "coding/checksum.h"
+#include "mpi/comm_thread.h"
 #include "cpu/cpu_kernels.h"
-#include "communicator.h"
-#include "direct_write.h"
-#include "erasure_module.h"
-#include "errors.h"
-#include "gather.h"
+#include "mpi/communicator.h"
+#include "io/direct_write.h"
+#include "coding/erasure_module.h"
+#include "mpi/errors.h"
+#include "data/gather.h"
 #include "args.h"
-#include "watchdog.h"
+#include "mpi/watchdog.h"
 
 namespace ft {
 

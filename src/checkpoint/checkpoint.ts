@@ -13,11 +13,11 @@
 // 3.5 MB on ext4: about 3.6 ms against 5.9).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { syncPath } from '../atomic-write';
-import { crc64 } from '../checksum';
-import { namedError, namingFile } from '../file-errors';
-import { parameterChunks } from '../chunks';
-import { addon } from '../native';
+import { syncPath } from '../base/atomic-write';
+import { crc64 } from '../base/checksum';
+import { namedError, namingFile } from '../base/file-errors';
+import { parameterChunks } from '../base/chunks';
+import { addon } from '../base/addon';
 import { canonicalSha256 } from './canonical-json';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
 

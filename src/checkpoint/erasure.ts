@@ -1,7 +1,7 @@
 // Reed-Solomon erasure coding of checkpoint state (ISA-L in the addon): the raw bytes of Float32
 // buffers, no serialization. k data fragments and m parity fragments, k + m <= 255; any k of them
 // rebuild the others bit for bit. Fragment i < k is data fragment i, fragment k + j is parity row j.
-import { addon } from '../native';
+import { addon } from '../base/addon';
 
 /**
  * Writes parity rows `rows` (default all m, in order) of the k equal-length `data` fragments into

@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { writeAtomically } from '../atomic-write';
+import { writeAtomically } from '../base/atomic-write';
 import { runFiles } from '../run/files';
 import { readPidFile } from '../run/pids';
 import { JsonlFollower } from '../run/follower';

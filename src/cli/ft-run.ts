@@ -12,7 +12,7 @@ import { commandLine, last, UsageError } from './command';
 import { jobProcesses } from './job-processes';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
-import { hangBounds, minorityStopMs } from '../ft/hang-bounds';
+import { hangBounds, minorityStopMs } from '../liveness/hang-bounds';
 import { runFiles } from '../run/files';
 import { rankList, signalRanks } from '../run/pids';
 import { fileSize, readObject } from '../run/reader';

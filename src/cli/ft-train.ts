@@ -1,8 +1,8 @@
 // ft-train: what every rank runs under `mpirun --with-ft ulfm` (launch/ft-run): the command line
-// over the library's train (src/train.ts), which checks, trains and writes the results.
+// over the library's train (src/api/train.ts), which checks, trains and writes the results.
 import { hideBin } from 'yargs/helpers';
-import { exitWhenDone, InputError, runTraining } from '../train';
-import { parseTrainOptions } from './train-options';
+import { exitWhenDone, InputError, runTraining } from '../api/train';
+import { parseTrainOptions } from './train-flags';
 
 export function run(): void {
   exitWhenDone((async () => {

@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { defaultHangTimeoutS } from '../train-options';
+import { defaultHangTimeoutS } from '../api/train-settings';
 
 export { defaultHangTimeoutS };
 

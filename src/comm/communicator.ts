@@ -1,5 +1,5 @@
 // The communicator as the addon hands it out, typed by hand (the addon's own argument checks
-// hold it to this at run time); src/native.ts loads the addon.
+// hold it to this at run time); src/base/addon.ts loads the addon.
 
 /** Typed arrays the communicator moves; reductions apply element-wise in their own type. */
 export type CommBuffer = Float32Array | Float64Array | Int32Array | Uint8Array;

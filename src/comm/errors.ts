@@ -1,4 +1,4 @@
-// Typed errors of the MPI binding. The addon constructs these (binding/src/errors.cc) so that a
+// Typed errors of the MPI binding. The addon constructs these (binding/src/mpi/errors.cc) so that a
 // failure keeps its MPI error class across the boundary.
 
 /** An MPI call failed; `errorClass` is the MPI error class (MPI_Error_class). */

@@ -1,6 +1,6 @@
 // The MPI binding as the rest of ft-train uses it: init/finalize, the Communicator, typed errors.
 import * as os from 'node:os';
-import { addon } from '../native';
+import { addon } from '../base/addon';
 import type { MpiSession } from './communicator';
 
 export type { CommBuffer, Communicator, MpiSession, ReduceOp } from './communicator';

@@ -4,8 +4,8 @@
 // The global batch B is split over S shards: shard s takes floor(B/S) samples, plus one if s < B mod S.
 // An epoch lasts until the largest shard is used up; shards that run out earlier give empty
 // micro-batches for the last steps, so one epoch visits every sample exactly once.
-import { addon } from '../native';
-import { hashKeys, stream } from '../random';
+import { addon } from '../base/addon';
+import { hashKeys, stream } from '../base/random';
 import type { ShardLayout } from './shard-layout';
 import type { ShardData } from './split';
 

@@ -3,7 +3,7 @@
 // (little-endian, C order), and split.json with the divisor ft-train divides the features by.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { writeAtomically } from '../atomic-write';
+import { writeAtomically } from '../base/atomic-write';
 import type { ShardData } from './split';
 
 export function encodeNpy(data: Uint8Array | Int32Array | Float32Array, shape: number[]): Buffer {

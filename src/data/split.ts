@@ -9,8 +9,8 @@ import { DatasetError } from './errors';
 import { expectedSchema, sampleSize, type FeatureType, type Manifest, type SplitEntry } from './manifest';
 import { batchLayout, copyBatch } from './record-batch';
 import { ShardLayout } from './shard-layout';
-import { crc64 } from '../checksum';
-import { addon } from '../native';
+import { crc64 } from '../base/checksum';
+import { addon } from '../base/addon';
 import { sha256, VerifiedFile } from './verified-file';
 
 /** Samples of one shard (or of a whole split), decoded. */

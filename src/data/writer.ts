@@ -21,7 +21,7 @@ import {
   Struct,
   Uint8,
 } from 'apache-arrow';
-import { writeAtomically } from '../atomic-write';
+import { writeAtomically } from '../base/atomic-write';
 import { DatasetError } from './errors';
 import {
   expectedSchema,
@@ -38,7 +38,7 @@ import {
   type SplitName,
   type Standardization,
 } from './manifest';
-import { crc64 } from '../checksum';
+import { crc64 } from '../base/checksum';
 
 export interface SplitSource {
   rows: number;

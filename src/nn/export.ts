@@ -4,7 +4,7 @@
 // load_model.py rebuilds the model in PyTorch from the pair.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { writeAtomically } from '../atomic-write';
+import { writeAtomically } from '../base/atomic-write';
 import { encodeSafetensors, type NamedTensor } from '../checkpoint/safetensors';
 import type { Net } from './net';
 import { runFiles } from '../run/files';

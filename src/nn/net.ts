@@ -22,7 +22,7 @@ import { Linear } from './layers/linear';
 import { Pool2d } from './layers/pool2d';
 import { Relu } from './layers/relu';
 import { type ParamView, ParameterStore } from './params';
-import { stream } from '../random';
+import { stream } from '../base/random';
 import { type LayerSpec, type ModelSpec, SpecError, inputIndices, modelInput } from './spec';
 
 /** What lossAndGradient reports while it runs, for a caller sending gradients before it returns. */

@@ -4,7 +4,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Resvg } from '@resvg/resvg-js';
-import { writeAtomically } from '../atomic-write';
+import { writeAtomically } from '../base/atomic-write';
 import { RunDirError } from '../run/reader';
 import { compareWithBaselines } from './baseline';
 import { combined, compile, renderSvg, reportCharts, standalone } from './charts';

@@ -3,8 +3,8 @@
 // not have written. summary.json is written at the end, atomically.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { namingFile } from '../file-errors';
-import { writeAtomically } from '../atomic-write';
+import { namingFile } from '../base/file-errors';
+import { writeAtomically } from '../base/atomic-write';
 import { runFiles } from './files';
 import { pidFileText } from './pids';
 import { fileSize, lastRecord } from './reader';

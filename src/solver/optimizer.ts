@@ -1,5 +1,5 @@
 // The optimizers (SGD with momentum, PyTorch's AdamW) over any range of the parameters: replicated
-// state updates all P at once, sharded state (src/ft/sharded-state.ts) one chunk per rank; the
+// state updates all P at once, sharded state (src/sharding/sharded-state.ts) one chunk per rank; the
 // update is element-wise, so both give the same bits. Each optimizer also splits its state's
 // advance into an input worked out with the parameters (stateInput) and a step that needs nothing
 // else (replay): a lost chunk's state is rebuilt from a peer's copy of its previous state and the

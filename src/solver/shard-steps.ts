@@ -4,7 +4,7 @@
 // just the shards taken over from lost ranks), and a test-split evaluation divided over the live
 // ranks and redone after a recovery.
 import { whileComputing } from '../comm';
-import type { Manager } from '../ft/manager';
+import type { Manager } from '../protocol/manager';
 import type { BatchKey } from '../nn/layer';
 import type { GradientProgress } from '../nn/net';
 import { gatherBatch, type MicroBatches } from '../data/micro-batches';

@@ -14,8 +14,8 @@ import type { Dataset } from '../data/dataset';
 import { gatherBatch, MicroBatches } from '../data/micro-batches';
 import type { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
-import type { Failure, FailurePolicy, Manager, ProtocolObserver, StateSource } from '../ft/manager';
-import { ProtocolStop } from '../ft/stop';
+import type { Failure, FailurePolicy, Manager, ProtocolObserver, StateSource } from '../protocol/manager';
+import { ProtocolStop } from '../protocol/stop';
 import type { Backend } from '../nn/backend';
 import type { Net } from '../nn/net';
 import { Stream, streamVector } from '../nn/stream-memory';
@@ -25,7 +25,7 @@ import { Optimizer, type OptimizerSettings } from './optimizer';
 import { BatchBuffers, computeShards, evaluateSplit, type Evaluation, type GradientTarget } from './shard-steps';
 import { ShrinkSchedule, type ShrinkStep } from './shrink-schedule';
 
-export type { Failure, FailurePolicy } from '../ft/manager';
+export type { Failure, FailurePolicy } from '../protocol/manager';
 export type { StepRecord } from '../run/records';
 
 export interface TrainConfig {

@@ -1,6 +1,6 @@
 // Central finite differences against analytic gradients, and seeded test tensors.
 import { strict as assert } from 'node:assert';
-import { stream } from '../../src/random';
+import { stream } from '../../src/base/random';
 
 /** n values uniform in [-1, 1). */
 export function randomTensor(n: number, seed: number): Float32Array {

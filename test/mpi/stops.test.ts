@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { AsyncRecordBatchFileReader, RecordBatchReader } from 'apache-arrow';
-import { crc64 } from '../../src/checksum';
+import { crc64 } from '../../src/base/checksum';
 import type { Manifest } from '../../src/data/manifest';
 import { writeDataset, type SplitSource } from '../../src/data/writer';
 import type { EventRecord, StepRecord } from '../../src/run/records';

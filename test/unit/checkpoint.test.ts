@@ -9,7 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { checkpointDir, commitManifest, configSha256, findCheckpoint, loadCheckpoint, newStripeWriter, prepareManifest, pruneCheckpoints, readySpare, removeStaging, stagingDir, stripeDigests, stripeRanges, verifyCheckpoint, writeStripes, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
-import { crc64 } from '../../src/checksum';
+import { crc64 } from '../../src/base/checksum';
 import { randomTensor } from '../helpers/gradcheck';
 
 const tensors = [{ name: 'fc.weight', shape: [7, 5] }, { name: 'fc.bias', shape: [7] }, { name: 'out.weight', shape: [3, 7] }];

@@ -12,7 +12,7 @@ import { Dataset } from '../../src/data/dataset';
 import { gatherBatch, MicroBatches } from '../../src/data/micro-batches';
 import { batchLayout, copyBatch } from '../../src/data/record-batch';
 import { ShardMap } from '../../src/data/shard-map';
-import { addon } from '../../src/native';
+import { addon } from '../../src/base/addon';
 import { writeDataset, type SplitSource } from '../../src/data/writer';
 import type { ShardData } from '../../src/data/split';
 import { makeScratch, removeScratch } from '../helpers/scratch';

@@ -5,7 +5,7 @@
 // own bytes and no others; bad arguments fail with exact messages.
 import { strict as assert } from 'node:assert';
 import { ecDecode, ecEncode } from '../../src/checkpoint/erasure';
-import { stream } from '../../src/random';
+import { stream } from '../../src/base/random';
 import { randomTensor } from '../helpers/gradcheck';
 
 function randomBytes(length: number, seed: number): Uint8Array {

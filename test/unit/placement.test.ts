@@ -2,7 +2,7 @@
 // parities for small worlds, balanced load, which simultaneous losses each placement survives
 // (against Gemini's closed form and counts done by hand), and how a spec shrinks with the world.
 import { strict as assert } from 'node:assert';
-import { formatRedundancy, geminiRecoveryProbability, heldBy, parseRedundancy, planRedundancy, unrecoverableChunks, type EcPlan, type RedundancyPlan, type RedundancySpec, type ReplicaPlan } from '../../src/ft/placement';
+import { formatRedundancy, geminiRecoveryProbability, heldBy, parseRedundancy, planRedundancy, unrecoverableChunks, type EcPlan, type RedundancyPlan, type RedundancySpec, type ReplicaPlan } from '../../src/sharding/placement';
 
 /** all k-subsets of 0..n-1, each ascending */
 function subsets(n: number, k: number): number[][] {

@@ -1,8 +1,8 @@
 // The settings table behind both front doors: the command line and the library's options object
 // resolve to the same options with the same defaults, and each names a bad setting its own way.
 import { strict as assert } from 'node:assert';
-import { parseTrainOptions } from '../../src/cli/train-options';
-import { flagName, resolveTrainOptions, trainSettings } from '../../src/train-options';
+import { parseTrainOptions } from '../../src/cli/train-flags';
+import { flagName, resolveTrainOptions, trainSettings } from '../../src/api/train-settings';
 
 describe('ft-train settings: one table for flags and options', () => {
   const required = { model: 'models/lenet.json', data: 'datasets/fashion-mnist', runDir: 'runs/x' };

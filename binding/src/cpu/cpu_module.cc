@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "../args.h"
+#include "args.h"
 #include "cpu_kernels.h"
 #include "kernel_level.h"
 #include "signals_held.h"

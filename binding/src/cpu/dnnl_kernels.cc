@@ -15,7 +15,7 @@
 #include <tuple>
 
 #include "cpu_kernels.h"
-#include "../args.h"
+#include "args.h"
 #include "tensor_args.h"
 
 namespace ft::cpu {

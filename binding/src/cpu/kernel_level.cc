@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "../args.h"
+#include "args.h"
 
 namespace ft::cpu {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <type_traits>
 
-#include "../args.h"
+#include "args.h"
 #include "cpu_kernels.h"
 #include "kernel_level.h"
 #include "tensor_args.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "../args.h"
+#include "args.h"
 
 namespace ft::cpu {
 

@@ -6,7 +6,7 @@
 // directory that exists is complete.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { syncPath } from '../../atomic-write';
+import { syncPath } from '../../base/atomic-write';
 import { DatasetError } from '../errors';
 import { sampleSize, splitNames, type FeatureType, type Manifest, type SplitMethod, type SplitName } from '../manifest';
 import { writeDataset, type ProgressSink, type SplitSource } from '../writer';

@@ -2,7 +2,7 @@
 // int32, then the features' bytes) appended through a 1 MiB buffer, read back by row range when
 // the Arrow file is written. Memory stays at the buffer whatever the input's size.
 import * as fs from 'node:fs';
-import { namingFile } from '../../file-errors';
+import { namingFile } from '../../base/file-errors';
 
 const bufferBytes = 1 << 20;
 

@@ -5,7 +5,7 @@
 // to test (in the first and last windows, cut by the ends of the class, only if the chosen row is
 // there). A class of n rows thus gets n f test rows on average and always within two of it,
 // spread over the whole input, in one pass and with memory per class only.
-import { hashKeys, uniform } from '../../random';
+import { hashKeys, uniform } from '../../base/random';
 
 /** The largest test fraction: windows need at least two rows (one train row each). */
 export const maxTestFraction = 0.5;

@@ -1,7 +1,7 @@
 // Dropout (inverted): in training, each activation is kept with probability 1 - p and scaled by
 // 1 / (1 - p). The mask is a pure function of (seed, layer, epoch, step, shard, index).
 import { type BatchKey, type Layer, type LayerContext, Scratch } from '../layer';
-import { uniform } from '../../random';
+import { uniform } from '../../base/random';
 
 export class Dropout implements Layer {
   private readonly scratch = new Scratch();

@@ -1,6 +1,6 @@
 // Misuse of the binding on one rank: each attempt's error name and message, in order.
 import { finalize, init, type Communicator } from '../../../src/comm';
-import { addon } from '../../../src/native';
+import { addon } from '../../../src/base/addon';
 import { report } from './report';
 
 type Attempt = [label: string, call: () => unknown];

@@ -4,7 +4,7 @@
 // deadline, rank 0 starts another allreduce nobody joins and revokes while it waits: the revoke
 // does not queue behind it, and the allreduce fails with RevokedError long before the deadline.
 import { finalize, init } from '../../../src/comm';
-import { addon } from '../../../src/native';
+import { addon } from '../../../src/base/addon';
 import { report } from './report';
 
 async function failureOf(call: Promise<void>): Promise<{ name: string; ms: number }> {

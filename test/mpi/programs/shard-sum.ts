@@ -5,9 +5,9 @@
 import { createHash } from 'node:crypto';
 import { finalize, init } from '../../../src/comm';
 import { ShardMap } from '../../../src/data/shard-map';
-import { ShardSum } from '../../../src/ft/shard-sum';
+import { ShardSum } from '../../../src/protocol/shard-sum';
 import { cpu } from '../../../src/nn/cpu';
-import { stream } from '../../../src/random';
+import { stream } from '../../../src/base/random';
 import { report } from './report';
 
 const owners = [0, 0, 1, 2, 2, 2, 1];

@@ -1,6 +1,6 @@
 // The progress watchdog's thread: wakes a few times per timeout and kills the process when the
 // last beat is older than the timeout.
-#include "watchdog.h"
+#include "mpi/watchdog.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -24,10 +24,10 @@ import { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
 import { goneFromHere } from '../run/pids';
 import type { RunEvent } from '../run/records';
-import type { FaultInjector, Phase } from './drills';
+import type { FaultInjector, Phase } from '../liveness/drills';
 import { ddpBuckets, oneBucket, ShardSum } from './shard-sum';
-import { ShardedState, type JoinMeta, type ShardedStateConfig } from './sharded-state';
-import { beat, killDeclaredDead, peersGone } from './hangs';
+import { ShardedState, type JoinMeta, type ShardedStateConfig } from '../sharding/sharded-state';
+import { beat, killDeclaredDead, peersGone } from '../liveness/hangs';
 import { repair, withDeadline, type Repair } from './repair';
 import { ProtocolStop } from './stop';
 

@@ -2,13 +2,13 @@
 // as a Uint8Array, at any byteOffset) coded synchronously on the calling thread by erasure.h. The
 // JS values are checked here; counts, indices and overlaps by erasure.h, whose
 // std::invalid_argument becomes a TypeError with the same message.
-#include "erasure_module.h"
+#include "coding/erasure_module.h"
 
 #include <cmath>
 #include <stdexcept>
 
 #include "args.h"
-#include "erasure.h"
+#include "coding/erasure.h"
 
 namespace ft {
 

@@ -1,7 +1,7 @@
 // Checksums of checkpoint stripes and dataset record batches: ISA-L's CRC-64 (ECMA-182, reflected),
 // many GB/s, so verifying what is read or written costs a fraction of the I/O itself. Chained: the
 // CRC of a after b equals crc64(b, crc64(a)). Exposed as addon.crc64(bytes, previous?) -> 16 hex.
-#include "checksum.h"
+#include "coding/checksum.h"
 
 #include <isa-l/crc64.h>
 

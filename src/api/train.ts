@@ -5,29 +5,29 @@
 // codes: 0 done (or stopped by SIGTERM after a checkpoint), 1 an error (one line, every rank
 // stops), 2 bad input, 3 fewer ranks left than minRanks (after a checkpoint), 4 on the minority
 // side of a partition (it stops, writing nothing).
-import { checkConfig, findCheckpoint, type CheckpointManifest } from './checkpoint/checkpoint';
-import { encodeSafetensors } from './checkpoint/safetensors';
-import { canOverlap, ulfm } from './comm';
-import { Dataset } from './data/dataset';
-import { DatasetError } from './data/errors';
-import { Manager } from './ft/manager';
-import { formatRedundancy } from './ft/placement';
-import type { CpuLevel, KernelSettings } from './nn/backend';
-import { cpu } from './nn/cpu';
-import { modelSpecJson, namedTensors } from './nn/export';
-import { Net } from './nn/net';
-import { loadSpec, parseSpec, type ModelSpec } from './nn/spec';
-import { levelAsked, type LevelAsked } from './rank/kernel-level';
-import { lossesText, RankJob } from './rank/job';
-import { launcherWorldRank, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from './rank/launcher-env';
-import type { Summary } from './run/records';
-import { createRunDir, writeModel, writeSummary } from './run/writer';
-import { Optimizer, type OptimizerSettings } from './solver/optimizer';
-import { Trainer, type TrainResult } from './solver/trainer';
-import { resolveTrainOptions, SettingsError, type TrainOptions, type TrainSettings } from './train-options';
-import { runSettings } from './run/settings';
+import { checkConfig, findCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
+import { encodeSafetensors } from '../checkpoint/safetensors';
+import { canOverlap, ulfm } from '../comm';
+import { Dataset } from '../data/dataset';
+import { DatasetError } from '../data/errors';
+import { Manager } from '../protocol/manager';
+import { formatRedundancy } from '../sharding/placement';
+import type { CpuLevel, KernelSettings } from '../nn/backend';
+import { cpu } from '../nn/cpu';
+import { modelSpecJson, namedTensors } from '../nn/export';
+import { Net } from '../nn/net';
+import { loadSpec, parseSpec, type ModelSpec } from '../nn/spec';
+import { levelAsked, type LevelAsked } from '../rank/kernel-level';
+import { lossesText, RankJob } from '../rank/job';
+import { launcherWorldRank, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from '../rank/launcher-env';
+import type { Summary } from '../run/records';
+import { createRunDir, writeModel, writeSummary } from '../run/writer';
+import { Optimizer, type OptimizerSettings } from '../solver/optimizer';
+import { Trainer, type TrainResult } from '../solver/trainer';
+import { resolveTrainOptions, SettingsError, type TrainOptions, type TrainSettings } from './train-settings';
+import { runSettings } from '../run/settings';
 
-export type { TrainResult } from './solver/trainer';
+export type { TrainResult } from '../solver/trainer';
 
 /** How a rank's run ended. */
 export interface TrainOutcome<Result = TrainResult> {

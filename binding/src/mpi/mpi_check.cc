@@ -1,5 +1,5 @@
 // MPI return code -> Failure, with the MPI library's own message.
-#include "mpi_check.h"
+#include "mpi/mpi_check.h"
 
 #include <cstring>
 

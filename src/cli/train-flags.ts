@@ -1,10 +1,10 @@
-// ft-train's command line: the settings of src/train-options.ts as flags (kebab-cased), with their
+// ft-train's command line: the settings of src/api/train-settings.ts as flags (kebab-cased), with their
 // defaults in --help; every problem is one line naming the flag.
 import type { Options } from 'yargs';
-import { flagName, resolveTrainOptions, trainSettings, type TrainOptions, type TrainSettings } from '../train-options';
+import { flagName, resolveTrainOptions, trainSettings, type TrainOptions, type TrainSettings } from '../api/train-settings';
 import { commandLine, last, UsageError } from './command';
 
-export type { TrainOptions } from '../train-options';
+export type { TrainOptions } from '../api/train-settings';
 
 const usage = `mpirun --with-ft ulfm -n N node launch/ft-train.js --model SPEC --data DIR --run-dir DIR [options]
 

@@ -1,5 +1,5 @@
 // The comm thread's queue, its loop, and the settling of Ops on the main thread.
-#include "comm_thread.h"
+#include "mpi/comm_thread.h"
 
 #include <mpi-ext.h>
 
@@ -8,8 +8,8 @@
 #include <chrono>
 #include <string>
 
-#include "control_variables.h"
-#include "errors.h"
+#include "mpi/control_variables.h"
+#include "mpi/errors.h"
 
 namespace ft {
 

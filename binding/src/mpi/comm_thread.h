@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "mpi_check.h"
+#include "mpi/mpi_check.h"
 
 namespace ft {
 

@@ -1,16 +1,16 @@
-// ft-train's settings, one table for both front doors: the command line's flags (src/cli/
-// train-options.ts builds them from it, kebab-cased) and the library's options object (`train()`
+// ft-train's settings, one table for both front doors: the command line's flags (src/cli/train-flags.ts
+// builds them from it, kebab-cased) and the library's options object (`train()`
 // and the custom loop take the same names, camelCased, with the same defaults and checks). Every
 // problem is one line naming the setting as the caller wrote it (`--lr` or `lr`).
 import * as path from 'node:path';
-import { parseDrill, phases, type Drill } from './ft/drills';
-import { parseRedundancy, type RedundancySpec } from './ft/placement';
-import { cpuLevels } from './nn/backend';
-import type { ModelSpec } from './nn/spec';
-import type { LevelRequest } from './rank/kernel-level';
-import { parseLrSchedule, type LrSchedule } from './solver/lr-schedule';
-import { optimizerNames, type OptimizerName, type OptimizerSettings } from './solver/optimizer';
-import type { FailurePolicy } from './ft/manager';
+import { parseDrill, phases, type Drill } from '../liveness/drills';
+import { parseRedundancy, type RedundancySpec } from '../sharding/placement';
+import { cpuLevels } from '../nn/backend';
+import type { ModelSpec } from '../nn/spec';
+import type { LevelRequest } from '../rank/kernel-level';
+import { parseLrSchedule, type LrSchedule } from '../solver/lr-schedule';
+import { optimizerNames, type OptimizerName, type OptimizerSettings } from '../solver/optimizer';
+import type { FailurePolicy } from '../protocol/manager';
 
 /** The default --hang-timeout, seconds (launch/ft-run gives MPI's detector the same value). */
 export const defaultHangTimeoutS = 30;

@@ -16,11 +16,11 @@
 // spare, a respawned rank) hold no chunk of the old layout: they only receive in the redistribution.
 import type { Communicator } from '../comm';
 import { ecDecode } from '../checkpoint/erasure';
-import { parameterChunks } from '../chunks';
+import { parameterChunks } from '../base/chunks';
 import { planRedundancy, unrecoverableChunks, type RedundancyPlan, type RedundancySpec } from './placement';
 import { PeerRedundancy, type Item } from './redundancy';
-import type { ShardSum } from './shard-sum';
-import { ProtocolStop } from './stop';
+import type { ShardSum } from '../protocol/shard-sum';
+import { ProtocolStop } from '../protocol/stop';
 
 /** What sharded state needs of an optimizer (solver/optimizer.ts). */
 export interface StateOptimizer {

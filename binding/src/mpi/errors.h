@@ -2,7 +2,7 @@
 #pragma once
 #include <napi.h>
 
-#include "mpi_check.h"
+#include "mpi/mpi_check.h"
 
 namespace ft {
 

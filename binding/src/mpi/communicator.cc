@@ -2,13 +2,13 @@
 // the calls that make communicators of some or more processes (split, spawn). A communicator names
 // its processes by ids that outlive it: MPI_COMM_WORLD ranks for the job's own processes, ids the
 // spawning ranks hand out for those they start (their MPI_COMM_WORLD is a different one).
-#include "communicator.h"
+#include "mpi/communicator.h"
 
 #include <mpi-ext.h>
 
 #include "args.h"
-#include "comm_thread.h"
-#include "control_variables.h"
+#include "mpi/comm_thread.h"
+#include "mpi/control_variables.h"
 
 namespace ft {
 

@@ -9,7 +9,7 @@
 // curve448), and libisal's calls bind to that one and crash. So the matrix algebra (gf_mul,
 // gf_invert_matrix) is done below, and buffers shorter than the SIMD kernels' block, which
 // ec_encode_data would hand to ec_encode_data_base, are coded in a padded copy.
-#include "erasure.h"
+#include "coding/erasure.h"
 
 #include <isa-l/erasure_code.h>
 

@@ -15,7 +15,7 @@
 // there in place), tagged with its step, so that the sum a recovery builds for the smaller world
 // keeps the vectors the survivors already computed for the step being retried.
 import type { Communicator } from '../comm';
-import { chunkBounds } from '../chunks';
+import { chunkBounds } from '../base/chunks';
 import type { ShardMap } from '../data/shard-map';
 import { Stream, streamVector } from '../nn/stream-memory';
 

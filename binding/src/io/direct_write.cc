@@ -17,7 +17,7 @@
 // writer.fill(path, fileBytes) -> Promise: a new file of fileBytes with every block written and
 // durable. One write or fill at a time per writer. An I/O error rejects with an Error like Node's
 // fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
-#include "direct_write.h"
+#include "io/direct_write.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
 // MPI_T's control variables: found by name, read as a flag, written as an int.
-#include "control_variables.h"
+#include "mpi/control_variables.h"
 
 namespace ft {
 

@@ -1,6 +1,6 @@
 // Failure -> typed JS error. ULFM's classes get their own types; any other MPI class keeps its
 // number in `errorClass`.
-#include "errors.h"
+#include "mpi/errors.h"
 
 #include <mpi-ext.h>
 

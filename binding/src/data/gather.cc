@@ -4,7 +4,7 @@
 // The rows come from anywhere in the shard, out of the caches: their lines are prefetched a few
 // rows ahead, and a shard's memory can be put on huge pages (64 Fashion-MNIST rows after the step's
 // work: 60 us; prefetched 43; on huge pages too 35).
-#include "gather.h"
+#include "data/gather.h"
 
 #include <sys/mman.h>
 

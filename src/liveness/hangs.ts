@@ -9,7 +9,7 @@
 //   has a deadline of a few T, after which the thread revokes the communicator itself.
 // A rank declared dead may still exist (stopped): the survivors kill it, so it can never come back
 // and mpirun ends with the job.
-import { addon } from '../native';
+import { addon } from '../base/addon';
 import type { HangBounds } from './hang-bounds';
 import { rankProcess, signalRanks } from '../run/pids';
 

@@ -2,9 +2,9 @@
 // hold it to this at run time): MPI for comm/, kernels for nn/, batch gathering for data/, CRC-64
 // for checksums, erasure coding and the state file's writer for checkpoint/.
 import * as path from 'node:path';
-import type { MpiSession } from './comm/communicator';
-import { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, RevokedError } from './comm/errors';
-import type { Backend } from './nn/backend';
+import type { MpiSession } from '../comm/communicator';
+import { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, RevokedError } from '../comm/errors';
+import type { Backend } from '../nn/backend';
 
 interface Addon {
   init(): Promise<MpiSession>;
@@ -50,7 +50,7 @@ interface Addon {
   };
 }
 
-const addonPath = path.resolve(__dirname, '..', '..', 'build', 'Release', 'ft_train_native.node');
+const addonPath = path.resolve(__dirname, '..', '..', '..', 'build', 'Release', 'ft_train_native.node');
 
 function load(): Addon {
   // OpenMP (oneDNN's threads) reads this as the addon loads: unset, it pinned the loading thread to

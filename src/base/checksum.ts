@@ -1,6 +1,6 @@
 // CRC-64 of byte ranges (ISA-L in the addon): checksums of checkpoint stripes and dataset record
 // batches, verified on every read, at many GB/s. Whole files keep sha256 (manifests, --verify).
-import { addon } from './native';
+import { addon } from './addon';
 
 /** The CRC-64 of the pieces' bytes, one after the other. */
 export function crc64(...pieces: ArrayBufferView[]): string {
