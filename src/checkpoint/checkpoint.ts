@@ -17,9 +17,21 @@ import { syncPath } from '../base/atomic-write';
 import { crc64 } from '../base/checksum';
 import { namedError, namingFile } from '../base/file-errors';
 import { parameterChunks } from '../base/chunks';
-import { addon } from '../base/addon';
+import { addonPart } from '../base/addon';
 import { canonicalSha256 } from './canonical-json';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
+
+const addon = addonPart<{
+  /**
+   * Writes byte ranges of a file and fsyncs it, off the JS thread: it creates
+   * the file if needed, sets its length to `fileBytes`, and writes each view's bytes at `at`,
+   * page-aligned runs straight to the disk (O_DIRECT, through staging buffers a writer allocates
+   * once) where the file system allows. The views must not overlap in the file (a TypeError) nor
+   * change until the Promise settles; one write at a time. I/O errors reject like Node's fs errors,
+   * naming the file.
+   */
+  FileWriter: new () => { write(file: string, fileBytes: number, parts: { at: number; bytes: ArrayBufferView }[]): Promise<void>; fill(file: string, fileBytes: number): Promise<void> };
+}>();
 
 /** /2: the manifest carries manifest_sha256, and config_sha256 is over the config's canonical JSON. */
 export const checkpointFormat = 'ft-train-checkpoint/2';

@@ -1,10 +1,25 @@
 // The MPI binding as the rest of ft-train uses it: init/finalize, the Communicator, typed errors.
 import * as os from 'node:os';
-import { addon } from '../base/addon';
+import { addonPart } from '../base/addon';
 import type { MpiSession } from './communicator';
+import { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, RevokedError } from './errors';
 
 export type { CommBuffer, Communicator, MpiSession, ReduceOp } from './communicator';
 export { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, RevokedError, isFailure } from './errors';
+
+/** The addon's MPI part. */
+interface MpiPart {
+  init(): Promise<MpiSession>;
+  finalize(): Promise<void>;
+  /** the classes the addon constructs an MPI error as, keeping its error class */
+  registerErrorTypes(types: Record<string, unknown>): void;
+  ulfm: boolean;
+  /** Whether the main thread computes (pending requests are then polled between naps, leaving it the core) or will wait on the comm thread. */
+  setMainComputing(computing: boolean): void;
+}
+
+const addon = addonPart<MpiPart>();
+addon.registerErrorTypes({ MpiError, ProcFailedError, RevokedError, NotSupportedError, CommTimeoutError });
 
 /** True when the addon was built against an MPI with ULFM (revoke, shrink, agree). */
 export const ulfm: boolean = addon.ulfm;

@@ -4,10 +4,15 @@
 // The global batch B is split over S shards: shard s takes floor(B/S) samples, plus one if s < B mod S.
 // An epoch lasts until the largest shard is used up; shards that run out earlier give empty
 // micro-batches for the last steps, so one epoch visits every sample exactly once.
-import { addon } from '../base/addon';
+import { addonPart } from '../base/addon';
 import { hashKeys, stream } from '../base/random';
 import type { ShardLayout } from './shard-layout';
 import type { ShardData } from './split';
+
+const addon = addonPart<{
+  /** x[i, :] = features[rows[i], :] / divisor for samples of `sampleSize` values (each quotient rounded to float32). */
+  gatherRows(features: Uint8Array | Float32Array, sampleSize: number, rows: Int32Array, divisor: number, x: Float32Array): void;
+}>();
 
 export class MicroBatches {
   readonly stepsPerEpoch: number;

@@ -10,8 +10,13 @@ import { expectedSchema, sampleSize, type FeatureType, type Manifest, type Split
 import { batchLayout, copyBatch } from './record-batch';
 import { ShardLayout } from './shard-layout';
 import { crc64 } from '../base/checksum';
-import { addon } from '../base/addon';
+import { addonPart } from '../base/addon';
 import { sha256, VerifiedFile } from './verified-file';
+
+const addon = addonPart<{
+  /** `features`, not yet written, will be gathered by random rows: backed by huge pages where the kernel allows. Whether the advice was taken. */
+  adviseRandomRows(features: ArrayBufferView): boolean;
+}>();
 
 /** Samples of one shard (or of a whole split), decoded. */
 export interface ShardData {

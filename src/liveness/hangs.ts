@@ -9,9 +9,22 @@
 //   has a deadline of a few T, after which the thread revokes the communicator itself.
 // A rank declared dead may still exist (stopped): the survivors kill it, so it can never come back
 // and mpirun ends with the job.
-import { addon } from '../base/addon';
+import { addonPart } from '../base/addon';
 import type { HangBounds } from './hang-bounds';
 import { rankProcess, signalRanks } from '../run/pids';
+
+/** The addon's bounds on waiting: the comm thread's deadline and idle progress, the watchdog. */
+interface HangGuardPart {
+  /** How long any wait on the comm thread may last before it revokes the communicator (0: no limit). */
+  setCommTimeout(ms: number): void;
+  /** While idle, the comm thread drives MPI's progress this often, for the failure detector's heartbeats (0: never). */
+  setIdleProgress(ms: number): void;
+  /** (Re)arms the progress watchdog: no beat() for timeoutMs and the process prints `line` and dies (0: off). */
+  watchdog(timeoutMs: number, line: string): void;
+  beat(): void;
+}
+
+const addon = addonPart<HangGuardPart>();
 
 /** Arms the deadlines and the watchdog; returns a function that disarms both (at exit). */
 export function guardAgainstHangs(bounds: HangBounds, worldRank: number): () => void {

@@ -1,5 +1,5 @@
 // The CPU backend: oneDNN and OpenBLAS kernels in the addon.
-import { addon } from '../base/addon';
+import { addonPart } from '../base/addon';
 import type { Backend } from './backend';
 
-export const cpu: Backend = addon.cpu;
+export const cpu: Backend = addonPart<{ cpu: Backend }>().cpu;

@@ -12,7 +12,7 @@ import { Dataset } from '../../src/data/dataset';
 import { gatherBatch, MicroBatches } from '../../src/data/micro-batches';
 import { batchLayout, copyBatch } from '../../src/data/record-batch';
 import { ShardMap } from '../../src/data/shard-map';
-import { addon } from '../../src/base/addon';
+import { addonPart } from '../../src/base/addon';
 import { writeDataset, type SplitSource } from '../../src/data/writer';
 import type { ShardData } from '../../src/data/split';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -308,7 +308,7 @@ describe('Arrow datasets', function () {
         gatherBatch(shard, Int32Array.from([0, 7]), x, labels);
         // rows sharing memory with x would be read after x is written over them
         const memory = new ArrayBuffer(64);
-        assert.throws(() => addon.gatherRows(shard.features, 5, new Int32Array(memory, 0, 2), 1, new Float32Array(memory, 4, 10)),
+        assert.throws(() => addonPart<{ gatherRows(...args: unknown[]): void }>().gatherRows(shard.features, 5, new Int32Array(memory, 0, 2), 1, new Float32Array(memory, 4, 10)),
           { name: 'TypeError', message: 'gatherRows: expected x to be memory apart from rows, got a view overlapping rows' });
         // shard 1 of 3 over 6 batches holds batches 2 and 3: rows 8..15
         assert.deepEqual(Array.from(x), [0, 1, 2, 3, 4].map((j) => value(8, j)).concat([0, 1, 2, 3, 4].map((j) => value(15, j))));

@@ -1,6 +1,6 @@
 // Misuse of the binding on one rank: each attempt's error name and message, in order.
 import { finalize, init, type Communicator } from '../../../src/comm';
-import { addon } from '../../../src/base/addon';
+import { addonPart } from '../../../src/base/addon';
 import { report } from './report';
 
 type Attempt = [label: string, call: () => unknown];
@@ -32,7 +32,7 @@ async function main(): Promise<void> {
     ['counts sum', () => comm.alltoallv(f32, [1], f32, [2])],
     ['agree flag', () => comm.agree(1.5)],
     ['init twice', () => init()],
-    ['construct', () => new (addon as unknown as { Communicator: new () => Communicator }).Communicator()],
+    ['construct', () => new (addonPart<{ Communicator: new () => Communicator }>().Communicator)()],
   ];
   const errors: Record<string, string> = {};
   for (const [label, call] of attempts) errors[label] = await outcome(call);

@@ -4,8 +4,10 @@
 // deadline, rank 0 starts another allreduce nobody joins and revokes while it waits: the revoke
 // does not queue behind it, and the allreduce fails with RevokedError long before the deadline.
 import { finalize, init } from '../../../src/comm';
-import { addon } from '../../../src/base/addon';
+import { addonPart } from '../../../src/base/addon';
 import { report } from './report';
+
+const addon = addonPart<{ setCommTimeout(ms: number): void }>();
 
 async function failureOf(call: Promise<void>): Promise<{ name: string; ms: number }> {
   const started = performance.now();
