@@ -9,7 +9,7 @@ export {
 export type { ModelSpec, LayerSpec, Inputs } from './nn/spec';
 export type { BatchKey, Layer, MergeLayer } from './nn/layer';
 export type { ParameterStore, ParamView } from './nn/params';
-export type { Failure, FailurePolicy } from './protocol/manager';
+export type { Failure, FailurePolicy } from './protocol/contracts';
 export { Net, type StepResult, type GradientProgress } from './nn/net';
 export { loadSpec, parseSpec, SpecError } from './nn/spec';
 export { cpu } from './nn/cpu';

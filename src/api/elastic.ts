@@ -1,9 +1,12 @@
 // Your own training loop with ft-train's protocol (in the spirit of Horovod's hvd.elastic.run and
 // torchft's Manager): user code computes gradients however it likes; the loop gives it each held
-// shard's micro-batch, sums the gradients over all shards in shard order (so the bits never depend
-// on the world size), has the survivors vote on every step, repairs the communicator after a
-// failure, reads back only the lost ranks' shards and asks for just their gradients again, and
-// writes JIT and periodic checkpoints of the state it registered. No MPI in user code.
+// shard's micro-batch, sums the gradients (exact: over all shards in shard order, so the bits never
+// depend on the world size; shrink/none: a plain allreduce of each rank's pieces), has the
+// survivors vote on every step, repairs the communicator after a failure, reads back only the lost
+// ranks' shards and asks for just their gradients again, and writes JIT and periodic checkpoints
+// of the state it registered. Everything the trainer has, the loop has too: every failure policy,
+// hot spares, respawned ranks, and sharded optimizer state when ft-train's optimizer makes the
+// update (update() instead of sum()). No MPI in user code.
 //
 //   exitWhenDone(elastic({ data, runDir, steps, tensors: { w: [10, 784], b: [10] }, slots: ['velocity'] }, {
 //     init(loop) { ...fill loop.tensors from the seed... },
@@ -16,33 +19,33 @@
 //     },
 //   }));
 import { createHash } from 'node:crypto';
-import * as path from 'node:path';
-import { checkConfig, findCheckpoint, loadCheckpoint, type CheckpointManifest, type TrainingState } from '../checkpoint/checkpoint';
+import { loadCheckpoint, type CheckpointManifest, type TrainingState } from '../checkpoint/checkpoint';
 import { encodeSafetensors, type TensorInfo } from '../checkpoint/safetensors';
-import { Dataset } from '../data/dataset';
+import type { Dataset } from '../data/dataset';
 import { MicroBatches } from '../data/micro-batches';
 import type { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
-import { Manager, type Failure, type StateSource } from '../protocol/manager';
-import { parseDrill } from '../liveness/drills';
-import { ProtocolStop } from '../protocol/stop';
-import type { KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
-import { levelAsked, type LevelAsked } from '../rank/kernel-level';
-import { lossesText, RankJob } from '../rank/job';
-import { launcherWorldSize } from '../rank/launcher-env';
-import type { Summary } from '../run/records';
-import { createRunDir, writeModel, writeSummary } from '../run/writer';
-import { BatchBuffers, computeShards, evaluateSplit, type Evaluation, type GradientFn, type GradientTarget, type ScoreFn } from '../solver/shard-steps';
-import { InputError, type TrainOutcome } from './train';
-import { settingValues, type TrainSettings } from './train-settings';
-import { runSettings } from '../run/settings';
+import type { Failure, LoopPosition, ResumePoint, StateSource } from '../protocol/contracts';
+import type { Manager } from '../protocol/manager';
+import type { RankObserver } from '../rank/job';
+import { writeModel } from '../run/writer';
+import { DataPosition } from '../solver/data-position';
+import { Optimizer, optimizerIdentity } from '../solver/optimizer';
+import { BatchBuffers, evaluateSplit, type Evaluation, type GradientFn, type GradientTarget, type ScoreFn } from '../solver/shard-steps';
+import { DataParallelStep, type StepUpdate } from '../solver/step';
+import { InputError, runRank, type RankDoor, type RunResult, type TrainOutcome } from './rank-run';
+import { resolveTrainOptions, SettingsError, type TrainOptions, type TrainSettings } from './train-settings';
 
 export type { Evaluation, GradientFn, MicroBatch, Score, ScoreFn } from '../solver/shard-steps';
 
+/** The trainer's settings that mean the same in a custom loop (the same names, defaults and checks). */
+const loopKeys = ['data', 'runDir', 'steps', 'epochs', 'batch', 'seed', 'shards', 'onFailure', 'lrRescale', 'minRanks', 'maxRetries', 'hangTimeout',
+  'spares', 'respawn', 'respawnLimit', 'drill', 'jitCheckpoint', 'checkpointDir', 'checkpointEvery', 'keepCheckpoints', 'resume', 'isa',
+  'optimizer', 'momentum', 'weightDecay', 'beta1', 'beta2', 'eps', 'optimizerState', 'redundancy'] as const;
+
 /** The settings of a custom loop: ft-train's own where they mean the same, and the state to keep. */
-export interface LoopSettings extends Pick<TrainSettings, 'data' | 'runDir' | 'steps' | 'epochs' | 'batch' | 'seed' | 'shards'
-  | 'minRanks' | 'maxRetries' | 'hangTimeout' | 'drill' | 'jitCheckpoint' | 'checkpointDir' | 'checkpointEvery' | 'keepCheckpoints' | 'resume' | 'isa'> {
+export interface LoopSettings extends Pick<TrainSettings, (typeof loopKeys)[number]> {
   /** The state's tensors, name -> shape, laid out in this order in one flat buffer (`loop.state`). */
   tensors: Record<string, number[]>;
   /** Further state laid out like the tensors (e.g. an optimizer's 'velocity'), also checkpointed. */
@@ -57,7 +60,7 @@ export interface LoopSettings extends Pick<TrainSettings, 'data' | 'runDir' | 's
 export interface LoopProgram {
   /** Fills the state for step 0, the same on every rank (e.g. from settings.seed); not called on a resume or a join. */
   init(loop: ElasticLoop): void;
-  /** Trains until `loop.done`, calling sum() then commit() once per step. */
+  /** Trains until `loop.done`, calling sum() (or update()) then commit() once per step. */
   train(loop: ElasticLoop): Promise<void>;
 }
 
@@ -87,19 +90,33 @@ export interface StepSum {
 
 /** Fields of the step record commit() writes to metrics.jsonl besides the loop's own. */
 export interface CommitRecord {
-  /** the step's learning rate, for the metrics and the report (default 0) */
+  /** the step's learning rate, for the metrics and the report (default: update()'s, else 0) */
   lr?: number;
   [field: string]: number | undefined;
 }
 
-const loopKeys = ['steps', 'epochs', 'batch', 'seed', 'shards', 'minRanks', 'maxRetries', 'hangTimeout', 'drill', 'jitCheckpoint',
-  'checkpointDir', 'checkpointEvery', 'keepCheckpoints', 'resume', 'data', 'runDir', 'isa'] as const;
+type LoopOptions = TrainOptions & Required<Pick<LoopSettings, 'tensors' | 'slots' | 'identity' | 'model'>> & {
+  /** ft-train's optimizer makes the update (settings.optimizer given, or sharded state) */
+  updates: boolean;
+};
 
 /** The loop's settings with defaults, or one InputError line. */
-function resolveLoopSettings(settings: LoopSettings): Required<Pick<LoopSettings, 'batch' | 'seed' | 'minRanks' | 'maxRetries' | 'hangTimeout' | 'drill' | 'jitCheckpoint' | 'checkpointEvery' | 'keepCheckpoints' | 'isa'>> & LoopSettings {
+function resolveLoopSettings(settings: LoopSettings): LoopOptions {
   const fail = (message: string): never => { throw new InputError(`ft-train: ${message}`); };
-  const resolved = { ...settings, ...settingValues(settings as unknown as Record<string, unknown>, loopKeys, (key) => key, fail) };
-  if (settings.steps !== undefined && settings.epochs !== undefined) fail('give steps or epochs, not both');
+  const own = new Set(['tensors', 'slots', 'identity', 'model']);
+  const given: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(settings)) {
+    if (own.has(key) || value === undefined) continue;
+    if (!(loopKeys as readonly string[]).includes(key)) fail(`unknown setting ${key}`);
+    given[key] = value;
+  }
+  let options: TrainOptions;
+  try {
+    options = resolveTrainOptions({ ...given, model: settings.model ?? 'custom' } as TrainSettings);
+  } catch (error) {
+    if (error instanceof SettingsError) throw new InputError(error.message);
+    throw error;
+  }
   const tensors = Object.entries(settings.tensors ?? {});
   if (tensors.length === 0) fail('tensors: expected at least one, name -> shape');
   for (const [name, shape] of tensors) {
@@ -107,7 +124,12 @@ function resolveLoopSettings(settings: LoopSettings): Required<Pick<LoopSettings
   }
   const slots = settings.slots ?? [];
   if (new Set(slots).size !== slots.length || slots.some((s) => typeof s !== 'string' || s === '')) fail(`slots: expected distinct names, got ${JSON.stringify(slots)}`);
-  return resolved as unknown as ReturnType<typeof resolveLoopSettings>;
+  const updates = settings.optimizer !== undefined || options.optimizerState === 'sharded';
+  if (options.optimizerState === 'sharded' && slots.length > 0) fail('slots: with optimizerState sharded the optimizer\'s state is the protocol\'s, in chunks; register no slots of your own');
+  const optimizerSlots = updates ? new Optimizer(options.optimizer, cpu).slots : [];
+  const clash = slots.find((s) => optimizerSlots.includes(s));
+  if (clash) fail(`slots: "${clash}" is ${options.optimizer.name}'s own state (ft-train's optimizer keeps it); register other names`);
+  return { ...options, tensors: settings.tensors, slots, identity: settings.identity ?? {}, model: settings.model ?? 'custom', updates };
 }
 
 /** The loop handed to user code: the state, the step, and the protocol's calls. */
@@ -123,72 +145,85 @@ export class ElasticLoop {
   private readonly slotData: Map<string, Float32Array>;
   private readonly views: (TensorInfo & { offset: number })[] = [];
   private readonly buffers: BatchBuffers;
-  private currentStep = 0;
-  private lastLoss = NaN;
+  private readonly data: DataPosition;
+  private readonly steps: DataParallelStep;
+  /** ft-train's optimizer, when it makes the update (update()); its state is replicated here unless sharded */
+  private readonly optimizer?: StepUpdate;
+  /** sharded state resumed from a checkpoint: its slots, whole, until the first step commits */
+  private initialSlots?: Float32Array[];
+  private lastLr = 0;
   private test?: ShardData;
   private started = 0;
   private evaluation?: Evaluation;
-  private stopRequested = false;
-  private stopAfterCommit = false;
 
   /** @internal */
   constructor(
-    private readonly settings: ReturnType<typeof resolveLoopSettings>,
-    private readonly ft: Manager,
+    private readonly settings: LoopOptions,
+    private readonly manager: Manager,
     private readonly dataset: Dataset,
-    private readonly plan: MicroBatches,
-    private readonly job: RankJob,
+    shards: number,
+    private readonly observer: RankObserver,
+    /** the state, then one element: the sharded update's result lands here with the step's loss after it */
+    stateWithTail: Float32Array,
   ) {
     let size = 0;
     for (const [name, shape] of Object.entries(settings.tensors)) {
       this.views.push({ name, shape, offset: size });
       size += shape.reduce((a, b) => a * b, 1);
     }
-    this.state = new Float32Array(size);
+    this.state = stateWithTail.subarray(0, size);
     for (const view of this.views) this.tensors[view.name] = this.state.subarray(view.offset, view.offset + view.shape.reduce((a, b) => a * b, 1));
     this.gradient = new Float32Array(size);
     this.target = { gradient: this.gradient, statistics: new Float32Array(0) };
-    this.slotData = new Map((settings.slots ?? []).map((name) => [name, new Float32Array(size)]));
+    this.slotData = new Map(settings.slots.map((name) => [name, new Float32Array(size)]));
+    if (settings.updates) {
+      const optimizer = new Optimizer(settings.optimizer, cpu);
+      this.optimizer = { optimizer, slots: settings.optimizerState === 'sharded' ? [] : optimizer.slots.map(() => new Float32Array(size)) };
+    }
+    const plan = new MicroBatches(dataset.train.layout(shards), settings.batch, settings.seed);
+    this.data = new DataPosition(plan, settings, settings.rankBatch);
     const largest = Math.max(plan.globalBatch, ...Array.from({ length: plan.layout.count }, (_, s) => plan.size(s)));
     this.buffers = new BatchBuffers(largest, dataset.sampleShape.reduce((a, b) => a * b, 1));
+    const parameters = { withTail: stateWithTail, buffers: new Float32Array(0), updateBuffers: () => undefined };
+    this.steps = new DataParallelStep({ ...settings, shardedState: settings.optimizerState === 'sharded' }, manager, this.data, this.buffers, parameters, cpu);
   }
 
   /** The step about to be computed (steps done so far). */
   get step(): number {
-    return this.currentStep;
+    return this.manager.step;
   }
 
   /** The current step's epoch. */
   get epoch(): number {
-    return Math.floor(this.currentStep / this.plan.stepsPerEpoch);
+    return this.data.epoch(this.manager.step);
   }
 
-  /** Steps in all. */
+  /** Steps in all (with epochs and a shrinking world, the plan's estimate). */
   get totalSteps(): number {
-    return this.settings.steps ?? (this.settings.epochs ?? 1) * this.plan.stepsPerEpoch;
+    return this.data.totalSteps;
   }
 
   /** Whether the run has reached its last step. */
   get done(): boolean {
-    return this.currentStep >= this.totalSteps;
+    return this.data.done(this.manager.step);
   }
 
-  /** Working ranks now, and this rank's place among them. */
+  /** Working ranks now. */
   get size(): number {
-    return this.ft.size;
+    return this.manager.world.size;
   }
 
-  /** This rank's place among the working ranks (0 .. size - 1). */
+  /** This rank's place among the working ranks (0 .. size - 1; -1 on a spare). */
   get rank(): number {
-    return this.ft.rank;
+    return this.manager.world.rank;
   }
 
   /** Whether this rank leads (writes the run's files) now. */
   get isLeader(): boolean {
-    return this.ft.isLeader;
+    return this.manager.world.isLeader;
   }
 
-  /** Per-sample feature shape and class count of the dataset. */
+  /** Per-sample feature shape of the dataset. */
   get sampleShape(): readonly number[] {
     return this.dataset.sampleShape;
   }
@@ -206,69 +241,71 @@ export class ElasticLoop {
   }
 
   /**
-   * The step's gradient summed over all shards in shard order, and its loss. `compute` runs once for
-   * each micro-batch this rank must compute (again, after a failure, for shards taken over from a
-   * lost rank): it writes the micro-batch's gradient, the sum of per-sample gradients divided by
-   * `batch.samples`, into `loop.gradient` and returns the micro-batch's mean loss. Resolves once
-   * the survivors have agreed on the step; the state must not change before then.
+   * The step's gradient summed over all shards (exact: in shard order), and its loss; user code
+   * then updates the state. `compute` runs once for each micro-batch this rank must compute
+   * (again, after a failure, for shards taken over from a lost rank): it writes the micro-batch's
+   * gradient, the sum of per-sample gradients divided by `batch.samples`, into `loop.gradient` and
+   * returns the micro-batch's mean loss. Resolves once the survivors have agreed on the step; the
+   * state must not change before then. On a spare, compute never runs: the sum comes from the leader.
    */
   async sum(compute: GradientFn): Promise<StepSum> {
-    const P = this.state.length;
+    if (this.settings.optimizerState === 'sharded') throw new Error('sum(): with optimizerState sharded the optimizer state is the protocol\'s: call update()');
     for (;;) {
       this.started = performance.now();
-      this.ft.step = this.currentStep;
-      this.ft.at('compute');
-      await computeShards(this.ft, this.plan, this.currentStep, this.settings.seed, this.buffers, this.target, compute);
-      const sum = this.ft.shardSum;
-      const outcome = await this.ft.collective('collective', async () => {
-        await sum.sum();
-      }, this.stopRequested);
-      if (!outcome.ok) continue; // recovered: the same step on the repaired world
-      this.ft.at('update');
-      if (outcome.stop) this.stopAfterCommit = true;
-      this.lastLoss = sum.total[P];
-      return { gradient: sum.total.subarray(0, P), loss: sum.total[P] };
+      if (await this.steps.run(this.steps.prepare(0), this.target, compute)) return { gradient: this.steps.gradient(), loss: this.steps.lastLoss };
     }
   }
 
-  /** Records the step (metrics.jsonl, progress) after user code has applied it; a periodic checkpoint when due. */
-  async commit(record: CommitRecord = {}): Promise<void> {
-    const step = this.currentStep;
-    const t = step % this.plan.stepsPerEpoch;
-    this.currentStep += 1;
-    this.ft.step = this.currentStep;
-    const lr = record.lr ?? 0;
-    this.job.observer.step({ ...record, step, epoch: Math.floor(step / this.plan.stepsPerEpoch), loss: this.lastLoss, lr, world: this.ft.size,
-      samples: this.plan.samplesAt(t), step_ms: performance.now() - this.started, time: Date.now() });
-    if (this.stopAfterCommit) {
-      this.job.observer.log(`stopping after step ${this.currentStep - 1} on request (SIGTERM): checkpoint first`);
-      await this.ft.checkpoint('sigterm');
-      this.job.observer.event({ event: 'stop', step: this.currentStep, reason: 'sigterm', checkpoint: this.ft.lastCheckpoint });
-      throw new ProtocolStop('sigterm', `stopped (SIGTERM) at step ${this.currentStep}`, this.ft.lastCheckpoint);
+  /**
+   * The step's summed gradient applied by ft-train's optimizer (settings.optimizer) at rate `lr`
+   * (shrink mode: rescaled as lrRescale says), its state replicated or sharded; the step's loss.
+   * `compute` as for sum().
+   */
+  async update(compute: GradientFn, { lr }: { lr: number }): Promise<{ loss: number }> {
+    if (!this.optimizer) throw new Error('update(): give settings.optimizer (ft-train\'s optimizer makes the update), or update the state from sum()');
+    for (;;) {
+      this.started = performance.now();
+      const prepared = this.steps.prepare(lr);
+      if (!(await this.steps.run(prepared, this.target, compute, this.optimizer))) continue;
+      if (this.manager.shardedState) this.initialSlots = undefined;
+      this.lastLr = prepared.lr;
+      return { loss: this.steps.lastLoss };
     }
-    const every = this.settings.checkpointEvery;
-    if (every > 0 && this.currentStep % every === 0 && !this.done) await this.ft.checkpoint('periodic');
+  }
+
+  /** Records the step (metrics.jsonl, progress) after user code has applied it; a SIGTERM stop or a periodic checkpoint when due. */
+  async commit(record: CommitRecord = {}): Promise<void> {
+    const step = this.manager.step;
+    const epoch = this.epoch;
+    const samples = this.data.plan.samplesAt(step % this.data.plan.stepsPerEpoch);
+    const stepMs = performance.now() - this.started;
+    const { world } = this.manager;
+    const spares = world.sparesLaunched ? { spares: world.spares.length } : {};
+    await this.manager.commit(() => this.observer.step({
+      ...record, step, epoch, loss: this.steps.lastLoss, lr: record.lr ?? this.lastLr, world: world.size, ...spares, samples, step_ms: stepMs, time: Date.now(),
+    }));
   }
 
   /** Test accuracy and loss over the dataset's test split, divided over the ranks (`score` gives a batch's mean loss and correct count). */
   async evaluate(score: ScoreFn): Promise<Evaluation> {
     this.test ??= await this.dataset.test.readAll();
-    this.evaluation = await evaluateSplit(this.ft, this.test, this.buffers, score);
+    this.evaluation = await evaluateSplit(this.manager, this.test, this.buffers, score);
     return this.evaluation;
-  }
-
-  /** @internal SIGTERM: a checkpoint and a clean stop after the current step. */
-  requestStop(): void {
-    this.stopRequested = true;
   }
 
   /** @internal the result once the loop is done */
   result(): LoopResult {
     const bytes = Buffer.from(this.state.buffer, this.state.byteOffset, this.state.byteLength);
     return {
-      steps: this.currentStep, finalLoss: this.lastLoss, evaluation: this.evaluation, failures: this.ft.failures,
-      worldInitial: this.ft.worldInitial, worldFinal: this.ft.size, stateSha256: createHash('sha256').update(bytes).digest('hex'),
+      steps: this.manager.step, finalLoss: this.steps.lastLoss, evaluation: this.evaluation, failures: this.manager.failures,
+      worldInitial: this.manager.world.initialSize, worldFinal: this.manager.world.size, stateSha256: createHash('sha256').update(bytes).digest('hex'),
     };
+  }
+
+  /** @internal the optimizer state each rank holds, and what it keeps for peers */
+  optimizerBytes(): { state: number; redundancy: number } {
+    const replicated = this.optimizer?.slots.length ?? 0;
+    return this.manager.shardedState?.bytes ?? { state: 4 * (this.slotData.size + replicated) * this.state.length, redundancy: 0 };
   }
 
   /** @internal the tensors of model.safetensors */
@@ -276,32 +313,103 @@ export class ElasticLoop {
     return this.views.map((view) => ({ name: view.name, shape: view.shape, data: this.tensors[view.name] }));
   }
 
-  /** @internal restores a checkpoint's state */
-  restore(dir: string, manifest: CheckpointManifest): void {
-    loadCheckpoint(dir, manifest, this.views, this.state, [...this.slotData].map(([name, data]) => ({ name, data })));
-    this.currentStep = manifest.step;
-    this.ft.worldHistory.push(...manifest.world_history);
-    this.job.observer.event({ event: 'resume', step: this.currentStep, from: dir, world: this.ft.size });
+  /** @internal fills (`program.init`) or restores the state, and starts the protocol */
+  async start(program: LoopProgram, resume?: { dir: string; manifest: CheckpointManifest }): Promise<void> {
+    if (!resume) program.init(this);
+    await this.manager.start(this.stateSource(), resume && this.restore(resume.dir, resume.manifest));
+  }
+
+  /** Restores a checkpoint's state: where the run resumes. */
+  private restore(dir: string, manifest: CheckpointManifest): ResumePoint {
+    const sharded = this.settings.optimizerState === 'sharded' ? this.optimizerSlotNames().map(() => new Float32Array(this.state.length)) : undefined;
+    const optimizer = this.optimizerSlotNames().map((name, k) => ({ name, data: sharded ? sharded[k] : this.optimizer!.slots[k] }));
+    loadCheckpoint(dir, manifest, this.views, this.state, [...this.userSlots(), ...optimizer]);
+    this.initialSlots = sharded;
+    this.data.takeUp(manifest);
+    this.observer.event({ event: 'resume', step: manifest.step, from: dir, world: this.manager.world.size });
+    return { step: manifest.step, worldHistory: manifest.world_history };
+  }
+
+  private optimizerSlotNames(): readonly string[] {
+    return this.optimizer?.optimizer.slots ?? [];
+  }
+
+  private userSlots(): { name: string; data: Float32Array }[] {
+    return [...this.slotData].map(([name, data]) => ({ name, data }));
   }
 
   /** @internal what the protocol asks of the loop, as it stands at the current step's start */
   stateSource(): StateSource {
-    const slots = (): { name: string; data: Float32Array }[] => [...this.slotData].map(([name, data]) => ({ name, data }));
     return {
-      state: (): TrainingState => ({ tensors: this.views, params: this.state, slots: slots(), held: { from: 0, to: this.state.length } }),
-      position: () => ({ epoch: this.epoch }),
-      stepRows: (_map: ShardMap, shards: readonly number[]) => {
-        const t = this.currentStep % this.plan.stepsPerEpoch;
-        return new Map(shards.map((shard) => [shard, this.plan.rows(shard, this.epoch, t)]));
+      state: (): TrainingState => {
+        const sharded = this.manager.shardedState?.held();
+        const optimizer = this.optimizerSlotNames().map((name, k) => ({ name, data: sharded ? sharded.slots[k] : this.optimizer!.slots[k] }));
+        return {
+          tensors: this.views, params: this.state, slots: [...this.userSlots(), ...optimizer],
+          held: sharded ? { from: sharded.from, to: sharded.to } : { from: 0, to: this.state.length },
+        };
       },
-      // replicated state only: the protocol never asks for a sharded start
-      initialState: (_slot, _from, _to, out) => out.fill(0),
-      joinBuffers: () => [this.state, ...this.slotData.values()],
-      joinAt: (step) => {
-        this.currentStep = step;
+      position: (): LoopPosition => this.data.position(this.manager.step),
+      done: () => this.done,
+      stepRows: (map: ShardMap, shards: readonly number[]) => this.data.stepRows(this.manager.step, map, shards),
+      initialState: (slot, from, to, out) => {
+        if (this.initialSlots) out.set(this.initialSlots[slot].subarray(from, to));
+        else out.fill(0);
       },
+      joinBuffers: () => [this.state, ...this.slotData.values(), ...(this.optimizer?.slots ?? [])],
+      joinAt: (position) => this.data.takeUp(position),
     };
   }
+}
+
+/** The custom loop as a front door: user code's state, trained by `program`. */
+function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResult & { loop: LoopResult }> {
+  const size = Object.values(options.tensors).reduce((n, shape) => n + shape.reduce((a, b) => a * b, 1), 0);
+  let loop: ElasticLoop | undefined;
+  return {
+    label: options.model,
+    checkModel: () => undefined,
+    check: () => undefined,
+    identity: (dataset, shards, isa) => ({
+      model: options.model, tensors: options.tensors, slots: options.slots,
+      data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },
+      batch: options.batch, seed: options.seed, shards, on_failure: options.onFailure, steps: options.steps ?? null, epochs: options.epochs ?? null,
+      ...(options.onFailure === 'shrink' ? { lr_rescale: options.lrRescale } : {}),
+      ...(options.updates ? { optimizer: optimizerIdentity(options.optimizer) } : {}),
+      user: options.identity,
+      // the kernels' level user code computes at, if it uses ft-train's
+      isa,
+    }),
+    loop(_options, dataset, shards) {
+      const stateWithTail = new Float32Array(size + 1);
+      return {
+        // the user's gradient is copied into the sum once computed: nothing to overlap
+        sumLength: size + 1, paramsWithTail: stateWithTail, overlaps: false,
+        attach(manager, observer) {
+          loop = new ElasticLoop(options, manager, dataset, shards, observer, stateWithTail);
+        },
+        get totalSteps() {
+          return loop!.totalSteps;
+        },
+        async train(resume) {
+          await loop!.start(program, resume);
+          await program.train(loop!);
+        },
+        result() {
+          const result = loop!.result();
+          return {
+            steps: result.steps, finalLoss: result.finalLoss, testAccuracy: result.evaluation?.accuracy ?? null, testLoss: result.evaluation?.loss ?? null,
+            failures: result.failures, worldInitial: result.worldInitial, worldFinal: result.worldFinal, paramsSha256: result.stateSha256,
+            optimizerBytes: loop!.optimizerBytes(), loop: result,
+          };
+        },
+        writeModel(result) {
+          writeModel(options.runDir, encodeSafetensors(loop!.modelTensors(), { model: options.model, steps: String(result.steps), state_sha256: result.paramsSha256 }));
+        },
+        doneWords: (result) => ({ before: '', hash: `state_sha256 ${result.paramsSha256.slice(0, 16)}` }),
+      };
+    },
+  };
 }
 
 /**
@@ -312,95 +420,7 @@ export class ElasticLoop {
  * summary.json. Resolves with the exit code the process should end with (see train()).
  */
 export async function elastic(settings: LoopSettings, program: LoopProgram): Promise<TrainOutcome<LoopResult>> {
-  const started = Date.now();
-  const s = resolveLoopSettings(settings);
-  const checkpointDir = s.checkpointDir ?? path.join(s.runDir, 'ckpt');
-  const model = s.model ?? 'custom';
-  let dataset: Dataset | undefined;
-  let drills;
-  let resume: ReturnType<typeof findCheckpoint> | undefined;
-  let shards: number;
-  let identity: Record<string, unknown>;
-  let isa: LevelAsked;
-  try {
-    drills = s.drill.map(parseDrill);
-    dataset = await Dataset.open(s.data);
-    resume = s.resume !== undefined ? findCheckpoint(s.resume) : undefined;
-    shards = resume?.manifest.shards ?? s.shards ?? launcherWorldSize();
-    if (s.batch < shards) throw new Error(`batch ${s.batch} is smaller than the ${shards} shards: every shard takes at least one sample per step`);
-    dataset.train.layout(shards);
-    // isa auto resumes at the level the checkpoint was computed at
-    isa = levelAsked(s.isa, resume && { dir: resume.dir, level: resume.manifest.config.isa });
-    identity = {
-      model, tensors: s.tensors, slots: s.slots ?? [], data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },
-      batch: s.batch, seed: s.seed, shards, steps: s.steps ?? null, epochs: s.epochs ?? null, user: s.identity ?? {},
-      // the kernels' level user code computes at, if it uses ft-train's
-      isa: isa.level,
-    };
-    if (resume) checkConfig(resume.dir, resume.manifest, identity);
-    createRunDir(s.runDir, resume !== undefined);
-  } catch (error) {
-    await dataset?.close();
-    throw new InputError(`ft-train: ${(error as Error).message}`);
-  }
-  const job = new RankJob({
-    runDir: s.runDir, hangTimeout: s.hangTimeout, drills, steps: s.steps, stopOnSigterm: true, startStep: resume?.manifest.step ?? 0,
-    isa,
-  });
-  const world = await job.start();
-  identity.isa = job.kernels.level;
-  const layout = dataset.train.layout(shards);
-  const plan = new MicroBatches(layout, s.batch, s.seed);
-  const size = Object.values(s.tensors).reduce((n, shape) => n + shape.reduce((a, b) => a * b, 1), 0);
-  const ft = new Manager({
-    onFailure: 'exact', shards, minRanks: s.minRanks, maxRetries: s.maxRetries, jitCheckpoint: s.jitCheckpoint === 'on', checkpointDir,
-    keepCheckpoints: s.keepCheckpoints, spareCheckpoint: s.jitCheckpoint === 'on' || s.checkpointEvery > 0, identity, commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
-    // the user's gradient is copied into the sum once computed: nothing to overlap
-    sumLength: size + 1, add: (acc, x) => cpu.addInPlace(acc, x), overlap: false, spares: 0, joined: job.joined,
-  }, world, dataset, layout, job.observer, job.faults);
-  const loop = new ElasticLoop(s, ft, dataset, plan, job);
-  job.stopWith(() => loop.requestStop());
-  if (job.runLog.isLeader) {
-    job.runLog.event({ event: 'start', world: world.size, spares: 0, shards, on_failure: 'exact', batch: s.batch, isa: job.kernels.level });
-    job.progress.line(`training ${model} (custom loop) on ${s.data}: ${world.size} ranks, ${shards} shards, global batch ${s.batch}, kernels at ${job.kernels.level}; run dir ${s.runDir}`);
-  }
-  let code = 0;
-  let result: LoopResult | undefined;
-  try {
-    if (resume) loop.restore(resume.dir, resume.manifest);
-    else program.init(loop);
-    ft.step = loop.step;
-    await ft.start(loop.stateSource(), resume !== undefined);
-    await program.train(loop);
-    await ft.finish(() => writeLoopResults(s, model, shards, loop, ft.bytesReadBack, started, identity, job.kernels));
-    result = loop.result();
-    if (ft.isLeader) {
-      const lost = lossesText(result.failures);
-      job.progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, ${result.worldFinal} of ${result.worldInitial} ranks left` +
-        `${lost ? ` (lost ${lost}; ${ft.bytesReadBack} bytes read back)` : ''}, state_sha256 ${result.stateSha256.slice(0, 16)}`);
-    }
-    job.logger.info('end', { ...result });
-  } catch (error) {
-    const stop = await job.stopped(error, ft, checkpointDir);
-    if (stop.leave) return { exitCode: stop.code };
-    code = stop.code;
-  }
-  return { exitCode: await job.end(code, ft, dataset), result };
-}
-
-function writeLoopResults(s: LoopSettings & { batch: number; seed: number }, model: string, shards: number, loop: ElasticLoop, bytesReadBack: number, started: number,
-  identity: Record<string, unknown>, kernels: KernelSettings): void {
-  const result = loop.result();
-  writeModel(s.runDir, encodeSafetensors(loop.modelTensors(), { model, steps: String(result.steps), state_sha256: result.stateSha256 }));
-  const summary: Summary = {
-    status: 'complete', steps: result.steps, final_loss: result.finalLoss,
-    test_accuracy: result.evaluation?.accuracy ?? null, test_loss: result.evaluation?.loss ?? null,
-    wall_s: (Date.now() - started) / 1000, failures: result.failures, ranks_lost: result.failures.reduce((n, f) => n + f.lost.length, 0),
-    bytes_read_back: bytesReadBack, world_initial: result.worldInitial, world_final: result.worldFinal, params_sha256: result.stateSha256,
-    model, data: s.data, shards, on_failure: 'exact', batch: s.batch, seed: s.seed, optimizer: 'custom', optimizer_state: 'replicated',
-    redundancy: null, optimizer_state_bytes_per_rank: 4 * (s.slots ?? []).length * loop.state.length, redundancy_bytes_per_rank: 0,
-    settings: runSettings({ ...identity, on_failure: 'exact' }),
-    kernels,
-  };
-  writeSummary(s.runDir, summary);
+  const options = resolveLoopSettings(settings);
+  const outcome = await runRank(options, loopDoor(options, program));
+  return { exitCode: outcome.exitCode, result: outcome.result?.loop };
 }

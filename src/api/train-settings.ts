@@ -10,7 +10,7 @@ import type { ModelSpec } from '../nn/spec';
 import type { LevelRequest } from '../rank/kernel-level';
 import { parseLrSchedule, type LrSchedule } from '../solver/lr-schedule';
 import { optimizerNames, type OptimizerName, type OptimizerSettings } from '../solver/optimizer';
-import type { FailurePolicy } from '../protocol/manager';
+import type { FailurePolicy } from '../protocol/contracts';
 
 /** The default --hang-timeout, seconds (launch/ft-run gives MPI's detector the same value). */
 export const defaultHangTimeoutS = 30;

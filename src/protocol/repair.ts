@@ -2,9 +2,17 @@
 // ranks, and agree, first on whether any survivor is stopping the job for an error of its own
 // (reportError's way out), then on the caller's step (every survivor must stand where it stands).
 // A failure during any of this starts the repair again on what is left, up to a bounded number of
-// attempts; a shrink that does not return in time ends it (its peers are alive but silent).
+// attempts; a shrink that does not return in time ends it (its peers are alive but silent). Then
+// the world's side of it: ranks declared dead for hanging are killed, the survivors go on only as a
+// majority (no split brain), and a rank's own error stops every survivor alike.
 import { CommTimeoutError, isFailure, type Communicator } from '../comm';
+import { withDeadline } from '../liveness/deadline';
+import { killDeclaredDead, peersGone } from '../liveness/hangs';
+import { goneFromHere } from '../run/pids';
+import type { ProtocolConfig, ProtocolObserver, RunHistory, StepPosition } from './contracts';
+import type { Membership } from './membership';
 import { ProtocolStop } from './stop';
+import type { Vote } from './vote';
 
 export interface Repair {
   comm: Communicator;
@@ -29,15 +37,6 @@ const now = (): number => performance.now();
 
 /** The agree flag's bit of a world rank: agree ANDs, so a rank that erred clears its bit. */
 const errorBit = (worldRank: number): number => 1 << Math.min(worldRank, 30);
-
-/** Rejects with CommTimeoutError when `promise` has not settled after `ms`. */
-export function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new CommTimeoutError(`${what} did not return within ${ms} ms: a peer is alive but does not take part`, 0)), ms);
-  });
-  return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
-}
 
 /**
  * Repairs `comm` (freed once replaced; use the returned one). `step` must be the same on every
@@ -86,4 +85,82 @@ export async function repair(comm: Communicator, step: number, options: RepairOp
   }
   await current.free().catch(() => undefined);
   throw new ProtocolStop('unrecoverable', `the communicator could not be repaired in ${options.maxAttempts} attempts at step ${step}`);
+}
+
+/** The repair of the world the Membership holds, with what it decides beyond the communicator. */
+export class WorldRepair {
+  constructor(
+    private readonly config: Pick<ProtocolConfig, 'maxRetries' | 'commTimeoutMs' | 'pidsDir'>,
+    private readonly world: Membership,
+    private readonly vote: Vote,
+    private readonly position: StepPosition,
+    private readonly history: RunHistory,
+    private readonly observer: ProtocolObserver,
+  ) {}
+
+  /** Revoke, shrink, agree; kills what was declared dead; stops the job if a rank erred. The world ranks lost. */
+  async run(erred: boolean): Promise<number[]> {
+    const step = this.position.step;
+    await this.world.dropWorkers();
+    const fixed = await repair(this.world.comm, step, { maxAttempts: this.config.maxRetries, deadlineMs: this.config.commTimeoutMs, erred });
+    this.world.replaceComm(fixed.comm);
+    const killed = fixed.lost.length > 0 ? killDeclaredDead(this.config.pidsDir, fixed.lost) : [];
+    // before this side writes anything: it may be the far side of a partition
+    if (fixed.lost.length > 0) await this.holdMajority(fixed.lost, killed);
+    this.observer.leader(this.world.isLeader);
+    if (fixed.erred.length > 0) {
+      throw new ProtocolStop('error', `rank(s) ${fixed.erred.join(', ')} stopped the job for an error`, null, fixed.erred);
+    }
+    this.observer.event({ event: 'revoke+shrink', step, lost: fixed.lost, world: fixed.comm.size, duration_ms: fixed.revokeShrinkMs, attempts: fixed.attempts });
+    this.observer.event({ event: 'agree', step, duration_ms: fixed.agreeMs });
+    if (fixed.lost.length > 0) {
+      if (killed.length > 0) this.observer.log(`step ${step}: killed rank(s) ${killed.join(', ')}, declared dead while still running (hung)`);
+      const working = this.world.liveWorkers.length;
+      this.history.failures.push({ step, lost: fixed.lost, world: working });
+      this.history.worldHistory.push({ step, world: working, lost: fixed.lost });
+    }
+    return fixed.lost;
+  }
+
+  /**
+   * No split brain: the survivors of a repair go on only as a majority of the ranks that may still
+   * be running, i.e. of the last agreed world less the lost ranks seen gone. A lost rank is seen gone
+   * where a survivor shares its host (its pid file names that host and its process is no more); a
+   * rank on a host without survivors may be alive behind a cut link, training on as a job of its
+   * own. So losing a whole host is survivable by a majority, and the far side of a partition (or an
+   * even split) stops without writing anything: ProtocolStop 'minority'.
+   */
+  private async holdMajority(lost: number[], killed: number[]): Promise<void> {
+    if (killed.length > 0) await peersGone(this.config.pidsDir, killed, this.config.commTimeoutMs);
+    // agree ANDs: bit i stays set where no survivor saw lost[i] gone (beyond 30 lost ranks: not seen)
+    const unseen = lost.slice(0, 30).reduce((flag, rank, i) => (goneFromHere(this.config.pidsDir, rank) ? flag & ~(1 << i) : flag), ~0);
+    const comm = this.world.comm;
+    const agreed = await comm.agree(unseen).catch((error: Error) => {
+      if (!isFailure(error)) throw error;
+      return ~0; // alike on every survivor: none seen gone; the next collective meets the new failure
+    });
+    const maybeRunning = lost.filter((_, i) => i >= 30 || (agreed & (1 << i)) !== 0).length;
+    if (comm.size > maybeRunning) return;
+    throw new ProtocolStop('minority', `${comm.size} rank(s) left of the last agreed world of ${comm.size + lost.length}, ` +
+      `and ${maybeRunning} lost on hosts where no survivor can see them gone (a cut link?): no majority, so this side stops and leaves the run to the other`);
+  }
+
+  /**
+   * This rank met an error of its own (bad data, a full disk): revoke, so that every peer leaves
+   * whatever collective it is in, vote as they do, and join their repair saying so. Every survivor
+   * then stops with the same decision (the ProtocolStop returned, which names the ranks that erred).
+   */
+  async reportError(): Promise<ProtocolStop> {
+    try {
+      await this.world.comm.revoke();
+      // the peers vote on whatever collective the revoke interrupted: so does this rank, on the
+      // same communicator, before the repair (an agreement left alone would wait for it)
+      await this.vote.agree(0);
+      await this.run(true);
+    } catch (error) {
+      if (error instanceof ProtocolStop) return error;
+      throw error;
+    }
+    return new ProtocolStop('unrecoverable', 'the repair after an error did not see the error');
+  }
 }

@@ -2,7 +2,7 @@
 // run-directory log, pid file and drills before MPI starts, a bounded MPI start-up, the hang guard,
 // what it reports (metrics, events, progress on the leader's console), SIGTERM as a request to stop
 // at a step boundary, and a bounded end: every way a run stops becomes one exit code and at most
-// one line (see DESIGN.md, the recovery protocol).
+// one line (see docs/architecture.md, the recovery protocol).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type * as winston from 'winston';
@@ -14,8 +14,9 @@ import type { Dataset } from '../data/dataset';
 import { FaultInjector, type Drill } from '../liveness/drills';
 import { hangBounds, type HangBounds } from '../liveness/hang-bounds';
 import { guardAgainstHangs, killDeclaredDead, peersGone } from '../liveness/hangs';
-import type { Failure, Manager, ProtocolObserver } from '../protocol/manager';
-import { withDeadline } from '../protocol/repair';
+import type { Failure, ProtocolObserver } from '../protocol/contracts';
+import type { Manager } from '../protocol/manager';
+import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../protocol/stop';
 import { runFiles } from '../run/files';
 import { processStat, rankList, readPid } from '../run/pids';
@@ -201,14 +202,14 @@ export class RankJob {
    * into a stop of every rank): the stop's one line, and its exit code. `checkpointDir`: where the
    * lines point a user to resume from.
    */
-  async stopped(error: unknown, ft: Manager, checkpointDir: string): Promise<{ code: number; leave: boolean }> {
+  async stopped(error: unknown, manager: Manager, checkpointDir: string): Promise<{ code: number; leave: boolean }> {
     this.progress.endBar(); // the stop's lines print below the bar, which stays where the run stopped
-    const stop = error instanceof ProtocolStop ? error : await this.stopForError(error as Error, ft);
+    const stop = error instanceof ProtocolStop ? error : await this.stopForError(error as Error, manager);
     this.logger.warn(`stop: ${stop.reason}: ${stop.message}`);
-    if (stop.reason === 'error' && ft.isLeader) this.observer.event({ event: 'stop', step: ft.step, reason: 'error', ranks: stop.erred });
+    if (stop.reason === 'error' && manager.world.isLeader) this.observer.event({ event: 'stop', step: manager.step, reason: 'error', ranks: stop.erred });
     if (stop.reason === 'minority') {
       // the other side trains on and owns the run directory: one line from this side's lowest rank, nothing written
-      if (this.worldRank === ft.liveRanks[0]) console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
+      if (this.worldRank === manager.world.liveRanks[0]) console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
       await this.leaveNow();
       return { code: stop.exitCode, leave: true };
     }
@@ -219,22 +220,22 @@ export class RankJob {
       await this.leaveNow();
       return { code: stop.exitCode, leave: true };
     }
-    if (ft.isLeader && stop.reason === 'state-lost') this.progress.line(`${stop.message}; stopping: ${newestCheckpoint(checkpointDir)}`);
-    else if (ft.isLeader && stop.reason !== 'error') this.progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? checkpointDir}`);
+    if (manager.world.isLeader && stop.reason === 'state-lost') this.progress.line(`${stop.message}; stopping: ${newestCheckpoint(checkpointDir)}`);
+    else if (manager.world.isLeader && stop.reason !== 'error') this.progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? checkpointDir}`);
     return { code: stop.exitCode, leave: false };
   }
 
   /** The bounded end of a run that reached its end or a clean stop: the process's exit code. */
-  async end(code: number, ft: Manager, dataset: Dataset): Promise<number> {
+  async end(code: number, manager: Manager, dataset: Dataset): Promise<number> {
     this.disarm();
     await dataset.close();
     this.runLog.close();
     await closeLogger(this.logger);
-    await withDeadline(ft.close(), this.bounds.commMs, 'MPI_Comm_free').catch(() => undefined);
+    await withDeadline(manager.close(), this.bounds.commMs, 'MPI_Comm_free').catch(() => undefined);
     const finalized = await withDeadline(finalize(), this.bounds.commMs, 'MPI_Finalize').then(() => true, () => false);
     // a finalize that never returns would keep the process alive: every rank has agreed on the end already
     if (!finalized) process.exit(code);
-    return code === 0 ? 0 : this.exitLast(code, ft);
+    return code === 0 ? 0 : this.exitLast(code, manager);
   }
 
   private async leaveNow(): Promise<void> {
@@ -247,9 +248,9 @@ export class RankJob {
    * decision in bounded time, so the Manager makes them all stop; the lowest rank that erred prints
    * its error as the job's one line.
    */
-  private async stopForError(error: Error, ft: Manager): Promise<ProtocolStop> {
+  private async stopForError(error: Error, manager: Manager): Promise<ProtocolStop> {
     this.logger.error(error.stack ?? String(error));
-    const stop = await ft.reportError().catch((failure: unknown) => new ProtocolStop('unrecoverable', `the job could not stop together: ${(failure as Error).message}`));
+    const stop = await manager.reportError().catch((failure: unknown) => new ProtocolStop('unrecoverable', `the job could not stop together: ${(failure as Error).message}`));
     if (stop.erred[0] === this.worldRank || stop.reason !== 'error') console.error(`ft-train: rank ${this.worldRank}: ${error.message}`);
     return stop;
   }
@@ -260,9 +261,9 @@ export class RankJob {
    * and the leader, last, with `code` once they are gone from this host (mpirun waits for ranks
    * that exit 0, on any host).
    */
-  private async exitLast(code: number, ft: Manager): Promise<number> {
-    if (!ft.isLeader) return 0;
-    await peersGone(this.pidsDir, ft.liveRanks.filter((rank) => rank !== ft.worldRank), this.bounds.commMs);
+  private async exitLast(code: number, manager: Manager): Promise<number> {
+    if (!manager.world.isLeader) return 0;
+    await peersGone(this.pidsDir, manager.world.liveRanks.filter((rank) => rank !== manager.world.worldRank), this.bounds.commMs);
     return code;
   }
 }

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import type { Communicator } from '../comm';
 import { cpuLevels, type CpuLevel, type KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
-import { withDeadline } from '../protocol/repair';
+import { withDeadline } from '../liveness/deadline';
 
 /** What a job asks for: 'auto' (the best level every rank's host runs), a level, or 'native' (nothing pinned). */
 export type LevelRequest = CpuLevel | 'auto';

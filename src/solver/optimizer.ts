@@ -49,3 +49,10 @@ export class Optimizer {
     else this.backend.adamwReplay(state[0], state[1], input, s.beta1, s.beta2);
   }
 }
+
+/** The optimizer's settings that change the result (a resume may switch between replicated and sharded state: the same bits). */
+export function optimizerIdentity(o: OptimizerSettings): Record<string, unknown> {
+  return o.name === 'sgd'
+    ? { name: o.name, momentum: o.momentum, weight_decay: o.weightDecay }
+    : { name: o.name, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weightDecay };
+}

@@ -85,15 +85,15 @@ export interface GradientTarget {
  * Exact mode: one gradient per held shard, each into the shard-ordered sum with its loss weighted
  * by its share of the step's samples; shards already in the sum for `step` are skipped. What
  * `compute` leaves in the statistics goes into the sum between the gradient and the loss. Where
- * the sum overlaps backward (ft.overlap), its exchange starts during the last computed
+ * the sum overlaps backward (the Manager's overlap), its exchange starts during the last computed
  * micro-batch's backward if the target is placed in the sum; else once all are computed.
  */
-export async function computeShards(ft: Manager, plan: MicroBatches, step: number, seed: number, buffers: BatchBuffers,
+export async function computeShards(manager: Manager, plan: MicroBatches, step: number, seed: number, buffers: BatchBuffers,
   target: GradientTarget, compute: GradientFn): Promise<void> {
   const t = step % plan.stepsPerEpoch;
   const epoch = Math.floor(step / plan.stepsPerEpoch);
   const samples = plan.samplesAt(t);
-  const sum = ft.shardSum;
+  const sum = manager.shardSum;
   const missing = sum.held.filter((shard) => !sum.holds(shard, step));
   await whileComputing(async () => {
     for (const shard of missing) {
@@ -107,9 +107,9 @@ export async function computeShards(ft: Manager, plan: MicroBatches, step: numbe
         target.statistics.fill(0);
       } else {
         const [x, labels] = buffers.view(rows.length);
-        await ft.ready(shard, rows);
-        gatherBatch(ft.shard(shard), rows, x, labels);
-        const last = ft.overlap && slot && shard === missing[missing.length - 1];
+        await manager.ready(shard, rows);
+        gatherBatch(manager.shard(shard), rows, x, labels);
+        const last = manager.overlap && slot && shard === missing[missing.length - 1];
         const progress: GradientProgress | undefined = last ? {
           lossKnown: (mean) => { slot[slot.length - 1] = mean * weight; },
           gradientsFrom: (from) => sum.sendFrom(from),
@@ -124,14 +124,15 @@ export async function computeShards(ft: Manager, plan: MicroBatches, step: numbe
 }
 
 /** Test accuracy and loss, the split divided over the live ranks; redone after a recovery. */
-export async function evaluateSplit(ft: Manager, test: ShardData, buffers: BatchBuffers, score: ScoreFn): Promise<Evaluation> {
+export async function evaluateSplit(manager: Manager, test: ShardData, buffers: BatchBuffers, score: ScoreFn): Promise<Evaluation> {
+  const { world } = manager;
   for (;;) {
-    const working = ft.working;
-    const from = working ? Math.floor((ft.rank * test.rows) / ft.size) : 0;
-    const to = working ? Math.floor(((ft.rank + 1) * test.rows) / ft.size) : 0;
+    const working = world.working;
+    const from = working ? Math.floor((world.rank * test.rows) / world.size) : 0;
+    const to = working ? Math.floor(((world.rank + 1) * test.rows) / world.size) : 0;
     const totals = new Float64Array(2); // correct, summed loss
     for (let first = from; first < to; first += buffers.capacity) {
-      ft.at('evaluation');
+      manager.enter('evaluation');
       const rows = Int32Array.from({ length: Math.min(buffers.capacity, to - first) }, (_, i) => first + i);
       const [x, labels] = buffers.view(rows.length);
       gatherBatch(test, rows, x, labels);
@@ -139,9 +140,9 @@ export async function evaluateSplit(ft: Manager, test: ShardData, buffers: Batch
       totals[0] += correct;
       totals[1] += loss * rows.length;
     }
-    const outcome = await ft.collective('evaluation', async () => {
-      if (working) await ft.allreduce(totals);
+    const agreed = await manager.agreeOn('evaluation', async () => {
+      if (working) await world.allreduce(totals);
     });
-    if (outcome.ok) return { accuracy: totals[0] / test.rows, loss: totals[1] / test.rows };
+    if (agreed) return { accuracy: totals[0] / test.rows, loss: totals[1] / test.rows };
   }
 }

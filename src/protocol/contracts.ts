@@ -1,0 +1,109 @@
+// What the fault-tolerance protocol and its clients (the trainer, the custom loop) agree on: the
+// protocol's settings, what it asks of the training loop, what it reports, and the records of the
+// failures it recovered from. The protocol's parts (manager.ts and what it calls) import this; no
+// part imports the Manager.
+import type { CheckpointMeta, TrainingState } from '../checkpoint/checkpoint';
+import type { ShardMap } from '../data/shard-map';
+import type { RunEvent } from '../run/records';
+import type { ShardedStateConfig } from '../sharding/sharded-state';
+
+/** What a failure does: exact (bit-identical result), shrink (survivors keep their batch), none (the job ends). */
+export type FailurePolicy = 'exact' | 'shrink' | 'none';
+
+export interface ProtocolConfig {
+  onFailure: FailurePolicy;
+  shards: number;
+  minRanks: number;
+  /** repair attempts per failure */
+  maxRetries: number;
+  /** write a checkpoint from the survivors after each failure */
+  jitCheckpoint: boolean;
+  /** a checkpoint every K committed steps (0: none) */
+  checkpointEvery: number;
+  checkpointDir: string;
+  keepCheckpoints: number;
+  /** checkpoints are expected (JIT or periodic): the leader keeps a spare state file ready for them (checkpoint.ts) */
+  spareCheckpoint: boolean;
+  /** the settings that fix the result, recorded in checkpoints */
+  identity: Record<string, unknown>;
+  /** the longest a shrink may take (see liveness/hangs.ts) */
+  commTimeoutMs: number;
+  /** where the ranks' pid files are (to kill a rank declared dead for hanging) */
+  pidsDir: string;
+  /** exact mode: the length of what one shard contributes to the sum, and the add in shard order */
+  sumLength: number;
+  add(acc: Float32Array, x: Float32Array): void;
+  /**
+   * exact mode: this rank's part of the sum can overlap its backward pass, having a core for the
+   * comm thread beside the compute's (comm's canOverlap). The sum goes in DDP's buckets where every
+   * rank can, else in one exchange at the end.
+   */
+  overlap: boolean;
+  /** --optimizer-state sharded (exact mode): the optimizer, parameters and redundancy it needs */
+  sharded?: Omit<ShardedStateConfig, 'log' | 'initial'>;
+  /** --spares: the ranks of the job beyond the working ones (the highest ids) */
+  spares: number;
+  /** --respawn: how many ranks may be spawned in all, and the command a spawned rank runs given its first id */
+  respawn?: { limit: number; command: string; args(firstId: number): string[] };
+  /** this process was spawned by the job's ranks: it joins in their recovery */
+  joined: boolean;
+}
+
+/** What the protocol reports to the run directory and the console. */
+export interface ProtocolObserver {
+  event(record: RunEvent): void;
+  /** the lowest live rank leads (logs, metrics, the final write) */
+  leader(isLeader: boolean): void;
+  log(message: string): void;
+}
+
+/** A training loop's data position besides the step: the epoch, and shrink mode's cursors. */
+export type LoopPosition = Pick<CheckpointMeta, 'epoch' | 'shrink'>;
+
+/** What the protocol asks of the training loop, as it stands at the current step's start. */
+export interface StateSource {
+  /** the training state a checkpoint holds */
+  state(): TrainingState;
+  /** the epoch, and shrink mode's data position */
+  position(): LoopPosition;
+  /** whether the run has reached its end, once the protocol's step has advanced */
+  done(): boolean;
+  /** the rows (within each shard) the current step reads of `shards` under `map`; absent: none */
+  stepRows(map: ShardMap, shards: readonly number[]): Map<number, Int32Array>;
+  /** sharded state: the optimizer state at the run's start, slot k over elements [from, to) */
+  initialState(slot: number, from: number, to: number, out: Float32Array): void;
+  /** what a joining rank receives, as it stands at the current step's start: buffers of the same length on every rank (sent in place) */
+  joinBuffers(): Float32Array[];
+  /** a joining rank's training loop takes up `position` (the protocol's step is already the run's) */
+  joinAt(position: LoopPosition): void;
+}
+
+/** Where a resumed run starts: the checkpoint's step and the world sizes it recorded. */
+export interface ResumePoint {
+  step: number;
+  worldHistory: CheckpointMeta['world_history'];
+}
+
+/** A failure the run recovered from. */
+export interface Failure {
+  /** the step it interrupted (retried on the repaired world) */
+  step: number;
+  /** the world ranks lost */
+  lost: number[];
+  /** working ranks after the recovery */
+  world: number;
+}
+
+/** The run's account of its failures and world sizes, kept by the Manager and filled by the repair. */
+export interface RunHistory {
+  readonly failures: Failure[];
+  readonly worldHistory: CheckpointMeta['world_history'];
+}
+
+/** Where the run stands: the parts read it, only the Manager changes it. */
+export interface StepPosition {
+  /** the step being worked on (drills and events name it) */
+  readonly step: number;
+  /** training has ended: a recovery no longer reads back or checkpoints */
+  readonly trainingDone: boolean;
+}

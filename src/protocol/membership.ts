@@ -1,0 +1,296 @@
+// The world as the protocol sees it: the communicator of every live rank, the working ranks' (the
+// same one unless hot spares wait), the shard map (who holds which shards), the leader, and the
+// spares. It grows the world after a repair: spares first take the lost ranks' places, then ranks
+// spawned for the rest (--respawn: MPI_Comm_spawn, merged into the communicator), and it carries
+// the join, in which the ranks already in the run tell the newcomers where it stands.
+// Spares hold no shards: they only vote and receive each step's outcome, so that any of them can
+// take a lost rank's place, and its shards, in the recovery.
+import { isFailure, type Communicator } from '../comm';
+import { ShardMap } from '../data/shard-map';
+import { withDeadline } from '../liveness/deadline';
+import type { Phase } from '../liveness/drills';
+import type { ProtocolConfig, ProtocolObserver, StepPosition } from './contracts';
+import { CARRY_ON, OK, type Vote } from './vote';
+
+const now = (): number => performance.now();
+
+/** What a joining rank learns of the world. */
+export interface WorldJoinFields {
+  owners: number[];
+  worldInitial: number;
+  nextId: number;
+  respawnsLeft: number;
+}
+
+/** What the protocol's clients read of the world (the Manager's `world`). */
+export type WorldView = Pick<Membership, 'size' | 'rank' | 'working' | 'initialSize' | 'sparesLaunched' | 'spares' | 'worldRank' | 'liveRanks' | 'isLeader'
+  | 'shardMap' | 'heldShards' | 'allreduce' | 'feedSpares'>;
+
+export class Membership {
+  /** every live rank */
+  private everyone: Communicator;
+  /** the working ranks (null on a spare, and between a repair and the next formWorkers) */
+  private workers: Communicator | null;
+  private map: ShardMap;
+  /** the working ranks at the start: how many the recovery keeps working while spares and respawns last */
+  private worldInitial: number;
+  /** the id the next spawned rank gets, and how many more may be spawned */
+  private nextId: number;
+  private respawnsLeft: number;
+
+  constructor(
+    private readonly config: Pick<ProtocolConfig, 'shards' | 'spares' | 'respawn' | 'joined' | 'commTimeoutMs'>,
+    world: Communicator,
+    private readonly position: StepPosition,
+    private readonly observer: ProtocolObserver,
+    /** a drill point of the current step */
+    private readonly enter: (phase: Phase) => void,
+  ) {
+    this.everyone = world;
+    // a spawned rank learns the run's sizes and map at the join
+    this.worldInitial = config.joined ? world.size : world.size - config.spares;
+    const ids = [...world.worldRanks].sort((a, b) => a - b);
+    this.map = ShardMap.initial(config.shards, ids.slice(0, this.worldInitial));
+    this.workers = config.spares === 0 ? world : null;
+    this.nextId = ids[ids.length - 1] + 1;
+    this.respawnsLeft = config.respawn?.limit ?? 0;
+  }
+
+  /** The communicator of every live rank. */
+  get comm(): Communicator {
+    return this.everyone;
+  }
+
+  /** The working ranks' communicator (null on a spare). */
+  get workerComm(): Communicator | null {
+    return this.workers;
+  }
+
+  /** The number of working ranks. */
+  get size(): number {
+    return this.workers?.size ?? this.map.ranks.length;
+  }
+
+  /** This rank's rank among the working ones (-1 on a spare). */
+  get rank(): number {
+    return this.workers?.rank ?? -1;
+  }
+
+  /** Whether this rank works (holds shards and takes part in the sum), or waits as a spare. */
+  get working(): boolean {
+    return this.workers !== null;
+  }
+
+  /** The working ranks at the run's start. */
+  get initialSize(): number {
+    return this.worldInitial;
+  }
+
+  /** The job was launched with spares (--spares). */
+  get sparesLaunched(): boolean {
+    return this.config.spares > 0;
+  }
+
+  /** The live ranks waiting as spares, ascending. */
+  get spares(): number[] {
+    return this.liveRanks.filter((r) => !this.map.owners.includes(r));
+  }
+
+  /** This rank's id in the job. */
+  get worldRank(): number {
+    return this.everyone.worldRanks[this.everyone.rank];
+  }
+
+  /** World ranks of the live ranks, ascending. */
+  get liveRanks(): number[] {
+    return [...this.everyone.worldRanks].sort((a, b) => a - b);
+  }
+
+  /** The lowest live working rank leads (a spare, when no working rank is left). */
+  get isLeader(): boolean {
+    return this.worldRank === this.leaderId;
+  }
+
+  private get leaderId(): number {
+    return this.liveWorkers[0] ?? this.liveRanks[0];
+  }
+
+  /** The leader's rank in the communicator of every live rank (the root of what it sends them). */
+  private get leaderRoot(): number {
+    return this.everyone.worldRanks.indexOf(this.leaderId);
+  }
+
+  /** The shard map's owners still alive, ascending (a repair may just have lost some). */
+  get liveWorkers(): number[] {
+    const live = new Set(this.everyone.worldRanks);
+    return this.map.ranks.filter((r) => live.has(r));
+  }
+
+  get shardMap(): ShardMap {
+    return this.map;
+  }
+
+  /** This rank's shards, ascending. */
+  get heldShards(): number[] {
+    return this.map.shardsOf(this.worldRank);
+  }
+
+  /** `run` on a working rank; nothing on a spare (which still votes on it). */
+  onWorkers(run: () => Promise<void>): () => Promise<void> {
+    return this.working ? run : async () => undefined;
+  }
+
+  /** Allreduce over the working ranks (no vote: use it inside a collective the Manager votes on). */
+  allreduce(buffer: Float32Array | Float64Array): Promise<void> {
+    return this.workers!.allreduce(buffer, 'sum');
+  }
+
+  /**
+   * Inside the step's collective, on every live rank: the spares receive the step's outcome from
+   * the leader (`outcome`: the summed gradient and loss, or the updated parameters and loss), so
+   * that any of them can take a working rank's place. Nothing to do without spares.
+   */
+  async feedSpares(outcome: Float32Array): Promise<void> {
+    if (this.workers === this.everyone) return;
+    await this.everyone.bcast(outcome, this.leaderRoot);
+  }
+
+  /** This rank's part of the working ranks' communicator (null on a spare), split from every live rank's. */
+  async splitWorkers(): Promise<void> {
+    if (this.workers) return;
+    this.workers = await this.split();
+  }
+
+  private split(): Promise<Communicator | null> {
+    const works = this.map.owners.includes(this.worldRank);
+    return withDeadline(this.everyone.split(works ? 0 : -1, this.everyone.rank), this.config.commTimeoutMs, 'MPI_Comm_split');
+  }
+
+  /** The working ranks' communicator for the current map (voted); false when a failure interrupted it. */
+  async formWorkers(vote: Vote): Promise<boolean> {
+    if (this.spares.length === 0) this.workers = this.everyone;
+    else {
+      let part: Communicator | null = null;
+      const ok = await vote.succeedsEverywhere('join', async () => {
+        part = await this.split();
+      });
+      if (!ok) {
+        await (part as Communicator | null)?.free().catch(() => undefined);
+        return false;
+      }
+      this.workers = part;
+    }
+    this.observer.leader(this.isLeader);
+    return true;
+  }
+
+  /** Before a repair: with spares, the working ranks' communicator goes too (formWorkers() makes the next). */
+  async dropWorkers(): Promise<void> {
+    if (this.workers !== this.everyone) await this.workers?.revoke().then(() => this.workers!.free()).catch(() => undefined);
+    this.workers = null;
+  }
+
+  /** After a repair: the communicator of the survivors. */
+  replaceComm(comm: Communicator): void {
+    this.everyone = comm;
+  }
+
+  /** The lost ranks' shards go to `joiners` (their places) or the survivors; what moved to whom. */
+  handOver(joiners: number[]): Map<number, number[]> {
+    const next = this.map.handOver(this.everyone.worldRanks, joiners);
+    const moved = this.map.movedTo(next);
+    this.map = next;
+    return moved;
+  }
+
+  /**
+   * The ranks that take the lost ranks' places: spares first, then ranks spawned for the rest
+   * (--respawn), the communicator grown by them. Null when a failure interrupted the spawn.
+   */
+  async grow(vote: Vote): Promise<number[] | null> {
+    if (this.position.trainingDone) return [];
+    const vacant = this.map.ranks.length - this.liveWorkers.length;
+    const joiners = this.spares.slice(0, vacant);
+    const count = Math.min(vacant - joiners.length, this.respawnsLeft);
+    if (count <= 0) return joiners;
+    const spawned = await this.spawn(count, vote);
+    return spawned === null ? null : [...joiners, ...spawned];
+  }
+
+  /**
+   * Spawns `count` ranks and merges them into the communicator: their ids, or null when a failure
+   * interrupted it. Where spawning is not possible, says so once and turns respawning off.
+   */
+  private async spawn(count: number, vote: Vote): Promise<number[] | null> {
+    const respawn = this.config.respawn!;
+    const step = this.position.step;
+    const firstId = this.nextId;
+    this.nextId += count;
+    this.enter('spawn');
+    const started = now();
+    let merged: Communicator | undefined;
+    let impossible: string | undefined;
+    const ok = await vote.completes('spawn', async () => {
+      try {
+        merged = await withDeadline(this.everyone.spawn(respawn.command, respawn.args(firstId), count, firstId), this.config.commTimeoutMs, 'MPI_Comm_spawn');
+      } catch (error) {
+        if (isFailure(error)) throw error;
+        impossible = (error as Error).message;
+      }
+    });
+    const agreed = await vote.agree((ok && !impossible ? OK : 0) | (impossible ? 0 : CARRY_ON));
+    if (agreed !== null && (agreed & OK) !== 0) {
+      const old = this.everyone;
+      this.everyone = merged!;
+      await old.free();
+      this.respawnsLeft -= count;
+      const ids = this.everyone.worldRanks.slice(-count);
+      this.observer.event({ event: 'spawn', step, ranks: ids, duration_ms: now() - started });
+      return ids;
+    }
+    if (merged) await merged.revoke().then(() => merged!.free()).catch(() => undefined);
+    if (agreed === null || (agreed & CARRY_ON) !== 0) return null;
+    this.respawnsLeft = 0;
+    this.observer.event({ event: 'spawn', step, ranks: [], error: impossible ?? 'not possible on another rank', duration_ms: now() - started });
+    this.observer.log(`step ${step}: cannot spawn a rank to replace the lost: ${impossible ?? 'not possible on another rank'} ` +
+      '(no free slot in the allocation, or an MPI without spawn support); going on with the survivors, --respawn off');
+    return [];
+  }
+
+  /**
+   * The join's transfer, on every live rank, voted: the leader sends `sent` (where the run stands)
+   * and then `buffers` (the state at the step's start) in place; `received` runs on every rank
+   * between the two. The message, or null when a failure interrupted it.
+   */
+  async transferJoin<Message>(vote: Vote, sent: Message, buffers: Float32Array[], received: (message: Message) => void): Promise<Message | null> {
+    const root = this.leaderRoot;
+    let message: Message | undefined;
+    const ok = await vote.succeedsEverywhere('join', async () => {
+      const bytes = new TextEncoder().encode(JSON.stringify(sent));
+      const length = Int32Array.of(bytes.length);
+      await this.everyone.bcast(length, root);
+      const text = this.everyone.rank === root ? bytes : new Uint8Array(length[0]);
+      await this.everyone.bcast(text, root);
+      message = JSON.parse(new TextDecoder().decode(text)) as Message;
+      received(message);
+      for (const buffer of buffers) await this.everyone.bcast(buffer, root);
+    });
+    return ok ? message! : null;
+  }
+
+  /** What a joining rank learns of the world. */
+  joinFields(): WorldJoinFields {
+    return { owners: this.map.toJSON(), worldInitial: this.worldInitial, nextId: this.nextId, respawnsLeft: this.respawnsLeft };
+  }
+
+  /** A joining rank takes up the world it was told of. */
+  takeJoinFields(fields: WorldJoinFields): void {
+    this.map = ShardMap.fromOwners(fields.owners);
+    [this.worldInitial, this.nextId, this.respawnsLeft] = [fields.worldInitial, fields.nextId, fields.respawnsLeft];
+  }
+
+  /** Frees the communicator (at exit). */
+  free(): Promise<void> {
+    return this.everyone.free();
+  }
+}

@@ -1,0 +1,93 @@
+// The shards this rank holds, and the readback of those it takes over from lost ranks: only the
+// lost shards are re-read, the retried step's rows first (the recovery awaits only the record
+// batches they live in), the rest in the background once the retried step has committed. It
+// counts the bytes read from disk, so that the job's total can be summed at each recovery and at
+// the end.
+import type { Dataset } from '../data/dataset';
+import { LazyShard, Readback } from '../data/readback';
+import type { ShardLayout } from '../data/shard-layout';
+import type { ShardData } from '../data/split';
+
+export class HeldShards {
+  private readonly held = new Map<number, ShardData>();
+  private readonly readbacks: Readback[] = [];
+  /** readbacks whose background pass starts once the retried step has committed */
+  private readonly awaitingCommit: Readback[] = [];
+  /** of this rank's readback bytes, those already summed into bytesReadBack */
+  private readBackReported = 0;
+  /** bytes read back from disk by every rank, as of the last sum of them */
+  private bytesReadBackEverywhere = 0;
+
+  constructor(
+    private readonly dataset: Dataset,
+    private readonly layout: ShardLayout,
+  ) {}
+
+  /** Shard s, which this rank holds. */
+  shard(s: number, worldRank: number): ShardData {
+    const data = this.held.get(s);
+    if (!data) throw new Error(`shard ${s} is not held by rank ${worldRank}`);
+    return data;
+  }
+
+  /**
+   * Resolves once `rows` of shard s are in memory: a shard being read back reads their record
+   * batches ahead of the rest. Rejects when a read failed (bad data: the caller's error path).
+   */
+  ready(s: number, rows: Int32Array, worldRank: number): Promise<void> {
+    const data = this.shard(s, worldRank);
+    return data instanceof LazyShard ? data.ready(rows) : Promise.resolve();
+  }
+
+  /** Reads `shards` into memory, whole. */
+  async load(shards: number[]): Promise<void> {
+    for (const [s, data] of await this.dataset.train.readShards(this.layout, shards)) this.held.set(s, data);
+  }
+
+  /**
+   * Takes over `shards` as shards that load on demand and reads the record batches of `rows` (what
+   * the retried step needs of them); the rest follows in the background once a collective has
+   * committed. The bytes read from disk before returning.
+   */
+  async readBackFirst(shards: number[], rows: Map<number, Int32Array>, worldRank: number): Promise<number> {
+    if (shards.length === 0) return 0;
+    const readback = new Readback(this.dataset.train, this.layout, shards);
+    for (const shard of readback.shards) this.held.set(shard.shard, shard);
+    this.readbacks.push(readback);
+    await Promise.all([...rows].map(([s, r]) => this.ready(s, r, worldRank)));
+    const bytes = readback.bytesRead;
+    this.awaitingCommit.push(readback);
+    return bytes;
+  }
+
+  /** A collective committed: the readbacks waiting for it read the rest of their shards in the background. */
+  committed(): void {
+    for (const readback of this.awaitingCommit.splice(0)) readback.startBackground();
+  }
+
+  /** The end of training: background reads stop. */
+  async stop(): Promise<void> {
+    await Promise.all(this.readbacks.map((readback) => readback.stop()));
+  }
+
+  /** This rank's readback bytes not yet summed into bytesReadBack (background reads go on between sums). */
+  unreported(): number {
+    return this.readbacks.reduce((sum, readback) => sum + readback.bytesRead, 0) - this.readBackReported;
+  }
+
+  /** A vote succeeded on the sum of every rank's unreported bytes, `sum`: this rank's `mine` are reported. */
+  reported(sum: number, mine: number): void {
+    this.bytesReadBackEverywhere += sum;
+    this.readBackReported += mine;
+  }
+
+  /** Bytes read back from disk by every rank, as of the last recovery or the final write. */
+  get bytesReadBack(): number {
+    return this.bytesReadBackEverywhere;
+  }
+
+  /** A joining rank takes up the job's count so far. */
+  set bytesReadBack(bytes: number) {
+    this.bytesReadBackEverywhere = bytes;
+  }
+}

@@ -1,0 +1,85 @@
+// What the step's collective works on, kept in step with the world: exact mode's shard-ordered sum
+// (shard-sum.ts) over the working ranks and the shard map, and the sharded optimizer state
+// (sharding/). Both are made at the start and remade for each world a recovery forms; the sharded
+// state rebuilds the lost ranks' chunks from the survivors' memory, voted.
+import type { Phase } from '../liveness/drills';
+import { ShardedState, type JoinMeta } from '../sharding/sharded-state';
+import type { ProtocolConfig, ProtocolObserver } from './contracts';
+import type { Membership } from './membership';
+import { ddpBuckets, oneBucket, ShardSum } from './shard-sum';
+import type { Vote } from './vote';
+
+const now = (): number => performance.now();
+
+export class SumAndState {
+  private sum?: ShardSum;
+  /**
+   * Whether the sum goes in DDP's buckets (else one exchange): one choice for the world, since
+   * every rank must make the same calls (a rank that chose otherwise hung its peers' exchange).
+   * DDP's where every rank can overlap; a spawned rank takes the world's from the join.
+   */
+  inBuckets: boolean;
+  private sharded?: ShardedState;
+
+  constructor(
+    private readonly config: Pick<ProtocolConfig, 'onFailure' | 'sumLength' | 'add' | 'overlap' | 'sharded'>,
+    private readonly world: Membership,
+    private readonly observer: ProtocolObserver,
+  ) {
+    this.inBuckets = config.overlap;
+  }
+
+  /** The exact mode's shard-ordered sum over the current communicator and map. */
+  get shardSum(): ShardSum {
+    if (!this.sum) throw new Error('the shard-ordered sum exists in exact mode only');
+    return this.sum;
+  }
+
+  /** The sharded optimizer state (--optimizer-state sharded), on a working rank. */
+  get shardedState(): ShardedState | undefined {
+    return this.sharded;
+  }
+
+  /** The sum for the world as it stands; `step`: the step whose vectors a survivor carries over. */
+  rebuildSum(step: number): void {
+    const { onFailure, sumLength, add } = this.config;
+    const workers = this.world.workerComm;
+    const previous = this.sum;
+    this.sum = onFailure === 'exact' && workers ? new ShardSum(workers, this.world.shardMap, sumLength, add, this.inBuckets ? ddpBuckets : oneBucket) : undefined;
+    // a survivor's vectors for the step being retried stay valid: the parameters are untouched
+    if (previous && this.sum) this.sum.carryFrom(previous, step);
+  }
+
+  /** Sharded state on this rank: at the start over the working ranks, or on a rank that joins, from `joining`. */
+  makeShardedState(initial: (slot: number, from: number, to: number, out: Float32Array) => void, joining?: JoinMeta): void {
+    if (!this.config.sharded || this.sharded) return;
+    if (!joining && !this.world.working) return;
+    this.sharded = new ShardedState({ ...this.config.sharded, initial, log: (message) => this.observer.log(message) }, joining ? undefined : this.world.workerComm!, joining);
+  }
+
+  /** A recovery begins: the sharded state forgets the step's uncommitted update. */
+  rollback(): void {
+    this.sharded?.rollback();
+  }
+
+  /**
+   * Sharded state: rebuilds the lost ranks' chunks from the survivors' memory, redistributes the
+   * state to the new world (joining ranks included) and rebuilds its redundancy, voted; false when
+   * a failure interrupted it. Nothing to do without sharded state.
+   */
+  async rebuildState(step: number, vote: Vote, enter: (phase: Phase) => void): Promise<boolean> {
+    const sharded = this.sharded;
+    if (!sharded) return true;
+    const started = now();
+    enter('rebuild');
+    if (!(await vote.succeedsEverywhere('rebuild', this.world.onWorkers(() => sharded.rebuild(this.world.workerComm!, step))))) return false;
+    sharded.adopt(step);
+    this.observer.event({ event: 'redundancy-rebuild', step, world: this.world.size, duration_ms: now() - started, state_bytes: sharded.bytes.state });
+    return true;
+  }
+
+  /** What a joining rank learns of the sharded state. */
+  joinMeta(): JoinMeta | undefined {
+    return this.sharded?.meta();
+  }
+}

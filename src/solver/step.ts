@@ -1,0 +1,163 @@
+// One data-parallel step under the protocol, the same for the trainer (its Net) and the custom loop
+// (user code's gradients): each rank computes the gradients of its micro-batches (exact: one per
+// held shard, into the shard-ordered sum; shrink/none: this rank's pieces, into its contribution),
+// the gradients are summed in the step's collective, which the survivors vote on (the Manager),
+// and only then is the update applied. With sharded optimizer state the sum stops at each rank's
+// chunk, whose owner works out its update inside the collective (sharding/sharded-state.ts), and
+// the update puts it in place. A hot spare computes nothing: it receives each step's outcome from
+// the leader and applies it as the working ranks do, so that it can take a place at any step. A
+// failed vote has already been recovered from when the Manager returns: the caller computes the
+// same step again on the repaired world, with the parameters untouched.
+import { gatherBatch } from '../data/micro-batches';
+import type { Backend } from '../nn/backend';
+import { Stream, streamVector } from '../nn/stream-memory';
+import type { FailurePolicy } from '../protocol/contracts';
+import type { Manager } from '../protocol/manager';
+import type { Optimizer } from './optimizer';
+import { computeShards, type BatchBuffers, type GradientFn, type GradientTarget } from './shard-steps';
+import type { DataPosition } from './data-position';
+import type { ShrinkStep } from './shrink-schedule';
+
+export interface StepSettings {
+  onFailure: FailurePolicy;
+  seed: number;
+  /** the global batch at the start (shrink mode's rate scales with the step's share of it) */
+  batch: number;
+  lrRescale: 'linear' | 'none';
+  /** the optimizer state is sharded: the protocol's chunks, updated inside the collective */
+  shardedState: boolean;
+}
+
+/** What a step updates: the parameters, [P | the loss] (sharded state returns the updated parameters with the loss), and the buffers. */
+export interface StepParameters {
+  /** [P + 1]: the parameters, then one element the sharded update's loss lands in */
+  withTail: Float32Array;
+  /** the running statistics the summed statistics update (B values; none: empty) */
+  buffers: Float32Array;
+  updateBuffers(statistics: Float32Array): void;
+}
+
+/** How the step's update is made: by ft-train's optimizer over replicated slots, or by the caller (the custom loop's sum()). */
+export interface StepUpdate {
+  optimizer: Optimizer;
+  /** replicated optimizer state: each slot over all P parameters (sharded: none, the protocol holds it) */
+  slots: Float32Array[];
+}
+
+/** A try's epoch, global sample count and learning rate. */
+export interface PreparedStep {
+  epoch: number;
+  samples: number;
+  lr: number;
+}
+
+export class DataParallelStep {
+  /** [gradient (P) | statistics (B) | loss]: what one rank contributes to the sum in shrink and none modes; on a spare, the step's outcome it receives */
+  private readonly contribution: Float32Array;
+  private readonly P: number;
+  private readonly B: number;
+  private shrinkStep?: ShrinkStep;
+  /** the summed [gradient | statistics | loss] of the last committed step (replicated state) */
+  private total?: Float32Array;
+  /** the last committed step's loss (mean over its global batch) */
+  lastLoss = NaN;
+
+  constructor(
+    private readonly settings: StepSettings,
+    private readonly manager: Manager,
+    private readonly data: DataPosition,
+    private readonly buffers: BatchBuffers,
+    private readonly params: StepParameters,
+    private readonly backend: Pick<Backend, 'addInPlace'>,
+  ) {
+    this.P = params.withTail.length - 1;
+    this.B = params.buffers.length;
+    this.contribution = streamVector(this.P + this.B + 1, Stream.gradients);
+  }
+
+  /** The current step's epoch, global sample count and learning rate (`base`, rescaled in shrink mode when asked). */
+  prepare(base: number): PreparedStep {
+    const step = this.manager.step;
+    const { plan, shrink } = this.data;
+    if (!shrink) {
+      const t = step % plan.stepsPerEpoch;
+      return { epoch: Math.floor(step / plan.stepsPerEpoch), samples: plan.samplesAt(t), lr: base };
+    }
+    this.shrinkStep = shrink.peek(this.manager.world.shardMap);
+    const rescale = this.settings.lrRescale === 'linear' ? this.shrinkStep.samples / this.settings.batch : 1;
+    return { epoch: this.shrinkStep.epoch, samples: this.shrinkStep.samples, lr: base * rescale };
+  }
+
+  /**
+   * One try at the current step, `prepared` for it: compute, the voted sum, then the update
+   * (`update`; absent: the caller updates from gradient()). False: a failure was recovered from;
+   * prepare and try the same step again.
+   */
+  async run(prepared: PreparedStep, target: GradientTarget, compute: GradientFn, update?: StepUpdate): Promise<boolean> {
+    const manager = this.manager;
+    const { world } = manager;
+    const step = manager.step;
+    const { epoch, samples, lr } = prepared;
+    const sharded = manager.shardedState;
+    sharded?.beginStep(step);
+    const working = world.working;
+    const exact = this.settings.onFailure === 'exact';
+    manager.enter('compute');
+    if (working && exact) await computeShards(manager, this.data.plan, step, this.settings.seed, this.buffers, target, compute);
+    else if (working) await this.computePieces(epoch, samples, target, compute);
+    const sum = working && exact ? manager.shardSum : undefined;
+    const committed = await manager.exchange(async () => {
+      if (sharded) await sharded.update(sum!, lr, step, () => manager.enter('redundancy'));
+      else if (sum) await sum.sum();
+      else if (working) await world.allreduce(this.contribution);
+      // [updated parameters | loss] with sharded state, else [summed gradient | loss]
+      await world.feedSpares(!working ? this.contribution : sharded ? this.params.withTail : (sum?.total ?? this.contribution));
+    });
+    if (!committed) return false;
+
+    manager.enter('update');
+    const { P, B } = this;
+    if (!working && this.settings.shardedState) {
+      this.params.withTail.set(this.contribution);
+      this.lastLoss = this.contribution[P];
+    } else if (sharded) {
+      sharded.commit(step);
+      this.lastLoss = this.params.withTail[P];
+    } else {
+      const total = sum ? sum.total : this.contribution;
+      this.total = total;
+      if (update) update.optimizer.update(this.params.withTail.subarray(0, P), total.subarray(0, P), update.slots, lr, step);
+      if (B > 0) this.params.updateBuffers(total.subarray(P, P + B));
+      this.lastLoss = total[P + B];
+    }
+    this.data.shrink?.commit(this.shrinkStep!);
+    return true;
+  }
+
+  /** The committed step's summed gradient (replicated state; valid until the next run()). */
+  gradient(): Float32Array {
+    if (!this.total) throw new Error('no summed gradient: the optimizer state is sharded, or no step has been committed');
+    return this.total.subarray(0, this.P);
+  }
+
+  /**
+   * Shrink and none modes: this rank's gradient over its pieces, one piece (a shard's run of rows)
+   * at a time so that every draw is keyed by the piece's shard, never by the rank holding it.
+   */
+  private async computePieces(epoch: number, samples: number, target: GradientTarget, compute: GradientFn): Promise<void> {
+    const { P, B } = this;
+    const manager = this.manager;
+    this.contribution.fill(0);
+    for (const piece of this.shrinkStep!.pieces.get(manager.world.worldRank) ?? []) {
+      const rows = piece.rows.length;
+      const [x, labels] = this.buffers.view(rows);
+      await manager.ready(piece.shard, piece.rows);
+      gatherBatch(manager.shard(piece.shard), piece.rows, x, labels);
+      const key = { seed: this.settings.seed, epoch, step: manager.step, shard: piece.shard };
+      const loss = compute({ x, labels, rows, samples, key });
+      this.backend.addInPlace(this.contribution.subarray(0, P), target.gradient);
+      if (B > 0) this.backend.addInPlace(this.contribution.subarray(P, P + B), target.statistics);
+      this.contribution[P + B] += loss * (rows / samples);
+    }
+  }
+}
