@@ -1,14 +1,19 @@
 // A custom training loop on ft-train's protocol: a two-layer perceptron written here in plain
 // TypeScript (its own forward, backward and SGD with momentum; no model spec, no ft-train kernels),
 // trained data-parallel and fault-tolerant by elastic(). Kill a rank and the survivors repair,
-// re-read its shards and finish with the same bits as a run that never failed.
+// re-read its shards and finish with the same bits as a run that never failed. The protocol's
+// options are the trainer's: --on-failure exact|shrink|none, --spares K, --respawn; with
+// --optimizer sgd|adamw ft-train's optimizer makes the update (loop.update()) instead of this
+// file's own SGD, which also allows --optimizer-state sharded and its --redundancy.
 //
 //   launch/ft-run -n 2 --script dist/examples/custom-loop/mlp.js -- \
 //     --data datasets/fashion-mnist --run-dir runs/mlp-loop --steps 30
+//   launch/ft-run -n 4 --script dist/examples/custom-loop/mlp.js -- \
+//     --run-dir runs/mlp-sharded --steps 30 --optimizer sgd --optimizer-state sharded --spares 1
 //
 // (A project that installs ft-train imports from 'ft-train' instead of '../../src'.)
 import { parseArgs } from 'node:util';
-import { elastic, exitWhenDone, type ElasticLoop, type MicroBatch } from '../../src';
+import { elastic, exitWhenDone, type ElasticLoop, type FailurePolicy, type MicroBatch } from '../../src';
 
 const { values: flags } = parseArgs({
   options: {
@@ -24,6 +29,15 @@ const { values: flags } = parseArgs({
     'checkpoint-every': { type: 'string', default: '0' },
     resume: { type: 'string' },
     drill: { type: 'string', multiple: true, default: [] },
+    'on-failure': { type: 'string', default: 'exact' },
+    optimizer: { type: 'string' },
+    'optimizer-state': { type: 'string', default: 'replicated' },
+    redundancy: { type: 'string' },
+    spares: { type: 'string', default: '0' },
+    respawn: { type: 'boolean', default: false },
+    // a rank spawned to replace a lost one gets these from its job (elastic() reads them)
+    isa: { type: 'string' },
+    'join-id': { type: 'string' },
   },
 });
 if (flags['run-dir'] === undefined) {
@@ -37,6 +51,8 @@ const hidden = Number(flags.hidden);
 const lr = Number(flags.lr);
 const momentum = 0.9;
 const seed = Number(flags.seed);
+/** ft-train's optimizer makes the update; else this file's SGD with momentum, from loop.sum()'s gradient */
+const optimizer = flags.optimizer as 'sgd' | 'adamw' | undefined;
 
 /** A seeded uniform stream in [0, 1) (mulberry32), so every rank draws the same initial weights. */
 function uniform(state: number): () => number {
@@ -123,9 +139,12 @@ exitWhenDone(elastic({
   data: flags.data!, runDir: flags['run-dir'], steps: Number(flags.steps), batch: Number(flags.batch),
   shards: flags.shards === undefined ? undefined : Number(flags.shards), seed, hangTimeout: Number(flags['hang-timeout']),
   checkpointEvery: Number(flags['checkpoint-every']), resume: flags.resume, drill: flags.drill,
+  onFailure: flags['on-failure'] as FailurePolicy, spares: Number(flags.spares), respawn: flags.respawn,
+  optimizerState: flags['optimizer-state'] as 'replicated' | 'sharded', redundancy: flags.redundancy,
+  ...(optimizer ? { optimizer, momentum, weightDecay: 0 } : {}),
   model: `mlp-${hidden} (examples/custom-loop/mlp.ts)`,
   tensors: { w1: [hidden, features], b1: [hidden], w2: [classes, hidden], b2: [classes] },
-  slots: ['velocity'],
+  slots: optimizer ? [] : ['velocity'],
   identity: { hidden, lr, momentum },
 }, {
   init(loop) {
@@ -136,12 +155,15 @@ exitWhenDone(elastic({
     for (let i = 0; i < w2.length; ++i) w2[i] = (2 * next() - 1) / Math.sqrt(hidden);
   },
   async train(loop) {
-    const velocity = loop.slot('velocity');
     while (!loop.done) {
-      const { gradient: g } = await loop.sum((batch) => gradient(loop, batch));
-      for (let i = 0; i < loop.state.length; ++i) {
-        velocity[i] = momentum * velocity[i] + g[i];
-        loop.state[i] -= lr * velocity[i];
+      if (optimizer) await loop.update((batch) => gradient(loop, batch), { lr });
+      else {
+        const { gradient: g } = await loop.sum((batch) => gradient(loop, batch));
+        const velocity = loop.slot('velocity');
+        for (let i = 0; i < loop.state.length; ++i) {
+          velocity[i] = momentum * velocity[i] + g[i];
+          loop.state[i] -= lr * velocity[i];
+        }
       }
       await loop.commit({ lr });
     }

@@ -406,7 +406,7 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
         writeModel(result) {
           writeModel(options.runDir, encodeSafetensors(loop!.modelTensors(), { model: options.model, steps: String(result.steps), state_sha256: result.paramsSha256 }));
         },
-        doneWords: (result) => ({ before: '', hash: `state_sha256 ${result.paramsSha256.slice(0, 16)}` }),
+        hashName: 'state_sha256',
       };
     },
   };

@@ -97,8 +97,8 @@ export interface RankLoop<Result extends RunResult> {
   result(manager: Manager): Result;
   /** the model file(s), by the leader in the final write */
   writeModel(result: Result): void;
-  /** the done line's last words, e.g. "params_sha256 0123..." and what comes before the ranks left */
-  doneWords(result: Result): { before: string; hash: string };
+  /** what the done line calls the result's hash: params_sha256 (a model's parameters) or state_sha256 (a custom loop's state) */
+  hashName: string;
 }
 
 /** The flags that need the world size: fault tolerance on in MPI, --spares, --min-ranks, --drill. */
@@ -225,9 +225,9 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     result = loop.result(manager);
     if (manager.world.isLeader) {
       const lost = lossesText(result.failures);
-      const { before, hash } = loop.doneWords(result);
-      job.progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, ${before}${result.worldFinal} of ${result.worldInitial} ranks left` +
-        `${lost ? ` (lost ${lost}; ${manager.bytesReadBack} bytes read back)` : ''}, ${hash}`);
+      const accuracy = result.testAccuracy === null ? '' : `test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, `;
+      job.progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, ${accuracy}${result.worldFinal} of ${result.worldInitial} ranks left` +
+        `${lost ? ` (lost ${lost}; ${manager.bytesReadBack} bytes read back)` : ''}, ${loop.hashName} ${result.paramsSha256.slice(0, 16)}`);
     }
     job.logger.info('end', { ...result });
   } catch (error) {

@@ -78,7 +78,7 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
         writeModel(result) {
           writeModel(options.runDir, encodeSafetensors(namedTensors(model), { model: model.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }), modelSpecJson(model));
         },
-        doneWords: (result) => ({ before: `test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, `, hash: `params_sha256 ${result.paramsSha256.slice(0, 16)}` }),
+        hashName: 'params_sha256',
       };
     },
   };
