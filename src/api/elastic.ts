@@ -33,7 +33,7 @@ import { writeModel } from '../run/writer';
 import { DataPosition } from '../solver/data-position';
 import { Optimizer, optimizerIdentity } from '../solver/optimizer';
 import { BatchBuffers, evaluateSplit, type Evaluation, type GradientFn, type GradientTarget, type ScoreFn } from '../solver/shard-steps';
-import { DataParallelStep, type StepUpdate } from '../solver/step';
+import { DataParallelStep, type PreparedStep, type StepUpdate } from '../solver/step';
 import { InputError, runRank, type RankDoor, type RunResult, type TrainOutcome } from './rank-run';
 import { resolveTrainOptions, SettingsError, type TrainOptions, type TrainSettings } from './train-settings';
 
@@ -90,7 +90,7 @@ export interface StepSum {
 
 /** Fields of the step record commit() writes to metrics.jsonl besides the loop's own. */
 export interface CommitRecord {
-  /** the step's learning rate, for the metrics and the report (default: update()'s, else 0) */
+  /** the step's learning rate, for the metrics and the report (default: update()'s, shrink mode's rescale included; else 0) */
   lr?: number;
   [field: string]: number | undefined;
 }
@@ -151,7 +151,8 @@ export class ElasticLoop {
   private readonly optimizer?: StepUpdate;
   /** sharded state resumed from a checkpoint: its slots, whole, until the first step commits */
   private initialSlots?: Float32Array[];
-  private lastLr = 0;
+  /** the committed step's epoch, global samples and rate */
+  private prepared: PreparedStep = { epoch: 0, samples: 0, lr: 0 };
   private test?: ShardData;
   private started = 0;
   private evaluation?: Evaluation;
@@ -252,7 +253,8 @@ export class ElasticLoop {
     if (this.settings.optimizerState === 'sharded') throw new Error('sum(): with optimizerState sharded the optimizer state is the protocol\'s: call update()');
     for (;;) {
       this.started = performance.now();
-      if (await this.steps.run(this.steps.prepare(0), this.target, compute)) return { gradient: this.steps.gradient(), loss: this.steps.lastLoss };
+      this.prepared = this.steps.prepare(0);
+      if (await this.steps.run(this.prepared, this.target, compute)) return { gradient: this.steps.gradient(), loss: this.steps.lastLoss };
     }
   }
 
@@ -265,10 +267,9 @@ export class ElasticLoop {
     if (!this.optimizer) throw new Error('update(): give settings.optimizer (ft-train\'s optimizer makes the update), or update the state from sum()');
     for (;;) {
       this.started = performance.now();
-      const prepared = this.steps.prepare(lr);
-      if (!(await this.steps.run(prepared, this.target, compute, this.optimizer))) continue;
+      this.prepared = this.steps.prepare(lr);
+      if (!(await this.steps.run(this.prepared, this.target, compute, this.optimizer))) continue;
       if (this.manager.shardedState) this.initialSlots = undefined;
-      this.lastLr = prepared.lr;
       return { loss: this.steps.lastLoss };
     }
   }
@@ -276,13 +277,12 @@ export class ElasticLoop {
   /** Records the step (metrics.jsonl, progress) after user code has applied it; a SIGTERM stop or a periodic checkpoint when due. */
   async commit(record: CommitRecord = {}): Promise<void> {
     const step = this.manager.step;
-    const epoch = this.epoch;
-    const samples = this.data.plan.samplesAt(step % this.data.plan.stepsPerEpoch);
+    const { epoch, samples, lr } = this.prepared;
     const stepMs = performance.now() - this.started;
     const { world } = this.manager;
     const spares = world.sparesLaunched ? { spares: world.spares.length } : {};
     await this.manager.commit(() => this.observer.step({
-      ...record, step, epoch, loss: this.steps.lastLoss, lr: record.lr ?? this.lastLr, world: world.size, ...spares, samples, step_ms: stepMs, time: Date.now(),
+      ...record, step, epoch, loss: this.steps.lastLoss, lr: record.lr ?? lr, world: world.size, ...spares, samples, step_ms: stepMs, time: Date.now(),
     }));
   }
 

@@ -67,6 +67,58 @@ describe('ft-train as a library', function () {
       assert.equal(refused.stderr.trim(), `ft-train: ${checkpoint}: written with user {"hidden":64,"lr":0.05,"momentum":0.9}, this run has {"hidden":64,"lr":0.1,"momentum":0.9}`);
       assert.ok(!fs.existsSync(path.join(refused.dir, 'metrics.jsonl')));
     });
+
+    it('--optimizer sgd --optimizer-state sharded --spares 1: ft-train\'s optimizer updates sharded state; a kill leaves the bits of one rank that never failed', async () => {
+      const flags = [...loop, '--optimizer', 'sgd'];
+      const alone = await runScript(loopScript, 1, flags);
+      const killed = await runScript(loopScript, 4, [...flags, '--optimizer-state', 'sharded', '--spares', '1', '--drill', 'rank=2,step=6']);
+      const summary = summaryOf(killed);
+      assert.equal(summary.params_sha256, summaryOf(alone).params_sha256);
+      assert.notEqual(summary.params_sha256, summaryOf(unfailed).params_sha256);
+      assert.deepEqual(summary.failures, [{ step: 6, lost: [2], world: 3 }]);
+      assert.equal(summary.optimizer_state, 'sharded');
+      assert.equal(summary.world_final, 3);
+    });
+  });
+
+  describe('the custom loop and the trainer, one protocol (test/mpi/programs/net-loop.ts: lenet through elastic())', () => {
+    const netLoop = path.join(repoRoot, 'dist', 'test', 'mpi', 'programs', 'net-loop.js');
+    const common = ['--steps', '8', '--shards', '3', '--hang-timeout', '5'];
+    const kill = ['--drill', 'rank=1,step=3'];
+    let trainer: string;
+
+    before(async () => {
+      const dir = path.join(scratch, `run-${++runs}`);
+      const job = await runTrain(3, ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', ...common, ...kill, '--run-dir', dir], 120_000);
+      trainer = summaryOf({ dir, ...job }).params_sha256;
+    });
+
+    for (const [name, ranks, extra] of [
+      ['replicated state', 3, []],
+      ['sharded state', 3, ['--optimizer-state', 'sharded']],
+      ['a hot spare taking the lost place', 4, ['--spares', '1']],
+      ['a rank respawned in its place', 3, ['--respawn']],
+    ] as const) {
+      it(`${name}: a kill -9 of rank 1 at step 3 ends with the trainer's bits`, async () => {
+        const flags: readonly string[] = extra;
+        const run = await runScript(netLoop, ranks, [...common, ...kill, ...flags]);
+        const summary = summaryOf(run);
+        assert.equal(summary.params_sha256, trainer);
+        // a spare or a respawned rank keeps 3 ranks working
+        assert.deepEqual(summary.failures, [{ step: 3, lost: [1], world: ranks === 4 || flags.includes('--respawn') ? 3 : 2 }]);
+        assert.equal(summary.optimizer_state, flags.includes('sharded') ? 'sharded' : 'replicated');
+      });
+    }
+
+    it('shrink mode: the survivors keep their batch, the same bits both ways', async () => {
+      const shrink = ['--on-failure', 'shrink', '--batch', '63'];
+      const dir = path.join(scratch, `run-${++runs}`);
+      const job = await runTrain(3, ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', ...common, ...kill, ...shrink, '--run-dir', dir], 120_000);
+      const run = await runScript(netLoop, 3, [...common, ...kill, ...shrink]);
+      assert.equal(summaryOf(run).params_sha256, summaryOf({ dir, ...job }).params_sha256);
+      assert.notEqual(summaryOf(run).params_sha256, trainer);
+      assert.deepEqual(lines<StepRecord>(run, 'metrics.jsonl').map((m) => m.samples), [63, 63, 63, 42, 42, 42, 42, 42]);
+    });
   });
 
   it('resnet8 (batchnorm, residual adds): a kill keeps parameters and running statistics bit-identical', async () => {
