@@ -23,9 +23,9 @@ import { Checkpointing } from './checkpointing';
 import type { Failure, LoopPosition, ProtocolConfig, ProtocolObserver, ResumePoint, StateSource, StepPosition } from './contracts';
 import { Membership, type WorldJoinFields, type WorldView } from './membership';
 import { WorldRepair } from './repair';
-import type { ShardSum } from './shard-sum';
+import type { ShardSum } from '../sharding/shard-sum';
 import { HeldShards } from './shards';
-import { ProtocolStop } from './stop';
+import { ProtocolStop } from '../liveness/stop';
 import { SumAndState } from './sum-and-state';
 import { CARRY_ON, OK, Vote } from './vote';
 

@@ -11,7 +11,7 @@ import { killDeclaredDead, peersGone } from '../liveness/hangs';
 import { goneFromHere } from '../run/pids';
 import type { ProtocolConfig, ProtocolObserver, RunHistory, StepPosition } from './contracts';
 import type { Membership } from './membership';
-import { ProtocolStop } from './stop';
+import { ProtocolStop } from '../liveness/stop';
 import type { Vote } from './vote';
 
 export interface Repair {

@@ -1,12 +1,12 @@
 // What the step's collective works on, kept in step with the world: exact mode's shard-ordered sum
-// (shard-sum.ts) over the working ranks and the shard map, and the sharded optimizer state
-// (sharding/). Both are made at the start and remade for each world a recovery forms; the sharded
+// (sharding/shard-sum.ts) over the working ranks and the shard map, and the sharded optimizer state
+// (sharding/sharded-state.ts). Both are made at the start and remade for each world a recovery forms; the sharded
 // state rebuilds the lost ranks' chunks from the survivors' memory, voted.
 import type { Phase } from '../liveness/drills';
 import { ShardedState, type JoinMeta } from '../sharding/sharded-state';
 import type { ProtocolConfig, ProtocolObserver } from './contracts';
 import type { Membership } from './membership';
-import { ddpBuckets, oneBucket, ShardSum } from './shard-sum';
+import { ddpBuckets, oneBucket, ShardSum } from '../sharding/shard-sum';
 import type { Vote } from './vote';
 
 const now = (): number => performance.now();

@@ -17,7 +17,7 @@ import { guardAgainstHangs, killDeclaredDead, peersGone } from '../liveness/hang
 import type { Failure, ProtocolObserver } from '../protocol/contracts';
 import type { Manager } from '../protocol/manager';
 import { withDeadline } from '../liveness/deadline';
-import { ProtocolStop } from '../protocol/stop';
+import { ProtocolStop } from '../liveness/stop';
 import { runFiles } from '../run/files';
 import { processStat, rankList, readPid } from '../run/pids';
 import type { StepRecord } from '../run/records';

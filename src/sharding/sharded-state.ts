@@ -19,8 +19,8 @@ import { ecDecode } from '../checkpoint/erasure';
 import { parameterChunks } from '../base/chunks';
 import { planRedundancy, unrecoverableChunks, type RedundancyPlan, type RedundancySpec } from './placement';
 import { PeerRedundancy, type Item } from './redundancy';
-import type { ShardSum } from '../protocol/shard-sum';
-import { ProtocolStop } from '../protocol/stop';
+import type { ShardSum } from './shard-sum';
+import { ProtocolStop } from '../liveness/stop';
 
 /** What sharded state needs of an optimizer (solver/optimizer.ts). */
 export interface StateOptimizer {

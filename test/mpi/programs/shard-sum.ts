@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { finalize, init } from '../../../src/comm';
 import { ShardMap } from '../../../src/data/shard-map';
-import { ShardSum } from '../../../src/protocol/shard-sum';
+import { ShardSum } from '../../../src/sharding/shard-sum';
 import { cpu } from '../../../src/nn/cpu';
 import { stream } from '../../../src/base/random';
 import { report } from './report';
