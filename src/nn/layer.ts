@@ -5,7 +5,7 @@
 import type { Backend, Layout } from './backend';
 import type { ParameterStore } from './params';
 
-/** Keys of the randomness of one micro-batch (DESIGN.md: never the rank). */
+/** Keys of the randomness of one micro-batch: never the rank (docs/architecture.md, Determinism). */
 export interface BatchKey {
   seed: number;
   epoch: number;

@@ -36,7 +36,7 @@ export class ParameterStore {
 
   /**
    * The parameters followed by one more float: sharded optimizer state allgathers the updated
-   * parameters into it with the step's summed loss as the last element (see ft/sharded-state.ts).
+   * parameters into it with the step's summed loss as the last element (see sharding/sharded-state.ts).
    */
   get dataWithTail(): Float32Array {
     if (!this.withTail) throw new Error('the parameter buffer is not allocated yet');

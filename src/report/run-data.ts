@@ -1,4 +1,4 @@
-// What ft-report reads from a run directory (DESIGN.md "Run directory"): summary.json,
+// What ft-report reads from a run directory (docs/architecture.md, the run-directory contract): summary.json,
 // metrics.jsonl, events.jsonl and, after a drill, drill.json. Every file is checked, so that a
 // missing, half-written or foreign one becomes one line naming the file and the problem; a run
 // without summary.json is unfinished (still running, or stopped) and is read up to its last

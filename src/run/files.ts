@@ -1,4 +1,4 @@
-// The names of what a run directory holds (DESIGN.md "Run directory"), for its writer and its readers.
+// The names of what a run directory holds (docs/architecture.md, the run-directory contract), for its writer and its readers.
 export const runFiles = {
   /** one line per committed step (StepRecord) */
   metrics: 'metrics.jsonl',
