@@ -148,7 +148,7 @@ function main(): void {
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-recovery-'));
   const out: Record<string, unknown> = {};
   const table: string[] = [];
-  let elasticTable: string[] = [];
+  let elasticTable: string[];
   const hostsOnly = process.env.BENCH_ONLY === 'hosts';
   try {
     for (const ranks of hostsOnly ? [] : rankCounts) {

@@ -87,7 +87,7 @@ function main(): void {
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-redundancy-'));
   const rows: { model: string; ranks: number; ms: Record<string, number>; overhead: Record<string, number> }[] = [];
   const bytes: Record<string, { state: number; redundancy: number }> = {};
-  let recovery = { memoryMs: NaN, diskMs: NaN };
+  let recovery: { memoryMs: number; diskMs: number };
   try {
     for (const model of models) {
       for (const ranks of rankCounts) {

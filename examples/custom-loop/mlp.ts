@@ -97,10 +97,9 @@ function forward(loop: ElasticLoop, x: Float32Array, rows: number): void {
 /** Softmax cross-entropy of row n: its loss; leaves d loss / d logits in logits' row when `grad`. */
 function crossEntropy(n: number, label: number, grad: boolean): { loss: number; correct: boolean } {
   const row = logits.subarray(n * classes, (n + 1) * classes);
-  let max = row[0];
   let best = 0;
   for (let c = 1; c < classes; ++c) if (row[c] > row[best]) best = c;
-  max = row[best];
+  const max = row[best];
   let sum = 0;
   for (let c = 0; c < classes; ++c) sum += Math.exp(row[c] - max);
   const loss = Math.log(sum) - (row[label] - max);

@@ -142,7 +142,7 @@ function checkShards(options: TrainOptions, dataset: Dataset, worldSize: number,
     dataset.train.layout(shards);
   } catch (error) {
     if (!(error instanceof DatasetError)) throw error;
-    throw new Error(`${error.message} (${shards} shards: ${origin})`);
+    throw new Error(`${error.message} (${shards} shards: ${origin})`, { cause: error });
   }
   if (options.onFailure === 'exact') return undefined;
   // the per-rank batch is the initial world's share, so a resume at any world size keeps it

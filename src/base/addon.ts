@@ -13,10 +13,11 @@ function load(): unknown {
   // threads instead, a core each (binding/src/cpu/cpu_module.cc).
   process.env.OMP_PROC_BIND ??= 'false';
   try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports -- a native addon, at a path known only at run time
     return require(addonPath) as unknown;
   } catch (error) {
     throw new Error(`cannot load the native addon ${addonPath}: ${(error as Error).message}; ` +
-      'run `npm run build` (after launch/setup)');
+      'run `npm run build` (after launch/setup)', { cause: error });
   }
 }
 

@@ -395,7 +395,7 @@ export function verifyCheckpoint(dir: string): CheckpointManifest {
   try {
     manifest = JSON.parse(fs.readFileSync(manifestPath, 'utf8'));
   } catch (error) {
-    throw new Error(`${manifestPath}: not valid JSON (${(error as Error).message})`);
+    throw new Error(`${manifestPath}: not valid JSON (${(error as Error).message})`, { cause: error });
   }
   if (manifest.format !== checkpointFormat) throw new Error(`${manifestPath}: format ${JSON.stringify(manifest.format)}, expected "${checkpointFormat}"`);
   const { manifest_sha256: sealed, ...unsealed } = manifest;

@@ -62,7 +62,7 @@ function hostfileSlots(file: string): number {
   try {
     text = fs.readFileSync(file, 'utf8');
   } catch (error) {
-    throw new Error(`${file}: cannot read the hostfile (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+    throw new Error(`${file}: cannot read the hostfile (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`, { cause: error });
   }
   let slots = 0;
   text.split('\n').forEach((raw, index) => {

@@ -32,7 +32,7 @@ export function batchLayout(block: Uint8Array, metadataLength: number, sampleSiz
   try {
     message = Message.decode(block.subarray(flatbufferStart, flatbufferStart + flatbufferLength));
   } catch (error) {
-    throw new Error(`its metadata is not an Arrow message (${(error as Error).message})`);
+    throw new Error(`its metadata is not an Arrow message (${(error as Error).message})`, { cause: error });
   }
   if (message.headerType !== MessageHeader.RecordBatch) throw new Error(`it is not a record batch (message type ${message.headerType})`);
   const header = (message as Message<MessageHeader.RecordBatch>).header();

@@ -22,7 +22,7 @@ export function streamVector(length: number, kind: number): Float32Array {
     memory = new Float32Array(length + (kinds - 1) * skewFloats);
   } catch (error) {
     // worded as the engine words it, for the length asked for (the slack is this module's business)
-    if (error instanceof RangeError) throw new RangeError(`Invalid typed array length: ${length}`);
+    if (error instanceof RangeError) throw new RangeError(`Invalid typed array length: ${length}`, { cause: error });
     throw error;
   }
   return memory.subarray(skew, skew + length);

@@ -16,6 +16,6 @@ export function removeScratch(dir: string): void {
   } catch (error) {
     const left = fs.existsSync(dir) ? execSync(`find ${JSON.stringify(dir)} | head -20`).toString() : '';
     const alive = execSync('ps -eo pid,etime,args | grep -E "ft-train|prterun" | grep -v grep || true').toString();
-    throw new Error(`${(error as Error).message}\nleft:\n${left}processes:\n${alive}`);
+    throw new Error(`${(error as Error).message}\nleft:\n${left}processes:\n${alive}`, { cause: error });
   }
 }
