@@ -18,13 +18,21 @@ const rounds = 5;
 // Enough operations per timed round to dwarf the timer, bounded for the large sizes.
 const iters = (bytes: number): number => Math.max(5, Math.min(2000, Math.floor((32 << 20) / bytes)));
 
-interface Line { impl: 'raw' | 'binding'; ranks: number; bytes: number; us: number[] }
+interface Line {
+  impl: 'raw' | 'binding';
+  ranks: number;
+  bytes: number;
+  us: number[];
+}
 
 function run(ranks: number, program: string[]): Line[] {
   const { command, args, env } = mpirunCommand({ ranks, program });
   const result = spawnSync(command, args, { env, encoding: 'utf8', timeout: 300_000 });
   if (result.status !== 0) throw new Error(`${program.join(' ')} on ${ranks} ranks failed:\n${result.stderr}`);
-  return result.stdout.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Line);
+  return result.stdout
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as Line);
 }
 
 function main(): void {
@@ -43,8 +51,7 @@ function main(): void {
       bindingLines.push(...run(ranks, [process.execPath, worker, ...plan]));
       process.stderr.write(' done\n');
     }
-    const timesAt = (lines: Line[], bytes: number): number[] =>
-      lines.filter((l) => l.bytes === bytes).flatMap((l) => l.us);
+    const timesAt = (lines: Line[], bytes: number): number[] => lines.filter((l) => l.bytes === bytes).flatMap((l) => l.us);
     // one line per size per round, in round order
     const roundMedians = (lines: Line[]): number[] => lines.filter((l) => l.bytes === 4096).map((l) => median(l.us));
     const rawRounds = roundMedians(rawLines);
@@ -57,16 +64,20 @@ function main(): void {
   }
   console.log('ranks      bytes     raw_us  binding_us  raw/binding');
   for (const row of rows) {
-    console.log(`${String(row.ranks).padStart(5)} ${String(row.bytes).padStart(10)} ${row.raw_us.toFixed(2).padStart(10)} ` +
-      `${row.binding_us.toFixed(2).padStart(11)} ${row.ratio.toFixed(3).padStart(12)}`);
+    console.log(
+      `${String(row.ranks).padStart(5)} ${String(row.bytes).padStart(10)} ${row.raw_us.toFixed(2).padStart(10)} ` +
+        `${row.binding_us.toFixed(2).padStart(11)} ${row.ratio.toFixed(3).padStart(12)}`,
+    );
   }
   const large = rows.filter((r) => r.bytes >= 4 << 20);
-  console.log(JSON.stringify({
-    min_ratio_ge_4mib: Math.min(...large.map((r) => r.ratio)),
-    overhead_us: +Math.max(...Object.values(overheads)).toFixed(2),
-    overhead_us_by_ranks: Object.fromEntries(Object.entries(overheads).map(([ranks, us]) => [ranks, +us.toFixed(2)])),
-    rows,
-  }));
+  console.log(
+    JSON.stringify({
+      min_ratio_ge_4mib: Math.min(...large.map((r) => r.ratio)),
+      overhead_us: +Math.max(...Object.values(overheads)).toFixed(2),
+      overhead_us_by_ranks: Object.fromEntries(Object.entries(overheads).map(([ranks, us]) => [ranks, +us.toFixed(2)])),
+      rows,
+    }),
+  );
 }
 
 main();

@@ -72,18 +72,49 @@ async function directWrite(bytes: Uint8Array): Promise<number> {
 /** One drill: the JIT checkpoint's bytes and duration, and the median step time before the kill. */
 function jitCheckpoint(model: string, ranks: number, batch: number): { bytes: number; ms: number; stepMs: number } {
   const runDir = path.join(scratch, `run-${path.basename(model, '.json')}-${ranks}-${Date.now()}`);
-  const { command, args, env } = trainCommand(ranks, ['--model', model, '--data', 'datasets/fashion-mnist',
-    '--run-dir', runDir, '--steps', '8', '--batch', String(batch), '--drill', `rank=${ranks - 1},step=4`]);
+  const { command, args, env } = trainCommand(ranks, [
+    '--model',
+    model,
+    '--data',
+    'datasets/fashion-mnist',
+    '--run-dir',
+    runDir,
+    '--steps',
+    '8',
+    '--batch',
+    String(batch),
+    '--drill',
+    `rank=${ranks - 1},step=4`,
+  ]);
   const result = spawnSync(command, args, { env, cwd: root, encoding: 'utf8', timeout: 600_000 });
   if (result.status !== 0) throw new Error(`ft-train ${model} on ${ranks} ranks failed:\n${result.stdout}\n${result.stderr}`);
-  const lines = (file: string) => fs.readFileSync(path.join(runDir, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  const lines = (file: string) =>
+    fs
+      .readFileSync(path.join(runDir, file), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
   const event = lines('events.jsonl').find((e: { event: string }) => e.event === 'checkpoint');
-  const stepMs = median(lines('metrics.jsonl').slice(1, 4).map((m: { step_ms: number }) => m.step_ms));
+  const stepMs = median(
+    lines('metrics.jsonl')
+      .slice(1, 4)
+      .map((m: { step_ms: number }) => m.step_ms),
+  );
   fs.rmSync(runDir, { recursive: true, force: true });
   return { bytes: event.bytes, ms: event.duration_ms, stepMs };
 }
 
-interface Row { model: string; ranks: number; bytes: number; ms: number; diskMs: number; bufferedMs: number; ratio: number; vsFirst: number; stepMs: number }
+interface Row {
+  model: string;
+  ranks: number;
+  bytes: number;
+  ms: number;
+  diskMs: number;
+  bufferedMs: number;
+  ratio: number;
+  vsFirst: number;
+  stepMs: number;
+}
 
 async function main(): Promise<void> {
   fs.mkdirSync(scratch, { recursive: true });
@@ -91,9 +122,14 @@ async function main(): Promise<void> {
   fs.writeFileSync(bigSpec, JSON.stringify(bigModel));
   const rows: Row[] = [];
   try {
-    for (const [model, batch] of [['models/lenet.json', 64], [bigSpec, 16]] as const) {
+    for (const [model, batch] of [
+      ['models/lenet.json', 64],
+      [bigSpec, 16],
+    ] as const) {
       for (const ranks of rankCounts) {
-        process.stderr.write(`[bench] ${path.basename(model)} on ${ranks} ranks, ${rounds} rounds of a JIT checkpoint and sequential writes:`);
+        process.stderr.write(
+          `[bench] ${path.basename(model)} on ${ranks} ranks, ${rounds} rounds of a JIT checkpoint and sequential writes:`,
+        );
         const measured: { jit: ReturnType<typeof jitCheckpoint>; buffered: number; direct: number }[] = [];
         let bytes = new Uint8Array(0);
         for (let round = 0; round < rounds; round++) {
@@ -105,9 +141,14 @@ async function main(): Promise<void> {
         process.stderr.write('\n');
         const disk = measured.map((m) => Math.min(m.buffered, m.direct));
         rows.push({
-          model: path.basename(model, '.json'), ranks, bytes: measured[0].jit.bytes,
-          ms: median(measured.map((m) => m.jit.ms)), diskMs: median(disk), bufferedMs: median(measured.map((m) => m.buffered)),
-          ratio: median(measured.map((m, i) => m.jit.ms / disk[i])), vsFirst: median(measured.map((m) => m.jit.ms / m.buffered)),
+          model: path.basename(model, '.json'),
+          ranks,
+          bytes: measured[0].jit.bytes,
+          ms: median(measured.map((m) => m.jit.ms)),
+          diskMs: median(disk),
+          bufferedMs: median(measured.map((m) => m.buffered)),
+          ratio: median(measured.map((m, i) => m.jit.ms / disk[i])),
+          vsFirst: median(measured.map((m) => m.jit.ms / m.buffered)),
           stepMs: median(measured.map((m) => m.jit.stepMs)),
         });
       }
@@ -124,23 +165,46 @@ async function main(): Promise<void> {
     const rate = r.ranks * failuresPerRankPerSecond;
     const cStar = Math.sqrt(rate / (2 * o));
     const costPerStepMs = Math.sqrt(2 * rate * o) * r.stepMs;
-    periodic[`${r.model}_${r.ranks}`] = { interval_s: Math.round(1 / cStar), cost_per_step_ms: Number(costPerStepMs.toFixed(5)), jit_cost_per_step_ms: 0 };
-    console.log(`${r.model.padEnd(10)}  ${String(r.ranks).padStart(5)}  ${(r.bytes / 1e6).toFixed(1).padStart(8)}  ${r.ms.toFixed(1).padStart(12)}  ${r.diskMs.toFixed(1).padStart(7)} (${r.bufferedMs.toFixed(0).padStart(8)})  ${r.ratio.toFixed(2).padStart(5)}  ${r.stepMs.toFixed(1).padStart(7)}  ${(1 / cStar).toFixed(0).padStart(18)} s  ${costPerStepMs.toFixed(5).padStart(15)} ms`);
+    periodic[`${r.model}_${r.ranks}`] = {
+      interval_s: Math.round(1 / cStar),
+      cost_per_step_ms: Number(costPerStepMs.toFixed(5)),
+      jit_cost_per_step_ms: 0,
+    };
+    console.log(
+      `${r.model.padEnd(10)}  ${String(r.ranks).padStart(5)}  ${(r.bytes / 1e6).toFixed(1).padStart(8)}  ${r.ms.toFixed(1).padStart(12)}  ${r.diskMs.toFixed(1).padStart(7)} (${r.bufferedMs.toFixed(0).padStart(8)})  ${r.ratio.toFixed(2).padStart(5)}  ${r.stepMs.toFixed(1).padStart(7)}  ${(1 / cStar).toFixed(0).padStart(18)} s  ${costPerStepMs.toFixed(5).padStart(15)} ms`,
+    );
   }
-  console.log(`failure rate f = 1 per rank per day; periodic cost per step = sqrt(2 N f o) x step time; JIT: 0 in steady state (one step redone per failure)`);
+  console.log(
+    `failure rate f = 1 per rank per day; periodic cost per step = sqrt(2 N f o) x step time; JIT: 0 in steady state (one step redone per failure)`,
+  );
   const large = rows.filter((r) => r.model === bigModel.name);
   // lenet's time less its bytes at the bandwidth of the same world size's 100 MB disk time
-  const fixed = rows.filter((r) => r.model === 'lenet').map((r) => {
-    const big = large.find((l) => l.ranks === r.ranks)!;
-    return r.ms - (r.bytes * big.diskMs) / big.bytes;
-  });
-  console.log(JSON.stringify({
-    jit_write_vs_disk_large: Number(Math.max(...large.map((r) => r.ratio)).toFixed(3)),
-    jit_fixed_cost_ms: Number(Math.max(...fixed).toFixed(2)),
-    jit_write_vs_buffered_write: Number(Math.max(...rows.map((r) => r.vsFirst)).toFixed(3)),
-    by_run: Object.fromEntries(rows.map((r) => [`${r.model}_${r.ranks}`, { bytes: r.bytes, jit_ms: Number(r.ms.toFixed(1)), disk_ms: Number(r.diskMs.toFixed(1)), buffered_write_ms: Number(r.bufferedMs.toFixed(1)), ratio: Number(r.ratio.toFixed(3)) }])),
-    periodic_at_optimum: periodic,
-  }));
+  const fixed = rows
+    .filter((r) => r.model === 'lenet')
+    .map((r) => {
+      const big = large.find((l) => l.ranks === r.ranks)!;
+      return r.ms - (r.bytes * big.diskMs) / big.bytes;
+    });
+  console.log(
+    JSON.stringify({
+      jit_write_vs_disk_large: Number(Math.max(...large.map((r) => r.ratio)).toFixed(3)),
+      jit_fixed_cost_ms: Number(Math.max(...fixed).toFixed(2)),
+      jit_write_vs_buffered_write: Number(Math.max(...rows.map((r) => r.vsFirst)).toFixed(3)),
+      by_run: Object.fromEntries(
+        rows.map((r) => [
+          `${r.model}_${r.ranks}`,
+          {
+            bytes: r.bytes,
+            jit_ms: Number(r.ms.toFixed(1)),
+            disk_ms: Number(r.diskMs.toFixed(1)),
+            buffered_write_ms: Number(r.bufferedMs.toFixed(1)),
+            ratio: Number(r.ratio.toFixed(3)),
+          },
+        ]),
+      ),
+      periodic_at_optimum: periodic,
+    }),
+  );
 }
 
 void main();

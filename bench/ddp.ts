@@ -32,8 +32,22 @@ const python = process.env.BENCH_PYTHON ?? '/usr/bin/python3';
 /** Median step_ms after warm-up of a real 2-rank ft-train run in exact mode. */
 function oursMs(model: string, batch: number, scratch: string): number {
   const runDir = path.join(scratch, `${model}-${batch}-${Date.now()}`);
-  const { command, args, env } = trainCommand(ranks, ['--model', path.join('models', `${model}.json`), '--data', path.join('datasets', 'fashion-mnist'),
-    '--run-dir', runDir, '--steps', String(steps), '--batch', String(batch), '--threads', '1', '--on-failure', 'exact']);
+  const { command, args, env } = trainCommand(ranks, [
+    '--model',
+    path.join('models', `${model}.json`),
+    '--data',
+    path.join('datasets', 'fashion-mnist'),
+    '--run-dir',
+    runDir,
+    '--steps',
+    String(steps),
+    '--batch',
+    String(batch),
+    '--threads',
+    '1',
+    '--on-failure',
+    'exact',
+  ]);
   const result = spawnSync(command, args, { env, cwd: root, encoding: 'utf8', timeout: 600_000 });
   if (result.status !== 0) throw new Error(`ft-train ${model} batch ${batch} failed:\n${result.stdout}\n${result.stderr}`);
   const lines = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n');
@@ -43,8 +57,11 @@ function oursMs(model: string, batch: number, scratch: string): number {
 
 /** Median step of PyTorch DDP on the same model spec (every default filled in, as ft-train exports it). */
 function theirsMs(specFile: string, batch: number): number {
-  const result = spawnSync(python, [path.join(root, 'bench', 'pytorch_ddp.py'), specFile, String(batch), String(steps), String(warmup), debianSource],
-    { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '1' }, timeout: 600_000 });
+  const result = spawnSync(
+    python,
+    [path.join(root, 'bench', 'pytorch_ddp.py'), specFile, String(batch), String(steps), String(warmup), debianSource],
+    { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '1' }, timeout: 600_000 },
+  );
   if (result.status !== 0) throw new Error(`PyTorch DDP run failed (${python}):\n${result.stderr}`);
   const last = result.stdout.trim().split('\n').pop()!;
   return (JSON.parse(last) as { step_ms: number }).step_ms;
@@ -77,17 +94,29 @@ function main(): void {
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
-  console.log(`${ranks} ranks, 1 thread each, ${steps} steps x ${rounds} rounds per side; step time: median over rounds of each run's median after ${warmup} warm-up steps; vs DDP: median of per-round ratios`);
+  console.log(
+    `${ranks} ranks, 1 thread each, ${steps} steps x ${rounds} rounds per side; step time: median over rounds of each run's median after ${warmup} warm-up steps; vs DDP: median of per-round ratios`,
+  );
   console.log('model  global batch  ft-train ms  DDP ms  DDP / ft-train');
   for (const r of rows) {
-    console.log(`${r.model.padEnd(5)}  ${String(r.batch).padStart(12)}  ${r.ftTrainMs.toFixed(3).padStart(11)}  ${r.ddpMs.toFixed(3).padStart(6)}  ${r.vsDdp.toFixed(3).padStart(14)}`);
+    console.log(
+      `${r.model.padEnd(5)}  ${String(r.batch).padStart(12)}  ${r.ftTrainMs.toFixed(3).padStart(11)}  ${r.ddpMs.toFixed(3).padStart(6)}  ${r.vsDdp.toFixed(3).padStart(14)}`,
+    );
   }
   const round3 = (x: number) => Math.round(x * 1000) / 1000;
-  console.log(JSON.stringify({
-    min_vs_ddp: round3(Math.min(...rows.map((r) => r.vsDdp))),
-    ranks, threads: 1,
-    configs: Object.fromEntries(rows.map((r) => [`${r.model}_${r.batch}`, { ft_train_step_ms: round3(r.ftTrainMs), ddp_step_ms: round3(r.ddpMs), vs_ddp: round3(r.vsDdp) }])),
-  }));
+  console.log(
+    JSON.stringify({
+      min_vs_ddp: round3(Math.min(...rows.map((r) => r.vsDdp))),
+      ranks,
+      threads: 1,
+      configs: Object.fromEntries(
+        rows.map((r) => [
+          `${r.model}_${r.batch}`,
+          { ft_train_step_ms: round3(r.ftTrainMs), ddp_step_ms: round3(r.ddpMs), vs_ddp: round3(r.vsDdp) },
+        ]),
+      ),
+    }),
+  );
 }
 
 main();

@@ -8,7 +8,10 @@ import { randomFillSync } from 'node:crypto';
 import { ecDecode, ecEncode } from '../src/checkpoint/erasure';
 import { median } from './median';
 
-const codes = [[2, 1], [2, 2]];
+const codes = [
+  [2, 1],
+  [2, 2],
+];
 const dataBytes = 64 << 20;
 const seconds = Number(process.env.BENCH_SECONDS ?? 2);
 
@@ -37,21 +40,39 @@ function main(): void {
     const present = Array.from({ length: k }, (_, i) => m + i);
     const lost = Array.from({ length: m }, (_, i) => i);
     const rebuilt = lost.map(() => new Uint8Array(fragmentBytes));
-    const decodeS = time(() => ecDecode(k, m, present, present.map((i) => fragments[i]), lost, rebuilt));
-    rebuilt.forEach((r, i) => { if (!Buffer.from(r.buffer).equals(Buffer.from(fragments[i].buffer))) throw new Error(`k=${k}, m=${m}: data fragment ${i} rebuilt wrong`); });
+    const decodeS = time(() =>
+      ecDecode(
+        k,
+        m,
+        present,
+        present.map((i) => fragments[i]),
+        lost,
+        rebuilt,
+      ),
+    );
+    rebuilt.forEach((r, i) => {
+      if (!Buffer.from(r.buffer).equals(Buffer.from(fragments[i].buffer)))
+        throw new Error(`k=${k}, m=${m}: data fragment ${i} rebuilt wrong`);
+    });
     rows.push({ k, m, encodeGbps: dataBytes / encodeS / 1e9, decodeGbps: dataBytes / decodeS / 1e9 });
   }
   console.log('code      data MiB  encode GB/s  decode GB/s (m data fragments lost)');
   for (const r of rows) {
-    console.log(`k=${r.k}, m=${r.m}  ${String(dataBytes >> 20).padStart(8)}  ${r.encodeGbps.toFixed(2).padStart(11)}  ${r.decodeGbps.toFixed(2).padStart(11)}`);
+    console.log(
+      `k=${r.k}, m=${r.m}  ${String(dataBytes >> 20).padStart(8)}  ${r.encodeGbps.toFixed(2).padStart(11)}  ${r.decodeGbps.toFixed(2).padStart(11)}`,
+    );
   }
   const round = (x: number): number => Number(x.toFixed(2));
-  console.log(JSON.stringify({
-    ec_encode_gbps_per_core: round(Math.min(...rows.map((r) => r.encodeGbps))),
-    ec_decode_gbps_per_core: round(Math.min(...rows.map((r) => r.decodeGbps))),
-    data_bytes: dataBytes,
-    by_code: Object.fromEntries(rows.map((r) => [`k${r.k}_m${r.m}`, { encode_gbps: round(r.encodeGbps), decode_gbps: round(r.decodeGbps) }])),
-  }));
+  console.log(
+    JSON.stringify({
+      ec_encode_gbps_per_core: round(Math.min(...rows.map((r) => r.encodeGbps))),
+      ec_decode_gbps_per_core: round(Math.min(...rows.map((r) => r.decodeGbps))),
+      data_bytes: dataBytes,
+      by_code: Object.fromEntries(
+        rows.map((r) => [`k${r.k}_m${r.m}`, { encode_gbps: round(r.encodeGbps), decode_gbps: round(r.decodeGbps) }]),
+      ),
+    }),
+  );
 }
 
 main();

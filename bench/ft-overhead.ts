@@ -23,8 +23,20 @@ const warmup = 20;
 /** step_ms of every step after warm-up, from one ft-train run. */
 function stepTimes(ranks: number, mode: string, scratch: string): number[] {
   const runDir = path.join(scratch, `${mode}-${ranks}-${Date.now()}`);
-  const { command, args, env } = trainCommand(ranks, ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist',
-    '--run-dir', runDir, '--steps', String(steps), '--batch', '64', '--on-failure', mode]);
+  const { command, args, env } = trainCommand(ranks, [
+    '--model',
+    'models/lenet.json',
+    '--data',
+    'datasets/fashion-mnist',
+    '--run-dir',
+    runDir,
+    '--steps',
+    String(steps),
+    '--batch',
+    '64',
+    '--on-failure',
+    mode,
+  ]);
   const result = spawnSync(command, args, { env, cwd: root, encoding: 'utf8', timeout: 600_000 });
   if (result.status !== 0) throw new Error(`ft-train ${mode} on ${ranks} ranks failed:\n${result.stdout}\n${result.stderr}`);
   const lines = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n');
@@ -33,7 +45,14 @@ function stepTimes(ranks: number, mode: string, scratch: string): number[] {
 
 function main(): void {
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-overhead-'));
-  const rows: { ranks: number; baseline_ms: number; exact_ms: number; shrink_ms: number; exact_overhead: number; shrink_overhead: number }[] = [];
+  const rows: {
+    ranks: number;
+    baseline_ms: number;
+    exact_ms: number;
+    shrink_ms: number;
+    exact_overhead: number;
+    shrink_overhead: number;
+  }[] = [];
   try {
     for (const ranks of rankCounts) {
       const perRound: Record<string, number[]> = { none: [], exact: [], shrink: [] };
@@ -47,23 +66,47 @@ function main(): void {
       }
       const overhead = (mode: string) => median(perRound[mode].map((ms, i) => ms / perRound.none[i] - 1));
       const [baseline, exact, shrink] = modes.map((m) => median(perRound[m]));
-      rows.push({ ranks, baseline_ms: baseline, exact_ms: exact, shrink_ms: shrink, exact_overhead: overhead('exact'), shrink_overhead: overhead('shrink') });
+      rows.push({
+        ranks,
+        baseline_ms: baseline,
+        exact_ms: exact,
+        shrink_ms: shrink,
+        exact_overhead: overhead('exact'),
+        shrink_overhead: overhead('shrink'),
+      });
     }
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
-  console.log(`lenet, global batch 64, ${steps} steps x ${rounds} rounds per mode; step time: median over rounds of each run's median after ${warmup} warm-up steps; overhead: median of per-round ratios`);
+  console.log(
+    `lenet, global batch 64, ${steps} steps x ${rounds} rounds per mode; step time: median over rounds of each run's median after ${warmup} warm-up steps; overhead: median of per-round ratios`,
+  );
   console.log('ranks  baseline ms  exact ms  shrink ms  exact overhead  shrink overhead');
   for (const r of rows) {
-    console.log(`${String(r.ranks).padStart(5)}  ${r.baseline_ms.toFixed(3).padStart(11)}  ${r.exact_ms.toFixed(3).padStart(8)}  ${r.shrink_ms.toFixed(3).padStart(9)}  ${(r.exact_overhead * 100).toFixed(1).padStart(13)}%  ${(r.shrink_overhead * 100).toFixed(1).padStart(14)}%`);
+    console.log(
+      `${String(r.ranks).padStart(5)}  ${r.baseline_ms.toFixed(3).padStart(11)}  ${r.exact_ms.toFixed(3).padStart(8)}  ${r.shrink_ms.toFixed(3).padStart(9)}  ${(r.exact_overhead * 100).toFixed(1).padStart(13)}%  ${(r.shrink_overhead * 100).toFixed(1).padStart(14)}%`,
+    );
   }
   const round3 = (x: number) => Math.round(x * 1000) / 1000;
-  console.log(JSON.stringify({
-    exact_overhead: round3(Math.max(...rows.map((r) => r.exact_overhead))),
-    ...Object.fromEntries(rows.map((r) => [`exact_overhead_${r.ranks}`, round3(r.exact_overhead)])),
-    shrink_overhead: round3(Math.max(...rows.map((r) => r.shrink_overhead))),
-    by_ranks: Object.fromEntries(rows.map((r) => [r.ranks, { baseline_ms: round3(r.baseline_ms), exact_ms: round3(r.exact_ms), shrink_ms: round3(r.shrink_ms), exact_overhead: round3(r.exact_overhead), shrink_overhead: round3(r.shrink_overhead) }])),
-  }));
+  console.log(
+    JSON.stringify({
+      exact_overhead: round3(Math.max(...rows.map((r) => r.exact_overhead))),
+      ...Object.fromEntries(rows.map((r) => [`exact_overhead_${r.ranks}`, round3(r.exact_overhead)])),
+      shrink_overhead: round3(Math.max(...rows.map((r) => r.shrink_overhead))),
+      by_ranks: Object.fromEntries(
+        rows.map((r) => [
+          r.ranks,
+          {
+            baseline_ms: round3(r.baseline_ms),
+            exact_ms: round3(r.exact_ms),
+            shrink_ms: round3(r.shrink_ms),
+            exact_overhead: round3(r.exact_overhead),
+            shrink_overhead: round3(r.shrink_overhead),
+          },
+        ]),
+      ),
+    }),
+  );
 }
 
 main();

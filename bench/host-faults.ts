@@ -26,27 +26,55 @@ let jobs = 0;
 function ftRun(hosts: Hosts, runDir: string, extra: string[]): number {
   const job = `${process.pid}-host-${++jobs}`;
   const [command, ...on] = hosts.on('host1');
-  const argv = [...on, process.execPath, path.join(root, 'launch', 'ft-run'), '-n', '6',
-    '--hostfile', hosts.hostfile, '--ssh-config', hosts.sshConfig, '--',
-    '--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--shards', '6', '--steps', '30', '--run-dir', runDir, ...extra];
+  const argv = [
+    ...on,
+    process.execPath,
+    path.join(root, 'launch', 'ft-run'),
+    '-n',
+    '6',
+    '--hostfile',
+    hosts.hostfile,
+    '--ssh-config',
+    hosts.sshConfig,
+    '--',
+    '--model',
+    'models/lenet.json',
+    '--data',
+    'datasets/fashion-mnist',
+    '--shards',
+    '6',
+    '--steps',
+    '30',
+    '--run-dir',
+    runDir,
+    ...extra,
+  ];
   spawnSync(command, argv, { cwd: root, encoding: 'utf8', timeout: 300_000, env: { ...process.env, FT_BENCH_JOB: job } });
   const ended = Date.now();
   for (const pid of jobProcesses(`FT_BENCH_JOB=${job}`)) {
-    try { process.kill(pid, 'SIGKILL'); } catch { /* ended meanwhile */ }
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* ended meanwhile */
+    }
   }
   return ended;
 }
 
 /** When rank `rank`'s drill fired (its note in the rank's log). */
 function drillTime(runDir: string, rank: number): number {
-  const note = fs.readFileSync(path.join(runDir, 'logs', `rank-${rank}.log`), 'utf8').split('\n').find((line) => line.includes(' drill: '));
+  const note = fs
+    .readFileSync(path.join(runDir, 'logs', `rank-${rank}.log`), 'utf8')
+    .split('\n')
+    .find((line) => line.includes(' drill: '));
   if (note === undefined) throw new Error(`${runDir}: rank ${rank} has no drill note`);
   return Date.parse(note.slice(0, note.indexOf(' ')));
 }
 
 /** From the drill to the first step committed on fewer than 6 ranks, without the JIT checkpoint's write. */
 function toStep(runDir: string, rank: number): number {
-  const read = (file: string) => readLines(path.join(runDir, file)).map(({ value }) => value as { world?: number; time: number; event?: string; duration_ms?: number });
+  const read = (file: string) =>
+    readLines(path.join(runDir, file)).map(({ value }) => value as { world?: number; time: number; event?: string; duration_ms?: number });
   const first = read('metrics.jsonl').find((m) => m.world! < 6);
   if (first === undefined) throw new Error(`${runDir}: no step committed without the lost host`);
   const checkpoint = read('events.jsonl').find((e) => e.event === 'checkpoint')?.duration_ms ?? 0;

@@ -17,7 +17,11 @@ const batch = 64;
 const seconds = Number(process.env.BENCH_SECONDS ?? 0.5);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const root = path.resolve(__dirname, '..', '..');
-const models = fs.readdirSync(path.join(root, 'models')).filter((f) => f.endsWith('.json')).map((f) => f.slice(0, -5)).sort();
+const models = fs
+  .readdirSync(path.join(root, 'models'))
+  .filter((f) => f.endsWith('.json'))
+  .map((f) => f.slice(0, -5))
+  .sort();
 
 interface Timing {
   kernels: KernelSettings;
@@ -50,20 +54,27 @@ function main(): void {
   for (let round = 0; round < rounds; ++round) {
     for (const model of models) {
       const order: Array<'pinned' | 'native'> = round % 2 === 0 ? ['pinned', 'native'] : ['native', 'pinned'];
-      const timed = Object.fromEntries(order.map((side) => [side, inChild(model, side === 'pinned' ? level : 'native')])) as Record<'pinned' | 'native', Timing>;
+      const timed = Object.fromEntries(order.map((side) => [side, inChild(model, side === 'pinned' ? level : 'native')])) as Record<
+        'pinned' | 'native',
+        Timing
+      >;
       settings ??= { pinned: timed.pinned.kernels, native: timed.native.kernels };
       ratios[model].push(timed.native.msPerStep / timed.pinned.msPerStep);
-      console.error(`round ${round + 1}/${rounds} ${model}: pinned ${timed.pinned.msPerStep.toFixed(2)} ms, native ${timed.native.msPerStep.toFixed(2)} ms`);
+      console.error(
+        `round ${round + 1}/${rounds} ${model}: pinned ${timed.pinned.msPerStep.toFixed(2)} ms, native ${timed.native.msPerStep.toFixed(2)} ms`,
+      );
     }
   }
   const perModel = Object.fromEntries(models.map((m) => [m, Number(median(ratios[m]).toFixed(3))]));
-  console.log(JSON.stringify({
-    level,
-    onednn_isa: { pinned: settings!.pinned.onednnIsa, native: settings!.native.onednnIsa },
-    openblas_core: { pinned: settings!.pinned.openblasCore, native: settings!.native.openblasCore },
-    pinned_vs_native: Math.min(...Object.values(perModel)),
-    models: perModel,
-  }));
+  console.log(
+    JSON.stringify({
+      level,
+      onednn_isa: { pinned: settings!.pinned.onednnIsa, native: settings!.native.onednnIsa },
+      openblas_core: { pinned: settings!.pinned.openblasCore, native: settings!.native.openblasCore },
+      pinned_vs_native: Math.min(...Object.values(perModel)),
+      models: perModel,
+    }),
+  );
 }
 
 if (process.argv[2] === '--child') {

@@ -15,7 +15,20 @@ import { geminiRecoveryProbability, parseRedundancy, planRedundancy, unrecoverab
 const root = path.resolve(__dirname, '..', '..');
 const specs = ['replicate:2', 'replicate:2:ring', 'ec:2+1', 'ec:2+2'];
 const cases = (process.env.BENCH_CASES ?? '4:2,6:2,6:3').split(',').map((c) => c.split(':').map(Number) as [number, number]);
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '6', '--batch', '64', '--shards', '4', '--jit-checkpoint', 'off'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '6',
+  '--batch',
+  '64',
+  '--shards',
+  '4',
+  '--jit-checkpoint',
+  'off',
+];
 
 function subsets(n: number, k: number): number[][] {
   if (k === 0) return [[]];
@@ -28,9 +41,12 @@ function run(ranks: number, args: string[], scratch: string): { code: number | n
   const { command, args: argv, env } = trainCommand(ranks, [...common, '--run-dir', runDir, ...args]);
   const result = spawnSync(command, argv, { env, cwd: root, encoding: 'utf8', timeout: 300_000 });
   const summary = path.join(runDir, 'summary.json');
-  const sha = fs.existsSync(summary) ? (JSON.parse(fs.readFileSync(summary, 'utf8')) as { params_sha256: string }).params_sha256 : undefined;
+  const sha = fs.existsSync(summary)
+    ? (JSON.parse(fs.readFileSync(summary, 'utf8')) as { params_sha256: string }).params_sha256
+    : undefined;
   fs.rmSync(runDir, { recursive: true, force: true });
-  if (result.status !== 0 && result.status !== 3) throw new Error(`ft-train ${args.join(' ')} on ${ranks} ranks exited ${result.status}:\n${result.stdout}\n${result.stderr}`);
+  if (result.status !== 0 && result.status !== 3)
+    throw new Error(`ft-train ${args.join(' ')} on ${ranks} ranks exited ${result.status}:\n${result.stdout}\n${result.stderr}`);
   return { code: result.status, sha };
 }
 
@@ -47,10 +63,16 @@ function main(): void {
         const sets = subsets(n, k);
         process.stderr.write(`[bench] N=${n}, ${k} lost at once, ${spec}: ${sets.length} runs `);
         for (const lost of sets) {
-          const outcome = run(n, ['--optimizer-state', 'sharded', '--redundancy', spec, ...lost.flatMap((r) => ['--drill', `rank=${r},step=3,phase=compute`])], scratch);
+          const outcome = run(
+            n,
+            ['--optimizer-state', 'sharded', '--redundancy', spec, ...lost.flatMap((r) => ['--drill', `rank=${r},step=3,phase=compute`])],
+            scratch,
+          );
           const expected = unrecoverableChunks(plan, n, lost).length === 0;
-          if (outcome.code === 0 && outcome.sha !== reference) throw new Error(`N=${n} ${spec} lost ${lost}: recovered with other parameters`);
-          if ((outcome.code === 0) !== expected) throw new Error(`N=${n} ${spec} lost ${lost}: exit ${outcome.code}, placement.ts predicts ${expected ? 'recovery' : 'a loss'}`);
+          if (outcome.code === 0 && outcome.sha !== reference)
+            throw new Error(`N=${n} ${spec} lost ${lost}: recovered with other parameters`);
+          if ((outcome.code === 0) !== expected)
+            throw new Error(`N=${n} ${spec} lost ${lost}: exit ${outcome.code}, placement.ts predicts ${expected ? 'recovery' : 'a loss'}`);
           recovered += outcome.code === 0 ? 1 : 0;
           predicted += expected ? 1 : 0;
           process.stderr.write(outcome.code === 0 ? '.' : 'x');
@@ -64,8 +86,23 @@ function main(): void {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
   console.log('N  lost  redundancy         recovered from memory  predicted  Gemini closed form');
-  for (const r of rows) console.log(`${r.n}  ${r.k}     ${r.spec.padEnd(17)}  ${`${r.recovered}/${r.runs}`.padStart(21)}  ${`${r.predicted}/${r.runs}`.padStart(9)}  ${r.gemini === null ? '' : (r.gemini * r.runs).toFixed(2) + `/${r.runs}`}`);
-  console.log(JSON.stringify({ matrix: rows.map((r) => ({ ranks: r.n, lost: r.k, redundancy: r.spec, recovered: r.recovered, runs: r.runs, predicted: r.predicted, gemini: r.gemini })) }));
+  for (const r of rows)
+    console.log(
+      `${r.n}  ${r.k}     ${r.spec.padEnd(17)}  ${`${r.recovered}/${r.runs}`.padStart(21)}  ${`${r.predicted}/${r.runs}`.padStart(9)}  ${r.gemini === null ? '' : (r.gemini * r.runs).toFixed(2) + `/${r.runs}`}`,
+    );
+  console.log(
+    JSON.stringify({
+      matrix: rows.map((r) => ({
+        ranks: r.n,
+        lost: r.k,
+        redundancy: r.spec,
+        recovered: r.recovered,
+        runs: r.runs,
+        predicted: r.predicted,
+        gemini: r.gemini,
+      })),
+    }),
+  );
 }
 
 main();

@@ -55,13 +55,21 @@ interface Breakdown {
 }
 
 function jsonLines<T>(text: string): T[] {
-  return text.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as T);
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as T);
 }
 
 /** Runs launch/drill with `args`; kills and reports whatever of the job outlives it. */
 function drill(args: string[], label: string): void {
   const job = `${process.pid}-${++jobs}`;
-  const result = spawnSync(process.execPath, [path.join(root, 'launch', 'drill'), ...args], { cwd: root, encoding: 'utf8', timeout: 300_000, env: { ...process.env, FT_BENCH_JOB: job } });
+  const result = spawnSync(process.execPath, [path.join(root, 'launch', 'drill'), ...args], {
+    cwd: root,
+    encoding: 'utf8',
+    timeout: 300_000,
+    env: { ...process.env, FT_BENCH_JOB: job },
+  });
   const left = jobProcesses(`FT_BENCH_JOB=${job}`);
   for (const pid of left) {
     try {
@@ -70,8 +78,12 @@ function drill(args: string[], label: string): void {
       // ended meanwhile
     }
   }
-  if (left.length > 0) throw new Error(`${label}: ${left.length} process(es) of the job outlived it (killed now: ${left.join(', ')})\n${result.stdout}\n${result.stderr}`);
-  if (result.status !== 0) throw new Error(`${label} failed (exit ${result.status}, ${result.error?.message ?? 'no error'}):\n${result.stdout}\n${result.stderr}`);
+  if (left.length > 0)
+    throw new Error(
+      `${label}: ${left.length} process(es) of the job outlived it (killed now: ${left.join(', ')})\n${result.stdout}\n${result.stderr}`,
+    );
+  if (result.status !== 0)
+    throw new Error(`${label} failed (exit ${result.status}, ${result.error?.message ?? 'no error'}):\n${result.stdout}\n${result.stderr}`);
 }
 
 /** `signal` the highest rank once step killAfter is committed; the recovery's times. */
@@ -79,11 +91,30 @@ function trainerRecovery(ranks: number, scratch: string, signal: 'kill' | 'stop'
   const runDir = path.join(scratch, `drill-${ranks}-${signal}-${Date.now()}`);
   const victim = ranks - 1;
   const hang = signal === 'stop' ? ['--hang-timeout', String(hangTimeoutS)] : [];
-  drill(['-n', String(ranks), `--${signal}`, `${victim}@${killAfter}`, '--',
-    '--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', runDir, '--steps', String(steps), ...hang], `${signal} drill on ${ranks} ranks`);
+  drill(
+    [
+      '-n',
+      String(ranks),
+      `--${signal}`,
+      `${victim}@${killAfter}`,
+      '--',
+      '--model',
+      'models/lenet.json',
+      '--data',
+      'datasets/fashion-mnist',
+      '--run-dir',
+      runDir,
+      '--steps',
+      String(steps),
+      ...hang,
+    ],
+    `${signal} drill on ${ranks} ranks`,
+  );
   const kill = (JSON.parse(fs.readFileSync(path.join(runDir, 'drill.json'), 'utf8')) as { kills: { time: number }[] }).kills[0];
   const metrics = jsonLines<{ world: number; time: number }>(fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8'));
-  const events = jsonLines<{ event: string; time: number; duration_ms?: number }>(fs.readFileSync(path.join(runDir, 'events.jsonl'), 'utf8'));
+  const events = jsonLines<{ event: string; time: number; duration_ms?: number }>(
+    fs.readFileSync(path.join(runDir, 'events.jsonl'), 'utf8'),
+  );
   const first = metrics.find((m) => m.world < ranks)!;
   const event = (name: string) => events.find((e) => e.event === name && e.time >= kill.time - 1)!;
   const checkpointMs = event('checkpoint')?.duration_ms ?? 0;
@@ -113,17 +144,38 @@ interface ElasticBreakdown {
 function elasticRecovery(ranks: number, scratch: string, how: 'spare' | 'respawn'): ElasticBreakdown {
   const runDir = path.join(scratch, `drill-${ranks}-${how}-${Date.now()}`);
   const launched = how === 'spare' ? ranks + 1 : ranks;
-  drill(['-n', String(launched), '--kill', `${ranks - 1}@${killAfter}`, '--',
-    '--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', runDir, '--steps', String(steps),
-    ...(how === 'spare' ? ['--spares', '1'] : ['--respawn'])], `${how} drill on ${ranks} ranks`);
+  drill(
+    [
+      '-n',
+      String(launched),
+      '--kill',
+      `${ranks - 1}@${killAfter}`,
+      '--',
+      '--model',
+      'models/lenet.json',
+      '--data',
+      'datasets/fashion-mnist',
+      '--run-dir',
+      runDir,
+      '--steps',
+      String(steps),
+      ...(how === 'spare' ? ['--spares', '1'] : ['--respawn']),
+    ],
+    `${how} drill on ${ranks} ranks`,
+  );
   const kill = (JSON.parse(fs.readFileSync(path.join(runDir, 'drill.json'), 'utf8')) as { kills: { time: number }[] }).kills[0];
   const metrics = jsonLines<{ world: number; time: number }>(fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8'));
-  const events = jsonLines<{ event: string; time: number; duration_ms?: number }>(fs.readFileSync(path.join(runDir, 'events.jsonl'), 'utf8'));
+  const events = jsonLines<{ event: string; time: number; duration_ms?: number }>(
+    fs.readFileSync(path.join(runDir, 'events.jsonl'), 'utf8'),
+  );
   const first = metrics.find((m) => m.time > kill.time && m.world === ranks)!;
   const event = (name: string) => events.find((e) => e.event === name && e.time >= kill.time - 1);
   const checkpointMs = event('checkpoint')?.duration_ms ?? 0;
   const newcomerLog = path.join(runDir, 'logs', `rank-${launched}.log`);
-  const joined = how === 'respawn' ? jsonLines<{ message: string; started_ms: number }>(fs.readFileSync(newcomerLog, 'utf8')).find((l) => l.message === 'joined')! : undefined;
+  const joined =
+    how === 'respawn'
+      ? jsonLines<{ message: string; started_ms: number }>(fs.readFileSync(newcomerLog, 'utf8')).find((l) => l.message === 'joined')!
+      : undefined;
   return {
     kill_to_full_world_ms: first.time - kill.time - checkpointMs,
     checkpoint_ms: checkpointMs,
@@ -135,10 +187,16 @@ function elasticRecovery(ranks: number, scratch: string, how: 'spare' | 'respawn
 }
 
 function rawFloor(program: string, ranks: number): number {
-  const { command, args, env } = mpirunCommand({ ranks, program: [program, String(lenetParams + 1), String(steps), String(ranks - 1), String(killAfter)] });
+  const { command, args, env } = mpirunCommand({
+    ranks,
+    program: [program, String(lenetParams + 1), String(steps), String(ranks - 1), String(killAfter)],
+  });
   // as the addon does under ULFM: without it, survivors now and then hang in MPI_Finalize after a kill
   const result = spawnSync(command, args, { env: { ...env, OMPI_MCA_async_mpi_finalize: '1' }, encoding: 'utf8', timeout: 120_000 });
-  if (result.status !== 0) throw new Error(`raw_recovery on ${ranks} ranks failed (exit ${result.status}, ${result.error?.message ?? 'no error'}):\n${result.stderr}`);
+  if (result.status !== 0)
+    throw new Error(
+      `raw_recovery on ${ranks} ranks failed (exit ${result.status}, ${result.error?.message ?? 'no error'}):\n${result.stderr}`,
+    );
   const lines = jsonLines<{ event: string; time: number }>(result.stdout);
   return lines.find((l) => l.event === 'first_after')!.time - lines.find((l) => l.event === 'kill')!.time;
 }
@@ -185,7 +243,9 @@ function main(): void {
     for (const how of hostsOnly ? [] : (['spare', 'respawn'] as const)) {
       const runs: ElasticBreakdown[] = [];
       for (let round = 1; round <= rounds; ++round) {
-        process.stderr.write(`[bench] ${stopRanks} ranks, kill with ${how === 'spare' ? 'a spare' : '--respawn'}, round ${round}/${rounds} ...`);
+        process.stderr.write(
+          `[bench] ${stopRanks} ranks, kill with ${how === 'spare' ? 'a spare' : '--respawn'}, round ${round}/${rounds} ...`,
+        );
         runs.push(elasticRecovery(stopRanks, scratch, how));
         process.stderr.write(' done\n');
       }
@@ -196,32 +256,43 @@ function main(): void {
     const unavailable = hostsUnavailable();
     if (unavailable === undefined) Object.assign(out, hostFaults(scratch, rounds));
     else process.stderr.write(`[bench] host faults skipped: they need 3 test hosts (launch/netns-hosts): ${unavailable}\n`);
-    elasticTable = Object.entries(elastic).map(([how, b]) => `${`${stopRanks} ${how}`.padEnd(10)} ${b.kill_to_full_world_ms.toFixed(1).padStart(15)}  ${b.spawn_ms.toFixed(1).padStart(8)}  ` +
-      `${b.newcomer_startup_ms.toFixed(1).padStart(12)}  ${b.join_ms.toFixed(1).padStart(7)}  ${b.readback_ms.toFixed(1).padStart(11)}  ${b.checkpoint_ms.toFixed(1).padStart(13)}`);
+    elasticTable = Object.entries(elastic).map(
+      ([how, b]) =>
+        `${`${stopRanks} ${how}`.padEnd(10)} ${b.kill_to_full_world_ms.toFixed(1).padStart(15)}  ${b.spawn_ms.toFixed(1).padStart(8)}  ` +
+        `${b.newcomer_startup_ms.toFixed(1).padStart(12)}  ${b.join_ms.toFixed(1).padStart(7)}  ${b.readback_ms.toFixed(1).padStart(11)}  ${b.checkpoint_ms.toFixed(1).padStart(13)}`,
+    );
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
-  console.log(`lenet + Fashion-MNIST, exact mode, kill -9 (or SIGSTOP, --hang-timeout ${hangTimeoutS} s) of the highest rank after step ${killAfter}; medians of ${rounds} rounds (ms)`);
+  console.log(
+    `lenet + Fashion-MNIST, exact mode, kill -9 (or SIGSTOP, --hang-timeout ${hangTimeoutS} s) of the highest rank after step ${killAfter}; medians of ${rounds} rounds (ms)`,
+  );
   console.log('ranks      fault->step ms  raw C ms  detect ms  revoke+shrink  agree ms  readback ms  retry ms  checkpoint ms');
   for (const line of table) console.log(line);
   console.log(`\nkill -9 of a working rank at ${stopRanks} working ranks, back to ${stopRanks} with a hot spare or a respawned rank (ms)`);
   console.log('how        kill->full world  spawn ms  newcomer ms  join ms  readback ms  checkpoint ms');
   for (const line of elasticTable) console.log(line);
   if (out.host_ranks_loss_to_step_ms !== undefined) {
-    console.log(`\n3 hosts of 2 ranks (ms): every rank of a host killed -> step ${out.host_ranks_loss_to_step_ms}; ` +
-      `link cut (--hang-timeout ${partitionHangTimeoutS}) -> step ${out.partition_to_step_ms}; host lost with its daemon -> clean stop ${out.daemon_loss_to_clean_stop_ms}`);
+    console.log(
+      `\n3 hosts of 2 ranks (ms): every rank of a host killed -> step ${out.host_ranks_loss_to_step_ms}; ` +
+        `link cut (--hang-timeout ${partitionHangTimeoutS}) -> step ${out.partition_to_step_ms}; host lost with its daemon -> clean stop ${out.daemon_loss_to_clean_stop_ms}`,
+    );
   }
   console.log(JSON.stringify(out));
 }
 
 /** Each field's median over the rounds, to 0.1 ms. */
 function medians<T extends object>(runs: T[]): T {
-  return Object.fromEntries(Object.keys(runs[0]).map((k) => [k, Math.round(median(runs.map((r) => r[k as keyof T] as number)) * 10) / 10])) as T;
+  return Object.fromEntries(
+    Object.keys(runs[0]).map((k) => [k, Math.round(median(runs.map((r) => r[k as keyof T] as number)) * 10) / 10]),
+  ) as T;
 }
 
 function row(label: string, b: Breakdown, floor: string): string {
-  return `${label.padEnd(9)}  ${b.kill_to_step_ms.toFixed(1).padStart(14)}  ${floor.padStart(8)}  ${b.detect_ms.toFixed(1).padStart(9)}  ${b.revoke_shrink_ms.toFixed(2).padStart(13)}  ` +
-    `${b.agree_ms.toFixed(2).padStart(8)}  ${b.readback_ms.toFixed(1).padStart(11)}  ${b.retry_ms.toFixed(1).padStart(8)}  ${b.checkpoint_ms.toFixed(1).padStart(13)}`;
+  return (
+    `${label.padEnd(9)}  ${b.kill_to_step_ms.toFixed(1).padStart(14)}  ${floor.padStart(8)}  ${b.detect_ms.toFixed(1).padStart(9)}  ${b.revoke_shrink_ms.toFixed(2).padStart(13)}  ` +
+    `${b.agree_ms.toFixed(2).padStart(8)}  ${b.readback_ms.toFixed(1).padStart(11)}  ${b.retry_ms.toFixed(1).padStart(8)}  ${b.checkpoint_ms.toFixed(1).padStart(13)}`
+  );
 }
 
 main();

@@ -43,8 +43,24 @@ function modeArgs(mode: string): string[] {
 
 function train(model: string, ranks: number, mode: string, scratch: string, extra: string[] = []): Run {
   const runDir = path.join(scratch, `${model}-${mode}-${ranks}-${Date.now()}`);
-  const { command, args, env } = trainCommand(ranks, ['--model', `models/${model}.json`, '--data', 'datasets/fashion-mnist',
-    '--run-dir', runDir, '--steps', String(steps), '--batch', '64', '--shards', '4', '--optimizer', 'adamw', ...modeArgs(mode), ...extra]);
+  const { command, args, env } = trainCommand(ranks, [
+    '--model',
+    `models/${model}.json`,
+    '--data',
+    'datasets/fashion-mnist',
+    '--run-dir',
+    runDir,
+    '--steps',
+    String(steps),
+    '--batch',
+    '64',
+    '--shards',
+    '4',
+    '--optimizer',
+    'adamw',
+    ...modeArgs(mode),
+    ...extra,
+  ]);
   const result = spawnSync(command, args, { env, cwd: root, encoding: 'utf8', timeout: 600_000 });
   if (result.status !== 0) throw new Error(`ft-train ${model} ${mode} on ${ranks} ranks failed:\n${result.stdout}\n${result.stderr}`);
   const lines = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n');
@@ -71,8 +87,17 @@ function encodeRate(): number {
 
 /** A kill at 4 ranks: the memory rebuild's duration, and loading the same state from the newest disk checkpoint. */
 function recoveryTimes(model: string, scratch: string): { memoryMs: number; diskMs: number } {
-  const run = train(model, 4, 'replicate:2', scratch, ['--checkpoint-every', String(steps / 2), '--drill', `rank=1,step=${steps / 2 + 5},phase=update`]);
-  const events = fs.readFileSync(path.join(run.runDir, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { event: string; duration_ms: number });
+  const run = train(model, 4, 'replicate:2', scratch, [
+    '--checkpoint-every',
+    String(steps / 2),
+    '--drill',
+    `rank=1,step=${steps / 2 + 5},phase=update`,
+  ]);
+  const events = fs
+    .readFileSync(path.join(run.runDir, 'events.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { event: string; duration_ms: number });
   const memoryMs = events.find((e) => e.event === 'redundancy-rebuild')!.duration_ms;
   const net = new Net(loadSpec(path.join(root, 'models', `${model}.json`)), cpu);
   const P = net.params.data.length;
@@ -106,7 +131,12 @@ function main(): void {
           process.stderr.write(' done\n');
         }
         const overhead = (mode: string) => median(perRound[mode].map((ms, i) => ms / perRound.replicated[i] - 1));
-        rows.push({ model, ranks, ms: Object.fromEntries(modes.map((m) => [m, median(perRound[m])])), overhead: Object.fromEntries(modes.map((m) => [m, overhead(m)])) });
+        rows.push({
+          model,
+          ranks,
+          ms: Object.fromEntries(modes.map((m) => [m, median(perRound[m])])),
+          overhead: Object.fromEntries(modes.map((m) => [m, overhead(m)])),
+        });
       }
     }
     process.stderr.write('[bench] recovery from memory vs disk ...\n');
@@ -115,21 +145,45 @@ function main(): void {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
   const gbps = encodeRate();
-  console.log(`AdamW, global batch 64, S = 4, ${steps} steps x ${rounds} rounds per mode; step time: median after ${warmup} warm-up steps; overhead vs replicated state: median of per-round ratios`);
-  console.log('model      ranks  ' + modes.map((m) => `${m} ms`.padStart(16)).join('') + '  ' + modes.slice(1).map((m) => `${m} +%`.padStart(14)).join(''));
+  console.log(
+    `AdamW, global batch 64, S = 4, ${steps} steps x ${rounds} rounds per mode; step time: median after ${warmup} warm-up steps; overhead vs replicated state: median of per-round ratios`,
+  );
+  console.log(
+    'model      ranks  ' +
+      modes.map((m) => `${m} ms`.padStart(16)).join('') +
+      '  ' +
+      modes
+        .slice(1)
+        .map((m) => `${m} +%`.padStart(14))
+        .join(''),
+  );
   for (const r of rows) {
-    console.log(`${r.model.padEnd(10)} ${String(r.ranks).padStart(5)}  ${modes.map((m) => r.ms[m].toFixed(2).padStart(16)).join('')}  ${modes.slice(1).map((m) => (r.overhead[m] * 100).toFixed(1).padStart(14)).join('')}`);
+    console.log(
+      `${r.model.padEnd(10)} ${String(r.ranks).padStart(5)}  ${modes.map((m) => r.ms[m].toFixed(2).padStart(16)).join('')}  ${modes
+        .slice(1)
+        .map((m) => (r.overhead[m] * 100).toFixed(1).padStart(14))
+        .join('')}`,
+    );
   }
-  console.log(`recovery of rank 1's state at 4 ranks (${models[models.length - 1]}): from peers' memory ${recovery.memoryMs.toFixed(1)} ms, from the disk checkpoint ${recovery.diskMs.toFixed(1)} ms`);
+  console.log(
+    `recovery of rank 1's state at 4 ranks (${models[models.length - 1]}): from peers' memory ${recovery.memoryMs.toFixed(1)} ms, from the disk checkpoint ${recovery.diskMs.toFixed(1)} ms`,
+  );
   const round3 = (x: number) => Math.round(x * 1000) / 1000;
-  console.log(JSON.stringify({
-    replicate_overhead: round3(Math.max(...rows.map((r) => r.overhead['replicate:2']))),
-    ec_overhead: round3(Math.max(...rows.map((r) => r.overhead['ec:2+1']))),
-    ec_encode_gbps_per_core: round3(gbps),
-    memory_vs_disk_recovery_speedup: round3(recovery.diskMs / recovery.memoryMs),
-    optimizer_bytes_per_rank: bytes,
-    by_model: rows.map((r) => ({ model: r.model, ranks: r.ranks, step_ms: Object.fromEntries(modes.map((m) => [m, round3(r.ms[m])])), overhead: Object.fromEntries(modes.slice(1).map((m) => [m, round3(r.overhead[m])])) })),
-  }));
+  console.log(
+    JSON.stringify({
+      replicate_overhead: round3(Math.max(...rows.map((r) => r.overhead['replicate:2']))),
+      ec_overhead: round3(Math.max(...rows.map((r) => r.overhead['ec:2+1']))),
+      ec_encode_gbps_per_core: round3(gbps),
+      memory_vs_disk_recovery_speedup: round3(recovery.diskMs / recovery.memoryMs),
+      optimizer_bytes_per_rank: bytes,
+      by_model: rows.map((r) => ({
+        model: r.model,
+        ranks: r.ranks,
+        step_ms: Object.fromEntries(modes.map((m) => [m, round3(r.ms[m])])),
+        overhead: Object.fromEntries(modes.slice(1).map((m) => [m, round3(r.overhead[m])])),
+      })),
+    }),
+  );
 }
 
 main();

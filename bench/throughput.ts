@@ -26,7 +26,11 @@ const seconds = Number(process.env.BENCH_SECONDS ?? 0.5);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const root = path.resolve(__dirname, '..', '..');
 const python = process.env.BENCH_PYTHON ?? '/usr/bin/python3';
-const models = fs.readdirSync(path.join(root, 'models')).filter((f) => f.endsWith('.json')).map((f) => f.slice(0, -5)).sort();
+const models = fs
+  .readdirSync(path.join(root, 'models'))
+  .filter((f) => f.endsWith('.json'))
+  .map((f) => f.slice(0, -5))
+  .sort();
 const threadModels = ['lenet', 'cifarnet'];
 /** The dataset a real run of a model with this input shape trains on. */
 const datasets: Record<string, string> = { '1,28,28': 'fashion-mnist', '3,32,32': 'synthetic-cifar' };
@@ -43,7 +47,6 @@ function forwardFlops(net: Net): number {
   return flops;
 }
 
-
 /** Images/s of `step` over `seconds`. */
 function imagesPerS(step: () => void): number {
   let steps = 0;
@@ -59,8 +62,10 @@ function imagesPerS(step: () => void): number {
 
 /** The PyTorch child: times a model for `seconds` when asked. */
 function startPytorch(): { imagesPerS: (net: Net) => Promise<number>; stop: () => void } {
-  const child = spawn(python, [path.join(root, 'bench', 'pytorch_throughput.py')],
-    { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, OMP_NUM_THREADS: '1' } });
+  const child = spawn(python, [path.join(root, 'bench', 'pytorch_throughput.py')], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, OMP_NUM_THREADS: '1' },
+  });
   const lines = readline.createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   return {
     imagesPerS: async (net) => {
@@ -78,12 +83,35 @@ function realStepMs(name: string, dataset: string, threads: number, steps: numbe
   const runDir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-step-'));
   fs.rmdirSync(runDir);
   try {
-    const result = spawnSync(path.join(root, 'launch', 'ft-run'), ['-n', '1', '--', '--model', path.join(root, 'models', `${name}.json`),
-      '--data', path.join(root, 'datasets', dataset), '--steps', String(steps), '--batch', String(batch), '--threads', String(threads), '--run-dir', runDir], { encoding: 'utf8', timeout: 300_000 });
+    const result = spawnSync(
+      path.join(root, 'launch', 'ft-run'),
+      [
+        '-n',
+        '1',
+        '--',
+        '--model',
+        path.join(root, 'models', `${name}.json`),
+        '--data',
+        path.join(root, 'datasets', dataset),
+        '--steps',
+        String(steps),
+        '--batch',
+        String(batch),
+        '--threads',
+        String(threads),
+        '--run-dir',
+        runDir,
+      ],
+      { encoding: 'utf8', timeout: 300_000 },
+    );
     if (result.status !== 0) throw new Error(`ft-train run of ${name} failed:\n${result.stderr}`);
     // wall-clock per step from step 30 on: the whole loop, records and progress included (a step's
     // own step_ms leaves out what follows its commit)
-    const records = fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; time: number });
+    const records = fs
+      .readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { step: number; time: number });
     const [first, last] = [records[30], records[records.length - 1]];
     return (last.time - first.time) / (last.step - first.step);
   } finally {
@@ -179,26 +207,40 @@ async function main(): Promise<void> {
     summary[`${model}_vs_pytorch`] = +ratio.toFixed(3);
     const gflops = (3 * forwardFlops(net) * rate) / batch / 1e9;
     perModel[model] = {
-      images_per_s: +rate.toFixed(1), gflops: +gflops.toFixed(2), pytorch_images_per_s: +peer.toFixed(1),
-      vs_pytorch_rounds: ratios.get(model)!.map((r) => +r.toFixed(3)), kernel_step_ms: +kernelMs.toFixed(3),
-      ...(realMs !== undefined ? {
-        real_step_ms_1rank: +realMs.toFixed(3), step_vs_kernels_rounds: stepRatios.get(model)!.map((r) => +r.toFixed(3)),
-      } : {}),
+      images_per_s: +rate.toFixed(1),
+      gflops: +gflops.toFixed(2),
+      pytorch_images_per_s: +peer.toFixed(1),
+      vs_pytorch_rounds: ratios.get(model)!.map((r) => +r.toFixed(3)),
+      kernel_step_ms: +kernelMs.toFixed(3),
+      ...(realMs !== undefined
+        ? {
+            real_step_ms_1rank: +realMs.toFixed(3),
+            step_vs_kernels_rounds: stepRatios.get(model)!.map((r) => +r.toFixed(3)),
+          }
+        : {}),
     };
-    console.log(`${model.padEnd(10)} ${rate.toFixed(0).padStart(14)} ${gflops.toFixed(2).padStart(8)} ${peer.toFixed(0).padStart(14)} ` +
-      `${ratio.toFixed(3).padStart(6)} ${kernelMs.toFixed(2).padStart(10)} ${(realMs?.toFixed(2) ?? '-').padStart(13)}`);
+    console.log(
+      `${model.padEnd(10)} ${rate.toFixed(0).padStart(14)} ${gflops.toFixed(2).padStart(8)} ${peer.toFixed(0).padStart(14)} ` +
+        `${ratio.toFixed(3).padStart(6)} ${kernelMs.toFixed(2).padStart(10)} ${(realMs?.toFixed(2) ?? '-').padStart(13)}`,
+    );
   }
   const threads2 = Object.fromEntries(threadModels.map((m) => [m, +median(threadRatios.get(m)!).toFixed(3)]));
   console.log(`2 threads / 1 thread: ${threadModels.map((m) => `${m} ${threads2[m]}x`).join(', ')}`);
-  console.log(JSON.stringify({
-    lenet_vs_pytorch: summary.lenet_vs_pytorch,
-    min_model_vs_pytorch: Math.min(...models.map((m) => summary[`${m}_vs_pytorch`] as number)),
-    threads2_speedup: Math.min(...Object.values(threads2)),
-    ...summary,
-    step_vs_kernels_1rank: +Math.max(...realModels.map((m) => median(stepRatios.get(m)!))).toFixed(3),
-    batch, threads: 1, rounds, seconds_per_round: seconds, threads2_speedup_by_model: threads2,
-    models: perModel,
-  }));
+  console.log(
+    JSON.stringify({
+      lenet_vs_pytorch: summary.lenet_vs_pytorch,
+      min_model_vs_pytorch: Math.min(...models.map((m) => summary[`${m}_vs_pytorch`] as number)),
+      threads2_speedup: Math.min(...Object.values(threads2)),
+      ...summary,
+      step_vs_kernels_1rank: +Math.max(...realModels.map((m) => median(stepRatios.get(m)!))).toFixed(3),
+      batch,
+      threads: 1,
+      rounds,
+      seconds_per_round: seconds,
+      threads2_speedup_by_model: threads2,
+      models: perModel,
+    }),
+  );
 }
 
 main().catch((error: Error) => {

@@ -10,7 +10,18 @@ import type { Manifest } from '../src/data/manifest';
 import { writeDataset, type ProgressSink, type SplitSource } from '../src/data/writer';
 
 export const debianSource = '/usr/share/datasets/fashion-mnist';
-export const fashionMnistClasses = ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot'];
+export const fashionMnistClasses = [
+  'T-shirt/top',
+  'Trouser',
+  'Pullover',
+  'Dress',
+  'Coat',
+  'Sandal',
+  'Shirt',
+  'Sneaker',
+  'Bag',
+  'Ankle boot',
+];
 /** 600 record batches in train: every shard count up to 64 gets 9 or 10 of them. */
 export const defaultRowsPerBatch = 100;
 
@@ -28,7 +39,8 @@ export function readIdxSplit(sourceDir: string, split: 'train' | 't10k'): IdxSpl
   const rows = images.data.readUInt32BE(4);
   const [height, width] = [images.data.readUInt32BE(8), images.data.readUInt32BE(12)];
   if (height !== 28 || width !== 28) throw new DatasetError(images.file, `expected 28x28 images, got ${height}x${width}`);
-  if (images.data.length !== 16 + rows * 784) throw new DatasetError(images.file, `truncated: ${images.data.length} bytes for ${rows} images`);
+  if (images.data.length !== 16 + rows * 784)
+    throw new DatasetError(images.file, `truncated: ${images.data.length} bytes for ${rows} images`);
   if (labels.data.readUInt32BE(4) !== rows || labels.data.length !== 8 + rows) {
     throw new DatasetError(labels.file, `expected ${rows} labels (as many as images), got ${labels.data.readUInt32BE(4)}`);
   }
@@ -36,14 +48,15 @@ export function readIdxSplit(sourceDir: string, split: 'train' | 't10k'): IdxSpl
 }
 
 function readIdx(file: string, magic: number, headerBytes: number): { file: string; data: Buffer } {
-  if (!fs.existsSync(file)) throw new DatasetError(file, 'missing: install Debian\'s dataset-fashion-mnist (launch/setup does)');
+  if (!fs.existsSync(file)) throw new DatasetError(file, "missing: install Debian's dataset-fashion-mnist (launch/setup does)");
   let data: Buffer;
   try {
     data = zlib.gunzipSync(fs.readFileSync(file));
   } catch (error) {
     throw new DatasetError(file, `corrupt: not a readable gzip file (${(error as Error).message})`);
   }
-  if (data.length < headerBytes || data.readUInt32BE(0) !== magic) throw new DatasetError(file, `corrupt: not an IDX file with magic ${magic}`);
+  if (data.length < headerBytes || data.readUInt32BE(0) !== magic)
+    throw new DatasetError(file, `corrupt: not an IDX file with magic ${magic}`);
   return { file, data };
 }
 
@@ -57,12 +70,22 @@ function splitSource(idx: IdxSplit): SplitSource {
   };
 }
 
-export async function convertFashionMnist(sourceDir: string, outDir: string, rowsPerBatch = defaultRowsPerBatch, progress?: ProgressSink): Promise<Manifest> {
+export async function convertFashionMnist(
+  sourceDir: string,
+  outDir: string,
+  rowsPerBatch = defaultRowsPerBatch,
+  progress?: ProgressSink,
+): Promise<Manifest> {
   const train = readIdxSplit(sourceDir, 'train');
   const test = readIdxSplit(sourceDir, 't10k');
   return writeDataset(
     outDir,
-    { name: 'fashion-mnist', source: `Debian dataset-fashion-mnist (${sourceDir})`, sampleShape: [1, 28, 28], classNames: fashionMnistClasses },
+    {
+      name: 'fashion-mnist',
+      source: `Debian dataset-fashion-mnist (${sourceDir})`,
+      sampleShape: [1, 28, 28],
+      classNames: fashionMnistClasses,
+    },
     { train: splitSource(train), test: splitSource(test) },
     rowsPerBatch,
     progress,
@@ -71,10 +94,17 @@ export async function convertFashionMnist(sourceDir: string, outDir: string, row
 
 if (require.main === module) {
   runMain('fashion-mnist', async () => {
-    const args = commandLine('fashion-mnist', '$0 [--source DIR] [--out DIR]\n\nConverts Debian\'s Fashion-MNIST (IDX) into an Arrow dataset directory.')
+    const args = commandLine(
+      'fashion-mnist',
+      "$0 [--source DIR] [--out DIR]\n\nConverts Debian's Fashion-MNIST (IDX) into an Arrow dataset directory.",
+    )
       .option('source', { type: 'string', default: debianSource, describe: 'directory with the *-idx?-ubyte.gz files' })
       .option('out', { type: 'string', default: 'datasets/fashion-mnist', describe: 'dataset directory to write' })
-      .option('rows-per-batch', { type: 'number', default: defaultRowsPerBatch, describe: 'samples per Arrow record batch (shards are whole batches)' })
+      .option('rows-per-batch', {
+        type: 'number',
+        default: defaultRowsPerBatch,
+        describe: 'samples per Arrow record batch (shards are whole batches)',
+      })
       .parseSync();
     await convertFashionMnist(args.source, args.out, args.rowsPerBatch, console.log);
   });

@@ -27,7 +27,11 @@ if (require.main === module) {
   runMain('prepare-datasets', async () => {
     const args = commandLine('prepare-datasets', '$0 [--force]\n\nWrites the default datasets under datasets/.')
       .option('force', { type: 'boolean', default: false, describe: 'rewrite datasets that are already complete' })
-      .option('root', { type: 'string', default: path.join(__dirname, '..', '..', 'datasets'), describe: 'where the dataset directories go' })
+      .option('root', {
+        type: 'string',
+        default: path.join(__dirname, '..', '..', 'datasets'),
+        describe: 'where the dataset directories go',
+      })
       .parseSync();
     for (const { dir, make } of defaults) {
       const target = path.join(args.root, dir);

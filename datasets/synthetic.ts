@@ -18,7 +18,14 @@ export interface SyntheticOptions {
   rowsPerBatch: number;
 }
 
-export const syntheticDefaults: SyntheticOptions = { shape: [3, 32, 32], classes: 10, trainRows: 10000, testRows: 2000, seed: 1, rowsPerBatch: 100 };
+export const syntheticDefaults: SyntheticOptions = {
+  shape: [3, 32, 32],
+  classes: 10,
+  trainRows: 10000,
+  testRows: 2000,
+  seed: 1,
+  rowsPerBatch: 100,
+};
 
 /** "3x32x32" -> [3, 32, 32] */
 export function parseShape(text: string): [number, number, number] {
@@ -88,16 +95,33 @@ if (require.main === module) {
       .option('train', { type: 'number', default: d.trainRows, describe: 'training samples' })
       .option('test', { type: 'number', default: d.testRows, describe: 'test samples' })
       .option('seed', { type: 'number', default: d.seed, describe: 'seed: same seed, same bytes' })
-      .option('rows-per-batch', { type: 'number', default: d.rowsPerBatch, describe: 'samples per Arrow record batch (shards are whole batches)' })
+      .option('rows-per-batch', {
+        type: 'number',
+        default: d.rowsPerBatch,
+        describe: 'samples per Arrow record batch (shards are whole batches)',
+      })
       .check((a) => {
-        for (const [flag, min] of [['classes', 2], ['train', 1], ['test', 1], ['seed', 0], ['rows-per-batch', 1]] as const) {
+        for (const [flag, min] of [
+          ['classes', 2],
+          ['train', 1],
+          ['test', 1],
+          ['seed', 0],
+          ['rows-per-batch', 1],
+        ] as const) {
           const value = a[flag] as number;
           if (!Number.isSafeInteger(value) || value < min) throw new Error(`--${flag} expects an integer >= ${min}, got ${value}`);
         }
         return true;
       })
       .parseSync();
-    const options = { shape: args.shape, classes: args.classes, trainRows: args.train, testRows: args.test, seed: args.seed, rowsPerBatch: args.rowsPerBatch };
+    const options = {
+      shape: args.shape,
+      classes: args.classes,
+      trainRows: args.train,
+      testRows: args.test,
+      seed: args.seed,
+      rowsPerBatch: args.rowsPerBatch,
+    };
     await generateSynthetic(args.out, options, console.log);
   });
 }

@@ -50,9 +50,11 @@ async function main(): Promise<void> {
     const failed = await comm.getFailed();
     await comm.free();
     comm = shrunk;
-    say(`step ${step}: ${failure?.name} after ${ms(start)} ms; revoke + shrink in ${ms(detected)} ms; ` +
-      `lost world rank(s) ${failed.join(', ')}; ${comm.size} survivors [${comm.worldRanks.join(', ')}]; ` +
-      `retrying step ${step}`);
+    say(
+      `step ${step}: ${failure?.name} after ${ms(start)} ms; revoke + shrink in ${ms(detected)} ms; ` +
+        `lost world rank(s) ${failed.join(', ')}; ${comm.size} survivors [${comm.worldRanks.join(', ')}]; ` +
+        `retrying step ${step}`,
+    );
   }
   say(`done: ${iterations} steps, finished on ${comm.size} ranks`);
   await comm.free();

@@ -3,8 +3,18 @@
 export { train, exitWhenDone, InputError, type TrainOutcome, type TrainResult } from './api/train';
 export { defaultHangTimeoutS, type TrainSettings, type ModelSpecInput } from './api/train-settings';
 export {
-  elastic, ElasticLoop, type LoopSettings, type LoopProgram, type LoopResult, type CommitRecord,
-  type StepSum, type MicroBatch, type GradientFn, type ScoreFn, type Score, type Evaluation,
+  elastic,
+  ElasticLoop,
+  type LoopSettings,
+  type LoopProgram,
+  type LoopResult,
+  type CommitRecord,
+  type StepSum,
+  type MicroBatch,
+  type GradientFn,
+  type ScoreFn,
+  type Score,
+  type Evaluation,
 } from './api/elastic';
 export type { ModelSpec, LayerSpec, Inputs } from './nn/spec';
 export type { BatchKey, Layer, MergeLayer } from './nn/layer';

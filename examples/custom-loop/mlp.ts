@@ -134,48 +134,63 @@ function gradient(loop: ElasticLoop, batch: MicroBatch): number {
   return loss / rows;
 }
 
-exitWhenDone(elastic({
-  data: flags.data!, runDir: flags['run-dir'], steps: Number(flags.steps), batch: Number(flags.batch),
-  shards: flags.shards === undefined ? undefined : Number(flags.shards), seed, hangTimeout: Number(flags['hang-timeout']),
-  checkpointEvery: Number(flags['checkpoint-every']), resume: flags.resume, drill: flags.drill,
-  onFailure: flags['on-failure'] as FailurePolicy, spares: Number(flags.spares), respawn: flags.respawn,
-  optimizerState: flags['optimizer-state'] as 'replicated' | 'sharded', redundancy: flags.redundancy,
-  ...(optimizer ? { optimizer, momentum, weightDecay: 0 } : {}),
-  model: `mlp-${hidden} (examples/custom-loop/mlp.ts)`,
-  tensors: { w1: [hidden, features], b1: [hidden], w2: [classes, hidden], b2: [classes] },
-  slots: optimizer ? [] : ['velocity'],
-  identity: { hidden, lr, momentum },
-}, {
-  init(loop) {
-    // uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) weights, zero biases
-    const next = uniform(seed);
-    const { w1, w2 } = loop.tensors;
-    for (let i = 0; i < w1.length; ++i) w1[i] = (2 * next() - 1) / Math.sqrt(features);
-    for (let i = 0; i < w2.length; ++i) w2[i] = (2 * next() - 1) / Math.sqrt(hidden);
-  },
-  async train(loop) {
-    while (!loop.done) {
-      if (optimizer) await loop.update((batch) => gradient(loop, batch), { lr });
-      else {
-        const { gradient: g } = await loop.sum((batch) => gradient(loop, batch));
-        const velocity = loop.slot('velocity');
-        for (let i = 0; i < loop.state.length; ++i) {
-          velocity[i] = momentum * velocity[i] + g[i];
-          loop.state[i] -= lr * velocity[i];
+exitWhenDone(
+  elastic(
+    {
+      data: flags.data!,
+      runDir: flags['run-dir'],
+      steps: Number(flags.steps),
+      batch: Number(flags.batch),
+      shards: flags.shards === undefined ? undefined : Number(flags.shards),
+      seed,
+      hangTimeout: Number(flags['hang-timeout']),
+      checkpointEvery: Number(flags['checkpoint-every']),
+      resume: flags.resume,
+      drill: flags.drill,
+      onFailure: flags['on-failure'] as FailurePolicy,
+      spares: Number(flags.spares),
+      respawn: flags.respawn,
+      optimizerState: flags['optimizer-state'] as 'replicated' | 'sharded',
+      redundancy: flags.redundancy,
+      ...(optimizer ? { optimizer, momentum, weightDecay: 0 } : {}),
+      model: `mlp-${hidden} (examples/custom-loop/mlp.ts)`,
+      tensors: { w1: [hidden, features], b1: [hidden], w2: [classes, hidden], b2: [classes] },
+      slots: optimizer ? [] : ['velocity'],
+      identity: { hidden, lr, momentum },
+    },
+    {
+      init(loop) {
+        // uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) weights, zero biases
+        const next = uniform(seed);
+        const { w1, w2 } = loop.tensors;
+        for (let i = 0; i < w1.length; ++i) w1[i] = (2 * next() - 1) / Math.sqrt(features);
+        for (let i = 0; i < w2.length; ++i) w2[i] = (2 * next() - 1) / Math.sqrt(hidden);
+      },
+      async train(loop) {
+        while (!loop.done) {
+          if (optimizer) await loop.update((batch) => gradient(loop, batch), { lr });
+          else {
+            const { gradient: g } = await loop.sum((batch) => gradient(loop, batch));
+            const velocity = loop.slot('velocity');
+            for (let i = 0; i < loop.state.length; ++i) {
+              velocity[i] = momentum * velocity[i] + g[i];
+              loop.state[i] -= lr * velocity[i];
+            }
+          }
+          await loop.commit({ lr });
         }
-      }
-      await loop.commit({ lr });
-    }
-    await loop.evaluate((x, labels, rows) => {
-      forward(loop, x, rows);
-      let loss = 0;
-      let correct = 0;
-      for (let n = 0; n < rows; ++n) {
-        const scored = crossEntropy(n, labels[n], false);
-        loss += scored.loss;
-        correct += scored.correct ? 1 : 0;
-      }
-      return { loss: loss / rows, correct };
-    });
-  },
-}));
+        await loop.evaluate((x, labels, rows) => {
+          forward(loop, x, rows);
+          let loss = 0;
+          let correct = 0;
+          for (let n = 0; n < rows; ++n) {
+            const scored = crossEntropy(n, labels[n], false);
+            loss += scored.loss;
+            correct += scored.correct ? 1 : 0;
+          }
+          return { loss: loss / rows, correct };
+        });
+      },
+    },
+  ),
+);

@@ -120,7 +120,8 @@ export class ElasticLoop {
       size += shape.reduce((a, b) => a * b, 1);
     }
     this.state = stateWithTail.subarray(0, size);
-    for (const view of this.views) this.tensors[view.name] = this.state.subarray(view.offset, view.offset + view.shape.reduce((a, b) => a * b, 1));
+    for (const view of this.views)
+      this.tensors[view.name] = this.state.subarray(view.offset, view.offset + view.shape.reduce((a, b) => a * b, 1));
     this.gradient = new Float32Array(size);
     this.target = { gradient: this.gradient, statistics: new Float32Array(0) };
     this.slotData = new Map(settings.slots.map((name) => [name, new Float32Array(size)]));
@@ -131,9 +132,19 @@ export class ElasticLoop {
     const plan = new MicroBatches(dataset.train.layout(shards), settings.batch, settings.seed);
     this.data = new DataPosition(plan, settings, settings.rankBatch);
     const largest = Math.max(plan.globalBatch, ...Array.from({ length: plan.layout.count }, (_, s) => plan.size(s)));
-    this.buffers = new BatchBuffers(largest, dataset.sampleShape.reduce((a, b) => a * b, 1));
+    this.buffers = new BatchBuffers(
+      largest,
+      dataset.sampleShape.reduce((a, b) => a * b, 1),
+    );
     const parameters = { withTail: stateWithTail, buffers: new Float32Array(0), updateBuffers: () => undefined };
-    this.steps = new DataParallelStep({ ...settings, shardedState: settings.optimizerState === 'sharded' }, manager, this.data, this.buffers, parameters, cpu);
+    this.steps = new DataParallelStep(
+      { ...settings, shardedState: settings.optimizerState === 'sharded' },
+      manager,
+      this.data,
+      this.buffers,
+      parameters,
+      cpu,
+    );
   }
 
   /** The step about to be computed (steps done so far). */
@@ -197,7 +208,8 @@ export class ElasticLoop {
    * state must not change before then. On a spare, compute never runs: the sum comes from the leader.
    */
   async sum(compute: GradientFn): Promise<StepSum> {
-    if (this.settings.optimizerState === 'sharded') throw new Error('sum(): with optimizerState sharded the optimizer state is the protocol\'s: call update()');
+    if (this.settings.optimizerState === 'sharded')
+      throw new Error("sum(): with optimizerState sharded the optimizer state is the protocol's: call update()");
     for (;;) {
       this.started = performance.now();
       this.prepared = this.steps.prepare(0);
@@ -211,7 +223,8 @@ export class ElasticLoop {
    * `compute` as for sum().
    */
   async update(compute: GradientFn, { lr }: { lr: number }): Promise<{ loss: number }> {
-    if (!this.optimizer) throw new Error('update(): give settings.optimizer (ft-train\'s optimizer makes the update), or update the state from sum()');
+    if (!this.optimizer)
+      throw new Error("update(): give settings.optimizer (ft-train's optimizer makes the update), or update the state from sum()");
     for (;;) {
       this.started = performance.now();
       this.prepared = this.steps.prepare(lr);
@@ -228,9 +241,20 @@ export class ElasticLoop {
     const stepMs = performance.now() - this.started;
     const { world } = this.manager;
     const spares = world.sparesLaunched ? { spares: world.spares.length } : {};
-    await this.manager.commit(() => this.observer.step({
-      ...record, step, epoch, loss: this.steps.lastLoss, lr: record.lr ?? lr, world: world.size, ...spares, samples, step_ms: stepMs, time: Date.now(),
-    }));
+    await this.manager.commit(() =>
+      this.observer.step({
+        ...record,
+        step,
+        epoch,
+        loss: this.steps.lastLoss,
+        lr: record.lr ?? lr,
+        world: world.size,
+        ...spares,
+        samples,
+        step_ms: stepMs,
+        time: Date.now(),
+      }),
+    );
   }
 
   /** Test accuracy and loss over the dataset's test split, divided over the ranks (`score` gives a batch's mean loss and correct count). */
@@ -244,8 +268,13 @@ export class ElasticLoop {
   result(): LoopResult {
     const bytes = Buffer.from(this.state.buffer, this.state.byteOffset, this.state.byteLength);
     return {
-      steps: this.manager.step, finalLoss: this.steps.lastLoss, evaluation: this.evaluation, failures: this.manager.failures,
-      worldInitial: this.manager.world.initialSize, worldFinal: this.manager.world.size, stateSha256: createHash('sha256').update(bytes).digest('hex'),
+      steps: this.manager.step,
+      finalLoss: this.steps.lastLoss,
+      evaluation: this.evaluation,
+      failures: this.manager.failures,
+      worldInitial: this.manager.world.initialSize,
+      worldFinal: this.manager.world.size,
+      stateSha256: createHash('sha256').update(bytes).digest('hex'),
     };
   }
 
@@ -268,7 +297,8 @@ export class ElasticLoop {
 
   /** Restores a checkpoint's state: where the run resumes. */
   private restore(dir: string, manifest: CheckpointManifest): ResumePoint {
-    const sharded = this.settings.optimizerState === 'sharded' ? this.optimizerSlotNames().map(() => new Float32Array(this.state.length)) : undefined;
+    const sharded =
+      this.settings.optimizerState === 'sharded' ? this.optimizerSlotNames().map(() => new Float32Array(this.state.length)) : undefined;
     const optimizer = this.optimizerSlotNames().map((name, k) => ({ name, data: sharded ? sharded[k] : this.optimizer!.slots[k] }));
     loadCheckpoint(dir, manifest, this.views, this.state, [...this.userSlots(), ...optimizer]);
     this.initialSlots = sharded;
@@ -290,9 +320,14 @@ export class ElasticLoop {
     return {
       state: (): TrainingState => {
         const sharded = this.manager.shardedState?.held();
-        const optimizer = this.optimizerSlotNames().map((name, k) => ({ name, data: sharded ? sharded.slots[k] : this.optimizer!.slots[k] }));
+        const optimizer = this.optimizerSlotNames().map((name, k) => ({
+          name,
+          data: sharded ? sharded.slots[k] : this.optimizer!.slots[k],
+        }));
         return {
-          tensors: this.views, params: this.state, slots: [...this.userSlots(), ...optimizer],
+          tensors: this.views,
+          params: this.state,
+          slots: [...this.userSlots(), ...optimizer],
           held: sharded ? { from: sharded.from, to: sharded.to } : { from: 0, to: this.state.length },
         };
       },
@@ -318,9 +353,16 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
     checkModel: () => undefined,
     check: () => undefined,
     identity: (dataset, shards, isa) => ({
-      model: options.model, tensors: options.tensors, slots: options.slots,
+      model: options.model,
+      tensors: options.tensors,
+      slots: options.slots,
       data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },
-      batch: options.batch, seed: options.seed, shards, on_failure: options.onFailure, steps: options.steps ?? null, epochs: options.epochs ?? null,
+      batch: options.batch,
+      seed: options.seed,
+      shards,
+      on_failure: options.onFailure,
+      steps: options.steps ?? null,
+      epochs: options.epochs ?? null,
       ...(options.onFailure === 'shrink' ? { lr_rescale: options.lrRescale } : {}),
       ...(options.updates ? { optimizer: optimizerIdentity(options.optimizer) } : {}),
       user: options.identity,
@@ -331,7 +373,9 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
       const stateWithTail = new Float32Array(size + 1);
       return {
         // the user's gradient is copied into the sum once computed: nothing to overlap
-        sumLength: size + 1, paramsWithTail: stateWithTail, overlaps: false,
+        sumLength: size + 1,
+        paramsWithTail: stateWithTail,
+        overlaps: false,
         attach(manager, observer) {
           loop = new ElasticLoop(options, manager, dataset, shards, observer, stateWithTail);
         },
@@ -345,13 +389,27 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
         result() {
           const result = loop!.result();
           return {
-            steps: result.steps, finalLoss: result.finalLoss, testAccuracy: result.evaluation?.accuracy ?? null, testLoss: result.evaluation?.loss ?? null,
-            failures: result.failures, worldInitial: result.worldInitial, worldFinal: result.worldFinal, paramsSha256: result.stateSha256,
-            optimizerBytes: loop!.optimizerBytes(), loop: result,
+            steps: result.steps,
+            finalLoss: result.finalLoss,
+            testAccuracy: result.evaluation?.accuracy ?? null,
+            testLoss: result.evaluation?.loss ?? null,
+            failures: result.failures,
+            worldInitial: result.worldInitial,
+            worldFinal: result.worldFinal,
+            paramsSha256: result.stateSha256,
+            optimizerBytes: loop!.optimizerBytes(),
+            loop: result,
           };
         },
         writeModel(result) {
-          writeModel(options.runDir, encodeSafetensors(loop!.modelTensors(), { model: options.model, steps: String(result.steps), state_sha256: result.paramsSha256 }));
+          writeModel(
+            options.runDir,
+            encodeSafetensors(loop!.modelTensors(), {
+              model: options.model,
+              steps: String(result.steps),
+              state_sha256: result.paramsSha256,
+            }),
+          );
         },
         hashName: 'state_sha256',
       };

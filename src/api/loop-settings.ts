@@ -6,9 +6,38 @@ import { InputError } from './rank-run';
 import { resolveTrainOptions, SettingsError, type TrainOptions, type TrainSettings } from './train-settings';
 
 /** The trainer's settings that mean the same in a custom loop (the same names, defaults and checks). */
-const loopKeys = ['data', 'runDir', 'steps', 'epochs', 'batch', 'seed', 'shards', 'onFailure', 'lrRescale', 'minRanks', 'maxRetries', 'hangTimeout',
-  'spares', 'respawn', 'respawnLimit', 'drill', 'jitCheckpoint', 'checkpointDir', 'checkpointEvery', 'keepCheckpoints', 'resume', 'isa',
-  'optimizer', 'momentum', 'weightDecay', 'beta1', 'beta2', 'eps', 'optimizerState', 'redundancy'] as const;
+const loopKeys = [
+  'data',
+  'runDir',
+  'steps',
+  'epochs',
+  'batch',
+  'seed',
+  'shards',
+  'onFailure',
+  'lrRescale',
+  'minRanks',
+  'maxRetries',
+  'hangTimeout',
+  'spares',
+  'respawn',
+  'respawnLimit',
+  'drill',
+  'jitCheckpoint',
+  'checkpointDir',
+  'checkpointEvery',
+  'keepCheckpoints',
+  'resume',
+  'isa',
+  'optimizer',
+  'momentum',
+  'weightDecay',
+  'beta1',
+  'beta2',
+  'eps',
+  'optimizerState',
+  'redundancy',
+] as const;
 
 /** The settings of a custom loop: ft-train's own where they mean the same, and the state to keep. */
 export interface LoopSettings extends Pick<TrainSettings, (typeof loopKeys)[number]> {
@@ -22,14 +51,17 @@ export interface LoopSettings extends Pick<TrainSettings, (typeof loopKeys)[numb
   model?: string;
 }
 
-export type LoopOptions = TrainOptions & Required<Pick<LoopSettings, 'tensors' | 'slots' | 'identity' | 'model'>> & {
-  /** ft-train's optimizer makes the update (settings.optimizer given, or sharded state) */
-  updates: boolean;
-};
+export type LoopOptions = TrainOptions &
+  Required<Pick<LoopSettings, 'tensors' | 'slots' | 'identity' | 'model'>> & {
+    /** ft-train's optimizer makes the update (settings.optimizer given, or sharded state) */
+    updates: boolean;
+  };
 
 /** The loop's settings with defaults, or one InputError line. */
 export function resolveLoopSettings(settings: LoopSettings): LoopOptions {
-  const fail = (message: string): never => { throw new InputError(`ft-train: ${message}`); };
+  const fail = (message: string): never => {
+    throw new InputError(`ft-train: ${message}`);
+  };
   const own = new Set(['tensors', 'slots', 'identity', 'model']);
   const given: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(settings)) {
@@ -47,12 +79,15 @@ export function resolveLoopSettings(settings: LoopSettings): LoopOptions {
   const tensors = Object.entries(settings.tensors ?? {});
   if (tensors.length === 0) fail('tensors: expected at least one, name -> shape');
   for (const [name, shape] of tensors) {
-    if (!Array.isArray(shape) || shape.length === 0 || !shape.every((d) => Number.isSafeInteger(d) && d > 0)) fail(`tensors.${name}: expected a shape of positive integers, got ${JSON.stringify(shape)}`);
+    if (!Array.isArray(shape) || shape.length === 0 || !shape.every((d) => Number.isSafeInteger(d) && d > 0))
+      fail(`tensors.${name}: expected a shape of positive integers, got ${JSON.stringify(shape)}`);
   }
   const slots = settings.slots ?? [];
-  if (new Set(slots).size !== slots.length || slots.some((s) => typeof s !== 'string' || s === '')) fail(`slots: expected distinct names, got ${JSON.stringify(slots)}`);
+  if (new Set(slots).size !== slots.length || slots.some((s) => typeof s !== 'string' || s === ''))
+    fail(`slots: expected distinct names, got ${JSON.stringify(slots)}`);
   const updates = settings.optimizer !== undefined || options.optimizerState === 'sharded';
-  if (options.optimizerState === 'sharded' && slots.length > 0) fail('slots: with optimizerState sharded the optimizer\'s state is the protocol\'s, in chunks; register no slots of your own');
+  if (options.optimizerState === 'sharded' && slots.length > 0)
+    fail("slots: with optimizerState sharded the optimizer's state is the protocol's, in chunks; register no slots of your own");
   const optimizerSlots = updates ? new Optimizer(options.optimizer, cpu).slots : [];
   const clash = slots.find((s) => optimizerSlots.includes(s));
   if (clash) fail(`slots: "${clash}" is ${options.optimizer.name}'s own state (ft-train's optimizer keeps it); register other names`);

@@ -104,16 +104,26 @@ export interface RankLoop<Result extends RunResult> {
 /** The flags that need the world size: fault tolerance on in MPI, --spares, --min-ranks, --drill. */
 function checkLauncher(options: TrainOptions, worldSize: number): void {
   if (options.onFailure !== 'none' && underMpirun()) {
-    if (!ulfm) throw new Error(`--on-failure ${options.onFailure} needs MPI fault tolerance, but the addon was built against an MPI without ULFM: run launch/setup and npm run build, or use --on-failure none`);
-    if (!mpiFaultToleranceOn()) throw new Error(`--on-failure ${options.onFailure} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`);
+    if (!ulfm)
+      throw new Error(
+        `--on-failure ${options.onFailure} needs MPI fault tolerance, but the addon was built against an MPI without ULFM: run launch/setup and npm run build, or use --on-failure none`,
+      );
+    if (!mpiFaultToleranceOn())
+      throw new Error(
+        `--on-failure ${options.onFailure} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`,
+      );
   }
   if (options.spares >= worldSize) throw new Error(`--spares ${options.spares} leaves no working rank in the world size ${worldSize}`);
-  const working = options.spares > 0 ? `working world size ${worldSize - options.spares} (--spares ${options.spares})` : `world size ${worldSize}`;
+  const working =
+    options.spares > 0 ? `working world size ${worldSize - options.spares} (--spares ${options.spares})` : `world size ${worldSize}`;
   if (options.minRanks > worldSize - options.spares) throw new Error(`--min-ranks ${options.minRanks} is above the ${working}`);
   // spawned ranks take the ids after the launch's
   const ids = worldSize + (options.respawnLimit ?? 0);
   const absent = options.drills.find((d) => d.rank >= ids);
-  if (absent) throw new Error(`--drill names rank ${absent.rank}, but the world size is ${worldSize}${ids > worldSize ? ` and ranks up to ${ids - 1} may be spawned` : ''}`);
+  if (absent)
+    throw new Error(
+      `--drill names rank ${absent.rank}, but the world size is ${worldSize}${ids > worldSize ? ` and ranks up to ${ids - 1} may be spawned` : ''}`,
+    );
 }
 
 function checkResume(options: TrainOptions, dataset: Dataset, door: RankDoor<RunResult>): Resume {
@@ -134,9 +144,15 @@ function checkResume(options: TrainOptions, dataset: Dataset, door: RankDoor<Run
  */
 function checkShards(options: TrainOptions, dataset: Dataset, worldSize: number, resume?: Resume): number | undefined {
   const shards = resume?.manifest.shards ?? options.shards ?? worldSize;
-  const origin = resume ? `the checkpoint's, ${resume.dir}` : options.shards !== undefined ? '--shards' : 'the world size by default; see --shards';
+  const origin = resume
+    ? `the checkpoint's, ${resume.dir}`
+    : options.shards !== undefined
+      ? '--shards'
+      : 'the world size by default; see --shards';
   if (options.batch < shards) {
-    throw new Error(`--batch ${options.batch} is smaller than the ${shards} shards (${origin}): every shard takes at least one sample per step`);
+    throw new Error(
+      `--batch ${options.batch} is smaller than the ${shards} shards (${origin}): every shard takes at least one sample per step`,
+    );
   }
   try {
     dataset.train.layout(shards);
@@ -147,10 +163,13 @@ function checkShards(options: TrainOptions, dataset: Dataset, worldSize: number,
   if (options.onFailure === 'exact') return undefined;
   // the per-rank batch is the initial world's share, so a resume at any world size keeps it
   const initialWorld = resume ? resume.manifest.world_history[0]?.world : worldSize;
-  if (!Number.isSafeInteger(initialWorld) || initialWorld < 1) throw new Error(`${resume!.dir}: its manifest has no initial world size (world_history)`);
+  if (!Number.isSafeInteger(initialWorld) || initialWorld < 1)
+    throw new Error(`${resume!.dir}: its manifest has no initial world size (world_history)`);
   if (options.batch % initialWorld !== 0) {
     const world = resume ? `${initialWorld}, the initial world size of ${resume.dir}` : `the world size ${initialWorld}`;
-    throw new Error(`--batch ${options.batch} is not a multiple of ${world}: with --on-failure ${options.onFailure} every rank takes --batch / initial world size samples per step`);
+    throw new Error(
+      `--batch ${options.batch} is not a multiple of ${world}: with --on-failure ${options.onFailure} every rank takes --batch / initial world size samples per step`,
+    );
   }
   return options.batch / initialWorld;
 }
@@ -160,7 +179,10 @@ function checkShards(options: TrainOptions, dataset: Dataset, worldSize: number,
  * line): the launcher's flags, the dataset, the door's own checks, a resume, the shards; then the
  * run directory is made. A spawned rank skips what its job's ranks checked already.
  */
-async function openRun<Result extends RunResult>(options: TrainOptions, door: RankDoor<Result>): Promise<{ dataset: Dataset; resume?: Resume }> {
+async function openRun<Result extends RunResult>(
+  options: TrainOptions,
+  door: RankDoor<Result>,
+): Promise<{ dataset: Dataset; resume?: Resume }> {
   const joining = options.joinId !== undefined;
   let dataset: Dataset | undefined;
   try {
@@ -190,8 +212,13 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
   const { dataset, resume } = await openRun(options, door);
   cpu.setThreads(options.threads);
   const job = new RankJob({
-    runDir: options.runDir, hangTimeout: options.hangTimeout, drills: options.drills, joinId: options.joinId,
-    steps: options.steps, stopOnSigterm: options.onFailure !== 'none', startStep: resume?.manifest.step ?? 0,
+    runDir: options.runDir,
+    hangTimeout: options.hangTimeout,
+    drills: options.drills,
+    joinId: options.joinId,
+    steps: options.steps,
+    stopOnSigterm: options.onFailure !== 'none',
+    startStep: resume?.manifest.step ?? 0,
     isa: resume?.isa ?? levelAsked(options.isa),
   });
   const world = await job.start();
@@ -208,9 +235,19 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
   if (job.runLog.isLeader) {
     const working = world.size - options.spares;
     const spares = options.spares > 0 ? ` (+${options.spares} spare${options.spares > 1 ? 's' : ''})` : '';
-    job.runLog.event({ event: 'start', world: working, spares: options.spares, shards, on_failure: options.onFailure, batch: options.batch, isa: level });
-    job.progress.line(`training ${door.label} on ${options.data}: ${working} ranks${spares}, ${shards} shards, global batch ${options.batch}, ` +
-      `on failure: ${options.onFailure}, kernels at ${level}; run dir ${options.runDir}`);
+    job.runLog.event({
+      event: 'start',
+      world: working,
+      spares: options.spares,
+      shards,
+      on_failure: options.onFailure,
+      batch: options.batch,
+      isa: level,
+    });
+    job.progress.line(
+      `training ${door.label} on ${options.data}: ${working} ranks${spares}, ${shards} shards, global batch ${options.batch}, ` +
+        `on failure: ${options.onFailure}, kernels at ${level}; run dir ${options.runDir}`,
+    );
     for (const reason of resume?.skipped ?? []) job.progress.line(`${reason}; using ${resume!.dir}`);
   }
   let code = 0;
@@ -226,8 +263,10 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     if (manager.world.isLeader) {
       const lost = lossesText(result.failures);
       const accuracy = result.testAccuracy === null ? '' : `test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, `;
-      job.progress.line(`done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, ${accuracy}${result.worldFinal} of ${result.worldInitial} ranks left` +
-        `${lost ? ` (lost ${lost}; ${manager.bytesReadBack} bytes read back)` : ''}, ${loop.hashName} ${result.paramsSha256.slice(0, 16)}`);
+      job.progress.line(
+        `done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, ${accuracy}${result.worldFinal} of ${result.worldInitial} ranks left` +
+          `${lost ? ` (lost ${lost}; ${manager.bytesReadBack} bytes read back)` : ''}, ${loop.hashName} ${result.paramsSha256.slice(0, 16)}`,
+      );
     }
     job.logger.info('end', { ...result });
   } catch (error) {
@@ -238,23 +277,53 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
   return { exitCode: await job.end(code, manager, dataset), result };
 }
 
-function newManager(options: TrainOptions, world: Communicator, job: RankJob, dataset: Dataset, shards: number, identity: Record<string, unknown>,
-  loop: RankLoop<RunResult>, level: CpuLevel): Manager {
-  return new Manager({
-    ...options, shards, identity, commTimeoutMs: job.bounds.commMs, pidsDir: job.pidsDir,
-    spareCheckpoint: (options.onFailure !== 'none' && options.jitCheckpoint) || options.checkpointEvery > 0,
-    sumLength: loop.sumLength, add: (acc, x) => cpu.addInPlace(acc, x), overlap: loop.overlaps && canOverlap(options.threads),
-    sharded: options.optimizerState === 'sharded'
-      ? { optimizer: new Optimizer(options.optimizer, cpu), params: loop.paramsWithTail, redundancy: options.redundancy }
-      : undefined,
-    respawn: options.respawn ? { limit: options.respawnLimit!, ...respawnCommand(shards, level) } : undefined,
-    joined: job.joined,
-  }, world, dataset, dataset.train.layout(shards), job.observer, job.faults);
+function newManager(
+  options: TrainOptions,
+  world: Communicator,
+  job: RankJob,
+  dataset: Dataset,
+  shards: number,
+  identity: Record<string, unknown>,
+  loop: RankLoop<RunResult>,
+  level: CpuLevel,
+): Manager {
+  return new Manager(
+    {
+      ...options,
+      shards,
+      identity,
+      commTimeoutMs: job.bounds.commMs,
+      pidsDir: job.pidsDir,
+      spareCheckpoint: (options.onFailure !== 'none' && options.jitCheckpoint) || options.checkpointEvery > 0,
+      sumLength: loop.sumLength,
+      add: (acc, x) => cpu.addInPlace(acc, x),
+      overlap: loop.overlaps && canOverlap(options.threads),
+      sharded:
+        options.optimizerState === 'sharded'
+          ? { optimizer: new Optimizer(options.optimizer, cpu), params: loop.paramsWithTail, redundancy: options.redundancy }
+          : undefined,
+      respawn: options.respawn ? { limit: options.respawnLimit!, ...respawnCommand(shards, level) } : undefined,
+      joined: job.joined,
+    },
+    world,
+    dataset,
+    dataset.train.layout(shards),
+    job.observer,
+    job.faults,
+  );
 }
 
 /** summary.json of a run that reached its end; `bytesReadBack`: what every rank read back, summed. */
-function summaryOf(options: TrainOptions, model: string, shards: number, result: RunResult, bytesReadBack: number, started: number,
-  identity: Record<string, unknown>, kernels: KernelSettings): Summary {
+function summaryOf(
+  options: TrainOptions,
+  model: string,
+  shards: number,
+  result: RunResult,
+  bytesReadBack: number,
+  started: number,
+  identity: Record<string, unknown>,
+  kernels: KernelSettings,
+): Summary {
   return {
     status: 'complete',
     steps: result.steps,
@@ -302,7 +371,17 @@ function respawnCommand(shards: number, level: CpuLevel): { command: string; arg
   }
   return {
     command: process.execPath,
-    args: (firstId) => [...process.execArgv, process.argv[1], ...flags, '--shards', String(shards), '--isa', level, '--join-id', String(firstId)],
+    args: (firstId) => [
+      ...process.execArgv,
+      process.argv[1],
+      ...flags,
+      '--shards',
+      String(shards),
+      '--isa',
+      level,
+      '--join-id',
+      String(firstId),
+    ],
   };
 }
 
@@ -328,7 +407,8 @@ export function exitWhenDone(outcome: Promise<TrainOutcome<unknown>>): void {
       const input = error instanceof InputError;
       process.exitCode = input ? 2 : 1;
       // bad input is found before MPI starts, alike on every rank: world rank 0 alone prints it
-      if (launcherWorldRank() === 0 || !input) console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
+      if (launcherWorldRank() === 0 || !input)
+        console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
       // mpirun tears the job down at the first non-zero exit: the others give rank 0 time to print
       else setTimeout(() => undefined, 1000);
     },

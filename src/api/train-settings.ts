@@ -164,35 +164,121 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   steps: { kind: 'integer', min: 1, describe: 'steps to train (or --epochs; default: one epoch)', group: 'Job' },
   epochs: { kind: 'integer', min: 1, describe: 'epochs to train (default 1 when --steps is absent)', group: 'Job' },
   evalEvery: { kind: 'integer', min: 0, default: 0, describe: 'test-set evaluation every K steps (0: at the end only)', group: 'Job' },
-  threads: { kind: 'integer', min: 1, default: 1, describe: 'compute threads per rank (the result depends on it: a resume must keep it)', group: 'Job' },
-  isa: { kind: 'choice', choices: ['auto', ...cpuLevels, 'native'], default: 'auto', describe: 'the CPU kernels\' instruction-set level, the same on every rank (the result depends on it): auto, the best every rank\'s host runs (a resume: the checkpoint\'s); or x86-64-v2|v3|v4; native: each host\'s libraries choose (fastest, but the bits depend on the CPU and the environment)', group: 'Job' },
+  threads: {
+    kind: 'integer',
+    min: 1,
+    default: 1,
+    describe: 'compute threads per rank (the result depends on it: a resume must keep it)',
+    group: 'Job',
+  },
+  isa: {
+    kind: 'choice',
+    choices: ['auto', ...cpuLevels, 'native'],
+    default: 'auto',
+    describe:
+      "the CPU kernels' instruction-set level, the same on every rank (the result depends on it): auto, the best every rank's host runs (a resume: the checkpoint's); or x86-64-v2|v3|v4; native: each host's libraries choose (fastest, but the bits depend on the CPU and the environment)",
+    group: 'Job',
+  },
   batch: { kind: 'integer', min: 1, default: 64, describe: 'global batch (split over the shards)', group: 'Optimizer' },
-  optimizer: { kind: 'choice', choices: optimizerNames, default: 'sgd', describe: 'sgd (momentum, L2 weight decay) | adamw (PyTorch\'s: bias correction, decoupled weight decay)', group: 'Optimizer' },
+  optimizer: {
+    kind: 'choice',
+    choices: optimizerNames,
+    default: 'sgd',
+    describe: "sgd (momentum, L2 weight decay) | adamw (PyTorch's: bias correction, decoupled weight decay)",
+    group: 'Optimizer',
+  },
   lr: { kind: 'number', min: 0, describe: 'learning rate (default 0.01 for sgd, 0.001 for adamw)', group: 'Optimizer' },
   momentum: { kind: 'number', min: 0, default: 0.9, describe: 'SGD momentum', group: 'Optimizer' },
   weightDecay: { kind: 'number', min: 0, describe: 'weight decay (default 5e-4 for sgd, 0.01 for adamw)', group: 'Optimizer' },
   beta1: { kind: 'number', min: 0, below: 1, default: 0.9, describe: 'AdamW: decay of the first moment', group: 'Optimizer' },
   beta2: { kind: 'number', min: 0, below: 1, default: 0.999, describe: 'AdamW: decay of the second moment', group: 'Optimizer' },
   eps: { kind: 'number', min: 0, above: true, default: 1e-8, describe: 'AdamW: added to the denominator', group: 'Optimizer' },
-  optimizerState: { kind: 'choice', choices: ['replicated', 'sharded'], default: 'replicated', describe: 'replicated: every rank holds all of it; sharded: each rank the state of one chunk of the parameters (exact mode; the same bits)', group: 'Optimizer' },
+  optimizerState: {
+    kind: 'choice',
+    choices: ['replicated', 'sharded'],
+    default: 'replicated',
+    describe:
+      'replicated: every rank holds all of it; sharded: each rank the state of one chunk of the parameters (exact mode; the same bits)',
+    group: 'Optimizer',
+  },
   lrSchedule: { kind: 'string', default: 'constant', describe: 'constant | cosine | step:EVERY:GAMMA', group: 'Optimizer' },
   seed: { kind: 'integer', min: 0, default: 1, describe: 'seed of init, shuffles and dropout', group: 'Optimizer' },
-  redundancy: { kind: 'string', describe: 'sharded state: copies in peers\' memory: none | replicate:M[:group|:ring] (M copies in all, Gemini\'s placement) | ec:K+M (Reed-Solomon, M parities per K ranks) (default replicate:2)', group: 'Fault tolerance' },
+  redundancy: {
+    kind: 'string',
+    describe:
+      "sharded state: copies in peers' memory: none | replicate:M[:group|:ring] (M copies in all, Gemini's placement) | ec:K+M (Reed-Solomon, M parities per K ranks) (default replicate:2)",
+    group: 'Fault tolerance',
+  },
   shards: { kind: 'integer', min: 1, describe: 'logical shards S (default: the initial world size)', group: 'Fault tolerance' },
-  onFailure: { kind: 'choice', choices: ['exact', 'shrink', 'none'], default: 'exact', describe: 'exact: keep the global batch, bit-identical result; shrink: survivors keep their per-rank batch (FT-SGD); none: no fault tolerance (plain allreduce)', group: 'Fault tolerance' },
-  lrRescale: { kind: 'choice', choices: ['linear', 'none'], default: 'linear', describe: 'shrink mode: scale the rate with the global batch', group: 'Fault tolerance' },
+  onFailure: {
+    kind: 'choice',
+    choices: ['exact', 'shrink', 'none'],
+    default: 'exact',
+    describe:
+      'exact: keep the global batch, bit-identical result; shrink: survivors keep their per-rank batch (FT-SGD); none: no fault tolerance (plain allreduce)',
+    group: 'Fault tolerance',
+  },
+  lrRescale: {
+    kind: 'choice',
+    choices: ['linear', 'none'],
+    default: 'linear',
+    describe: 'shrink mode: scale the rate with the global batch',
+    group: 'Fault tolerance',
+  },
   minRanks: { kind: 'integer', min: 1, default: 1, describe: 'stop (exit code 3) when fewer ranks survive', group: 'Fault tolerance' },
   maxRetries: { kind: 'integer', min: 1, default: 5, describe: 'repair attempts per failure', group: 'Fault tolerance' },
-  hangTimeout: { kind: 'number', min: 0, above: true, default: defaultHangTimeoutS, describe: 'seconds without progress after which a rank counts as failed: it is declared dead (by MPI\'s detector, which launch/ft-run sets to the same value) and killed; also bounds every wait', group: 'Fault tolerance' },
-  spares: { kind: 'integer', min: 0, default: 0, describe: 'hot spares: the launch\'s last K ranks hold no shards and only wait; a lost rank\'s place (its shards, its optimizer state) goes to one of them in the same recovery, so the working world keeps its size while they last', group: 'Fault tolerance' },
-  respawn: { kind: 'boolean', default: false, describe: 'after a failure, spawn ranks (MPI_Comm_spawn) to take the lost ranks\' places, once spares are used up (exact mode)', group: 'Fault tolerance' },
-  respawnLimit: { kind: 'integer', min: 0, describe: 'with --respawn: ranks spawned in all, at most (default: the initial working world size)', group: 'Fault tolerance' },
-  drill: { kind: 'strings', default: [], describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang|host|cut]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), spins forever (hang), loses its host or is cut off, at phase P of step K (repeatable; for tests). P: ${phases.join('|')}`, group: 'Fault tolerance' },
-  jitCheckpoint: { kind: 'choice', choices: ['on', 'off'], default: 'on', describe: 'after a failure, the survivors write a checkpoint of the failed step\'s start', group: 'Checkpoints' },
+  hangTimeout: {
+    kind: 'number',
+    min: 0,
+    above: true,
+    default: defaultHangTimeoutS,
+    describe:
+      "seconds without progress after which a rank counts as failed: it is declared dead (by MPI's detector, which launch/ft-run sets to the same value) and killed; also bounds every wait",
+    group: 'Fault tolerance',
+  },
+  spares: {
+    kind: 'integer',
+    min: 0,
+    default: 0,
+    describe:
+      "hot spares: the launch's last K ranks hold no shards and only wait; a lost rank's place (its shards, its optimizer state) goes to one of them in the same recovery, so the working world keeps its size while they last",
+    group: 'Fault tolerance',
+  },
+  respawn: {
+    kind: 'boolean',
+    default: false,
+    describe: "after a failure, spawn ranks (MPI_Comm_spawn) to take the lost ranks' places, once spares are used up (exact mode)",
+    group: 'Fault tolerance',
+  },
+  respawnLimit: {
+    kind: 'integer',
+    min: 0,
+    describe: 'with --respawn: ranks spawned in all, at most (default: the initial working world size)',
+    group: 'Fault tolerance',
+  },
+  drill: {
+    kind: 'strings',
+    default: [],
+    describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang|host|cut]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), spins forever (hang), loses its host or is cut off, at phase P of step K (repeatable; for tests). P: ${phases.join('|')}`,
+    group: 'Fault tolerance',
+  },
+  jitCheckpoint: {
+    kind: 'choice',
+    choices: ['on', 'off'],
+    default: 'on',
+    describe: "after a failure, the survivors write a checkpoint of the failed step's start",
+    group: 'Checkpoints',
+  },
   checkpointDir: { kind: 'string', path: true, describe: 'where checkpoints go (default: <run-dir>/ckpt)', group: 'Checkpoints' },
   checkpointEvery: { kind: 'integer', min: 0, default: 0, describe: 'also a checkpoint every K steps (0: none)', group: 'Checkpoints' },
   keepCheckpoints: { kind: 'integer', min: 1, default: 3, describe: 'complete checkpoints kept (newest)', group: 'Checkpoints' },
-  resume: { kind: 'string', path: true, describe: 'continue from a checkpoint, a checkpoint directory or a run directory (newest complete checkpoint), at any world size (default: none, a fresh start)', group: 'Checkpoints' },
+  resume: {
+    kind: 'string',
+    path: true,
+    describe:
+      'continue from a checkpoint, a checkpoint directory or a run directory (newest complete checkpoint), at any world size (default: none, a fresh start)',
+    group: 'Checkpoints',
+  },
 };
 
 /** `weightDecay` -> `weight-decay`. */
@@ -208,10 +294,16 @@ export function checkSetting(setting: Setting, value: unknown): string | undefin
   const got = typeof value === 'number' ? String(value) : (JSON.stringify(value) ?? String(value));
   switch (setting.kind) {
     case 'integer':
-      return Number.isSafeInteger(value) && (value as number) >= setting.min! ? undefined : `expects an integer >= ${setting.min}, got ${got}`;
+      return Number.isSafeInteger(value) && (value as number) >= setting.min!
+        ? undefined
+        : `expects an integer >= ${setting.min}, got ${got}`;
     case 'number': {
       const number = value as number;
-      const ok = typeof value === 'number' && Number.isFinite(number) && (setting.above ? number > setting.min! : number >= setting.min!) && (setting.below === undefined || number < setting.below);
+      const ok =
+        typeof value === 'number' &&
+        Number.isFinite(number) &&
+        (setting.above ? number > setting.min! : number >= setting.min!) &&
+        (setting.below === undefined || number < setting.below);
       const range = setting.below !== undefined ? `in [${setting.min}, ${setting.below})` : `${setting.above ? '>' : '>='} ${setting.min}`;
       return ok ? undefined : `expects a number ${range}, got ${got}`;
     }
@@ -230,8 +322,12 @@ export function checkSetting(setting: Setting, value: unknown): string | undefin
  * The values of the settings `keys` in `given`, defaults filled in, each checked against its
  * entry in the table (a model given as an object is the spec's to check); `fail` takes the line.
  */
-export function settingValues(given: Record<string, unknown>, keys: readonly (keyof TrainSettings)[], label: (key: string) => string,
-  fail: (message: string) => never): Record<string, unknown> {
+export function settingValues(
+  given: Record<string, unknown>,
+  keys: readonly (keyof TrainSettings)[],
+  label: (key: string) => string,
+  fail: (message: string) => never,
+): Record<string, unknown> {
   const value: Record<string, unknown> = {};
   for (const key of keys) {
     const setting = trainSettings[key];
@@ -252,16 +348,27 @@ export function settingValues(given: Record<string, unknown>, keys: readonly (ke
  * Fills in the defaults and checks everything (`label` turns a setting's name into the caller's
  * spelling: `--weight-decay` on the command line, `weightDecay` in code).
  */
-export function resolveTrainOptions(input: TrainSettings, label: (key: string) => string = (key) => key, program = 'ft-train'): TrainOptions {
-  const fail = (message: string): never => { throw new SettingsError(`${program}: ${message}`); };
+export function resolveTrainOptions(
+  input: TrainSettings,
+  label: (key: string) => string = (key) => key,
+  program = 'ft-train',
+): TrainOptions {
+  const fail = (message: string): never => {
+    throw new SettingsError(`${program}: ${message}`);
+  };
   const given = input as unknown as Record<string, unknown>;
   for (const key of Object.keys(given)) {
     if (!(key in trainSettings) && given[key] !== undefined) fail(`unknown setting ${label(key)}`);
   }
-  const a = settingValues(given, Object.keys(trainSettings) as (keyof TrainSettings)[], label, fail) as unknown as Required<Omit<TrainSettings, 'steps' | 'epochs' | 'lr' | 'weightDecay' | 'redundancy' | 'shards' | 'respawnLimit' | 'checkpointDir' | 'resume'>> & TrainSettings;
+  const a = settingValues(given, Object.keys(trainSettings) as (keyof TrainSettings)[], label, fail) as unknown as Required<
+    Omit<TrainSettings, 'steps' | 'epochs' | 'lr' | 'weightDecay' | 'redundancy' | 'shards' | 'respawnLimit' | 'checkpointDir' | 'resume'>
+  > &
+    TrainSettings;
   if (a.steps !== undefined && a.epochs !== undefined) fail(`give ${label('steps')} or ${label('epochs')}, not both`);
-  if (a.optimizerState === 'sharded' && a.onFailure !== 'exact') fail(`${label('optimizerState')} sharded needs ${label('onFailure')} exact, got ${a.onFailure}`);
-  if (a.redundancy !== undefined && a.optimizerState !== 'sharded') fail(`${label('redundancy')} applies to ${label('optimizerState')} sharded only`);
+  if (a.optimizerState === 'sharded' && a.onFailure !== 'exact')
+    fail(`${label('optimizerState')} sharded needs ${label('onFailure')} exact, got ${a.onFailure}`);
+  if (a.redundancy !== undefined && a.optimizerState !== 'sharded')
+    fail(`${label('redundancy')} applies to ${label('optimizerState')} sharded only`);
   if (a.spares > 0 && a.onFailure === 'none') fail(`${label('spares')} needs fault tolerance: ${label('onFailure')} exact or shrink`);
   if (a.respawn && a.onFailure !== 'exact') fail(`${label('respawn')} needs ${label('onFailure')} exact, got ${a.onFailure}`);
   if (a.respawnLimit !== undefined && !a.respawn) fail(`${label('respawnLimit')} applies with ${label('respawn')} only`);
@@ -281,7 +388,14 @@ export function resolveTrainOptions(input: TrainSettings, label: (key: string) =
     epochs: a.steps === undefined ? (a.epochs ?? 1) : undefined,
     batch: a.batch,
     lr: a.lr ?? (sgd ? 0.01 : 0.001),
-    optimizer: { name: a.optimizer, momentum: a.momentum, weightDecay: a.weightDecay ?? (sgd ? 5e-4 : 0.01), beta1: a.beta1, beta2: a.beta2, eps: a.eps },
+    optimizer: {
+      name: a.optimizer,
+      momentum: a.momentum,
+      weightDecay: a.weightDecay ?? (sgd ? 5e-4 : 0.01),
+      beta1: a.beta1,
+      beta2: a.beta2,
+      eps: a.eps,
+    },
     optimizerState: a.optimizerState,
     redundancy: parsed(() => parseRedundancy(a.redundancy ?? (a.optimizerState === 'sharded' ? 'replicate:2' : 'none'))),
     lrSchedule: parsed(() => parseLrSchedule(a.lrSchedule)),

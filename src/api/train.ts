@@ -40,18 +40,28 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
     check(dataset: Dataset) {
       const [shape, input] = [dataset.sampleShape.join('x'), spec!.input.join('x')];
       if (shape !== input) throw new Error(`${label()}: takes ${input} inputs, but ${options.data} holds ${shape} samples`);
-      if (spec!.classes !== dataset.classes) throw new Error(`${label()}: has ${spec!.classes} classes, but ${options.data} has ${dataset.classes}`);
+      if (spec!.classes !== dataset.classes)
+        throw new Error(`${label()}: has ${spec!.classes} classes, but ${options.data} has ${dataset.classes}`);
       net = new Net(spec!, cpu);
       if (net.buffers.length > 0 && options.optimizerState === 'sharded') {
-        throw new Error(`${label()}: has batchnorm running statistics, which --optimizer-state sharded does not carry yet; use --optimizer-state replicated`);
+        throw new Error(
+          `${label()}: has batchnorm running statistics, which --optimizer-state sharded does not carry yet; use --optimizer-state replicated`,
+        );
       }
     },
     identity: (dataset, shards, isa) => ({
       model: { name: spec!.name, input: spec!.input, classes: spec!.classes, layers: spec!.layers },
       data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },
-      batch: options.batch, lr: options.lr, optimizer: optimizerIdentity(options.optimizer),
-      lr_schedule: options.lrSchedule, seed: options.seed, shards, on_failure: options.onFailure,
-      lr_rescale: options.lrRescale, steps: options.steps ?? null, epochs: options.epochs ?? null,
+      batch: options.batch,
+      lr: options.lr,
+      optimizer: optimizerIdentity(options.optimizer),
+      lr_schedule: options.lrSchedule,
+      seed: options.seed,
+      shards,
+      on_failure: options.onFailure,
+      lr_rescale: options.lrRescale,
+      steps: options.steps ?? null,
+      epochs: options.epochs ?? null,
       // the CPU kernels' reductions are split by thread: another count gives other bits
       threads: options.threads,
       isa,
@@ -76,7 +86,15 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
         // a failure during the final write changes the world the results report
         result: (manager) => ({ ...trained!, worldFinal: manager.world.size, failures: manager.failures }),
         writeModel(result) {
-          writeModel(options.runDir, encodeSafetensors(namedTensors(model), { model: model.spec.name, steps: String(result.steps), params_sha256: result.paramsSha256 }), modelSpecJson(model));
+          writeModel(
+            options.runDir,
+            encodeSafetensors(namedTensors(model), {
+              model: model.spec.name,
+              steps: String(result.steps),
+              params_sha256: result.paramsSha256,
+            }),
+            modelSpecJson(model),
+          );
         },
         hashName: 'params_sha256',
       };

@@ -16,8 +16,10 @@ function load(): unknown {
     // eslint-disable-next-line @typescript-eslint/no-require-imports -- a native addon, at a path known only at run time
     return require(addonPath) as unknown;
   } catch (error) {
-    throw new Error(`cannot load the native addon ${addonPath}: ${(error as Error).message}; ` +
-      'run `npm run build` (after launch/setup)', { cause: error });
+    throw new Error(
+      `cannot load the native addon ${addonPath}: ${(error as Error).message}; ` + 'run `npm run build` (after launch/setup)',
+      { cause: error },
+    );
   }
 }
 

@@ -7,11 +7,13 @@ import { namingFile } from './file-errors';
 export function writeAtomically(file: string, bytes: string | Uint8Array): void {
   removeStrayPartials(file);
   const partial = `${file}.partial-${process.pid}`;
-  namingFile(file, () => leavingNothingOnError(partial, () => {
-    fs.writeFileSync(partial, bytes);
-    syncPath(partial);
-    fs.renameSync(partial, file);
-  }));
+  namingFile(file, () =>
+    leavingNothingOnError(partial, () => {
+      fs.writeFileSync(partial, bytes);
+      syncPath(partial);
+      fs.renameSync(partial, file);
+    }),
+  );
   syncPath(path.dirname(file));
 }
 

@@ -30,7 +30,10 @@ const addon = addonPart<{
    * change until the Promise settles; one write at a time. I/O errors reject like Node's fs errors,
    * naming the file.
    */
-  FileWriter: new () => { write(file: string, fileBytes: number, parts: { at: number; bytes: ArrayBufferView }[]): Promise<void>; fill(file: string, fileBytes: number): Promise<void> };
+  FileWriter: new () => {
+    write(file: string, fileBytes: number, parts: { at: number; bytes: ArrayBufferView }[]): Promise<void>;
+    fill(file: string, fileBytes: number): Promise<void>;
+  };
 }>();
 
 /** /2: the manifest carries manifest_sha256, and config_sha256 is over the config's canonical JSON. */
@@ -172,7 +175,12 @@ export function newStripeWriter(): StripeWriter {
  * holds the header), and the buffers' piece, written with chunk 0 (the same on every rank). Throws,
  * naming `caller`, if the state lacks chunk i.
  */
-function stripeParts(caller: string, state: TrainingState, i: number, n: number): { groups: { at: number; bytes: Uint8Array }[][]; buffers?: { at: number; bytes: Uint8Array } } {
+function stripeParts(
+  caller: string,
+  state: TrainingState,
+  i: number,
+  n: number,
+): { groups: { at: number; bytes: Uint8Array }[][]; buffers?: { at: number; bytes: Uint8Array } } {
   const header = headerOf(state);
   const P = state.params.length;
   const bounds = parameterChunks(P, n);
@@ -181,14 +189,22 @@ function stripeParts(caller: string, state: TrainingState, i: number, n: number)
   const groups = data.map((group, g) => {
     const first = g === 0 ? from : from - state.held.from;
     if (first < 0 || first + to - from > group.length) {
-      throw new RangeError(`${caller}: the state does not hold chunk ${i} of ${n} (elements ${from}..${to}) of ${g === 0 ? 'params' : state.slots[g - 1].name}`);
+      throw new RangeError(
+        `${caller}: the state does not hold chunk ${i} of ${n} (elements ${from}..${to}) of ${g === 0 ? 'params' : state.slots[g - 1].name}`,
+      );
     }
-    const piece = { at: header.length + 4 * (g * P + from), bytes: new Uint8Array(group.buffer, group.byteOffset + 4 * first, 4 * (to - from)) };
+    const piece = {
+      at: header.length + 4 * (g * P + from),
+      bytes: new Uint8Array(group.buffer, group.byteOffset + 4 * first, 4 * (to - from)),
+    };
     return g === 0 && i === 0 ? [{ at: 0, bytes: header }, piece] : [piece];
   });
   const buffers = state.buffers?.data;
   return buffers && buffers.length > 0
-    ? { groups, buffers: { at: header.length + 4 * data.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) } }
+    ? {
+        groups,
+        buffers: { at: header.length + 4 * data.length * P, bytes: new Uint8Array(buffers.buffer, buffers.byteOffset, buffers.byteLength) },
+      }
     : { groups };
 }
 
@@ -244,11 +260,13 @@ export function prepareManifest(staging: string, meta: CheckpointMeta, state: Tr
     fs.closeSync(fd);
     throw error;
   }
-  const durable = new Promise<void>((resolve, reject) => fs.fdatasync(fd, (error) => {
-    fs.close(fd, () => undefined);
-    if (error) reject(namedError(file, error));
-    else resolve();
-  }));
+  const durable = new Promise<void>((resolve, reject) =>
+    fs.fdatasync(fd, (error) => {
+      fs.close(fd, () => undefined);
+      if (error) reject(namedError(file, error));
+      else resolve();
+    }),
+  );
   return { manifest, staging, durable };
 }
 
@@ -260,7 +278,11 @@ function sealManifest(meta: CheckpointMeta, state: TrainingState, digests: strin
     time: Date.now(),
     ...meta,
     // (the buffers' stripe, index groups n, is rank 0's last digest)
-    file: { name: stateFile, bytes: stateFileBytes(state), stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i % n][Math.floor(i / n)] })) },
+    file: {
+      name: stateFile,
+      bytes: stateFileBytes(state),
+      stripes: ranges.map((r, i) => ({ ...r, crc64: digests[i % n][Math.floor(i / n)] })),
+    },
   };
   return { ...unsealed, manifest_sha256: manifestSha256(unsealed) };
 }
@@ -277,7 +299,15 @@ export function readyCheckpoints(meta: CheckpointMeta, state: TrainingState, ran
   const perRank = Math.ceil(stripeRanges(state, ranks).length / ranks);
   for (let round = 0; round < 3; round++) {
     const digests = rank === undefined ? Array.from({ length: perRank }, () => '0'.repeat(16)) : stripeDigests(state, rank, ranks);
-    JSON.stringify(sealManifest(failed, state, Array.from({ length: ranks }, () => digests)), null, 1);
+    JSON.stringify(
+      sealManifest(
+        failed,
+        state,
+        Array.from({ length: ranks }, () => digests),
+      ),
+      null,
+      1,
+    );
   }
 }
 
@@ -289,7 +319,10 @@ export function readyCheckpoints(meta: CheckpointMeta, state: TrainingState, ran
 export function commitManifest(prepared: PreparedManifest, dir: string): CheckpointManifest {
   // a leader frozen past its peers' retry would find another attempt's files, or a spare, there
   const staged = path.join(prepared.staging, manifestFile);
-  if (!fs.existsSync(staged) || (JSON.parse(fs.readFileSync(staged, 'utf8')) as CheckpointManifest).manifest_sha256 !== prepared.manifest.manifest_sha256) {
+  if (
+    !fs.existsSync(staged) ||
+    (JSON.parse(fs.readFileSync(staged, 'utf8')) as CheckpointManifest).manifest_sha256 !== prepared.manifest.manifest_sha256
+  ) {
     throw new Error(`${prepared.staging}: does not hold the manifest this commit prepared: not committed`);
   }
   const root = path.dirname(dir);
@@ -316,7 +349,10 @@ export function pruneCheckpoints(root: string, keep: number): void {
   const kept = new Set(complete.slice(-keep));
   const oldestKept = complete.slice(-keep)[0];
   const removed = steps.filter((d) => !kept.has(d) && (oldestKept === undefined || d < oldestKept));
-  const recyclable = removed.map((d) => path.join(root, d, stateFile)).filter((f) => fs.existsSync(f)).pop();
+  const recyclable = removed
+    .map((d) => path.join(root, d, stateFile))
+    .filter((f) => fs.existsSync(f))
+    .pop();
   if (recyclable && !fs.existsSync(path.join(stagingDir(root), stateFile))) {
     try {
       placeSpare(recyclable, root);
@@ -341,7 +377,8 @@ export async function readySpare(root: string, bytes: number, writer: StripeWrit
   try {
     // never the disk's last bytes: a spare that filled it would make the run's own writes fail
     const { bavail, bsize } = fs.statfsSync(root);
-    if (bavail * bsize < 2 * bytes) throw new Error(`${root}: ${bavail * bsize} bytes free, too few for a spare of ${bytes} and as much again`);
+    if (bavail * bsize < 2 * bytes)
+      throw new Error(`${root}: ${bavail * bsize} bytes free, too few for a spare of ${bytes} and as much again`);
     await writer.fill(path.join(partial, stateFile), bytes);
     placeSpare(path.join(partial, stateFile), root);
   } finally {
@@ -384,7 +421,12 @@ function placeSpare(file: string, root: string): void {
 }
 
 function listSteps(root: string): string[] {
-  return fs.existsSync(root) ? fs.readdirSync(root).filter((d) => /^step-\d{8}$/.test(d)).sort() : [];
+  return fs.existsSync(root)
+    ? fs
+        .readdirSync(root)
+        .filter((d) => /^step-\d{8}$/.test(d))
+        .sort()
+    : [];
 }
 
 /** Checks a checkpoint directory completely: the manifest's own checksum and its config's, file size, every stripe's CRC-64. */
@@ -397,14 +439,19 @@ export function verifyCheckpoint(dir: string): CheckpointManifest {
   } catch (error) {
     throw new Error(`${manifestPath}: not valid JSON (${(error as Error).message})`, { cause: error });
   }
-  if (manifest.format !== checkpointFormat) throw new Error(`${manifestPath}: format ${JSON.stringify(manifest.format)}, expected "${checkpointFormat}"`);
+  if (manifest.format !== checkpointFormat)
+    throw new Error(`${manifestPath}: format ${JSON.stringify(manifest.format)}, expected "${checkpointFormat}"`);
   const { manifest_sha256: sealed, ...unsealed } = manifest;
   if (sealed !== manifestSha256(unsealed)) throw new Error(`${manifestPath}: corrupt: the manifest fails its own checksum (edited?)`);
-  if (manifest.config_sha256 !== configSha256(manifest.config)) throw new Error(`${manifestPath}: corrupt: config_sha256 is not the sha256 of its config`);
+  if (manifest.config_sha256 !== configSha256(manifest.config))
+    throw new Error(`${manifestPath}: corrupt: config_sha256 is not the sha256 of its config`);
   const file = path.join(dir, manifest.file?.name ?? stateFile);
   if (!fs.existsSync(file)) throw new Error(`${file}: missing`);
   const size = fs.statSync(file).size;
-  if (size !== manifest.file.bytes) throw new Error(`${file}: ${size < manifest.file.bytes ? 'truncated' : 'corrupt'}: ${size} bytes, the manifest says ${manifest.file.bytes}`);
+  if (size !== manifest.file.bytes)
+    throw new Error(
+      `${file}: ${size < manifest.file.bytes ? 'truncated' : 'corrupt'}: ${size} bytes, the manifest says ${manifest.file.bytes}`,
+    );
   const bytes = fs.readFileSync(file);
   manifest.file.stripes.forEach((s, i) => {
     if (crc64(bytes.subarray(s.offset, s.offset + s.length)) !== s.crc64) {
@@ -449,13 +496,24 @@ export function newestCheckpoint(root: string): string {
  * Loads a verified checkpoint's tensors into `params` and each of `slots` (the optimizer's state,
  * whole), laid out as `tensors`.
  */
-export function loadCheckpoint(dir: string, manifest: CheckpointManifest, tensors: readonly TensorInfo[], params: Float32Array, slots: { name: string; data: Float32Array }[],
-  buffers?: TrainingState['buffers']): void {
+export function loadCheckpoint(
+  dir: string,
+  manifest: CheckpointManifest,
+  tensors: readonly TensorInfo[],
+  params: Float32Array,
+  slots: { name: string; data: Float32Array }[],
+  buffers?: TrainingState['buffers'],
+): void {
   const file = path.join(dir, manifest.file.name);
   const { tensors: stored } = decodeSafetensors(fs.readFileSync(file), file);
-  const expected = stateTensors(tensors, slots.map((s) => s.name), buffers?.tensors);
+  const expected = stateTensors(
+    tensors,
+    slots.map((s) => s.name),
+    buffers?.tensors,
+  );
   const names = (list: readonly TensorInfo[]) => list.map((t) => `${t.name}[${t.shape}]`).join(', ');
-  if (names(stored) !== names(expected)) throw new Error(`${file}: holds ${names(stored).slice(0, 120)}..., not this model's ${names(expected).slice(0, 120)}...`);
+  if (names(stored) !== names(expected))
+    throw new Error(`${file}: holds ${names(stored).slice(0, 120)}..., not this model's ${names(expected).slice(0, 120)}...`);
   [params, ...slots.map((s) => s.data)].forEach((target, g) => {
     let at = 0;
     for (const t of stored.slice(g * tensors.length, (g + 1) * tensors.length)) {

@@ -30,6 +30,13 @@ export function ecEncode(k: number, m: number, data: ArrayBufferView[], parity: 
  * Rebuilds the fragments numbered `wanted` (data or parity) into `outputs` from k fragments, the
  * views `fragments` numbered `present`.
  */
-export function ecDecode(k: number, m: number, present: number[], fragments: ArrayBufferView[], wanted: number[], outputs: ArrayBufferView[]): void {
+export function ecDecode(
+  k: number,
+  m: number,
+  present: number[],
+  fragments: ArrayBufferView[],
+  wanted: number[],
+  outputs: ArrayBufferView[],
+): void {
   addon.ec.decode(k, m, present, fragments, wanted, outputs);
 }

@@ -57,7 +57,8 @@ export function decodeSafetensors(bytes: Buffer, file: string): { tensors: Named
     if (entry.dtype !== 'F32') fail(`tensor ${name} has dtype ${entry.dtype}, expected F32`);
     const [begin, end] = entry.data_offsets;
     const count = entry.shape.reduce((a, b) => a * b, 1);
-    if (end - begin !== count * 4 || dataStart + end > bytes.length) fail(`tensor ${name} has offsets [${begin}, ${end}] for shape [${entry.shape}] in ${bytes.length} bytes`);
+    if (end - begin !== count * 4 || dataStart + end > bytes.length)
+      fail(`tensor ${name} has offsets [${begin}, ${end}] for shape [${entry.shape}] in ${bytes.length} bytes`);
     const data = new Float32Array(count);
     Buffer.from(data.buffer).set(bytes.subarray(dataStart + begin, dataStart + end));
     tensors.push({ name, shape: entry.shape, data });

@@ -8,24 +8,27 @@ import yargs, { type Argv } from 'yargs';
 import { hideBin } from 'yargs/helpers';
 
 /** The package's version, as `--version` prints it. */
-const version = (JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', '..', 'package.json'), 'utf8')) as { version: string }).version;
+const version = (JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', '..', 'package.json'), 'utf8')) as { version: string })
+  .version;
 
 /** A strict yargs parser for `program` (its name in usage and errors) over `argv` (default: this process's arguments). */
 export function commandLine(program: string, usage: string, argv: string[] = hideBin(process.argv)): Argv {
   const parser: Argv = yargs(argv);
-  return parser
-    .scriptName(program)
-    .usage(usage)
-    .strict()
-    .help()
-    .version('version', 'Show version number', `${program} ${version}`)
-    .wrap(Math.min(100, process.stdout.columns ?? 100))
-    // before yargs' own checks, so that a misspelled required flag is named as unknown, not as missing
-    .middleware(() => checkFlags(program, argv, (parser as unknown as { getOptions(): KnownOptions }).getOptions()), true)
-    .fail((message, error) => {
-      const text = (message ?? error?.message ?? 'bad arguments').replace(/:?\s*\n\s*/g, ': ');
-      throw new UsageError(`${program}: ${text} (see --help)`);
-    });
+  return (
+    parser
+      .scriptName(program)
+      .usage(usage)
+      .strict()
+      .help()
+      .version('version', 'Show version number', `${program} ${version}`)
+      .wrap(Math.min(100, process.stdout.columns ?? 100))
+      // before yargs' own checks, so that a misspelled required flag is named as unknown, not as missing
+      .middleware(() => checkFlags(program, argv, (parser as unknown as { getOptions(): KnownOptions }).getOptions()), true)
+      .fail((message, error) => {
+        const text = (message ?? error?.message ?? 'bad arguments').replace(/:?\s*\n\s*/g, ': ');
+        throw new UsageError(`${program}: ${text} (see --help)`);
+      })
+  );
 }
 
 /** The options yargs knows, as its (untyped) `getOptions()` returns them: the fields used here. */
@@ -57,8 +60,13 @@ function writtenFlags(argv: string[], options: KnownOptions): Written[] {
     if (word === '--') break;
     const long = /^--([^=]+)(?:=(.*))?$/s.exec(word);
     const short = /^-([a-zA-Z])(.*)$/s.exec(word);
-    if (long) flags.push({ name: long[1], dashes: '--', value: long[2] ?? (options.boolean.includes(canonical(long[1], options)) ? undefined : valueAfter(at)) });
-    else if (short && /^[a-zA-Z]+$/.test(short[2])) flags.push(...[...short[1] + short[2]].map((name) => ({ name, dashes: '-' })));
+    if (long)
+      flags.push({
+        name: long[1],
+        dashes: '--',
+        value: long[2] ?? (options.boolean.includes(canonical(long[1], options)) ? undefined : valueAfter(at)),
+      });
+    else if (short && /^[a-zA-Z]+$/.test(short[2])) flags.push(...[...(short[1] + short[2])].map((name) => ({ name, dashes: '-' })));
     else if (short) flags.push({ name: short[1], dashes: '-', value: short[2] === '' ? valueAfter(at) : short[2].replace(/^=/, '') });
   }
   return flags;
@@ -81,10 +89,14 @@ function checkFlags(program: string, argv: string[], options: KnownOptions): voi
   for (const flag of writtenFlags(argv, options)) {
     const key = canonical(flag.name, options);
     if (key === '') {
-      const names = Object.keys(options.key).filter((name) => !options.hiddenOptions.includes(name))
-        .flatMap((name) => [name, ...(options.alias[name] ?? [])]).filter((name) => name.length > 1);
+      const names = Object.keys(options.key)
+        .filter((name) => !options.hiddenOptions.includes(name))
+        .flatMap((name) => [name, ...(options.alias[name] ?? [])])
+        .filter((name) => name.length > 1);
       const nearest = flag.dashes === '--' ? suggestFlag(flag.name, names) : undefined;
-      throw new UsageError(`${program}: unknown flag ${flag.dashes}${flag.name}${nearest ? `; did you mean --${nearest}?` : ''} (see --help)`);
+      throw new UsageError(
+        `${program}: unknown flag ${flag.dashes}${flag.name}${nearest ? `; did you mean --${nearest}?` : ''} (see --help)`,
+      );
     }
     if (options.number.includes(key) && flag.value !== undefined && !isNumberText(flag.value)) {
       throw new UsageError(`${program}: ${flag.dashes}${flag.name}: expected a number, got ${JSON.stringify(flag.value)}`);

@@ -76,7 +76,8 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
       try {
         const file = readPidFile(path.join(runDir, runFiles.pids), kill.rank);
         if (file === null) throw new Error(`no pid file for world rank ${kill.rank}`);
-        if (file.host !== os.hostname()) throw new Error(`world rank ${kill.rank} runs on ${file.host}, not on this host (${os.hostname()})`);
+        if (file.host !== os.hostname())
+          throw new Error(`world rank ${kill.rank} runs on ${file.host}, not on this host (${os.hostname()})`);
         kill.pid = file.pid;
         process.kill(kill.pid, kill.signal);
         kill.time = Date.now();
@@ -102,7 +103,8 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
   const summaryFile = path.join(runDir, runFiles.summary);
   const summary = fs.existsSync(summaryFile) ? (readObject(summaryFile) as DrillOutcome['summary']) : null;
   // ft-train refuses bad input before it creates the run directory: then there is no run to record kills in
-  if (plan.length > 0 && fs.existsSync(runDir)) writeAtomically(path.join(runDir, runFiles.drill), JSON.stringify({ ranks, kills: plan, mpirun_exit: code }, null, 2) + '\n');
+  if (plan.length > 0 && fs.existsSync(runDir))
+    writeAtomically(path.join(runDir, runFiles.drill), JSON.stringify({ ranks, kills: plan, mpirun_exit: code }, null, 2) + '\n');
   const sent = plan.filter((k) => k.time !== undefined);
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));
   const passed = code === 0 && summary !== null && sent.length === plan.length && sent.every((k) => lost.has(k.rank));

@@ -14,24 +14,53 @@ function checkOutput(flag: string, file: string, extension: string): void {
 }
 
 runMain('ft-report', async () => {
-  const args = commandLine('ft-report', '$0 RUN_DIR... -o report.html [--png report.png] [--csv steps.csv]\n\nCompares ft-train runs: loss against step and wall time (failures marked), loss minus the baseline\'s, step time, throughput, world size, learning rate, test accuracy, the settings, a table per run, the recovery of each failure and what failures would cost at scale.')
+  const args = commandLine(
+    'ft-report',
+    "$0 RUN_DIR... -o report.html [--png report.png] [--csv steps.csv]\n\nCompares ft-train runs: loss against step and wall time (failures marked), loss minus the baseline's, step time, throughput, world size, learning rate, test accuracy, the settings, a table per run, the recovery of each failure and what failures would cost at scale.",
+  )
     .strict(false)
     .strictOptions() // the run directories are positional
-    .option('o', { alias: 'output', type: 'string', describe: 'the HTML report to write (self-contained, opens offline; default: none, with --csv)' })
+    .option('o', {
+      alias: 'output',
+      type: 'string',
+      describe: 'the HTML report to write (self-contained, opens offline; default: none, with --csv)',
+    })
     .option('png', { type: 'string', describe: 'also write the charts as one PNG (default: none)' })
-    .option('csv', { type: 'string', describe: 'write every run\'s steps as one CSV table (run, step, time, loss, lr, world, step_ms, test_accuracy, test_loss) (default: none)' })
-    .option('project', { type: 'string', default: defaultProjection.ranks.join(','), describe: 'world sizes N1,N2,... at which to project what failures would cost' })
-    .option('failure-rate', { type: 'number', default: defaultProjection.failuresPerDay, describe: 'failures per rank per day, for the projection' })
-    .option('baseline', { type: 'string', describe: 'compare every run\'s params_sha256 with this run (default: per run, the first listed that lost no rank and has the same setup)' })
-    .option('title', { type: 'string', default: 'ft-train report', describe: 'the report\'s title' })
-    .option('strict', { type: 'boolean', default: false, describe: 'refuse to write a report when a run directory cannot be read (default: pass it over, named in the report)' })
+    .option('csv', {
+      type: 'string',
+      describe:
+        "write every run's steps as one CSV table (run, step, time, loss, lr, world, step_ms, test_accuracy, test_loss) (default: none)",
+    })
+    .option('project', {
+      type: 'string',
+      default: defaultProjection.ranks.join(','),
+      describe: 'world sizes N1,N2,... at which to project what failures would cost',
+    })
+    .option('failure-rate', {
+      type: 'number',
+      default: defaultProjection.failuresPerDay,
+      describe: 'failures per rank per day, for the projection',
+    })
+    .option('baseline', {
+      type: 'string',
+      describe:
+        "compare every run's params_sha256 with this run (default: per run, the first listed that lost no rank and has the same setup)",
+    })
+    .option('title', { type: 'string', default: 'ft-train report', describe: "the report's title" })
+    .option('strict', {
+      type: 'boolean',
+      default: false,
+      describe: 'refuse to write a report when a run directory cannot be read (default: pass it over, named in the report)',
+    })
     .check((a) => {
       if (a._.length === 0) throw new Error('give at least one run directory');
       if (a.o === undefined && a.csv === undefined) throw new Error('give -o report.html, --csv steps.csv or both');
       if (a.png !== undefined && a.o === undefined) throw new Error('--png goes with -o report.html');
-      if (!/^[1-9]\d*(,[1-9]\d*)*$/.test(String(last(a.project)))) throw new Error(`--project expects world sizes N1,N2,... (positive integers), got "${last(a.project)}"`);
+      if (!/^[1-9]\d*(,[1-9]\d*)*$/.test(String(last(a.project))))
+        throw new Error(`--project expects world sizes N1,N2,... (positive integers), got "${last(a.project)}"`);
       const rate = last(a['failure-rate']);
-      if (!(Number.isFinite(rate) && rate > 0)) throw new Error(`--failure-rate expects a positive number of failures per rank per day, got "${rate}"`);
+      if (!(Number.isFinite(rate) && rate > 0))
+        throw new Error(`--failure-rate expects a positive number of failures per rank per day, got "${rate}"`);
       return true;
     })
     .parseSync();
@@ -58,5 +87,7 @@ runMain('ft-report', async () => {
   if (output !== undefined) await writeReport({ title: last(args.title), runs, baseline, skipped, projection }, output, png);
   if (csv !== undefined) writeCsv(runs, csv);
   const written = [output, png, csv].filter((file) => file !== undefined);
-  console.log(`ft-report: ${runs.length} run${runs.length === 1 ? '' : 's'}${skipped.length ? ` (${skipped.length} skipped)` : ''}; wrote ${written.slice(0, -1).join(', ')}${written.length > 1 ? ' and ' : ''}${written.at(-1)}`);
+  console.log(
+    `ft-report: ${runs.length} run${runs.length === 1 ? '' : 's'}${skipped.length ? ` (${skipped.length} skipped)` : ''}; wrote ${written.slice(0, -1).join(', ')}${written.length > 1 ? ' and ' : ''}${written.at(-1)}`,
+  );
 });

@@ -69,15 +69,24 @@ function unfinished(runDir: string, was: Before): string | undefined {
     }
     return status === 'complete' ? undefined : `${summaryFile} says status ${JSON.stringify(status)}`;
   }
-  return stopReasons(runDir, was.eventsFrom).at(-1) === 'sigterm' ? undefined : `no summary.json${was.summary ? ' of its own' : ''} in ${runDir}`;
+  return stopReasons(runDir, was.eventsFrom).at(-1) === 'sigterm'
+    ? undefined
+    : `no summary.json${was.summary ? ' of its own' : ''} in ${runDir}`;
 }
 
 /** The reasons of this job's `stop` events (from byte `from` on), in order; read leniently: the run may have been killed mid-line. */
 function stopReasons(runDir: string, from: number): unknown[] {
   const eventsFile = path.join(runDir, runFiles.events);
   return (fs.existsSync(eventsFile) ? fs.readFileSync(eventsFile).subarray(from).toString('utf8').split('\n') : [])
-    .map((line) => { try { return JSON.parse(line) as { event?: string; reason?: string }; } catch { return {}; } })
-    .filter((record) => record.event === 'stop').map((record) => record.reason);
+    .map((line) => {
+      try {
+        return JSON.parse(line) as { event?: string; reason?: string };
+      } catch {
+        return {};
+      }
+    })
+    .filter((record) => record.event === 'stop')
+    .map((record) => record.reason);
 }
 
 /**
@@ -105,7 +114,11 @@ function runJob(job: Command, runDir: string, was: Before, endGraceMs: number): 
   const marker = `FT_RUN_JOB=${process.pid}`;
   // a process group of its own: Ctrl-C reaches ft-run alone, which asks for a clean stop (mpirun
   // would kill the ranks at once); stdin closed, since a background group reading the terminal stops
-  const child = spawn(job.command, job.args, { env: { ...job.env, FT_RUN_JOB: String(process.pid) }, stdio: ['ignore', 'inherit', 'pipe'], detached: true });
+  const child = spawn(job.command, job.args, {
+    env: { ...job.env, FT_RUN_JOB: String(process.pid) },
+    stdio: ['ignore', 'inherit', 'pipe'],
+    detached: true,
+  });
   forwardJobStderr(child.stderr!);
   let stopTimer: NodeJS.Timeout | undefined;
   const endJob = () => child.kill('SIGTERM');
@@ -120,7 +133,9 @@ function runJob(job: Command, runDir: string, was: Before, endGraceMs: number): 
       console.error(`ft-run: ${signal}: no rank has started training yet: ending the job`);
       stopTimer = setTimeout(endJob, 0);
     } else {
-      console.error(`ft-run: ${signal}: asked ${signalled} rank(s) to checkpoint and stop; the job ends in ${stopGraceMs / 1000} s at the latest`);
+      console.error(
+        `ft-run: ${signal}: asked ${signalled} rank(s) to checkpoint and stop; the job ends in ${stopGraceMs / 1000} s at the latest`,
+      );
       stopTimer = setTimeout(endJob, stopGraceMs);
     }
   };
@@ -146,7 +161,11 @@ function runJob(job: Command, runDir: string, was: Before, endGraceMs: number): 
       process.off('SIGTERM', onSignal);
       // what mpirun started and left behind here (ssh, in a session of its own, to a host it cannot reach)
       for (const pid of jobProcesses(marker, true)) {
-        try { process.kill(pid, 'SIGKILL'); } catch { /* gone meanwhile */ }
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          /* gone meanwhile */
+        }
       }
       resolve({ code: code ?? 128 + (os.constants.signals[signal!] ?? 0), stopAsked: stopTimer !== undefined });
     });
@@ -162,8 +181,15 @@ async function main(): Promise<number> {
     const args = commandLine('ft-run', usage)
       .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
       .option('hostfile', { type: 'string', describe: 'Open MPI hostfile (HOST [slots=K] per line) (default: none, this machine alone)' })
-      .option('ssh-config', { type: 'string', describe: 'ssh client configuration for reaching the hosts (ssh -F FILE) (default: ssh\'s own)' })
-      .option('script', { type: 'string', describe: 'run this node program on every rank instead of ft-train (one over the library: train() or elastic()) (default: none, ft-train)' })
+      .option('ssh-config', {
+        type: 'string',
+        describe: "ssh client configuration for reaching the hosts (ssh -F FILE) (default: ssh's own)",
+      })
+      .option('script', {
+        type: 'string',
+        describe:
+          'run this node program on every rank instead of ft-train (one over the library: train() or elastic()) (default: none, ft-train)',
+      })
       .option('dry-run', { type: 'boolean', default: false, describe: 'print the mpirun command line and exit' })
       .parseSync();
     const ranks = last(args.n);
@@ -171,7 +197,10 @@ async function main(): Promise<number> {
     trainArgs = args._.map(String);
     if (trainArgs.length === 0) throw new UsageError('ft-run: give the ft-train flags after -- (see --help)');
     runDir = trainFlag(trainArgs, 'run-dir') ?? '';
-    if (runDir === '') throw new UsageError(`ft-run: the ${args.script === undefined ? 'ft-train' : 'script\'s'} flags need --run-dir DIR (its summary.json tells whether the run finished)`);
+    if (runDir === '')
+      throw new UsageError(
+        `ft-run: the ${args.script === undefined ? 'ft-train' : "script's"} flags need --run-dir DIR (its summary.json tells whether the run finished)`,
+      );
     dryRun = last(args['dry-run']);
     checkUlfm();
     const sshConfig = args['ssh-config'] === undefined ? undefined : last(args['ssh-config']);
@@ -195,13 +224,17 @@ async function main(): Promise<number> {
   // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the
   // survivors recovered and finished: the complete summary, written last and atomically, decides
   if (code !== 0 && complete) {
-    console.error(`ft-run: mpirun exited ${code} (it counts a --respawn rank that died or could not start, or a host it lost, against the job), but the run completed: exit 0`);
+    console.error(
+      `ft-run: mpirun exited ${code} (it counts a --respawn rank that died or could not start, or a host it lost, against the job), but the run completed: exit 0`,
+    );
     return 0;
   }
   const checkpoints = trainFlag(trainArgs, 'checkpoint-dir') ?? path.join(runDir, 'ckpt');
   if (code !== 0 && !stopAsked && why === undefined) {
     // a stop on SIGTERM that nobody here asked for: mpirun ending the job, as PRRTE does when it loses a host's daemon
-    console.error(`ft-run: mpirun ended the job (exit ${code}; it does so when it loses a host or its daemon) and the ranks stopped cleanly: ${newestCheckpoint(checkpoints)}`);
+    console.error(
+      `ft-run: mpirun ended the job (exit ${code}; it does so when it loses a host or its daemon) and the ranks stopped cleanly: ${newestCheckpoint(checkpoints)}`,
+    );
     return code;
   }
   if (code !== 0) {
@@ -214,7 +247,9 @@ async function main(): Promise<number> {
 }
 
 main().then(
-  (code) => { process.exitCode = code; },
+  (code) => {
+    process.exitCode = code;
+  },
   (error: unknown) => {
     console.error(`ft-run: ${(error as Error).message}`);
     process.exitCode = 1;

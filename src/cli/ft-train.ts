@@ -5,13 +5,15 @@ import { exitWhenDone, InputError, runTraining } from '../api/train';
 import { parseTrainOptions } from './train-flags';
 
 export function run(): void {
-  exitWhenDone((async () => {
-    let options;
-    try {
-      options = parseTrainOptions(hideBin(process.argv));
-    } catch (error) {
-      throw new InputError((error as Error).message);
-    }
-    return runTraining(options);
-  })());
+  exitWhenDone(
+    (async () => {
+      let options;
+      try {
+        options = parseTrainOptions(hideBin(process.argv));
+      } catch (error) {
+        throw new InputError((error as Error).message);
+      }
+      return runTraining(options);
+    })(),
+  );
 }

@@ -19,6 +19,9 @@ function hostOf(pid: number | 'self'): string | null {
 /** Pids of the live processes whose environment holds `marker` ("NAME=value"), on every host or on this one. */
 export function jobProcesses(marker: string, thisHostOnly = false): number[] {
   const here = thisHostOnly ? hostOf('self') : null;
-  return fs.readdirSync('/proc').filter((entry) => /^\d+$/.test(entry)).map(Number)
+  return fs
+    .readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .map(Number)
     .filter((pid) => pid !== process.pid && environOf(pid)?.includes(marker) && (!thisHostOnly || hostOf(pid) === here));
 }

@@ -52,8 +52,20 @@ export interface Command {
  * stays out of MPI (one long kernel, a long write) for longer than the timeout is taken for hung.
  */
 function detectorSettings(hangTimeoutS: number): string[] {
-  return ['--mca', 'mpi_ft_detector', 'true', '--mca', 'mpi_ft_detector_thread', 'false',
-    '--mca', 'mpi_ft_detector_period', String(hangTimeoutS / 4), '--mca', 'mpi_ft_detector_timeout', String(hangTimeoutS)];
+  return [
+    '--mca',
+    'mpi_ft_detector',
+    'true',
+    '--mca',
+    'mpi_ft_detector_thread',
+    'false',
+    '--mca',
+    'mpi_ft_detector_period',
+    String(hangTimeoutS / 4),
+    '--mca',
+    'mpi_ft_detector_timeout',
+    String(hangTimeoutS),
+  ];
 }
 
 /** Slots of an Open MPI hostfile: the sum of `slots=K` over its host lines, a line without it counting 1. */
@@ -62,7 +74,9 @@ function hostfileSlots(file: string): number {
   try {
     text = fs.readFileSync(file, 'utf8');
   } catch (error) {
-    throw new Error(`${file}: cannot read the hostfile (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`, { cause: error });
+    throw new Error(`${file}: cannot read the hostfile (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`, {
+      cause: error,
+    });
   }
   let slots = 0;
   text.split('\n').forEach((raw, index) => {
@@ -102,10 +116,21 @@ const jobMarkers = ['FT_RUN_JOB', 'FT_TEST_JOB', 'FT_BENCH_JOB'];
  * - ssh through `sshConfig`, when given.
  */
 function clusterSettings(sshConfig: string | undefined): string[] {
-  return ['--prefix', mpiHome, '--mca', 'coll', '^han', '--mca', 'mpi_add_procs_cutoff', '1024',
-    '--mca', 'mpi_ft_propagator_with_rbcast', 'true',
+  return [
+    '--prefix',
+    mpiHome,
+    '--mca',
+    'coll',
+    '^han',
+    '--mca',
+    'mpi_add_procs_cutoff',
+    '1024',
+    '--mca',
+    'mpi_ft_propagator_with_rbcast',
+    'true',
     ...jobMarkers.flatMap((name) => ['-x', name]),
-    ...(sshConfig !== undefined ? ['--prtemca', 'plm_ssh_agent', `ssh -F ${sshConfig}`] : [])];
+    ...(sshConfig !== undefined ? ['--prtemca', 'plm_ssh_agent', `ssh -F ${sshConfig}`] : []),
+  ];
 }
 
 /**
@@ -138,16 +163,23 @@ function bindingSettings(ranks: number, threads: number, slots: number): string[
  */
 export function mpirunCommand(options: MpirunOptions): Command {
   const slots = options.hostfile !== undefined ? hostfileSlots(options.hostfile) : os.availableParallelism();
-  const envSet: Record<string, string> = process.getuid?.() === 0 ? { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } : {};
+  const envSet: Record<string, string> =
+    process.getuid?.() === 0 ? { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } : {};
   return {
     command: path.join(mpiHome, 'bin', 'mpirun'),
-    args: ['--with-ft', 'ulfm', ...(options.ranks > slots ? ['--oversubscribe'] : []), '-n', String(options.ranks),
+    args: [
+      '--with-ft',
+      'ulfm',
+      ...(options.ranks > slots ? ['--oversubscribe'] : []),
+      '-n',
+      String(options.ranks),
       ...(options.hostfile !== undefined ? ['--hostfile', options.hostfile] : []),
       ...bindingSettings(options.ranks, options.threads ?? 1, slots),
       ...clusterSettings(options.sshConfig),
       ...collectiveSettings,
       ...detectorSettings(options.hangTimeoutS ?? defaultHangTimeoutS),
-      ...options.program],
+      ...options.program,
+    ],
     env: { ...process.env, ...envSet },
     envSet,
   };
@@ -194,8 +226,19 @@ const rankNodeFlags = ['--single-threaded-gc'];
  * mpirun running ft-train (or `script`, a program over the library) with `trainArgs` on `ranks`
  * ranks; the hang detector follows its --hang-timeout, the ranks' cores its --threads.
  */
-export function trainCommand(ranks: number, trainArgs: string[], hosts: { hostfile?: string; sshConfig?: string } = {}, script = ftTrainScript): Command {
-  return mpirunCommand({ ranks, ...hosts, hangTimeoutS: hangTimeoutOf(trainArgs), threads: threadsOf(trainArgs), program: [process.execPath, ...rankNodeFlags, script, ...trainArgs] });
+export function trainCommand(
+  ranks: number,
+  trainArgs: string[],
+  hosts: { hostfile?: string; sshConfig?: string } = {},
+  script = ftTrainScript,
+): Command {
+  return mpirunCommand({
+    ranks,
+    ...hosts,
+    hangTimeoutS: hangTimeoutOf(trainArgs),
+    threads: threadsOf(trainArgs),
+    program: [process.execPath, ...rankNodeFlags, script, ...trainArgs],
+  });
 }
 
 /** Throws one line unless mpiHome holds an Open MPI whose ompi_info reports "FT MPI support: yes". */
@@ -207,7 +250,10 @@ export function checkUlfm(): void {
   } catch {
     throw new Error(`${ompiInfo} does not run: no Open MPI with ULFM in ${mpiHome}; launch/setup builds one (or set FT_MPI_HOME)`);
   }
-  if (!/FT MPI support:\s*yes/.test(info)) throw new Error(`the Open MPI in ${mpiHome} has no ULFM (ompi_info lacks "FT MPI support: yes"); launch/setup builds one (or set FT_MPI_HOME)`);
+  if (!/FT MPI support:\s*yes/.test(info))
+    throw new Error(
+      `the Open MPI in ${mpiHome} has no ULFM (ompi_info lacks "FT MPI support: yes"); launch/setup builds one (or set FT_MPI_HOME)`,
+    );
 }
 
 /**
@@ -225,7 +271,10 @@ export function forwardJobStderr(stderr: NodeJS.ReadableStream, to: NodeJS.Writa
     const lines = (pending + chunk).split('\n');
     pending = lines.pop()!;
     for (const line of lines) {
-      if (/^NBC_Progress: an error \d+ was found during schedule /.test(line) || /^\[warn\] Epoll ADD\(\d+\) on fd \d+ failed\./.test(line)) {
+      if (
+        /^NBC_Progress: an error \d+ was found during schedule /.test(line) ||
+        /^\[warn\] Epoll ADD\(\d+\) on fd \d+ failed\./.test(line)
+      ) {
         dropBlank = true;
         continue;
       }

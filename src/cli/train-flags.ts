@@ -14,14 +14,26 @@ Survivors go on only as a majority of the ranks that may still run (no split bra
 Exit codes: 0 done (or stopped on SIGTERM after a checkpoint), 1 an error, 2 bad input, 3 below
 --min-ranks (after a checkpoint), 4 the minority side of a partition (stops without writing).`;
 
-const yargsType = { integer: 'number', number: 'number', string: 'string', boolean: 'boolean', choice: 'string', strings: 'string' } as const;
+const yargsType = {
+  integer: 'number',
+  number: 'number',
+  string: 'string',
+  boolean: 'boolean',
+  choice: 'string',
+  strings: 'string',
+} as const;
 
 export function parseTrainOptions(argv: string[]): TrainOptions {
   let parser = commandLine('ft-train', usage, argv);
   for (const [key, setting] of Object.entries(trainSettings)) {
     const option: Options = {
-      type: yargsType[setting.kind], describe: setting.describe, group: `${setting.group}:`, demandOption: setting.required,
-      default: setting.default, choices: setting.choices, array: setting.kind === 'strings' ? true : undefined,
+      type: yargsType[setting.kind],
+      describe: setting.describe,
+      group: `${setting.group}:`,
+      demandOption: setting.required,
+      default: setting.default,
+      choices: setting.choices,
+      array: setting.kind === 'strings' ? true : undefined,
       // a flag given twice counts once, the last time
       coerce: setting.kind === 'strings' ? undefined : last,
     };
@@ -31,7 +43,8 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
   const given: Record<string, unknown> = {};
   for (const key of Object.keys(trainSettings)) given[key] = args[key];
   const joinId = args.joinId as number | undefined;
-  if (joinId !== undefined && !(Number.isSafeInteger(joinId) && joinId >= 0)) throw new UsageError(`ft-train: --join-id expects an integer >= 0, got ${joinId} (see --help)`);
+  if (joinId !== undefined && !(Number.isSafeInteger(joinId) && joinId >= 0))
+    throw new UsageError(`ft-train: --join-id expects an integer >= 0, got ${joinId} (see --help)`);
   try {
     return { ...resolveTrainOptions(given as unknown as TrainSettings, (key) => `--${flagName(key)}`), joinId };
   } catch (error) {

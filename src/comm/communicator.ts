@@ -32,8 +32,7 @@ export interface Communicator {
    * sendbuf holds sendCounts[d] elements for each rank d, packed in rank order; recvbuf receives
    * recvCounts[s] elements from each rank s, likewise.
    */
-  alltoallv(sendbuf: CommBuffer, sendCounts: ArrayLike<number>, recvbuf: CommBuffer,
-    recvCounts: ArrayLike<number>): Promise<void>;
+  alltoallv(sendbuf: CommBuffer, sendCounts: ArrayLike<number>, recvbuf: CommBuffer, recvCounts: ArrayLike<number>): Promise<void>;
   /** MPIX_Comm_revoke: every pending and future call on it, on every rank, fails. Runs ahead of queued calls and while one waits. */
   revoke(): Promise<void>;
   isRevoked(): Promise<boolean>;

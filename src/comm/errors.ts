@@ -3,7 +3,10 @@
 
 /** An MPI call failed; `errorClass` is the MPI error class (MPI_Error_class). */
 export class MpiError extends Error {
-  constructor(message: string, readonly errorClass: number) {
+  constructor(
+    message: string,
+    readonly errorClass: number,
+  ) {
     super(message);
     this.name = new.target.name;
   }

@@ -2,7 +2,10 @@
 
 /** A dataset file is missing, truncated, corrupt, of the wrong schema, or cannot be sharded so. */
 export class DatasetError extends Error {
-  constructor(readonly file: string, problem: string) {
+  constructor(
+    readonly file: string,
+    problem: string,
+  ) {
     super(`${file}: ${problem}`);
     this.name = 'DatasetError';
   }

@@ -115,12 +115,15 @@ function validate(file: string, json: unknown): Manifest {
   const count = (value: unknown, field: string, min = 0): number =>
     Number.isSafeInteger(value) && (value as number) >= min ? (value as number) : fail(field, `an integer >= ${min}`, value);
   const text = (value: unknown, field: string, pattern?: RegExp): string =>
-    typeof value === 'string' && (!pattern || pattern.test(value)) ? value : fail(field, pattern ? `text matching ${pattern}` : 'text', value);
+    typeof value === 'string' && (!pattern || pattern.test(value))
+      ? value
+      : fail(field, pattern ? `text matching ${pattern}` : 'text', value);
   const list = (value: unknown, field: string): unknown[] => (Array.isArray(value) ? value : fail(field, 'a list', value));
 
   const numbers = (value: unknown, field: string, length: number): void => {
     const values = list(value, field);
-    if (values.length !== length || !values.every((v) => typeof v === 'number' && Number.isFinite(v))) fail(field, `${length} finite numbers`, value);
+    if (values.length !== length || !values.every((v) => typeof v === 'number' && Number.isFinite(v)))
+      fail(field, `${length} finite numbers`, value);
   };
 
   const top = object(json, 'manifest');
@@ -137,7 +140,8 @@ function validate(file: string, json: unknown): Manifest {
   if (shape.length === 0) fail('sample_shape', 'a non-empty list', shape);
   shape.forEach((d, i) => count(d, `sample_shape[${i}]`, 1));
   if (!featureTypes.includes(top.dtype as FeatureType)) fail('dtype', featureTypes.map((t) => `"${t}"`).join(' or '), top.dtype);
-  if (!(typeof top.divisor === 'number' && top.divisor > 0 && Number.isFinite(top.divisor))) fail('divisor', 'a positive number', top.divisor);
+  if (!(typeof top.divisor === 'number' && top.divisor > 0 && Number.isFinite(top.divisor)))
+    fail('divisor', 'a positive number', top.divisor);
   const classes = count(top.classes, 'classes', 1);
   const names = list(top.class_names, 'class_names');
   if (names.length !== classes) fail('class_names', `${classes} names`, names.length);
@@ -155,7 +159,8 @@ function validate(file: string, json: unknown): Manifest {
     const standardization = object(top.standardization, 'standardization');
     const columns = list(standardization.columns, 'standardization.columns');
     columns.forEach((c, i) => text(c, `standardization.columns[${i}]`));
-    if (columns.length !== sampleSize(shape as number[])) fail('standardization.columns', `${sampleSize(shape as number[])} columns`, columns.length);
+    if (columns.length !== sampleSize(shape as number[]))
+      fail('standardization.columns', `${sampleSize(shape as number[])} columns`, columns.length);
     numbers(standardization.mean, 'standardization.mean', columns.length);
     numbers(standardization.std, 'standardization.std', columns.length);
   }

@@ -24,7 +24,9 @@ export class MicroBatches {
     readonly seed: number,
   ) {
     if (!Number.isSafeInteger(globalBatch) || globalBatch < layout.count) {
-      throw new RangeError(`global batch: expected an integer >= the shard count ${layout.count} (one sample per shard at least), got ${globalBatch}`);
+      throw new RangeError(
+        `global batch: expected an integer >= the shard count ${layout.count} (one sample per shard at least), got ${globalBatch}`,
+      );
     }
     let steps = 0;
     for (let s = 0; s < layout.count; ++s) steps = Math.max(steps, Math.ceil(layout.rows(s) / this.size(s)));
@@ -55,7 +57,8 @@ export class MicroBatches {
 
   /** Where step t's micro-batch lies in shard s's order, whatever the epoch: [start, end). */
   private span(method: string, shard: number, step: number): { start: number; end: number } {
-    if (!(step >= 0 && step < this.stepsPerEpoch)) throw new RangeError(`${method}: expected a step in [0, ${this.stepsPerEpoch}), got ${step}`);
+    if (!(step >= 0 && step < this.stepsPerEpoch))
+      throw new RangeError(`${method}: expected a step in [0, ${this.stepsPerEpoch}), got ${step}`);
     const rows = this.layout.rows(shard);
     const start = Math.min(step * this.size(shard), rows);
     return { start, end: Math.min(start + this.size(shard), rows) };

@@ -21,7 +21,10 @@ export function encodeNpy(data: Uint8Array | Int32Array | Float32Array, shape: n
 /** Writes DIR/features.npy, DIR/labels.npy and DIR/split.json from a split's samples of shape `sampleShape`. */
 export function writeSplitNpy(data: ShardData, sampleShape: readonly number[], dir: string): void {
   fs.mkdirSync(dir, { recursive: true });
-  writeAtomically(path.join(dir, 'features.npy'), encodeNpy(data.features.subarray(0, data.rows * data.sampleSize), [data.rows, ...sampleShape]));
+  writeAtomically(
+    path.join(dir, 'features.npy'),
+    encodeNpy(data.features.subarray(0, data.rows * data.sampleSize), [data.rows, ...sampleShape]),
+  );
   writeAtomically(path.join(dir, 'split.json'), `${JSON.stringify({ divisor: data.divisor })}\n`);
   writeAtomically(path.join(dir, 'labels.npy'), encodeNpy(data.labels.subarray(0, data.rows), [data.rows]));
 }

@@ -25,7 +25,11 @@ export class LazyShard implements ShardData {
   readonly divisor: number;
   readonly labels: Int32Array;
 
-  constructor(readonly shard: number, data: ShardData, private readonly readback: Readback) {
+  constructor(
+    readonly shard: number,
+    data: ShardData,
+    private readonly readback: Readback,
+  ) {
     ({ rows: this.rows, sampleSize: this.sampleSize, features: this.features, divisor: this.divisor, labels: this.labels } = data);
   }
 
@@ -64,18 +68,24 @@ export class Readback {
   private failure?: Error;
 
   /** Nothing is read until ready() or startBackground() asks. */
-  constructor(private readonly split: Split, private readonly layout: ShardLayout, shards: readonly number[]) {
+  constructor(
+    private readonly split: Split,
+    private readonly layout: ShardLayout,
+    shards: readonly number[],
+  ) {
     split.checkLayout(layout);
     this.state = new Uint8Array(layout.batchRows.length);
-    this.shards = [...shards].sort((a, b) => a - b).map((s) => {
-      const shard = new LazyShard(s, split.emptyShard(s, layout.rows(s)), this);
-      const { first, end } = layout.batches(s);
-      for (let b = first; b < end; ++b) {
-        this.owners.set(b, shard);
-        this.order.push(b);
-      }
-      return shard;
-    });
+    this.shards = [...shards]
+      .sort((a, b) => a - b)
+      .map((s) => {
+        const shard = new LazyShard(s, split.emptyShard(s, layout.rows(s)), this);
+        const { first, end } = layout.batches(s);
+        for (let b = first; b < end; ++b) {
+          this.owners.set(b, shard);
+          this.order.push(b);
+        }
+        return shard;
+      });
   }
 
   /** Every batch is in memory. */
@@ -89,11 +99,18 @@ export class Readback {
    */
   ready(shard: number, rows: Int32Array): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
-    const batches = [...new Set(Array.from(rows, (row) => this.layout.batchOf(shard, row)))].sort((a, b) => a - b).filter((b) => this.state[b] !== LOADED);
+    const batches = [...new Set(Array.from(rows, (row) => this.layout.batchOf(shard, row)))]
+      .sort((a, b) => a - b)
+      .filter((b) => this.state[b] !== LOADED);
     if (batches.length === 0) return Promise.resolve();
     const waiting = new Promise<void>((resolve, reject) => this.waiters.push({ batches, resolve, reject }));
     const wanted = new Set(batches);
-    for (const b of batches) if (this.state[b] === ABSENT) void this.read(this.claim(b, (next) => wanted.has(next)), true);
+    for (const b of batches)
+      if (this.state[b] === ABSENT)
+        void this.read(
+          this.claim(b, (next) => wanted.has(next)),
+          true,
+        );
     return waiting;
   }
 
@@ -132,16 +149,22 @@ export class Readback {
 
   /** Reads a claimed run, blocking if `now`; never rejects (a failure is kept, and every waiter gets it). */
   private read(run: Run, now = false): Promise<void> {
-    const done = this.split.loadInto(run.first, run.end, run.shard, this.layout.batchRow(run.shard.shard, run.first), now).then((bytes) => {
-      this.bytesRead += bytes;
-      this.state.fill(LOADED, run.first, run.end);
-      for (let i = this.waiters.length - 1; i >= 0; --i) {
-        if (this.waiters[i].batches.every((b) => this.state[b] === LOADED)) this.waiters.splice(i, 1)[0].resolve();
-      }
-    }, (error: Error) => {
-      this.failure ??= error;
-      for (const waiter of this.waiters.splice(0)) waiter.reject(this.failure);
-    }).finally(() => this.inFlight.delete(done));
+    const done = this.split
+      .loadInto(run.first, run.end, run.shard, this.layout.batchRow(run.shard.shard, run.first), now)
+      .then(
+        (bytes) => {
+          this.bytesRead += bytes;
+          this.state.fill(LOADED, run.first, run.end);
+          for (let i = this.waiters.length - 1; i >= 0; --i) {
+            if (this.waiters[i].batches.every((b) => this.state[b] === LOADED)) this.waiters.splice(i, 1)[0].resolve();
+          }
+        },
+        (error: Error) => {
+          this.failure ??= error;
+          for (const waiter of this.waiters.splice(0)) waiter.reject(this.failure);
+        },
+      )
+      .finally(() => this.inFlight.delete(done));
     this.inFlight.add(done);
     return done;
   }

@@ -21,13 +21,15 @@ export interface BatchLayout {
  * Error naming the problem when the metadata does not describe such a batch inside the block.
  */
 export function batchLayout(block: Uint8Array, metadataLength: number, sampleSize: number, valueBytes: number): BatchLayout {
-  if (metadataLength < 8 || metadataLength > block.length) throw new Error(`its metadata length ${metadataLength} does not fit its ${block.length} bytes`);
+  if (metadataLength < 8 || metadataLength > block.length)
+    throw new Error(`its metadata length ${metadataLength} does not fit its ${block.length} bytes`);
   const prefix = new DataView(block.buffer, block.byteOffset, 8);
   // a continuation marker (-1) and then the flatbuffer's length; pre-0.15 files have only the length
   const marked = prefix.getInt32(0, true) === -1;
   const flatbufferLength = prefix.getInt32(marked ? 4 : 0, true);
   const flatbufferStart = marked ? 8 : 4;
-  if (flatbufferLength <= 0 || flatbufferStart + flatbufferLength > metadataLength) throw new Error(`its metadata claims ${flatbufferLength} bytes`);
+  if (flatbufferLength <= 0 || flatbufferStart + flatbufferLength > metadataLength)
+    throw new Error(`its metadata claims ${flatbufferLength} bytes`);
   let message: Message;
   try {
     message = Message.decode(block.subarray(flatbufferStart, flatbufferStart + flatbufferLength));
@@ -43,7 +45,8 @@ export function batchLayout(block: Uint8Array, metadataLength: number, sampleSiz
   // nodes: features, its value child, label; buffers: the validity of each node, then feature and label values
   const nodes = header.nodes;
   const expectedLengths = [rows, rows * sampleSize, rows];
-  if (nodes.length !== 3 || nodes.some((node, i) => node.length !== expectedLengths[i])) throw new Error(`its columns are not ${rows} samples of ${sampleSize} values and ${rows} labels`);
+  if (nodes.length !== 3 || nodes.some((node, i) => node.length !== expectedLengths[i]))
+    throw new Error(`its columns are not ${rows} samples of ${sampleSize} values and ${rows} labels`);
   if (nodes.some((node) => node.nullCount !== 0)) throw new Error('it holds nulls');
   const buffers = header.buffers;
   if (buffers.length !== 5) throw new Error(`it has ${buffers.length} buffers, the schema has 5`);
@@ -56,7 +59,14 @@ export function batchLayout(block: Uint8Array, metadataLength: number, sampleSiz
 }
 
 /** Copies the batch in `block` (laid out as `layout` says) into `features` and `labels` from `row` on. */
-export function copyBatch(block: Uint8Array, layout: BatchLayout, sampleSize: number, features: Uint8Array | Float32Array, labels: Int32Array, row: number): void {
+export function copyBatch(
+  block: Uint8Array,
+  layout: BatchLayout,
+  sampleSize: number,
+  features: Uint8Array | Float32Array,
+  labels: Int32Array,
+  row: number,
+): void {
   // byte-wise: the block need not be 4-aligned in memory (the host is little-endian, like the file)
   const bytes = (into: Uint8Array | Float32Array | Int32Array, first: number, count: number) =>
     new Uint8Array(into.buffer, into.byteOffset + first * into.BYTES_PER_ELEMENT, count * into.BYTES_PER_ELEMENT);

@@ -12,7 +12,11 @@ export class ShardLayout {
   private readonly batchStarts: number[];
 
   /** `file` names the split in errors; `count` is S. */
-  constructor(readonly batchRows: readonly number[], readonly count: number, file: string) {
+  constructor(
+    readonly batchRows: readonly number[],
+    readonly count: number,
+    file: string,
+  ) {
     const batches = batchRows.length;
     if (!Number.isSafeInteger(count) || count < 1) throw new DatasetError(file, `shard count must be an integer >= 1, got ${count}`);
     if (count > batches) {
@@ -43,14 +47,16 @@ export class ShardLayout {
   /** Where record batch b starts, in rows of shard s (s must hold b). */
   batchRow(shard: number, batch: number): number {
     const { first, end } = this.batches(shard);
-    if (!(Number.isInteger(batch) && batch >= first && batch < end)) throw new RangeError(`batchRow: shard ${shard} holds record batches [${first}, ${end}), not ${batch}`);
+    if (!(Number.isInteger(batch) && batch >= first && batch < end))
+      throw new RangeError(`batchRow: shard ${shard} holds record batches [${first}, ${end}), not ${batch}`);
     return this.batchStarts[batch] - this.firstRows[shard];
   }
 
   /** The record batch holding row `row` (counted within shard s). */
   batchOf(shard: number, row: number): number {
     const rows = this.rows(shard);
-    if (!(Number.isInteger(row) && row >= 0 && row < rows)) throw new RangeError(`batchOf: expected a row in [0, ${rows}) of shard ${shard}, got ${row}`);
+    if (!(Number.isInteger(row) && row >= 0 && row < rows))
+      throw new RangeError(`batchOf: expected a row in [0, ${rows}) of shard ${shard}, got ${row}`);
     const target = this.firstRows[shard] + row;
     // the last batch of the shard that starts at or before the row
     let [low, high] = [this.firstBatch[shard], this.firstBatch[shard + 1] - 1];

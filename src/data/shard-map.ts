@@ -36,7 +36,8 @@ export class ShardMap {
   }
 
   owner(shard: number): number {
-    if (!(shard >= 0 && shard < this.owners.length)) throw new RangeError(`owner: expected a shard in [0, ${this.owners.length}), got ${shard}`);
+    if (!(shard >= 0 && shard < this.owners.length))
+      throw new RangeError(`owner: expected a shard in [0, ${this.owners.length}), got ${shard}`);
     return this.owners[shard];
   }
 
@@ -55,8 +56,10 @@ export class ShardMap {
   without(lost: readonly number[], live: readonly number[]): ShardMap {
     const gone = new Set(lost);
     const survivors = uniqueSorted(live);
-    if (survivors.some((r) => gone.has(r))) throw new RangeError(`without: ranks ${JSON.stringify(survivors.filter((r) => gone.has(r)))} are both lost and live`);
-    if (survivors.length === 0) throw new RangeError(`without: losing ranks ${JSON.stringify([...gone])} leaves no rank to hold the shards`);
+    if (survivors.some((r) => gone.has(r)))
+      throw new RangeError(`without: ranks ${JSON.stringify(survivors.filter((r) => gone.has(r)))} are both lost and live`);
+    if (survivors.length === 0)
+      throw new RangeError(`without: losing ranks ${JSON.stringify([...gone])} leaves no rank to hold the shards`);
     const stray = this.ranks.filter((r) => !gone.has(r) && !survivors.includes(r));
     if (stray.length > 0) throw new RangeError(`without: ranks ${JSON.stringify(stray)} hold shards but are neither lost nor live`);
     const load = new Map(survivors.map((r) => [r, this.shardsOf(r).length]));

@@ -68,7 +68,8 @@ export class Split {
       } catch (error) {
         throw new DatasetError(filePath, `corrupt: not a readable Arrow IPC file (${(error as Error).message})`);
       }
-      if (!(reader instanceof AsyncRecordBatchFileReader)) throw new DatasetError(filePath, 'corrupt: not an Arrow IPC file (no file magic)');
+      if (!(reader instanceof AsyncRecordBatchFileReader))
+        throw new DatasetError(filePath, 'corrupt: not an Arrow IPC file (no file magic)');
       const expected = expectedSchema(manifest.format, manifest.sample_shape, manifest.dtype);
       const got = Object.fromEntries(reader.schema.fields.map((f) => [f.name, String(f.type)]));
       if (JSON.stringify(got) !== JSON.stringify(expected)) {
@@ -85,14 +86,18 @@ export class Split {
   private static blockTable(filePath: string, reader: AsyncRecordBatchFileReader, entry: SplitEntry): Block[] {
     const footer = reader.footer!;
     if (footer.numRecordBatches !== entry.record_batches.length) {
-      throw new DatasetError(filePath, `corrupt: ${footer.numRecordBatches} record batches, the manifest says ${entry.record_batches.length}`);
+      throw new DatasetError(
+        filePath,
+        `corrupt: ${footer.numRecordBatches} record batches, the manifest says ${entry.record_batches.length}`,
+      );
     }
     let end = 0;
     return entry.record_batches.map((_, i) => {
       const block = footer.getRecordBatch(i)!;
       const offset = Number(block.offset);
       const length = block.metaDataLength + Number(block.bodyLength);
-      if (offset < end || offset + length > entry.tail.offset) throw new DatasetError(filePath, `corrupt: record batch ${i} lies outside the data area`);
+      if (offset < end || offset + length > entry.tail.offset)
+        throw new DatasetError(filePath, `corrupt: record batch ${i} lies outside the data area`);
       end = offset + length;
       return { offset, length, metadataLength: block.metaDataLength };
     });
@@ -221,11 +226,13 @@ export class Split {
         throw new DatasetError(this.path, `corrupt: record batch ${i}: ${(error as Error).message}`);
       }
       const expectedRows = this.entry.record_batches[i].rows;
-      if (layout.rows !== expectedRows) throw new DatasetError(this.path, `corrupt: record batch ${i} has ${layout.rows} rows, the manifest says ${expectedRows}`);
+      if (layout.rows !== expectedRows)
+        throw new DatasetError(this.path, `corrupt: record batch ${i} has ${layout.rows} rows, the manifest says ${expectedRows}`);
       copyBatch(block, layout, this.sampleSize, into.features, into.labels, row);
       const labels = into.labels.subarray(row, row + layout.rows);
       const bad = labels.find((label) => !(label >= 0 && label < this.classes));
-      if (bad !== undefined) throw new DatasetError(this.path, `corrupt: record batch ${i} holds label ${bad}, outside [0, ${this.classes})`);
+      if (bad !== undefined)
+        throw new DatasetError(this.path, `corrupt: record batch ${i} holds label ${bad}, outside [0, ${this.classes})`);
       row += layout.rows;
     }
   }

@@ -49,7 +49,8 @@ export class VerifiedFile {
   /** Reads [start, start + length) from disk (counted); a short read means the file is truncated. */
   async load(start: number, length: number): Promise<Buffer> {
     const bytes = Buffer.allocUnsafe(length);
-    for (let done = 0; done < length;) done += this.took(start, length, done, (await this.handle.read(bytes, done, length - done, start + done)).bytesRead);
+    for (let done = 0; done < length;)
+      done += this.took(start, length, done, (await this.handle.read(bytes, done, length - done, start + done)).bytesRead);
     return bytes;
   }
 
@@ -59,7 +60,8 @@ export class VerifiedFile {
    */
   loadNow(start: number, length: number): Buffer {
     const bytes = Buffer.allocUnsafe(length);
-    for (let done = 0; done < length;) done += this.took(start, length, done, fs.readSync(this.handle.fd, bytes, done, length - done, start + done));
+    for (let done = 0; done < length;)
+      done += this.took(start, length, done, fs.readSync(this.handle.fd, bytes, done, length - done, start + done));
     return bytes;
   }
 

@@ -69,7 +69,8 @@ export async function writeDataset(
   rowsPerBatch: number,
   progress: ProgressSink = () => {},
 ): Promise<Manifest> {
-  if (!Number.isSafeInteger(rowsPerBatch) || rowsPerBatch < 1) throw new RangeError(`rows per batch: expected an integer >= 1, got ${rowsPerBatch}`);
+  if (!Number.isSafeInteger(rowsPerBatch) || rowsPerBatch < 1)
+    throw new RangeError(`rows per batch: expected an integer >= 1, got ${rowsPerBatch}`);
   fs.mkdirSync(dir, { recursive: true });
   fs.rmSync(path.join(dir, manifestFile), { force: true });
   const splits = {} as Record<SplitName, SplitEntry>;
@@ -131,10 +132,14 @@ async function writeSplit(
         if (!(label >= 0 && label < classCounts.length)) throw new DatasetError(file, `label ${label} outside [0, ${classCounts.length})`);
         classCounts[label] += 1;
       }
-      const values = float ? makeData({ type: new Float32(), length: features.length, data: features as Float32Array }) : makeData({ type: new Uint8(), length: features.length, data: features as Uint8Array });
+      const values = float
+        ? makeData({ type: new Float32(), length: features.length, data: features as Float32Array })
+        : makeData({ type: new Uint8(), length: features.length, data: features as Uint8Array });
       const feature = makeData({ type: featureType, length: rows, nullCount: 0, child: values });
       const label = makeData({ type: new Int32(), length: rows, data: labels });
-      writer.write(new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows, nullCount: 0, children: [feature, label] })));
+      writer.write(
+        new RecordBatch(schema, makeData({ type: new Struct(schema.fields), length: rows, nullCount: 0, children: [feature, label] })),
+      );
       await new Promise(setImmediate); // lets the drain loop write this batch before the next is built
       if (Date.now() - lastReport > 2000) {
         progress(`[${info.name}] ${name}: ${first + rows}/${source.rows} samples written`);
@@ -150,7 +155,9 @@ async function writeSplit(
   }
   const entry = await describeSplit(partial, path.basename(file), source.rows, rowsPerBatch, classCounts);
   fs.renameSync(partial, file);
-  progress(`[${info.name}] ${name}: ${source.rows} samples, ${entry.record_batches.length} record batches, ${entry.bytes} bytes -> ${file}`);
+  progress(
+    `[${info.name}] ${name}: ${source.rows} samples, ${entry.record_batches.length} record batches, ${entry.bytes} bytes -> ${file}`,
+  );
   return entry;
 }
 

@@ -6,7 +6,10 @@ import { CommTimeoutError } from '../comm';
 export function withDeadline<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new CommTimeoutError(`${what} did not return within ${ms} ms: a peer is alive but does not take part`, 0)), ms);
+    timer = setTimeout(
+      () => reject(new CommTimeoutError(`${what} did not return within ${ms} ms: a peer is alive but does not take part`, 0)),
+      ms,
+    );
   });
   return Promise.race([promise, expired]).finally(() => clearTimeout(timer));
 }

@@ -32,7 +32,10 @@ export function guardAgainstHangs(bounds: HangBounds, worldRank: number): () => 
   addon.setCommTimeout(bounds.commMs);
   // the detector's heartbeats ride on MPI's progress (its thread mode hangs MPI_Finalize in Open MPI 5.0.7)
   addon.setIdleProgress(tick);
-  addon.watchdog(bounds.watchdogMs, `ft-train: rank ${worldRank}: no progress for ${bounds.watchdogMs / 1000} s (stuck in a computation or a blocking call); this rank declares itself failed`);
+  addon.watchdog(
+    bounds.watchdogMs,
+    `ft-train: rank ${worldRank}: no progress for ${bounds.watchdogMs / 1000} s (stuck in a computation or a blocking call); this rank declares itself failed`,
+  );
   const timer = setInterval(() => addon.beat(), tick);
   timer.unref();
   return () => {

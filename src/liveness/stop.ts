@@ -11,7 +11,12 @@ export class ProtocolStop extends Error {
   override name = 'ProtocolStop';
 
   /** `erred`: the world ranks that stopped the job for an error of their own (reason 'error') */
-  constructor(readonly reason: StopReason, message: string, readonly checkpoint: string | null = null, readonly erred: number[] = []) {
+  constructor(
+    readonly reason: StopReason,
+    message: string,
+    readonly checkpoint: string | null = null,
+    readonly erred: number[] = [],
+  ) {
     super(message);
   }
 

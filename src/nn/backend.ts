@@ -60,12 +60,25 @@ export interface Backend {
   /** The channel group of the 'blocked' layout: 16 at x86-64-v4, 8 below (read once the level is pinned). */
   readonly channelBlock: number;
   /** y[N,K,OH,OW] = conv(x, w) + b. Layouts of x (and dx) and y (and dy): 'plain' unless given. */
-  conv2dForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, shape: ConvShape,
-    xLayout?: Layout, yLayout?: Layout): void;
-  conv2dBackwardData(dy: Float32Array, w: Float32Array, dx: Float32Array, shape: ConvShape,
-    xLayout?: Layout, yLayout?: Layout): void;
-  conv2dBackwardWeights(x: Float32Array, dy: Float32Array, dw: Float32Array, db: Float32Array, shape: ConvShape,
-    xLayout?: Layout, yLayout?: Layout): void;
+  conv2dForward(
+    x: Float32Array,
+    w: Float32Array,
+    b: Float32Array,
+    y: Float32Array,
+    shape: ConvShape,
+    xLayout?: Layout,
+    yLayout?: Layout,
+  ): void;
+  conv2dBackwardData(dy: Float32Array, w: Float32Array, dx: Float32Array, shape: ConvShape, xLayout?: Layout, yLayout?: Layout): void;
+  conv2dBackwardWeights(
+    x: Float32Array,
+    dy: Float32Array,
+    dw: Float32Array,
+    db: Float32Array,
+    shape: ConvShape,
+    xLayout?: Layout,
+    yLayout?: Layout,
+  ): void;
   /** Bytes of the workspace a pooling forward leaves for its backward (the argmax of max pooling). */
   pool2dWorkspaceBytes(kind: PoolKind, shape: PoolShape, layout?: Layout): number;
   /** y in x's layout ('plain' unless given). */
@@ -76,8 +89,15 @@ export interface Backend {
   /** y[N,O] = x[N,I] w[O,I]^T + b. */
   linearForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, shape: LinearShape): void;
   /** dx (skipped when null) = dy w; dw = dy^T x; db = column sums of dy. */
-  linearBackward(x: Float32Array, w: Float32Array, dy: Float32Array, dx: Float32Array | null,
-    dw: Float32Array, db: Float32Array, shape: LinearShape): void;
+  linearBackward(
+    x: Float32Array,
+    w: Float32Array,
+    dy: Float32Array,
+    dx: Float32Array | null,
+    dw: Float32Array,
+    db: Float32Array,
+    shape: LinearShape,
+  ): void;
   /**
    * Batchnorm on the batch's statistics, per channel over N x S values: mean, unbiased variance (0
    * when N S = 1) and invStd = 1 / sqrt(biased variance + eps) into the [C] arrays; xhat = (x - mean)
@@ -85,23 +105,68 @@ export interface Backend {
    * layout (x, y, xhat and, below, dy and dx in `layout`, 'plain' unless given; the blocked one for
    * [N, C, H, W] with S = H W).
    */
-  batchnormForwardTrain(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, xhat: Float32Array,
-    mean: Float64Array, unbiased: Float64Array, invStd: Float64Array, eps: number, shape: NormShape, layout?: Layout): void;
+  batchnormForwardTrain(
+    x: Float32Array,
+    w: Float32Array,
+    b: Float32Array,
+    y: Float32Array,
+    xhat: Float32Array,
+    mean: Float64Array,
+    unbiased: Float64Array,
+    invStd: Float64Array,
+    eps: number,
+    shape: NormShape,
+    layout?: Layout,
+  ): void;
   /** y = (x - runningMean) w / sqrt(runningVar + eps) + b, per channel. */
-  batchnormForwardEval(x: Float32Array, w: Float32Array, b: Float32Array, runningMean: Float32Array,
-    runningVar: Float32Array, y: Float32Array, eps: number, shape: NormShape, layout?: Layout): void;
+  batchnormForwardEval(
+    x: Float32Array,
+    w: Float32Array,
+    b: Float32Array,
+    runningMean: Float32Array,
+    runningVar: Float32Array,
+    y: Float32Array,
+    eps: number,
+    shape: NormShape,
+    layout?: Layout,
+  ): void;
   /** Per channel: dw = sum(dy xhat), db = sum(dy), dx (skipped when null) = w invStd (dy - mean(dy) - xhat mean(dy xhat)). */
-  batchnormBackward(dy: Float32Array, xhat: Float32Array, w: Float32Array, invStd: Float64Array,
-    dx: Float32Array | null, dw: Float32Array, db: Float32Array, shape: NormShape, layout?: Layout): void;
+  batchnormBackward(
+    dy: Float32Array,
+    xhat: Float32Array,
+    w: Float32Array,
+    invStd: Float64Array,
+    dx: Float32Array | null,
+    dw: Float32Array,
+    db: Float32Array,
+    shape: NormShape,
+    layout?: Layout,
+  ): void;
   /**
    * Layernorm of each of N samples over its D values: invStd[N] = 1 / sqrt(biased variance + eps),
    * xhat = (x - mean) invStd, y = xhat w + b (w, b: [D]). Sums in float64, in position order.
    */
-  layernormForward(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, xhat: Float32Array,
-    invStd: Float64Array, eps: number, shape: [number, number]): void;
+  layernormForward(
+    x: Float32Array,
+    w: Float32Array,
+    b: Float32Array,
+    y: Float32Array,
+    xhat: Float32Array,
+    invStd: Float64Array,
+    eps: number,
+    shape: [number, number],
+  ): void;
   /** With g = dy w, per sample: dx (skipped when null) = invStd (g - mean(g) - xhat mean(g xhat)); dw = sum_n dy xhat, db = sum_n dy. */
-  layernormBackward(dy: Float32Array, xhat: Float32Array, w: Float32Array, invStd: Float64Array,
-    dx: Float32Array | null, dw: Float32Array, db: Float32Array, shape: [number, number]): void;
+  layernormBackward(
+    dy: Float32Array,
+    xhat: Float32Array,
+    w: Float32Array,
+    invStd: Float64Array,
+    dx: Float32Array | null,
+    dw: Float32Array,
+    db: Float32Array,
+    shape: [number, number],
+  ): void;
   /** y[N, C] = the mean of each channel's S values of x[N, C, S] (float64 sum, in order); x in `layout`. */
   globalAvgPoolForward(x: Float32Array, y: Float32Array, shape: NormShape, layout?: Layout): void;
   /** dx = dy / S at every position of each channel's map; dx in `layout`. */
@@ -113,8 +178,7 @@ export interface Backend {
   /** Mean cross-entropy of softmax(logits) against labels; dlogits = (softmax - onehot) / N. */
   softmaxCrossEntropy(logits: Float32Array, labels: Int32Array, dlogits: Float32Array, shape: [number, number]): number;
   /** v = momentum v + (g + weightDecay p); p -= lr v. */
-  sgdUpdate(params: Float32Array, grads: Float32Array, velocity: Float32Array, lr: number,
-    momentum: number, weightDecay: number): void;
+  sgdUpdate(params: Float32Array, grads: Float32Array, velocity: Float32Array, lr: number, momentum: number, weightDecay: number): void;
   /** input = g + weightDecay p: what sgdUpdate adds to the momentum (the same bits). */
   sgdStateInput(params: Float32Array, grads: Float32Array, weightDecay: number, input: Float32Array): void;
   /** v = momentum v + input: sgdUpdate's momentum step alone. */
@@ -123,8 +187,18 @@ export interface Backend {
    * PyTorch's AdamW, in float32: p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
    * p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). `step` counts from 1.
    */
-  adamwUpdate(params: Float32Array, grads: Float32Array, m: Float32Array, v: Float32Array, lr: number,
-    beta1: number, beta2: number, eps: number, weightDecay: number, step: number): void;
+  adamwUpdate(
+    params: Float32Array,
+    grads: Float32Array,
+    m: Float32Array,
+    v: Float32Array,
+    lr: number,
+    beta1: number,
+    beta2: number,
+    eps: number,
+    weightDecay: number,
+    step: number,
+  ): void;
   /** adamwUpdate's moment updates alone (the same bits). */
   adamwReplay(m: Float32Array, v: Float32Array, grads: Float32Array, beta1: number, beta2: number): void;
 }

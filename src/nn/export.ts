@@ -9,12 +9,15 @@ import { encodeSafetensors, type NamedTensor } from '../checkpoint/safetensors';
 import type { Net } from './net';
 import { runFiles } from '../run/files';
 
-
 /** Every tensor of the net: parameters, then buffers, each in layer order (views, not copies). */
 export function namedTensors(net: Net): NamedTensor[] {
   return [
     ...net.params.views.map((view) => ({ name: view.name, shape: view.shape, data: net.params.param(view) })),
-    ...net.bufferViews.map((view) => ({ name: view.name, shape: view.shape, data: net.buffers.subarray(view.offset, view.offset + view.length) })),
+    ...net.bufferViews.map((view) => ({
+      name: view.name,
+      shape: view.shape,
+      data: net.buffers.subarray(view.offset, view.offset + view.length),
+    })),
   ];
 }
 

@@ -55,8 +55,15 @@ function outputLayout(spec: LayerSpec, inLayout: Layout): Layout {
   return spec.type === 'globalavgpool' ? 'plain' : inLayout;
 }
 
-function buildLayer(spec: LayerSpec, inShapes: number[][], inNames: string[], ctx: LayerContext,
-  inLayout: Layout, outLayout: Layout, fail: (problem: string) => never): Layer | MergeLayer {
+function buildLayer(
+  spec: LayerSpec,
+  inShapes: number[][],
+  inNames: string[],
+  ctx: LayerContext,
+  inLayout: Layout,
+  outLayout: Layout,
+  fail: (problem: string) => never,
+): Layer | MergeLayer {
   const inShape = inShapes[0];
   const image = (): void => {
     if (inShape.length !== 3) fail(`expects a [C, H, W] input, got ${shapeText(inShape)}`);
@@ -99,10 +106,14 @@ function buildLayer(spec: LayerSpec, inShapes: number[][], inNames: string[], ct
     case 'concat':
       inShapes.forEach((shape, k) => {
         if (shape.length !== inShape.length) {
-          fail(`cannot concat "${inNames[k]}" ${shapeText(shape)} with "${inNames[0]}" ${shapeText(inShape)}: one is [F], the other [C, H, W]`);
+          fail(
+            `cannot concat "${inNames[k]}" ${shapeText(shape)} with "${inNames[0]}" ${shapeText(inShape)}: one is [F], the other [C, H, W]`,
+          );
         }
         if (shapeText(shape.slice(1)) !== shapeText(inShape.slice(1))) {
-          fail(`cannot concat "${inNames[k]}" ${shapeText(shape)} with "${inNames[0]}" ${shapeText(inShape)}: spatial sizes differ (${shape[1]}x${shape[2]} vs ${inShape[1]}x${inShape[2]})`);
+          fail(
+            `cannot concat "${inNames[k]}" ${shapeText(shape)} with "${inNames[0]}" ${shapeText(inShape)}: spatial sizes differ (${shape[1]}x${shape[2]} vs ${inShape[1]}x${inShape[2]})`,
+          );
         }
       });
       return new Concat(spec.name, inShapes);
@@ -136,7 +147,10 @@ export class Net {
   private readonly mergeInputs: Float32Array[][];
   private readonly scratch = new Scratch();
 
-  constructor(readonly spec: ModelSpec, private readonly backend: Backend) {
+  constructor(
+    readonly spec: ModelSpec,
+    private readonly backend: Backend,
+  ) {
     const shapes = this.shapes;
     const shapeOf = (node: number): number[] => (node < 0 ? spec.input : shapes[node]);
     const nameOf = (node: number): string => (node < 0 ? modelInput : spec.layers[node].name);
@@ -168,7 +182,9 @@ export class Net {
     const shape = shapes[shapes.length - 1];
     if (product(shape) !== spec.classes) {
       const last = spec.layers[spec.layers.length - 1];
-      throw new SpecError(`${spec.file}: layer ${spec.layers.length} (${last.name}): outputs ${product(shape)} values but the model has ${spec.classes} classes`);
+      throw new SpecError(
+        `${spec.file}: layer ${spec.layers.length} (${last.name}): outputs ${product(shape)} values but the model has ${spec.classes} classes`,
+      );
     }
     this.plainReaders[this.layers.length - 1] = true;
     this.plainOutputs = new Array<Float32Array>(this.layers.length);
@@ -181,7 +197,9 @@ export class Net {
       this.state.allocate();
     } catch (error) {
       // V8's own message ("Invalid typed array length", "Array buffer allocation failed") names neither the file nor the size
-      throw new SpecError(`${spec.file}: ${count} parameters (${((8 * count) / 2 ** 30).toFixed(1)} GiB with their gradients) cannot be allocated: ${(error as Error).message}`);
+      throw new SpecError(
+        `${spec.file}: ${count} parameters (${((8 * count) / 2 ** 30).toFixed(1)} GiB with their gradients) cannot be allocated: ${(error as Error).message}`,
+      );
     }
   }
 
@@ -235,7 +253,9 @@ export class Net {
       const sources = this.sources[i];
       if ('merge' in layer) {
         const xs = this.mergeInputs[i];
-        sources.forEach((j, k) => { xs[k] = input(j, i); });
+        sources.forEach((j, k) => {
+          xs[k] = input(j, i);
+        });
         this.outputs[i] = layer.forward(xs, batch);
       } else {
         this.outputs[i] = layer.forward(input(sources[0], i), batch, train, key);
@@ -265,7 +285,14 @@ export class Net {
    * global batch passes the global batch's size. The loss returned is this batch's mean.
    * `progress` hears of the loss before backward starts and of each layer's gradients once final.
    */
-  lossAndGradient(x: Float32Array, labels: Int32Array, batch: number, key: BatchKey, normalizer = batch, progress?: GradientProgress): StepResult {
+  lossAndGradient(
+    x: Float32Array,
+    labels: Int32Array,
+    batch: number,
+    key: BatchKey,
+    normalizer = batch,
+    progress?: GradientProgress,
+  ): StepResult {
     const logits = this.forward(x, batch, true, key);
     const result = this.score(logits, labels, batch);
     const dy = this.scratch.get('dlogits', logits.length);
@@ -301,14 +328,16 @@ export class Net {
     const wanted = (j: number): boolean => j >= 0 && this.needsGrad[j];
     // dx of reader i's k-th input, node j, in j's layout
     const inLayout = (j: number, i: number, k: number, dx: Float32Array): Float32Array =>
-      (this.isBlocked(j) && !this.takesLayout[i] ? this.converted(j, dx, batch, 'blocked', `by${i}.${k}`) : dx);
+      this.isBlocked(j) && !this.takesLayout[i] ? this.converted(j, dx, batch, 'blocked', `by${i}.${k}`) : dx;
     for (let i = last; i >= 0; --i) {
       if (!this.needsGrad[i]) continue;
       const layer = this.layers[i];
       const sources = this.sources[i];
       if ('merge' in layer) {
         const dxs = layer.backward(grads[i]!, batch);
-        sources.forEach((j, k) => { if (wanted(j)) this.accumulate(j, inLayout(j, i, k, dxs[k])); });
+        sources.forEach((j, k) => {
+          if (wanted(j)) this.accumulate(j, inLayout(j, i, k, dxs[k]));
+        });
       } else {
         const dx = layer.backward(grads[i]!, batch, wanted(sources[0]));
         const from = this.paramsFrom[i];

@@ -7,17 +7,21 @@
 import * as fs from 'node:fs';
 
 /** Set only where the spec file names the inputs: a chain spec parses to the same objects as before graphs. */
-export interface Inputs { inputs?: string[] }
+export interface Inputs {
+  inputs?: string[];
+}
 
 /** One layer of a model spec, every default filled in (see the README's layer types). */
-export type LayerSpec = Inputs & (
-  | { type: 'conv'; name: string; filters: number; kernel: number; stride: number; pad: number }
-  | { type: 'maxpool' | 'avgpool'; name: string; kernel: number; stride: number; pad: number }
-  | { type: 'linear'; name: string; outputs: number }
-  | { type: 'relu' | 'flatten' | 'globalavgpool' | 'add' | 'concat'; name: string }
-  | { type: 'dropout'; name: string; p: number }
-  | { type: 'batchnorm'; name: string; momentum: number; eps: number }
-  | { type: 'layernorm'; name: string; eps: number });
+export type LayerSpec = Inputs &
+  (
+    | { type: 'conv'; name: string; filters: number; kernel: number; stride: number; pad: number }
+    | { type: 'maxpool' | 'avgpool'; name: string; kernel: number; stride: number; pad: number }
+    | { type: 'linear'; name: string; outputs: number }
+    | { type: 'relu' | 'flatten' | 'globalavgpool' | 'add' | 'concat'; name: string }
+    | { type: 'dropout'; name: string; p: number }
+    | { type: 'batchnorm'; name: string; momentum: number; eps: number }
+    | { type: 'layernorm'; name: string; eps: number }
+  );
 
 /** A model: the input shape, the classes and the layers (a graph in topological order). */
 export interface ModelSpec {
@@ -76,7 +80,9 @@ function positiveInt(value: unknown): value is number {
 }
 
 export function parseSpec(file: string, text: string): ModelSpec {
-  const fail = (problem: string): never => { throw new SpecError(`${file}: ${problem}`); };
+  const fail = (problem: string): never => {
+    throw new SpecError(`${file}: ${problem}`);
+  };
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -95,8 +101,11 @@ export function parseSpec(file: string, text: string): ModelSpec {
   if (!Array.isArray(raw.layers) || raw.layers.length === 0) fail('"layers" must be a non-empty array');
   const position = new Map<string, number>(); // layer name -> index
   const names = (raw.layers as unknown[]).map((entry, index) =>
-    (isObject(entry) && typeof entry.name === 'string' ? entry.name : `${isObject(entry) ? String(entry.type) : 'layer'}${index + 1}`));
-  names.forEach((name, index) => { if (!position.has(name)) position.set(name, index); });
+    isObject(entry) && typeof entry.name === 'string' ? entry.name : `${isObject(entry) ? String(entry.type) : 'layer'}${index + 1}`,
+  );
+  names.forEach((name, index) => {
+    if (!position.has(name)) position.set(name, index);
+  });
   const layers = (raw.layers as unknown[]).map((entry, index): LayerSpec => {
     const name = names[index];
     const where = `layer ${index + 1}${isObject(entry) ? ` (${name})` : ''}`;
@@ -109,7 +118,8 @@ export function parseSpec(file: string, text: string): ModelSpec {
     if (position.get(name) !== index) fail(`${where}: the name is already layer ${position.get(name)! + 1}'s`);
     const layer: Raw = { type, name };
     for (const key of Object.keys(entry)) {
-      if (key !== 'type' && key !== 'name' && key !== 'inputs' && !(key in fields[type])) fail(`${where}: unknown field "${key}" for ${type}`);
+      if (key !== 'type' && key !== 'name' && key !== 'inputs' && !(key in fields[type]))
+        fail(`${where}: unknown field "${key}" for ${type}`);
     }
     for (const [key, [check, fallback]] of Object.entries(fields[type])) {
       const value = entry[key] ?? (key === 'stride' && fallback === undefined ? entry.kernel : fallback);
@@ -137,8 +147,11 @@ function parseInputs(value: unknown, index: number, position: Map<string, number
     const at = position.get(input);
     if (at === undefined) fail(`input "${input}" is no layer's name`);
     if (at! >= index) {
-      fail(at === index ? 'takes its own output as input (a cycle)'
-        : `input "${input}" is layer ${at! + 1}, not an earlier layer (a forward reference or a cycle)`);
+      fail(
+        at === index
+          ? 'takes its own output as input (a cycle)'
+          : `input "${input}" is layer ${at! + 1}, not an earlier layer (a forward reference or a cycle)`,
+      );
     }
   }
   return value as string[];
@@ -158,7 +171,8 @@ function checkAllUsed(layers: LayerSpec[], fail: (problem: string) => never): vo
     for (const name of layer.inputs ?? [index === 0 ? modelInput : layers[index - 1].name]) used.add(name);
   });
   layers.slice(0, -1).forEach((layer, index) => {
-    if (!used.has(layer.name)) fail(`layer ${index + 1} (${layer.name}): its output is used by no layer (only the last layer, the model output, may be)`);
+    if (!used.has(layer.name))
+      fail(`layer ${index + 1} (${layer.name}): its output is used by no layer (only the last layer, the model output, may be)`);
   });
 }
 

@@ -15,7 +15,8 @@ const skewFloats = (4096 + 64) / Float32Array.BYTES_PER_ELEMENT;
 
 /** A zeroed vector of `length` floats for stream kind `kind`, skewed apart from the other kinds'. */
 export function streamVector(length: number, kind: number): Float32Array {
-  if (!Number.isInteger(kind) || kind < 0 || kind >= kinds) throw new RangeError(`streamVector: kind ${kind} is not one of 0..${kinds - 1}`);
+  if (!Number.isInteger(kind) || kind < 0 || kind >= kinds)
+    throw new RangeError(`streamVector: kind ${kind} is not one of 0..${kinds - 1}`);
   const skew = kind * skewFloats;
   let memory: Float32Array;
   try {

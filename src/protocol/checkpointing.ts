@@ -7,8 +7,22 @@
 // allocated instead of growing a new file.
 import * as fs from 'node:fs';
 import {
-  checkpointDir, commitManifest, configSha256, newStripeWriter, prepareManifest, pruneCheckpoints, readyCheckpoints, readySpare, removeStaging,
-  stagingDir, stateFileBytes, stripeDigests, writeStripes, type CheckpointMeta, type StripeWriter, type TrainingState,
+  checkpointDir,
+  commitManifest,
+  configSha256,
+  newStripeWriter,
+  prepareManifest,
+  pruneCheckpoints,
+  readyCheckpoints,
+  readySpare,
+  removeStaging,
+  stagingDir,
+  stateFileBytes,
+  stripeDigests,
+  writeStripes,
+  type CheckpointMeta,
+  type StripeWriter,
+  type TrainingState,
 } from '../checkpoint/checkpoint';
 import { withDeadline } from '../liveness/deadline';
 import type { Phase } from '../liveness/drills';
@@ -46,7 +60,10 @@ export class Checkpointing {
   private readonly configSha256: string;
 
   constructor(
-    private readonly config: Pick<ProtocolConfig, 'checkpointDir' | 'keepCheckpoints' | 'spareCheckpoint' | 'identity' | 'shards' | 'sharded' | 'commTimeoutMs'>,
+    private readonly config: Pick<
+      ProtocolConfig,
+      'checkpointDir' | 'keepCheckpoints' | 'spareCheckpoint' | 'identity' | 'shards' | 'sharded' | 'commTimeoutMs'
+    >,
     private readonly world: Membership,
     private readonly vote: Vote,
     private readonly position: StepPosition,
@@ -74,21 +91,36 @@ export class Checkpointing {
     this.enter('checkpoint-stripe');
     // its failure (a full disk) is held from now on, not left unhandled while the digests are got
     const chunks = this.chunksToWrite(state);
-    const written = chunks.length > 0
-      ? writeStripes(staging, state, chunks, this.world.size, this.stripeWriter).then(() => undefined, (error: unknown) => ({ error }))
-      : undefined;
+    const written =
+      chunks.length > 0
+        ? writeStripes(staging, state, chunks, this.world.size, this.stripeWriter).then(
+            () => undefined,
+            (error: unknown) => ({ error }),
+          )
+        : undefined;
     this.enter('checkpoint-gather');
     const digests = await this.stripeDigests(state);
     const gathered = digests !== false;
     const prepared = digests ? prepareManifest(staging, this.meta(source, reason), state, digests) : undefined;
-    const manifestFailed = prepared?.durable.then(() => undefined, (error: unknown) => ({ error }));
+    const manifestFailed = prepared?.durable.then(
+      () => undefined,
+      (error: unknown) => ({ error }),
+    );
     const failed = (await written) ?? (await manifestFailed);
     if (failed) throw failed.error;
     if ((await this.vote.agree(gathered ? OK : 0)) !== OK) return false;
     this.enter('checkpoint-commit');
     if (prepared) {
       const manifest = commitManifest(prepared, dir);
-      this.observer.event({ event: 'checkpoint', step, reason, dir, bytes: manifest.file.bytes, stripes: this.world.size, duration_ms: now() - started });
+      this.observer.event({
+        event: 'checkpoint',
+        step,
+        reason,
+        dir,
+        bytes: manifest.file.bytes,
+        stripes: this.world.size,
+        duration_ms: now() - started,
+      });
     }
     if (!(await this.vote.succeedsEverywhere('checkpoint-commit', async () => undefined))) return false;
     this.lastCheckpoint = dir;
@@ -124,7 +156,13 @@ export class Checkpointing {
     const all = new Uint8Array(mine.length * n);
     const gather = this.world.onWorkers(() => this.world.workerComm!.allgather(new Uint8Array(mine), all));
     if (!(await this.vote.completes('checkpoint-gather', gather))) return false;
-    return isLeader ? Array.from({ length: n }, (_, c) => Buffer.from(all.subarray(mine.length * c, mine.length * (c + 1))).toString('hex').match(/.{16}/g)!) : undefined;
+    return isLeader
+      ? Array.from({ length: n }, (_, c) =>
+          Buffer.from(all.subarray(mine.length * c, mine.length * (c + 1)))
+            .toString('hex')
+            .match(/.{16}/g)!,
+        )
+      : undefined;
   }
 
   /** What a checkpoint of the current step records besides the tensors. */
@@ -154,13 +192,15 @@ export class Checkpointing {
     this.spareUnderWay = true;
     this.spare = readySpare(this.config.checkpointDir, stateFileBytes(source.state()), this.spareWriter)
       .catch((error: Error) => this.observer.log(`no spare checkpoint file (a checkpoint will write a new one): ${error.message}`))
-      .finally(() => { this.spareUnderWay = false; });
+      .finally(() => {
+        this.spareUnderWay = false;
+      });
   }
 
   /** At exit, on the leader: the spare (or an uncommitted attempt) is removed. */
   async close(): Promise<void> {
     if (!this.world.isLeader || !this.config.spareCheckpoint) return;
-    await withDeadline(this.spare, this.config.commTimeoutMs, 'the spare checkpoint file\'s write').catch(() => undefined);
+    await withDeadline(this.spare, this.config.commTimeoutMs, "the spare checkpoint file's write").catch(() => undefined);
     removeStaging(this.config.checkpointDir, !this.checkpointDirWasThere);
   }
 }

@@ -251,7 +251,10 @@ export class Manager implements StepPosition {
       if (!this.awaitingJoin) {
         lost.push(...(await this.repairs.run(false)));
         if (this.config.sharded && !this.done && world.liveWorkers.length === 0) {
-          throw new ProtocolStop('state-lost', 'every working rank is lost, and with them the sharded optimizer state (spares hold none of it)');
+          throw new ProtocolStop(
+            'state-lost',
+            'every working rank is lost, and with them the sharded optimizer state (spares hold none of it)',
+          );
         }
         const grown = await world.grow(this.vote);
         if (grown === null) continue;
@@ -270,7 +273,8 @@ export class Manager implements StepPosition {
         // taken over now, before anything below can fail and repair again with a newer map
         this.enter('readback');
         const readStart = now();
-        if (mine.length > 0) readBeforeRetry += await this.shards.readBackFirst(mine, this.source!.stepRows(world.shardMap, mine), world.worldRank);
+        if (mine.length > 0)
+          readBeforeRetry += await this.shards.readBackFirst(mine, this.source!.stepRows(world.shardMap, mine), world.worldRank);
         readMs += now() - readStart;
       }
       for (const shards of moved.values()) for (const s of shards) lostShards.add(s);
@@ -278,19 +282,44 @@ export class Manager implements StepPosition {
       if (!this.done && !(await this.sumState.rebuildState(step, this.vote, this.enter))) continue;
       if (world.size < this.config.minRanks) {
         if (!(await this.checkpoints.write(this.source!, 'min-ranks'))) continue;
-        this.observer.event({ event: 'stop', step, reason: 'below-min-ranks', world: world.size, min_ranks: this.config.minRanks, checkpoint: this.lastCheckpoint });
-        throw new ProtocolStop('min-ranks', `${world.size} rank(s) left, below --min-ranks ${this.config.minRanks}: stopping (checkpoint ${this.lastCheckpoint})`, this.lastCheckpoint);
+        this.observer.event({
+          event: 'stop',
+          step,
+          reason: 'below-min-ranks',
+          world: world.size,
+          min_ranks: this.config.minRanks,
+          checkpoint: this.lastCheckpoint,
+        });
+        throw new ProtocolStop(
+          'min-ranks',
+          `${world.size} rank(s) left, below --min-ranks ${this.config.minRanks}: stopping (checkpoint ${this.lastCheckpoint})`,
+          this.lastCheckpoint,
+        );
       }
       if (this.done) return;
       // every rank reports what the others read too: the leader's events hold the whole job's readback
       const unreported = this.shards.unreported();
       const counts = Float64Array.of(readBeforeRetry, unreported);
-      if (!(await this.vote.succeedsEverywhere('readback', world.onWorkers(() => world.allreduce(counts))))) continue;
+      if (
+        !(await this.vote.succeedsEverywhere(
+          'readback',
+          world.onWorkers(() => world.allreduce(counts)),
+        ))
+      )
+        continue;
       this.shards.reported(counts[1], unreported);
-      this.observer.event({ event: 'readback', step, shards: [...lostShards].sort((a, b) => a - b), bytes_before_retry: counts[0], duration_ms: readMs });
+      this.observer.event({
+        event: 'readback',
+        step,
+        shards: [...lostShards].sort((a, b) => a - b),
+        bytes_before_retry: counts[0],
+        duration_ms: readMs,
+      });
       const spares = world.spares.length > 0 ? ` (+${world.spares.length} spare${world.spares.length > 1 ? 's' : ''})` : '';
-      this.observer.log(`step ${step}: lost rank(s) ${lost.join(', ') || 'none'}; ` +
-        `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retrying on ${world.size} ranks${spares}`);
+      this.observer.log(
+        `step ${step}: lost rank(s) ${lost.join(', ') || 'none'}; ` +
+          `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retrying on ${world.size} ranks${spares}`,
+      );
       if (this.config.jitCheckpoint && !(await this.checkpoints.write(this.source!, 'jit'))) continue;
       this.tryStarted = now();
       return;
@@ -306,9 +335,16 @@ export class Manager implements StepPosition {
     const started = now();
     const world = this.membership;
     const sent: JoinMessage = {
-      step: this.currentStep, joiners, ...world.joinFields(), failures: this.failures, worldHistory: this.worldHistory,
-      bytesReadBack: this.shards.bytesReadBack, lastCheckpoint: this.lastCheckpoint, sumInBuckets: this.sumState.inBuckets,
-      position: this.awaitingJoin ? { epoch: 0 } : this.source!.position(), sharded: this.sumState.joinMeta(),
+      step: this.currentStep,
+      joiners,
+      ...world.joinFields(),
+      failures: this.failures,
+      worldHistory: this.worldHistory,
+      bytesReadBack: this.shards.bytesReadBack,
+      lastCheckpoint: this.lastCheckpoint,
+      sumInBuckets: this.sumState.inBuckets,
+      position: this.awaitingJoin ? { epoch: 0 } : this.source!.position(),
+      sharded: this.sumState.joinMeta(),
     };
     const buffers = this.source!.joinBuffers();
     const message = await world.transferJoin(this.vote, sent, buffers, (received) => {
@@ -331,7 +367,8 @@ export class Manager implements StepPosition {
       this.sumState.inBuckets = message.sumInBuckets;
       this.source!.joinAt(message.position);
     }
-    if (message.joiners.includes(world.worldRank)) this.sumState.makeShardedState(this.source!.initialState.bind(this.source), message.sharded);
+    if (message.joiners.includes(world.worldRank))
+      this.sumState.makeShardedState(this.source!.initialState.bind(this.source), message.sharded);
     const bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);
     this.observer.event({ event: 'join', step: this.currentStep, ranks: message.joiners, bytes, duration_ms: now() - started });
     return message;
@@ -371,7 +408,12 @@ export class Manager implements StepPosition {
       if (this.config.onFailure !== 'none') {
         const mine = this.shards.unreported();
         const unreported = Float64Array.of(mine);
-        if (!(await this.vote.succeedsEverywhere('final-write', world.onWorkers(() => world.allreduce(unreported))))) {
+        if (
+          !(await this.vote.succeedsEverywhere(
+            'final-write',
+            world.onWorkers(() => world.allreduce(unreported)),
+          ))
+        ) {
           await this.recover();
           continue;
         }

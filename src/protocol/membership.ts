@@ -23,8 +23,22 @@ export interface WorldJoinFields {
 }
 
 /** What the protocol's clients read of the world (the Manager's `world`). */
-export type WorldView = Pick<Membership, 'size' | 'rank' | 'working' | 'initialSize' | 'sparesLaunched' | 'spares' | 'worldRank' | 'liveRanks' | 'isLeader'
-  | 'shardMap' | 'heldShards' | 'allreduce' | 'feedSpares'>;
+export type WorldView = Pick<
+  Membership,
+  | 'size'
+  | 'rank'
+  | 'working'
+  | 'initialSize'
+  | 'sparesLaunched'
+  | 'spares'
+  | 'worldRank'
+  | 'liveRanks'
+  | 'isLeader'
+  | 'shardMap'
+  | 'heldShards'
+  | 'allreduce'
+  | 'feedSpares'
+>;
 
 export class Membership {
   /** every live rank */
@@ -186,7 +200,11 @@ export class Membership {
 
   /** Before a repair: with spares, the working ranks' communicator goes too (formWorkers() makes the next). */
   async dropWorkers(): Promise<void> {
-    if (this.workers !== this.everyone) await this.workers?.revoke().then(() => this.workers!.free()).catch(() => undefined);
+    if (this.workers !== this.everyone)
+      await this.workers
+        ?.revoke()
+        .then(() => this.workers!.free())
+        .catch(() => undefined);
     this.workers = null;
   }
 
@@ -232,7 +250,11 @@ export class Membership {
     let impossible: string | undefined;
     const ok = await vote.completes('spawn', async () => {
       try {
-        merged = await withDeadline(this.everyone.spawn(respawn.command, respawn.args(firstId), count, firstId), this.config.commTimeoutMs, 'MPI_Comm_spawn');
+        merged = await withDeadline(
+          this.everyone.spawn(respawn.command, respawn.args(firstId), count, firstId),
+          this.config.commTimeoutMs,
+          'MPI_Comm_spawn',
+        );
       } catch (error) {
         if (isFailure(error)) throw error;
         impossible = (error as Error).message;
@@ -248,12 +270,24 @@ export class Membership {
       this.observer.event({ event: 'spawn', step, ranks: ids, duration_ms: now() - started });
       return ids;
     }
-    if (merged) await merged.revoke().then(() => merged!.free()).catch(() => undefined);
+    if (merged)
+      await merged
+        .revoke()
+        .then(() => merged!.free())
+        .catch(() => undefined);
     if (agreed === null || (agreed & CARRY_ON) !== 0) return null;
     this.respawnsLeft = 0;
-    this.observer.event({ event: 'spawn', step, ranks: [], error: impossible ?? 'not possible on another rank', duration_ms: now() - started });
-    this.observer.log(`step ${step}: cannot spawn a rank to replace the lost: ${impossible ?? 'not possible on another rank'} ` +
-      '(no free slot in the allocation, or an MPI without spawn support); going on with the survivors, --respawn off');
+    this.observer.event({
+      event: 'spawn',
+      step,
+      ranks: [],
+      error: impossible ?? 'not possible on another rank',
+      duration_ms: now() - started,
+    });
+    this.observer.log(
+      `step ${step}: cannot spawn a rank to replace the lost: ${impossible ?? 'not possible on another rank'} ` +
+        '(no free slot in the allocation, or an MPI without spawn support); going on with the survivors, --respawn off',
+    );
     return [];
   }
 
@@ -262,7 +296,12 @@ export class Membership {
    * and then `buffers` (the state at the step's start) in place; `received` runs on every rank
    * between the two. The message, or null when a failure interrupted it.
    */
-  async transferJoin<Message>(vote: Vote, sent: Message, buffers: Float32Array[], received: (message: Message) => void): Promise<Message | null> {
+  async transferJoin<Message>(
+    vote: Vote,
+    sent: Message,
+    buffers: Float32Array[],
+    received: (message: Message) => void,
+  ): Promise<Message | null> {
     const root = this.leaderRoot;
     let message: Message | undefined;
     const ok = await vote.succeedsEverywhere('join', async () => {

@@ -56,7 +56,8 @@ export async function repair(comm: Communicator, step: number, options: RepairOp
     try {
       shrunk = await withDeadline(current.shrink(), options.deadlineMs, 'MPIX_Comm_shrink');
     } catch (error) {
-      if (error instanceof CommTimeoutError) throw new ProtocolStop('unrecoverable', `the repair at step ${step} cannot finish: ${error.message}`);
+      if (error instanceof CommTimeoutError)
+        throw new ProtocolStop('unrecoverable', `the repair at step ${step} cannot finish: ${error.message}`);
       if (!isFailure(error)) throw error;
       revokeShrinkMs += now() - start;
       continue;
@@ -102,7 +103,11 @@ export class WorldRepair {
   async run(erred: boolean): Promise<number[]> {
     const step = this.position.step;
     await this.world.dropWorkers();
-    const fixed = await repair(this.world.comm, step, { maxAttempts: this.config.maxRetries, deadlineMs: this.config.commTimeoutMs, erred });
+    const fixed = await repair(this.world.comm, step, {
+      maxAttempts: this.config.maxRetries,
+      deadlineMs: this.config.commTimeoutMs,
+      erred,
+    });
     this.world.replaceComm(fixed.comm);
     const killed = fixed.lost.length > 0 ? killDeclaredDead(this.config.pidsDir, fixed.lost) : [];
     // before this side writes anything: it may be the far side of a partition
@@ -111,10 +116,18 @@ export class WorldRepair {
     if (fixed.erred.length > 0) {
       throw new ProtocolStop('error', `rank(s) ${fixed.erred.join(', ')} stopped the job for an error`, null, fixed.erred);
     }
-    this.observer.event({ event: 'revoke+shrink', step, lost: fixed.lost, world: fixed.comm.size, duration_ms: fixed.revokeShrinkMs, attempts: fixed.attempts });
+    this.observer.event({
+      event: 'revoke+shrink',
+      step,
+      lost: fixed.lost,
+      world: fixed.comm.size,
+      duration_ms: fixed.revokeShrinkMs,
+      attempts: fixed.attempts,
+    });
     this.observer.event({ event: 'agree', step, duration_ms: fixed.agreeMs });
     if (fixed.lost.length > 0) {
-      if (killed.length > 0) this.observer.log(`step ${step}: killed rank(s) ${killed.join(', ')}, declared dead while still running (hung)`);
+      if (killed.length > 0)
+        this.observer.log(`step ${step}: killed rank(s) ${killed.join(', ')}, declared dead while still running (hung)`);
       const working = this.world.liveWorkers.length;
       this.history.failures.push({ step, lost: fixed.lost, world: working });
       this.history.worldHistory.push({ step, world: working, lost: fixed.lost });
@@ -141,8 +154,11 @@ export class WorldRepair {
     });
     const maybeRunning = lost.filter((_, i) => i >= 30 || (agreed & (1 << i)) !== 0).length;
     if (comm.size > maybeRunning) return;
-    throw new ProtocolStop('minority', `${comm.size} rank(s) left of the last agreed world of ${comm.size + lost.length}, ` +
-      `and ${maybeRunning} lost on hosts where no survivor can see them gone (a cut link?): no majority, so this side stops and leaves the run to the other`);
+    throw new ProtocolStop(
+      'minority',
+      `${comm.size} rank(s) left of the last agreed world of ${comm.size + lost.length}, ` +
+        `and ${maybeRunning} lost on hosts where no survivor can see them gone (a cut link?): no majority, so this side stops and leaves the run to the other`,
+    );
   }
 
   /**

@@ -45,7 +45,10 @@ export class SumAndState {
     const { onFailure, sumLength, add } = this.config;
     const workers = this.world.workerComm;
     const previous = this.sum;
-    this.sum = onFailure === 'exact' && workers ? new ShardSum(workers, this.world.shardMap, sumLength, add, this.inBuckets ? ddpBuckets : oneBucket) : undefined;
+    this.sum =
+      onFailure === 'exact' && workers
+        ? new ShardSum(workers, this.world.shardMap, sumLength, add, this.inBuckets ? ddpBuckets : oneBucket)
+        : undefined;
     // a survivor's vectors for the step being retried stay valid: the parameters are untouched
     if (previous && this.sum) this.sum.carryFrom(previous, step);
   }
@@ -54,7 +57,11 @@ export class SumAndState {
   makeShardedState(initial: (slot: number, from: number, to: number, out: Float32Array) => void, joining?: JoinMeta): void {
     if (!this.config.sharded || this.sharded) return;
     if (!joining && !this.world.working) return;
-    this.sharded = new ShardedState({ ...this.config.sharded, initial, log: (message) => this.observer.log(message) }, joining ? undefined : this.world.workerComm!, joining);
+    this.sharded = new ShardedState(
+      { ...this.config.sharded, initial, log: (message) => this.observer.log(message) },
+      joining ? undefined : this.world.workerComm!,
+      joining,
+    );
   }
 
   /** A recovery begins: the sharded state forgets the step's uncommitted update. */
@@ -72,9 +79,21 @@ export class SumAndState {
     if (!sharded) return true;
     const started = now();
     enter('rebuild');
-    if (!(await vote.succeedsEverywhere('rebuild', this.world.onWorkers(() => sharded.rebuild(this.world.workerComm!, step))))) return false;
+    if (
+      !(await vote.succeedsEverywhere(
+        'rebuild',
+        this.world.onWorkers(() => sharded.rebuild(this.world.workerComm!, step)),
+      ))
+    )
+      return false;
     sharded.adopt(step);
-    this.observer.event({ event: 'redundancy-rebuild', step, world: this.world.size, duration_ms: now() - started, state_bytes: sharded.bytes.state });
+    this.observer.event({
+      event: 'redundancy-rebuild',
+      step,
+      world: this.world.size,
+      duration_ms: now() - started,
+      state_bytes: sharded.bytes.state,
+    });
     return true;
   }
 

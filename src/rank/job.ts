@@ -48,7 +48,6 @@ export interface JobSettings {
   isa: LevelAsked;
 }
 
-
 /** Whether a process exists and is not stopped (a SIGSTOPped rank is as good as gone). */
 function running(pid: number | null): boolean {
   const state = pid === null ? undefined : processStat(pid)?.state;
@@ -138,7 +137,10 @@ export class RankJob {
       ({ world: this.world, joined: this.joinedRun } = await withDeadline(init(), this.bounds.startupMs, 'MPI start-up'));
     } catch (error) {
       await closeLogger(this.logger);
-      return endStartup(`ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, this.pidsDir);
+      return endStartup(
+        `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
+        this.pidsDir,
+      );
     }
     this.disarm = guardAgainstHangs(this.bounds, this.launchRank);
     this.faults.at(this.settings.startStep, 'kernels');
@@ -171,7 +173,10 @@ export class RankJob {
     } catch (error) {
       await closeLogger(this.logger);
       if (!(error instanceof KernelLevelRefusal)) {
-        return endStartup(`ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`, this.pidsDir);
+        return endStartup(
+          `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
+          this.pidsDir,
+        );
       }
       // every rank reached this refusal alike: one line, then all leave
       if (error.printer === this.launchRank) fs.writeSync(2, `ft-train: ${error.message}\n`);
@@ -206,7 +211,8 @@ export class RankJob {
     this.progress.endBar(); // the stop's lines print below the bar, which stays where the run stopped
     const stop = error instanceof ProtocolStop ? error : await this.stopForError(error as Error, manager);
     this.logger.warn(`stop: ${stop.reason}: ${stop.message}`);
-    if (stop.reason === 'error' && manager.world.isLeader) this.observer.event({ event: 'stop', step: manager.step, reason: 'error', ranks: stop.erred });
+    if (stop.reason === 'error' && manager.world.isLeader)
+      this.observer.event({ event: 'stop', step: manager.step, reason: 'error', ranks: stop.erred });
     if (stop.reason === 'minority') {
       // the other side trains on and owns the run directory: one line from this side's lowest rank, nothing written
       if (this.worldRank === manager.world.liveRanks[0]) console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
@@ -216,12 +222,17 @@ export class RankJob {
     if (stop.reason === 'unrecoverable') {
       // MPI cannot be trusted to finish: make sure no rank of this job lingers on this host, then leave
       console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
-      killDeclaredDead(this.pidsDir, this.world!.worldRanks.filter((r) => r !== this.worldRank));
+      killDeclaredDead(
+        this.pidsDir,
+        this.world!.worldRanks.filter((r) => r !== this.worldRank),
+      );
       await this.leaveNow();
       return { code: stop.exitCode, leave: true };
     }
-    if (manager.world.isLeader && stop.reason === 'state-lost') this.progress.line(`${stop.message}; stopping: ${newestCheckpoint(checkpointDir)}`);
-    else if (manager.world.isLeader && stop.reason !== 'error') this.progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? checkpointDir}`);
+    if (manager.world.isLeader && stop.reason === 'state-lost')
+      this.progress.line(`${stop.message}; stopping: ${newestCheckpoint(checkpointDir)}`);
+    else if (manager.world.isLeader && stop.reason !== 'error')
+      this.progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? checkpointDir}`);
     return { code: stop.exitCode, leave: false };
   }
 
@@ -232,7 +243,10 @@ export class RankJob {
     this.runLog.close();
     await closeLogger(this.logger);
     await withDeadline(manager.close(), this.bounds.commMs, 'MPI_Comm_free').catch(() => undefined);
-    const finalized = await withDeadline(finalize(), this.bounds.commMs, 'MPI_Finalize').then(() => true, () => false);
+    const finalized = await withDeadline(finalize(), this.bounds.commMs, 'MPI_Finalize').then(
+      () => true,
+      () => false,
+    );
     // a finalize that never returns would keep the process alive: every rank has agreed on the end already
     if (!finalized) process.exit(code);
     return code === 0 ? 0 : this.exitLast(code, manager);
@@ -250,7 +264,9 @@ export class RankJob {
    */
   private async stopForError(error: Error, manager: Manager): Promise<ProtocolStop> {
     this.logger.error(error.stack ?? String(error));
-    const stop = await manager.reportError().catch((failure: unknown) => new ProtocolStop('unrecoverable', `the job could not stop together: ${(failure as Error).message}`));
+    const stop = await manager
+      .reportError()
+      .catch((failure: unknown) => new ProtocolStop('unrecoverable', `the job could not stop together: ${(failure as Error).message}`));
     if (stop.erred[0] === this.worldRank || stop.reason !== 'error') console.error(`ft-train: rank ${this.worldRank}: ${error.message}`);
     return stop;
   }
@@ -263,7 +279,11 @@ export class RankJob {
    */
   private async exitLast(code: number, manager: Manager): Promise<number> {
     if (!manager.world.isLeader) return 0;
-    await peersGone(this.pidsDir, manager.world.liveRanks.filter((rank) => rank !== manager.world.worldRank), this.bounds.commMs);
+    await peersGone(
+      this.pidsDir,
+      manager.world.liveRanks.filter((rank) => rank !== manager.world.worldRank),
+      this.bounds.commMs,
+    );
     return code;
   }
 }

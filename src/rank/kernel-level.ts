@@ -22,7 +22,10 @@ export interface LevelAsked {
 /** The ranks cannot run one level alike: world rank `printer` prints the line, every rank exits with code 2. */
 export class KernelLevelRefusal extends Error {
   override name = 'KernelLevelRefusal';
-  constructor(message: string, readonly printer: number) {
+  constructor(
+    message: string,
+    readonly printer: number,
+  ) {
     super(message);
   }
 }
@@ -34,7 +37,7 @@ export class KernelLevelRefusal extends Error {
  */
 export function levelAsked(isa: LevelRequest, resume?: { dir: string; level: unknown }): LevelAsked {
   if (isa === 'auto' && resume) {
-    const level = typeof resume.level === 'string' ? resume.level as LevelRequest : 'auto';
+    const level = typeof resume.level === 'string' ? (resume.level as LevelRequest) : 'auto';
     return { level, origin: `${resume.dir}, computed at ${level},` };
   }
   return { level: isa, origin: `--isa ${isa}` };
@@ -56,14 +59,19 @@ export function chooseLevel(asked: LevelAsked, hosts: Array<CpuLevel | null>, id
   const short = ids.filter((_, r) => rankOf(hosts[r]!) < rankOf(asked.level as CpuLevel));
   if (short.length === 0) return asked.level;
   const levels = [...new Set(short.map((id) => hosts[ids.indexOf(id)]))].join(' or ');
-  throw new KernelLevelRefusal(`${asked.origin} needs ${asked.level}, but the host${short.length > 1 ? 's' : ''} of ${rankList(short)} ` +
-    `run${short.length > 1 ? '' : 's'} up to ${levels}: run on hosts that have ${asked.level}` +
-    `${asked.origin.startsWith('--isa') ? `, or pass --isa ${lowest} (or auto)` : ''}`, Math.min(...ids));
+  throw new KernelLevelRefusal(
+    `${asked.origin} needs ${asked.level}, but the host${short.length > 1 ? 's' : ''} of ${rankList(short)} ` +
+      `run${short.length > 1 ? '' : 's'} up to ${levels}: run on hosts that have ${asked.level}` +
+      `${asked.origin.startsWith('--isa') ? `, or pass --isa ${lowest} (or auto)` : ''}`,
+    Math.min(...ids),
+  );
 }
 
 /** 32 bits of the libraries' versions at a pinned level: ranks must agree on them to compute the same bits. */
 function librariesDigest(settings: KernelSettings): number {
-  const text = [settings.level, settings.onednn, settings.onednnIsa, settings.openblas, settings.openblasCore, settings.vectorKernels].join('\n');
+  const text = [settings.level, settings.onednn, settings.onednnIsa, settings.openblas, settings.openblasCore, settings.vectorKernels].join(
+    '\n',
+  );
   return createHash('sha256').update(text).digest().readInt32LE(0);
 }
 
@@ -73,8 +81,12 @@ function librariesDigest(settings: KernelSettings): number {
  * alike on every rank where the ranks cannot run one level alike; logs this rank's own error first
  * through `logError`.
  */
-export async function agreeKernelLevel(world: Communicator, asked: LevelAsked, deadlineMs: number,
-  logError: (error: Error) => void): Promise<KernelSettings> {
+export async function agreeKernelLevel(
+  world: Communicator,
+  asked: LevelAsked,
+  deadlineMs: number,
+  logError: (error: Error) => void,
+): Promise<KernelSettings> {
   const ids = world.worldRanks;
   const gather = async (mine: number[]): Promise<Int32Array> => {
     const all = new Int32Array(world.size * mine.length);
@@ -109,8 +121,11 @@ export async function agreeKernelLevel(world: Communicator, asked: LevelAsked, d
   if (level !== 'native') {
     const other = ids.filter((_, r) => pinned[2 * r + 1] !== pinned[1]);
     if (other.length > 0) {
-      throw new KernelLevelRefusal(`${rankList(other)} run${other.length > 1 ? '' : 's'} other versions of the kernel libraries (oneDNN, OpenBLAS) than ` +
-        `rank ${ids[0]}: they would compute other bits at ${level}; install the same versions on every host (its log names this rank's)`, Math.min(...ids));
+      throw new KernelLevelRefusal(
+        `${rankList(other)} run${other.length > 1 ? '' : 's'} other versions of the kernel libraries (oneDNN, OpenBLAS) than ` +
+          `rank ${ids[0]}: they would compute other bits at ${level}; install the same versions on every host (its log names this rank's)`,
+        Math.min(...ids),
+      );
     }
   }
   return settings!;

@@ -83,22 +83,44 @@ export class Progress {
     const last = this.total !== undefined && record.step + 1 >= this.total;
     if (this.terminal) {
       const { stepOf, percent, elapsed, eta, world, rate } = this.parts(record, now);
-      this.drawBar([percent, stepOf, `${elapsed}${eta ? `<${eta}` : ''}`, `loss ${record.loss.toFixed(4)}`, rate, world], this.total !== undefined ? (record.step + 1) / this.total : undefined);
+      this.drawBar(
+        [percent, stepOf, `${elapsed}${eta ? `<${eta}` : ''}`, `loss ${record.loss.toFixed(4)}`, rate, world],
+        this.total !== undefined ? (record.step + 1) / this.total : undefined,
+      );
       if (last) this.endBar();
     } else if (last || now - this.lastLine >= this.everyMs) {
       // formatted only when printed: most steps cost a few counters
       this.lastLine = now;
       const { stepOf, percent, elapsed, eta, world, rate } = this.parts(record, now);
-      this.out.write(`[ft-train] ${[stepOf, percent, `epoch ${record.epoch}`, `loss ${record.loss.toFixed(4)}`, `lr ${record.lr.toPrecision(3)}`, world,
-        `${record.step_ms.toFixed(1)} ms/step`, rate, `elapsed ${elapsed}`, eta && `ETA ${eta}`].filter((part) => part !== undefined).join(' ')}\n`);
+      this.out.write(
+        `[ft-train] ${[
+          stepOf,
+          percent,
+          `epoch ${record.epoch}`,
+          `loss ${record.loss.toFixed(4)}`,
+          `lr ${record.lr.toPrecision(3)}`,
+          world,
+          `${record.step_ms.toFixed(1)} ms/step`,
+          rate,
+          `elapsed ${elapsed}`,
+          eta && `ETA ${eta}`,
+        ]
+          .filter((part) => part !== undefined)
+          .join(' ')}\n`,
+      );
     }
     if (record.test_accuracy !== undefined) {
-      this.line(`step ${record.step}: test accuracy ${(record.test_accuracy * 100).toFixed(1)}%${record.test_loss !== undefined ? `, test loss ${record.test_loss.toFixed(4)}` : ''}`);
+      this.line(
+        `step ${record.step}: test accuracy ${(record.test_accuracy * 100).toFixed(1)}%${record.test_loss !== undefined ? `, test loss ${record.test_loss.toFixed(4)}` : ''}`,
+      );
     }
   }
 
   /** What a line or the bar says of `record`, shown at `now`. */
-  private parts(record: StepRecord, now: number): { stepOf: string; percent?: string; elapsed: string; eta?: string; world: string; rate: string } {
+  private parts(
+    record: StepRecord,
+    now: number,
+  ): { stepOf: string; percent?: string; elapsed: string; eta?: string; world: string; rate: string } {
     const elapsed = Math.max(1e-3, (now - this.firstStart!) / 1000);
     const done = record.step + 1;
     const average = Math.round(this.samples / elapsed);
@@ -138,9 +160,10 @@ export class Progress {
     while (kept.length > 1 && kept.join(' ').length + barMin > width) kept.pop();
     const text = kept.join(' ').slice(0, width - barMin);
     const room = Math.min(30, width - text.length - 3);
-    const bar = fraction !== undefined
-      ? `[${Format.BarFormat(fraction, { barsize: room, barCompleteString: '#'.repeat(room), barIncompleteString: '.'.repeat(room), barGlue: '' } as never)}] `
-      : '';
+    const bar =
+      fraction !== undefined
+        ? `[${Format.BarFormat(fraction, { barsize: room, barCompleteString: '#'.repeat(room), barIncompleteString: '.'.repeat(room), barGlue: '' } as never)}] `
+        : '';
     this.lastBar = `\r${bar}${text}\x1b[K`;
     this.barShown = true;
     this.out.write(this.lastBar);

@@ -24,7 +24,11 @@ function differentSettings(a: RunSettings, b: RunSettings): string[] {
 }
 
 function sameSettings(a: Run, b: Run): boolean {
-  return a.summary?.settings !== undefined && b.summary?.settings !== undefined && differentSettings(a.summary.settings, b.summary.settings).length === 0;
+  return (
+    a.summary?.settings !== undefined &&
+    b.summary?.settings !== undefined &&
+    differentSettings(a.summary.settings, b.summary.settings).length === 0
+  );
 }
 
 function verdict(run: Run, baseline: Run): Comparison {

@@ -33,33 +33,51 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     return run.steps.map((s, k) => {
       if (k > 0 && (typeof run.steps[k - 1].test_accuracy === 'number' || recovered.has(s.step) || resumed.has(s.step))) segment++;
       return {
-        run: labels[i], step: s.step, seconds: (s.time - run.startTime) / 1000, loss: s.loss, lr: s.lr, world: s.world,
-        step_ms: s.step_ms, samples_per_s: (s.samples * 1000) / s.step_ms, segment,
+        run: labels[i],
+        step: s.step,
+        seconds: (s.time - run.startTime) / 1000,
+        loss: s.loss,
+        lr: s.lr,
+        world: s.world,
+        step_ms: s.step_ms,
+        samples_per_s: (s.samples * 1000) / s.step_ms,
+        segment,
       };
     });
   });
   const evaluations = runs.flatMap((run, i) => {
-    const points = run.steps.filter((s) => typeof s.test_accuracy === 'number').map((s) => ({ run: labels[i], step: s.step, accuracy: s.test_accuracy! }));
+    const points = run.steps
+      .filter((s) => typeof s.test_accuracy === 'number')
+      .map((s) => ({ run: labels[i], step: s.step, accuracy: s.test_accuracy! }));
     // the final evaluation follows the last step's metrics line; summary.json has it
     const summary = run.summary;
-    if (summary !== undefined && summary.test_accuracy !== null && points.at(-1)?.step !== summary.steps - 1) points.push({ run: labels[i], step: summary.steps - 1, accuracy: summary.test_accuracy });
+    if (summary !== undefined && summary.test_accuracy !== null && points.at(-1)?.step !== summary.steps - 1)
+      points.push({ run: labels[i], step: summary.steps - 1, accuracy: summary.test_accuracy });
     return points;
   });
   const differences = runs.flatMap((run, i) => {
     const baseline = comparisons[i].baseline;
     if (baseline === undefined || baseline === run) return [];
     const baseLoss = new Map(baseline.steps.map((s) => [s.step, s.loss]));
-    return run.steps.filter((s) => baseLoss.has(s.step)).map((s) => ({ run: labels[i], step: s.step, difference: s.loss - baseLoss.get(s.step)! }));
+    return run.steps
+      .filter((s) => baseLoss.has(s.step))
+      .map((s) => ({ run: labels[i], step: s.step, difference: s.loss - baseLoss.get(s.step)! }));
   });
-  const failures = runs.flatMap((run, i) => run.recoveries.map((r) => ({
-    run: labels[i],
-    step: r.step,
-    seconds: (r.time - run.startTime) / 1000,
-    loss: run.steps.find((s) => s.step === r.step)?.loss,
-  })));
-  const resumes = runs.flatMap((run, i) => run.resumes.map((step) => ({
-    run: labels[i], step, seconds: (run.steps.find((s) => s.step === step)!.time - run.startTime) / 1000,
-  })));
+  const failures = runs.flatMap((run, i) =>
+    run.recoveries.map((r) => ({
+      run: labels[i],
+      step: r.step,
+      seconds: (r.time - run.startTime) / 1000,
+      loss: run.steps.find((s) => s.step === r.step)?.loss,
+    })),
+  );
+  const resumes = runs.flatMap((run, i) =>
+    run.resumes.map((step) => ({
+      run: labels[i],
+      step,
+      seconds: (run.steps.find((s) => s.step === step)!.time - run.startTime) / 1000,
+    })),
+  );
   const maxWorld = Math.max(...runs.map((run) => Math.max(...run.steps.map((s) => s.world))));
   const legend = { title: 'run (click to pick)', labelLimit: 260, symbolType: 'stroke', symbolOpacity: 1, symbolStrokeWidth: 3 };
   const color = { field: 'run', type: 'nominal' as const, scale: { domain: labels }, legend };
@@ -72,7 +90,13 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
   ];
   // on lines, strokeOpacity: their transparent hover points keep opacity 0
   const faded = (opacity: number) => ({ condition: { param: 'pick', value: opacity }, value: opacity / 8 });
-  const tooltip = (...fields: [string, string, string?][]) => fields.map(([field, title, format]) => ({ field, title, type: field === 'run' ? 'nominal' : 'quantitative', ...(format ? { format } : {}) }));
+  const tooltip = (...fields: [string, string, string?][]) =>
+    fields.map(([field, title, format]) => ({
+      field,
+      title,
+      type: field === 'run' ? 'nominal' : 'quantitative',
+      ...(format ? { format } : {}),
+    }));
   const time = { field: 'seconds', type: 'quantitative', title: 'wall time (s)' };
   const step = { field: 'step', type: 'quantitative', title: 'step' };
   // against wall time, a line breaks at each pause (one line per segment); against step, it does not
@@ -81,59 +105,124 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     data: { values: steps },
     params,
     mark: { type: 'line', strokeWidth, point: 'transparent' },
-    encoding: { x, y, color, strokeDash, ...segments(x), strokeOpacity: faded(opacity), tooltip: tooltip(['run', 'run'], ['step', 'step'], ...fields) },
+    encoding: {
+      x,
+      y,
+      color,
+      strokeDash,
+      ...segments(x),
+      strokeOpacity: faded(opacity),
+      tooltip: tooltip(['run', 'run'], ['step', 'step'], ...fields),
+    },
   });
-  const failureRules = (x: ChartSpec): ChartSpec => ({ data: { values: failures }, mark: { type: 'rule', strokeDash: [5, 4], strokeWidth: 1.5 }, encoding: { x, color } });
+  const failureRules = (x: ChartSpec): ChartSpec => ({
+    data: { values: failures },
+    mark: { type: 'rule', strokeDash: [5, 4], strokeWidth: 1.5 },
+    encoding: { x, color },
+  });
   const resumeRules = (x: ChartSpec): ChartSpec => ({
-    data: { values: resumes }, mark: { type: 'rule', strokeDash: [1, 3], strokeWidth: 2 },
+    data: { values: resumes },
+    mark: { type: 'rule', strokeDash: [1, 3], strokeWidth: 2 },
     encoding: { x, color, tooltip: tooltip(['run', 'run'], ['step', 'resumed at step']) },
   });
   // a moving mean over about 2% of the run: the per-step loss of one batch is noisy
   const window = Math.max(1, Math.round(Math.max(...runs.map((r) => r.steps.length)) / 50));
 
   const loss = (x: ChartSpec): ChartSpec => ({
-    width, height,
+    width,
+    height,
     layer: [
-      stepsLine({ field: 'loss', type: 'quantitative', title: 'loss', scale: { zero: false } }, x, [['seconds', 'wall time (s)', '.2f'], ['loss', 'loss', '.5f']], 0.3, 1),
+      stepsLine(
+        { field: 'loss', type: 'quantitative', title: 'loss', scale: { zero: false } },
+        x,
+        [
+          ['seconds', 'wall time (s)', '.2f'],
+          ['loss', 'loss', '.5f'],
+        ],
+        0.3,
+        1,
+      ),
       {
         data: { values: steps },
-        transform: [{ window: [{ op: 'mean', field: 'loss', as: 'mean_loss' }], frame: [-(window - 1), 0], groupby: ['run'], sort: [{ field: x.field as string }] }],
+        transform: [
+          {
+            window: [{ op: 'mean', field: 'loss', as: 'mean_loss' }],
+            frame: [-(window - 1), 0],
+            groupby: ['run'],
+            sort: [{ field: x.field as string }],
+          },
+        ],
         mark: { type: 'line', strokeWidth: 2 },
-        encoding: { x, y: { field: 'mean_loss', type: 'quantitative', title: 'loss' }, color, strokeDash, ...segments(x), strokeOpacity: faded(1) },
+        encoding: {
+          x,
+          y: { field: 'mean_loss', type: 'quantitative', title: 'loss' },
+          color,
+          strokeDash,
+          ...segments(x),
+          strokeOpacity: faded(1),
+        },
       },
       failureRules(x),
       resumeRules(x),
       {
         data: { values: failures },
         mark: { type: 'point', shape: 'triangle-down', size: 140, filled: true, opacity: 1 },
-        encoding: { x, y: { field: 'loss', type: 'quantitative' }, color, tooltip: tooltip(['run', 'run'], ['step', 'failure at step'], ['seconds', 'wall time (s)', '.2f']) },
+        encoding: {
+          x,
+          y: { field: 'loss', type: 'quantitative' },
+          color,
+          tooltip: tooltip(['run', 'run'], ['step', 'failure at step'], ['seconds', 'wall time (s)', '.2f']),
+        },
       },
     ],
   });
   const overTime = (field: string, title: string, format: string): ChartSpec => ({
-    width, height,
-    layer: [stepsLine({ field, type: 'quantitative', title, scale: { zero: false } }, time, [['seconds', 'wall time (s)', '.2f'], [field, title, format], ['world', 'ranks']]), failureRules(time), resumeRules(time)],
+    width,
+    height,
+    layer: [
+      stepsLine({ field, type: 'quantitative', title, scale: { zero: false } }, time, [
+        ['seconds', 'wall time (s)', '.2f'],
+        [field, title, format],
+        ['world', 'ranks'],
+      ]),
+      failureRules(time),
+      resumeRules(time),
+    ],
   });
-  const failureNote = (failures.length > 0 ? ' Dashed lines and triangles: failures (where the survivors saw them).' : '') +
+  const failureNote =
+    (failures.length > 0 ? ' Dashed lines and triangles: failures (where the survivors saw them).' : '') +
     (resumes.length > 0 ? ' Dotted lines: where a run resumed into the same run directory continued it.' : '');
   const breakNote = ' Lines break where an evaluation or a recovery paused the steps.';
   const charts: Chart[] = [
-    { title: 'Loss against step', caption: `Thin: the loss of each step; bold: its mean over the last ${window} steps; each run has its own dash pattern, so identical curves show as one.${failureNote}`, spec: loss(step) },
+    {
+      title: 'Loss against step',
+      caption: `Thin: the loss of each step; bold: its mean over the last ${window} steps; each run has its own dash pattern, so identical curves show as one.${failureNote}`,
+      spec: loss(step),
+    },
   ];
   if (differences.length > 0) {
     charts.push({
-      title: 'Loss minus the baseline\'s',
-      caption: 'Each run\'s loss minus its baseline\'s at the same step: a line at zero all along is an exact recovery.',
+      title: "Loss minus the baseline's",
+      caption: "Each run's loss minus its baseline's at the same step: a line at zero all along is an exact recovery.",
       spec: {
-        width, height,
+        width,
+        height,
         layer: [
-          { data: { values: [{ zero: 0 }] }, mark: { type: 'rule', color: '#999' }, encoding: { y: { field: 'zero', type: 'quantitative' } } },
+          {
+            data: { values: [{ zero: 0 }] },
+            mark: { type: 'rule', color: '#999' },
+            encoding: { y: { field: 'zero', type: 'quantitative' } },
+          },
           {
             data: { values: differences },
             params,
             mark: { type: 'line', strokeWidth: 2, point: 'transparent' },
             encoding: {
-              x: step, y: { field: 'difference', type: 'quantitative', title: 'loss − baseline loss' }, color, strokeDash, strokeOpacity: faded(1),
+              x: step,
+              y: { field: 'difference', type: 'quantitative', title: 'loss − baseline loss' },
+              color,
+              strokeDash,
+              strokeOpacity: faded(1),
               tooltip: tooltip(['run', 'run'], ['step', 'step'], ['difference', 'loss − baseline', '.3e']),
             },
           },
@@ -142,28 +231,59 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     });
   }
   charts.push(
-    { title: 'Loss against wall time', caption: `Seconds since the run started; the same curves as above.${breakNote}${failureNote}`, spec: loss(time) },
-    { title: 'Step time', caption: `Milliseconds each committed step took (a retried step includes its recovery), against wall time.${breakNote}${failureNote}`, spec: overTime('step_ms', 'step time (ms)', '.1f') },
-    { title: 'Throughput', caption: `Samples per second of each committed step, against wall time.${breakNote}${failureNote}`, spec: overTime('samples_per_s', 'samples/s', '.0f') },
+    {
+      title: 'Loss against wall time',
+      caption: `Seconds since the run started; the same curves as above.${breakNote}${failureNote}`,
+      spec: loss(time),
+    },
+    {
+      title: 'Step time',
+      caption: `Milliseconds each committed step took (a retried step includes its recovery), against wall time.${breakNote}${failureNote}`,
+      spec: overTime('step_ms', 'step time (ms)', '.1f'),
+    },
+    {
+      title: 'Throughput',
+      caption: `Samples per second of each committed step, against wall time.${breakNote}${failureNote}`,
+      spec: overTime('samples_per_s', 'samples/s', '.0f'),
+    },
     {
       title: 'World size over time',
       caption: 'Ranks taking part in each committed step, against seconds since the run started.',
       spec: {
-        width, height,
+        width,
+        height,
         data: { values: steps },
         params,
         mark: { type: 'line', interpolate: 'step-after', strokeWidth: 2, point: 'transparent' },
         encoding: {
           x: time,
-          y: { field: 'world', type: 'quantitative', title: 'ranks', scale: { domain: [0, maxWorld] }, axis: { values: [...Array(maxWorld + 1).keys()], format: 'd' } },
-          color, strokeDash, detail: { field: 'segment' }, strokeOpacity: faded(1), tooltip: tooltip(['run', 'run'], ['step', 'step'], ['seconds', 'wall time (s)', '.2f'], ['world', 'ranks']),
+          y: {
+            field: 'world',
+            type: 'quantitative',
+            title: 'ranks',
+            scale: { domain: [0, maxWorld] },
+            axis: { values: [...Array(maxWorld + 1).keys()], format: 'd' },
+          },
+          color,
+          strokeDash,
+          detail: { field: 'segment' },
+          strokeOpacity: faded(1),
+          tooltip: tooltip(['run', 'run'], ['step', 'step'], ['seconds', 'wall time (s)', '.2f'], ['world', 'ranks']),
         },
       },
     },
     {
       title: 'Learning rate',
       caption: 'The rate each committed step used (a shrink run rescales it with its global batch).',
-      spec: { width, height, layer: [stepsLine({ field: 'lr', type: 'quantitative', title: 'learning rate', scale: { zero: true }, axis: { format: '.3~g' } }, step, [['lr', 'learning rate', '.3e']])] },
+      spec: {
+        width,
+        height,
+        layer: [
+          stepsLine({ field: 'lr', type: 'quantitative', title: 'learning rate', scale: { zero: true }, axis: { format: '.3~g' } }, step, [
+            ['lr', 'learning rate', '.3e'],
+          ]),
+        ],
+      },
     },
   );
   if (evaluations.length > 0) {
@@ -174,14 +294,24 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
       title: 'Test accuracy',
       caption: 'On the whole test split, at each evaluation step; the axis spans the accuracies measured.',
       spec: {
-        width, height,
+        width,
+        height,
         data: { values: evaluations },
         params,
         mark: { type: 'line', point: true, strokeWidth: 2 },
         encoding: {
           x: step,
-          y: { field: 'accuracy', type: 'quantitative', title: 'test accuracy', scale: { domain: [Math.max(0, low - pad), Math.min(1, high + pad)] }, axis: { format: '.1%' } },
-          color, strokeDash, opacity: faded(1), tooltip: tooltip(['run', 'run'], ['step', 'step'], ['accuracy', 'test accuracy', '.2%']),
+          y: {
+            field: 'accuracy',
+            type: 'quantitative',
+            title: 'test accuracy',
+            scale: { domain: [Math.max(0, low - pad), Math.min(1, high + pad)] },
+            axis: { format: '.1%' },
+          },
+          color,
+          strokeDash,
+          opacity: faded(1),
+          tooltip: tooltip(['run', 'run'], ['step', 'step'], ['accuracy', 'test accuracy', '.2%']),
         },
       },
     });
@@ -199,7 +329,11 @@ function withoutInteraction(value: unknown): unknown {
   if (typeof value !== 'object' || value === null) return value;
   const object = value as Record<string, unknown>;
   if ('condition' in object) return { value: (object.condition as { value: unknown }).value };
-  return Object.fromEntries(Object.entries(object).filter(([key]) => key !== 'params').map(([key, v]) => [key, withoutInteraction(v)]));
+  return Object.fromEntries(
+    Object.entries(object)
+      .filter(([key]) => key !== 'params')
+      .map(([key, v]) => [key, withoutInteraction(v)]),
+  );
 }
 
 /** All charts in one figure (two per row), for the PNG export. */

@@ -14,6 +14,8 @@ function cell(value: string | number | undefined): string {
 
 /** The table with a header line; `time` is ms since the epoch, as in metrics.jsonl. */
 export function stepsCsv(runs: Run[], labels: string[]): string {
-  const rows = runs.flatMap((run, i) => run.steps.map((s) => columns.map((column) => cell(column === 'run' ? labels[i] : s[column as keyof StepRecord])).join(',')));
+  const rows = runs.flatMap((run, i) =>
+    run.steps.map((s) => columns.map((column) => cell(column === 'run' ? labels[i] : s[column as keyof StepRecord])).join(',')),
+  );
   return [columns.join(','), ...rows].map((line) => `${line}\n`).join('');
 }

@@ -55,7 +55,8 @@ export interface CostMeasurements {
   recoveryFrom?: 'kill → commit' | 'detect → retry';
 }
 
-const mean = (values: number[]): number | undefined => (values.length === 0 ? undefined : values.reduce((a, b) => a + b, 0) / values.length);
+const mean = (values: number[]): number | undefined =>
+  values.length === 0 ? undefined : values.reduce((a, b) => a + b, 0) / values.length;
 
 export function costMeasurements(run: Run): CostMeasurements {
   const retried = new Set(run.recoveries.map((r) => r.step));
@@ -64,14 +65,26 @@ export function costMeasurements(run: Run): CostMeasurements {
   const writes = periodic.length > 0 ? periodic : run.checkpoints.filter((c) => c.reason === 'jit');
   const checkpoint = mean(writes.map((c) => c.durationMs));
   const killed = run.recoveries.flatMap((r) => (r.killToCommitMs === undefined ? [] : [r.killToCommitMs]));
-  const phases = run.recoveries.map((r) => r.detectMs + r.revokeShrinkMs + r.agreeMs + r.joinMs + r.readbackMs + r.checkpointMs + r.retryMs);
+  const phases = run.recoveries.map(
+    (r) => r.detectMs + r.revokeShrinkMs + r.agreeMs + r.joinMs + r.readbackMs + r.checkpointMs + r.retryMs,
+  );
   const recovery = mean(killed.length > 0 ? killed : phases);
   return {
     step,
     ...(checkpoint === undefined ? {} : { checkpoint: checkpoint / 1000, checkpointReason: writes[0].reason }),
-    ...(recovery === undefined ? {} : { recovery: recovery / 1000, recoveryFrom: killed.length > 0 ? 'kill → commit' as const : 'detect → retry' as const }),
+    ...(recovery === undefined
+      ? {}
+      : { recovery: recovery / 1000, recoveryFrom: killed.length > 0 ? ('kill → commit' as const) : ('detect → retry' as const) }),
   };
 }
 
 /** The paper's BERT-L rows (Table 2): o = 5 s, r = 9.9 s, 2e-3 failures per GPU per day; periodic checkpointing's wasted share. */
-export const paperBertLarge = { checkpoint: 5, recovery: 9.9, failuresPerDay: 2e-3, periodic: [{ n: 4, wasted: 0.00096 }, { n: 1024, wasted: 0.0154 }] } as const;
+export const paperBertLarge = {
+  checkpoint: 5,
+  recovery: 9.9,
+  failuresPerDay: 2e-3,
+  periodic: [
+    { n: 4, wasted: 0.00096 },
+    { n: 1024, wasted: 0.0154 },
+  ],
+} as const;

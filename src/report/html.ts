@@ -111,7 +111,9 @@ const verdictText: Record<Comparison['verdict'], string> = {
 };
 
 function verdictCell(comparison: Comparison): string {
-  return comparison.expected === undefined ? verdictText[comparison.verdict] : `<span class="expected">differs</span> (expected: ${escape(comparison.expected)})`;
+  return comparison.expected === undefined
+    ? verdictText[comparison.verdict]
+    : `<span class="expected">differs</span> (expected: ${escape(comparison.expected)})`;
 }
 
 function runsTable(content: ReportContent): string {
@@ -120,21 +122,30 @@ function runsTable(content: ReportContent): string {
     const name = `<td class="text" title="${escape(run.dir)}">${escape(content.labels[i])}</td>`;
     const last = run.steps.at(-1)!;
     if (s === undefined) {
-      return `<tr>${name}<td class="text">–</td><td>${run.steps[0].world} → ${last.world}</td><td>${last.step + 1}</td><td>${last.loss.toFixed(4)}</td><td>–</td>` +
+      return (
+        `<tr>${name}<td class="text">–</td><td>${run.steps[0].world} → ${last.world}</td><td>${last.step + 1}</td><td>${last.loss.toFixed(4)}</td><td>–</td>` +
         `<td>${((last.time - run.startTime) / 1000).toFixed(2)} s</td><td>${run.recoveries.reduce((n, r) => n + r.lost.length, 0)}</td><td>–</td><td class="text">–</td>` +
-        `<td class="text">${verdictText.unfinished}: <span class="unfinished">last committed step ${last.step}</span></td></tr>`;
+        `<td class="text">${verdictText.unfinished}: <span class="unfinished">last committed step ${last.step}</span></td></tr>`
+      );
     }
     const comparison = content.comparisons[i];
-    const against = comparison.baseline && comparison.verdict !== 'baseline' ? ` <span class="note">(vs ${escape(content.labels[content.runs.indexOf(comparison.baseline)] ?? comparison.baseline.dir)})</span>` : '';
-    return `<tr>${name}<td class="text">${escape(s.on_failure)}</td>` +
+    const against =
+      comparison.baseline && comparison.verdict !== 'baseline'
+        ? ` <span class="note">(vs ${escape(content.labels[content.runs.indexOf(comparison.baseline)] ?? comparison.baseline.dir)})</span>`
+        : '';
+    return (
+      `<tr>${name}<td class="text">${escape(s.on_failure)}</td>` +
       `<td>${s.world_initial} → ${s.world_final}</td><td>${s.steps}</td><td>${s.final_loss.toFixed(4)}</td><td>${percent(s.test_accuracy)}</td>` +
       `<td>${s.wall_s.toFixed(2)} s</td><td>${s.failures.length === 0 ? 0 : `${s.ranks_lost} (${run.recoveries.length} recover${run.recoveries.length === 1 ? 'y' : 'ies'})`}</td>` +
       `<td>${megabytes(s.bytes_read_back)}</td><td class="text"><code title="${s.params_sha256}">${s.params_sha256.slice(0, 16)}</code></td>` +
-      `<td class="text">${verdictCell(comparison)}${against}</td></tr>`;
+      `<td class="text">${verdictCell(comparison)}${against}</td></tr>`
+    );
   });
-  return `<table><thead><tr><th class="text">run</th><th class="text">on failure</th><th>ranks</th><th>steps</th><th>final loss</th>` +
+  return (
+    `<table><thead><tr><th class="text">run</th><th class="text">on failure</th><th>ranks</th><th>steps</th><th>final loss</th>` +
     `<th>test accuracy</th><th>wall time</th><th>ranks lost</th><th>read back</th><th class="text">params_sha256</th><th class="text">vs baseline</th></tr></thead>` +
-    `<tbody>${rows.join('\n')}</tbody></table>`;
+    `<tbody>${rows.join('\n')}</tbody></table>`
+  );
 }
 
 function settingText(value: string | number | boolean | null | undefined): string {
@@ -148,18 +159,23 @@ function settingText(value: string | number | boolean | null | undefined): strin
 function settingsTable(content: ReportContent): string {
   const known = content.runs.map((run) => run.summary?.settings);
   const names = [...new Set(known.flatMap((settings) => (settings ? Object.keys(settings) : [])))];
-  if (names.length === 0) return '<p class="note">No run\'s summary.json records its settings (written before ft-train recorded them): they are unknown.</p>';
+  if (names.length === 0)
+    return '<p class="note">No run\'s summary.json records its settings (written before ft-train recorded them): they are unknown.</p>';
   const rows = names.map((name) => {
     const values = known.map((settings) => settings?.[name]);
     const counts = new Map<unknown, number>();
     for (const value of values) if (value !== undefined) counts.set(value, (counts.get(value) ?? 0) + 1);
     const common = [...counts.entries()].reduce((best, entry) => (entry[1] > best[1] ? entry : best))[0];
-    const cells = values.map((value) => `<td class="text${value !== undefined && value !== common ? ' changed' : ''}">${settingText(value)}</td>`);
+    const cells = values.map(
+      (value) => `<td class="text${value !== undefined && value !== common ? ' changed' : ''}">${settingText(value)}</td>`,
+    );
     return `<tr><th class="text">${escape(name)}</th>${cells.join('')}</tr>`;
   });
-  return `<table class="settings"><thead><tr><th class="text">setting</th>${content.labels.map((label) => `<th class="text">${escape(label)}</th>`).join('')}</tr></thead>` +
+  return (
+    `<table class="settings"><thead><tr><th class="text">setting</th>${content.labels.map((label) => `<th class="text">${escape(label)}</th>`).join('')}</tr></thead>` +
     `<tbody>${rows.join('\n')}</tbody></table>` +
-    '<p class="note">From each summary.json; highlighted: a value other than most runs\'; unknown: a summary written before ft-train recorded its settings, or a run that did not finish.</p>';
+    '<p class="note">From each summary.json; highlighted: a value other than most runs\'; unknown: a summary written before ft-train recorded its settings, or a run that did not finish.</p>'
+  );
 }
 
 function recoveryTotal(r: Recovery): number {
@@ -167,17 +183,23 @@ function recoveryTotal(r: Recovery): number {
 }
 
 function recoveriesTable(content: ReportContent): string {
-  const rows = content.runs.flatMap((run, i) => run.recoveries.map((r) =>
-    `<tr><td class="text">${escape(content.labels[i])}</td><td>${r.step}</td><td>${escape(r.lost.join(', '))}</td><td>${r.world}</td><td class="text">${escape(r.phase)}</td>` +
-    `<td>${ms(r.detectMs)}</td><td>${ms(r.revokeShrinkMs)}</td><td>${ms(r.agreeMs)}</td><td>${escape(r.joined.join(', ') || '-')}</td><td>${ms(r.joinMs)}</td><td>${ms(r.readbackMs)}</td><td>${megabytes(r.readbackBytes)}</td>` +
-    `<td>${ms(r.checkpointMs)}</td><td>${ms(r.retryMs)}</td><td><b>${ms(recoveryTotal(r))}</b></td><td>${ms(r.killToCommitMs)}</td></tr>`));
+  const rows = content.runs.flatMap((run, i) =>
+    run.recoveries.map(
+      (r) =>
+        `<tr><td class="text">${escape(content.labels[i])}</td><td>${r.step}</td><td>${escape(r.lost.join(', '))}</td><td>${r.world}</td><td class="text">${escape(r.phase)}</td>` +
+        `<td>${ms(r.detectMs)}</td><td>${ms(r.revokeShrinkMs)}</td><td>${ms(r.agreeMs)}</td><td>${escape(r.joined.join(', ') || '-')}</td><td>${ms(r.joinMs)}</td><td>${ms(r.readbackMs)}</td><td>${megabytes(r.readbackBytes)}</td>` +
+        `<td>${ms(r.checkpointMs)}</td><td>${ms(r.retryMs)}</td><td><b>${ms(recoveryTotal(r))}</b></td><td>${ms(r.killToCommitMs)}</td></tr>`,
+    ),
+  );
   if (rows.length === 0) return '<p class="note">No run had a failure.</p>';
-  return `<table><thead><tr><th class="text">run</th><th>step</th><th>lost ranks</th><th>ranks left</th><th class="text">seen in</th>` +
+  return (
+    `<table><thead><tr><th class="text">run</th><th>step</th><th>lost ranks</th><th>ranks left</th><th class="text">seen in</th>` +
     `<th>detect</th><th>revoke+shrink</th><th>agree</th><th>joined</th><th>spawn+join</th><th>readback</th><th>read before retry</th><th>checkpoint</th><th>retry</th><th>total</th><th>kill → next commit</th></tr></thead>` +
     `<tbody>${rows.join('\n')}</tbody></table>` +
     '<p class="note">Milliseconds. Detect: from the call that failed to the error; joined: the spares or spawned ranks that took the lost ranks\' places, and spawn+join the time to start them and send them the state; ' +
-    'readback: re-reading what the retried step needs of the lost ranks\' shards (the rest follows in the background); ' +
-    'checkpoint: the just-in-time checkpoint; retry: running the step again; kill → next commit: from launch/drill\'s kill -9 to the next committed step (drills only).</p>';
+    "readback: re-reading what the retried step needs of the lost ranks' shards (the rest follows in the background); " +
+    "checkpoint: the just-in-time checkpoint; retry: running the step again; kill → next commit: from launch/drill's kill -9 to the next committed step (drills only).</p>"
+  );
 }
 
 function seconds(value: number | undefined): string {
@@ -207,33 +229,44 @@ function costSection(content: ReportContent): string {
     }
     for (const n of ranks) {
       const periodic = periodicWaste(n, f, m.checkpoint, m.recovery);
-      rows.push(`<tr><td class="text">${escape(content.labels[i])}</td><td>${n}</td><td>${seconds(m.step)}</td>` +
-        `<td>${seconds(m.checkpoint)} <span class="note">(${escape(m.checkpointReason!)})</span></td><td>${seconds(m.recovery)} <span class="note">(${escape(m.recoveryFrom!)})</span></td>` +
-        `<td>${interval(optimalCheckpointRate(n, f, m.checkpoint))}</td><td>${share(periodic.total)}</td><td><b>${share(ftTrainWaste(n, f, m.step, m.recovery).total)}</b></td><td class="text"></td></tr>`);
+      rows.push(
+        `<tr><td class="text">${escape(content.labels[i])}</td><td>${n}</td><td>${seconds(m.step)}</td>` +
+          `<td>${seconds(m.checkpoint)} <span class="note">(${escape(m.checkpointReason!)})</span></td><td>${seconds(m.recovery)} <span class="note">(${escape(m.recoveryFrom!)})</span></td>` +
+          `<td>${interval(optimalCheckpointRate(n, f, m.checkpoint))}</td><td>${share(periodic.total)}</td><td><b>${share(ftTrainWaste(n, f, m.step, m.recovery).total)}</b></td><td class="text"></td></tr>`,
+      );
     }
   });
   const paper = paperBertLarge;
   for (const row of paper.periodic) {
     const ours = periodicWaste(row.n, paper.failuresPerDay / secondsPerDay, paper.checkpoint, paper.recovery);
-    rows.push(`<tr class="paper"><td class="text">BERT-L (the paper)</td><td>${row.n}</td><td>–</td><td>${seconds(paper.checkpoint)}</td><td>${seconds(paper.recovery)}</td>` +
-      `<td>${interval(optimalCheckpointRate(row.n, paper.failuresPerDay / secondsPerDay, paper.checkpoint))}</td><td>${share(ours.total)}</td><td>–</td>` +
-      `<td class="text">paper: ${+(row.wasted * 100).toPrecision(6)}% (without the restart term: ${share(ours.checkpointing)})</td></tr>`);
+    rows.push(
+      `<tr class="paper"><td class="text">BERT-L (the paper)</td><td>${row.n}</td><td>–</td><td>${seconds(paper.checkpoint)}</td><td>${seconds(paper.recovery)}</td>` +
+        `<td>${interval(optimalCheckpointRate(row.n, paper.failuresPerDay / secondsPerDay, paper.checkpoint))}</td><td>${share(ours.total)}</td><td>–</td>` +
+        `<td class="text">paper: ${+(row.wasted * 100).toPrecision(6)}% (without the restart term: ${share(ours.checkpointing)})</td></tr>`,
+    );
   }
-  return `<table><thead><tr><th class="text">run</th><th>ranks N</th><th>step t</th><th>checkpoint o</th><th>recovery r</th><th>optimal interval</th>` +
+  return (
+    `<table><thead><tr><th class="text">run</th><th>ranks N</th><th>step t</th><th>checkpoint o</th><th>recovery r</th><th>optimal interval</th>` +
     `<th>wasted, periodic checkpoints</th><th>wasted, ft-train</th><th class="text">note</th></tr></thead><tbody>${rows.join('\n')}</tbody></table>` +
     `<p class="note">At ${failuresPerDay} failures per rank per day (--failure-rate; ranks: --project). Periodic checkpointing at its optimal rate c* = sqrt(N f / 2o) ` +
     'wastes sqrt(2 N f o) + N f r of the time (Gupta et al., "Just-In-Time Checkpointing", EuroSys 2024; f per second); ft-train wastes N f (t + r): per failure, one step redone and the recovery, ' +
     'nothing between failures. t: the mean of the steps not retried; o: the mean periodic checkpoint of the run, or else its just-in-time ones; r: kill -9 to the next commit where a drill measured it, ' +
-    `or else detect to retry.${missing.length > 0 ? ` Not projected: ${missing.join(', ')}.` : ''}</p>`;
+    `or else detect to retry.${missing.length > 0 ? ` Not projected: ${missing.join(', ')}.` : ''}</p>`
+  );
 }
 
 export function reportHtml(content: ReportContent): string {
-  const skipped = content.skipped.length === 0 ? '' :
-    `<div class="skipped"><b>Not in this report</b> (${content.skipped.length} run director${content.skipped.length === 1 ? 'y' : 'ies'} could not be read):<ul>` +
-    content.skipped.map((line) => `<li><code>${escape(line)}</code></li>`).join('') + '</ul></div>';
-  const figures = content.charts.map(({ chart, svg }, i) =>
-    `<figure data-chart="${i}"><img alt="${escape(chart.title)}" src="data:image/svg+xml;base64,${Buffer.from(svg).toString('base64')}">` +
-    `<figcaption><b>${escape(chart.title)}.</b> ${escape(chart.caption)}</figcaption></figure>`);
+  const skipped =
+    content.skipped.length === 0
+      ? ''
+      : `<div class="skipped"><b>Not in this report</b> (${content.skipped.length} run director${content.skipped.length === 1 ? 'y' : 'ies'} could not be read):<ul>` +
+        content.skipped.map((line) => `<li><code>${escape(line)}</code></li>`).join('') +
+        '</ul></div>';
+  const figures = content.charts.map(
+    ({ chart, svg }, i) =>
+      `<figure data-chart="${i}"><img alt="${escape(chart.title)}" src="data:image/svg+xml;base64,${Buffer.from(svg).toString('base64')}">` +
+      `<figcaption><b>${escape(chart.title)}.</b> ${escape(chart.caption)}</figcaption></figure>`,
+  );
   return `<!doctype html>
 <html lang="en">
 <head>

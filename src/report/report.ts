@@ -61,10 +61,26 @@ export async function writeReport(input: ReportInput, htmlFile: string, pngFile?
   const labels = runLabels(input.runs);
   const comparisons = compareWithBaselines(input.runs, input.baseline);
   const charts = reportCharts(input.runs, labels, comparisons);
-  const rendered = await Promise.all(charts.map(async (chart) => ({ chart, svg: await renderSvg(standalone(chart)), vega: compile(standalone(chart)) })));
-  const html = reportHtml({ ...input, projection: input.projection ?? defaultProjection, labels, comparisons, charts: rendered, generated: new Date() });
-  const png = pngFile === undefined ? undefined :
-    new Resvg(await renderSvg(combined(charts, input.title)), { fitTo: { mode: 'zoom', value: 2 }, font: { loadSystemFonts: true, defaultFontFamily: 'DejaVu Sans' } }).render().asPng();
+  const rendered = await Promise.all(
+    charts.map(async (chart) => ({ chart, svg: await renderSvg(standalone(chart)), vega: compile(standalone(chart)) })),
+  );
+  const html = reportHtml({
+    ...input,
+    projection: input.projection ?? defaultProjection,
+    labels,
+    comparisons,
+    charts: rendered,
+    generated: new Date(),
+  });
+  const png =
+    pngFile === undefined
+      ? undefined
+      : new Resvg(await renderSvg(combined(charts, input.title)), {
+          fitTo: { mode: 'zoom', value: 2 },
+          font: { loadSystemFonts: true, defaultFontFamily: 'DejaVu Sans' },
+        })
+          .render()
+          .asPng();
   for (const file of [htmlFile, pngFile]) if (file !== undefined) fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
   if (pngFile !== undefined && png !== undefined) writeAtomically(pngFile, png);
   writeAtomically(htmlFile, html);

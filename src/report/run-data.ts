@@ -67,7 +67,9 @@ export function readRun(dir: string): Run {
   checkSteps(metricsFile, steps, summary, typeof resume?.step === 'number' ? resume.step : 0);
   const recoveries = readRecoveries(dir, events, summary);
   addKillTimes(dir, recoveries, steps);
-  const checkpoints = events.filter((e) => e.event === 'checkpoint' && typeof e.duration_ms === 'number').map((e) => ({ reason: String(e.reason), durationMs: e.duration_ms as number }));
+  const checkpoints = events
+    .filter((e) => e.event === 'checkpoint' && typeof e.duration_ms === 'number')
+    .map((e) => ({ reason: String(e.reason), durationMs: e.duration_ms as number }));
   return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes };
 }
 
@@ -102,16 +104,39 @@ function readSummary(dir: string): Summary | undefined {
   if (!fs.existsSync(file)) return undefined;
   const summary = readObject(file);
   if (summary.status !== 'complete') throw new RunDirError(`${file}: status is ${JSON.stringify(summary.status)}, not "complete"`);
-  const numbers = ['steps', 'final_loss', 'wall_s', 'ranks_lost', 'bytes_read_back', 'world_initial', 'world_final', 'shards', 'batch', 'seed'];
+  const numbers = [
+    'steps',
+    'final_loss',
+    'wall_s',
+    'ranks_lost',
+    'bytes_read_back',
+    'world_initial',
+    'world_final',
+    'shards',
+    'batch',
+    'seed',
+  ];
   for (const name of numbers) if (typeof summary[name] !== 'number') throw new RunDirError(`${file}: "${name}" is missing or not a number`);
-  for (const name of ['model', 'data', 'on_failure']) if (typeof summary[name] !== 'string') throw new RunDirError(`${file}: "${name}" is missing or not a string`);
-  for (const name of ['test_accuracy', 'test_loss']) if (summary[name] !== null && typeof summary[name] !== 'number') throw new RunDirError(`${file}: "${name}" is not a number`);
-  if (summary.settings !== undefined && !(isObject(summary.settings) && Object.values(summary.settings).every((v) => v === null || ['string', 'number', 'boolean'].includes(typeof v)))) {
+  for (const name of ['model', 'data', 'on_failure'])
+    if (typeof summary[name] !== 'string') throw new RunDirError(`${file}: "${name}" is missing or not a string`);
+  for (const name of ['test_accuracy', 'test_loss'])
+    if (summary[name] !== null && typeof summary[name] !== 'number') throw new RunDirError(`${file}: "${name}" is not a number`);
+  if (
+    summary.settings !== undefined &&
+    !(
+      isObject(summary.settings) &&
+      Object.values(summary.settings).every((v) => v === null || ['string', 'number', 'boolean'].includes(typeof v))
+    )
+  ) {
     throw new RunDirError(`${file}: "settings" is not an object of plain values`);
   }
-  if (typeof summary.params_sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(summary.params_sha256)) throw new RunDirError(`${file}: "params_sha256" is not a sha256`);
+  if (typeof summary.params_sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(summary.params_sha256))
+    throw new RunDirError(`${file}: "params_sha256" is not a sha256`);
   const failures = summary.failures;
-  if (!Array.isArray(failures) || !failures.every((f) => isObject(f) && typeof f.step === 'number' && isRanks(f.lost) && typeof f.world === 'number')) {
+  if (
+    !Array.isArray(failures) ||
+    !failures.every((f) => isObject(f) && typeof f.step === 'number' && isRanks(f.lost) && typeof f.world === 'number')
+  ) {
     throw new RunDirError(`${file}: "failures" is not a list of {step, lost, world}`);
   }
   return summary as unknown as Summary;
@@ -126,10 +151,12 @@ function checkSteps(file: string, steps: StepRecord[], summary: Summary | undefi
   if (steps.length === 0) throw new RunDirError(`${file}: no step`);
   if (steps[0].step !== first) throw new RunDirError(`${file}: starts at step ${steps[0].step}, not ${first}`);
   steps.forEach((record, i) => {
-    if (i > 0 && record.step !== steps[i - 1].step + 1) throw new RunDirError(`${file}: step ${record.step} follows step ${steps[i - 1].step}`);
+    if (i > 0 && record.step !== steps[i - 1].step + 1)
+      throw new RunDirError(`${file}: step ${record.step} follows step ${steps[i - 1].step}`);
   });
   const last = steps[steps.length - 1].step;
-  if (summary !== undefined && last !== summary.steps - 1) throw new RunDirError(`${file}: ends at step ${last}, but ${runFiles.summary} says ${summary.steps} steps`);
+  if (summary !== undefined && last !== summary.steps - 1)
+    throw new RunDirError(`${file}: ends at step ${last}, but ${runFiles.summary} says ${summary.steps} steps`);
 }
 
 /**
@@ -149,21 +176,43 @@ function readRecoveries(dir: string, events: Json[], summary: Summary | undefine
     if (typeof e.step !== 'number') continue;
     if (e.event === 'failure' && index > lastStart) lastRunSteps.add(e.step);
     if (e.event === 'failure' && !byStep.has(e.step)) {
-      byStep.set(e.step, { step: e.step, time: typeof e.time === 'number' ? e.time : NaN, lost: [], world: 0, phase: String(e.phase), detectMs: 0, revokeShrinkMs: 0, agreeMs: 0, readbackMs: 0, joined: [], joinMs: 0, readbackBytes: 0, checkpointMs: 0, retryMs: 0 });
+      byStep.set(e.step, {
+        step: e.step,
+        time: typeof e.time === 'number' ? e.time : NaN,
+        lost: [],
+        world: 0,
+        phase: String(e.phase),
+        detectMs: 0,
+        revokeShrinkMs: 0,
+        agreeMs: 0,
+        readbackMs: 0,
+        joined: [],
+        joinMs: 0,
+        readbackBytes: 0,
+        checkpointMs: 0,
+        retryMs: 0,
+      });
     }
     const recovery = e.event === 'checkpoint' && e.reason === 'jit' ? current : byStep.get(e.step);
     if (recovery === undefined) continue;
     current = recovery;
     switch (e.event) {
-      case 'failure': recovery.detectMs += typeof e.detect_ms === 'number' ? e.detect_ms : 0; break;
+      case 'failure':
+        recovery.detectMs += typeof e.detect_ms === 'number' ? e.detect_ms : 0;
+        break;
       case 'revoke+shrink':
-        if (!isRanks(e.lost)) throw new RunDirError(`${eventsFile}: a revoke+shrink event at step ${e.step} whose "lost" is not a list of ranks`);
+        if (!isRanks(e.lost))
+          throw new RunDirError(`${eventsFile}: a revoke+shrink event at step ${e.step} whose "lost" is not a list of ranks`);
         recovery.revokeShrinkMs += total(e);
         recovery.lost.push(...e.lost);
         if (typeof e.world === 'number') recovery.world = e.world;
         break;
-      case 'agree': recovery.agreeMs += total(e); break;
-      case 'spawn': recovery.joinMs += total(e); break;
+      case 'agree':
+        recovery.agreeMs += total(e);
+        break;
+      case 'spawn':
+        recovery.joinMs += total(e);
+        break;
       case 'join':
         recovery.joinMs += total(e);
         if (isRanks(e.ranks)) recovery.joined.push(...e.ranks);
@@ -172,17 +221,25 @@ function readRecoveries(dir: string, events: Json[], summary: Summary | undefine
         recovery.readbackMs += total(e);
         recovery.readbackBytes += typeof e.bytes_before_retry === 'number' ? e.bytes_before_retry : 0;
         break;
-      case 'checkpoint': recovery.checkpointMs += total(e); break;
-      case 'retry': recovery.retryMs += total(e); break;
+      case 'checkpoint':
+        recovery.checkpointMs += total(e);
+        break;
+      case 'retry':
+        recovery.retryMs += total(e);
+        break;
     }
   }
   const recoveries = [...byStep.values()].filter((r) => r.lost.length > 0);
   if (summary === undefined) return sortedLost(recoveries);
   for (const failure of summary.failures) {
-    if (!recoveries.some((r) => r.step === failure.step)) throw new RunDirError(`${eventsFile}: no recovery at step ${failure.step}, where ${runFiles.summary} has a failure`);
+    if (!recoveries.some((r) => r.step === failure.step))
+      throw new RunDirError(`${eventsFile}: no recovery at step ${failure.step}, where ${runFiles.summary} has a failure`);
   }
   const failedSteps = new Set(summary.failures.map((f) => f.step)).size;
-  if (recoveries.filter((r) => lastRunSteps.has(r.step)).length > failedSteps) throw new RunDirError(`${eventsFile}: has recoveries at ${recoveries.length} steps, ${runFiles.summary} has failures at ${failedSteps}`);
+  if (recoveries.filter((r) => lastRunSteps.has(r.step)).length > failedSteps)
+    throw new RunDirError(
+      `${eventsFile}: has recoveries at ${recoveries.length} steps, ${runFiles.summary} has failures at ${failedSteps}`,
+    );
   return sortedLost(recoveries);
 }
 

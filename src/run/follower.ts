@@ -26,7 +26,12 @@ export class JsonlFollower<T> {
     const end = bytes.lastIndexOf(0x0a);
     this.partial = bytes.subarray(end + 1);
     if (end < 0) return [];
-    return bytes.subarray(0, end).toString('utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as T);
+    return bytes
+      .subarray(0, end)
+      .toString('utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as T);
   }
 
   close(): void {

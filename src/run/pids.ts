@@ -34,7 +34,13 @@ export function pidFileText(): string {
 
 /** The world ranks with a pid file, ascending. */
 export function rankList(pidsDir: string): number[] {
-  return fs.existsSync(pidsDir) ? fs.readdirSync(pidsDir).map(Number).filter(Number.isSafeInteger).sort((a, b) => a - b) : [];
+  return fs.existsSync(pidsDir)
+    ? fs
+        .readdirSync(pidsDir)
+        .map(Number)
+        .filter(Number.isSafeInteger)
+        .sort((a, b) => a - b)
+    : [];
 }
 
 /** What world rank `rank` wrote in its pid file, or null without a readable one. */
@@ -89,7 +95,12 @@ export function rankProcess(pidsDir: string, rank: number, marks: readonly strin
  * Sends `signal` to each of `ranks` whose process runs on this host with the marks `marksOf(rank)`
  * gives; a process that ends in the meantime is skipped. The ranks signalled.
  */
-export function signalRanks(pidsDir: string, ranks: readonly number[], marksOf: (rank: number) => readonly string[], signal: NodeJS.Signals): number[] {
+export function signalRanks(
+  pidsDir: string,
+  ranks: readonly number[],
+  marksOf: (rank: number) => readonly string[],
+  signal: NodeJS.Signals,
+): number[] {
   const signalled: number[] = [];
   for (const rank of ranks) {
     const pid = rankProcess(pidsDir, rank, marksOf(rank));

@@ -11,7 +11,11 @@ export function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
   if (typeof value === 'object' && value !== null) {
     const object = value as Record<string, unknown>;
-    return `{${Object.keys(object).sort().filter((key) => object[key] !== undefined).map((key) => `${JSON.stringify(key)}:${canonicalJson(object[key])}`).join(',')}}`;
+    return `{${Object.keys(object)
+      .sort()
+      .filter((key) => object[key] !== undefined)
+      .map((key) => `${JSON.stringify(key)}:${canonicalJson(object[key])}`)
+      .join(',')}}`;
   }
   return JSON.stringify(value);
 }
@@ -39,7 +43,8 @@ export function runSettings(identity: Record<string, unknown>): RunSettings {
     } else if (key === 'data' && typeof value === 'object') {
       for (const [split, hash] of Object.entries(value as Record<string, unknown>)) settings[`data_${split}_sha256`] = String(hash);
     } else if (key === 'optimizer' && typeof value === 'object') {
-      for (const [field, setting] of Object.entries(value as Record<string, unknown>)) settings[field === 'name' ? 'optimizer' : field] = isScalar(setting) ? setting : canonicalJson(setting);
+      for (const [field, setting] of Object.entries(value as Record<string, unknown>))
+        settings[field === 'name' ? 'optimizer' : field] = isScalar(setting) ? setting : canonicalJson(setting);
     } else if (key === 'lr_schedule' && typeof value === 'object') {
       const schedule = value as { kind: string; every?: number; gamma?: number };
       settings.lr_schedule = schedule.kind === 'step' ? `step:${schedule.every}:${schedule.gamma}` : schedule.kind;

@@ -19,8 +19,10 @@ export function createRunDir(dir: string, resuming = false): void {
   if (fs.existsSync(dir)) {
     if (!fs.statSync(dir).isDirectory()) throw new Error(`${dir}: --run-dir exists and is not a directory`);
     const entries = fs.readdirSync(dir).filter((name) => name !== runFiles.logs && name !== runFiles.pids);
-    if (resuming && entries.includes(runFiles.summary)) throw new Error(`${dir}: --run-dir holds a run that completed (${runFiles.summary}); resume into a new directory`);
-    if (!resuming && entries.length > 0) throw new Error(`${dir}: --run-dir already holds a run (${entries.slice(0, 3).join(', ')}); choose a new directory or --resume it`);
+    if (resuming && entries.includes(runFiles.summary))
+      throw new Error(`${dir}: --run-dir holds a run that completed (${runFiles.summary}); resume into a new directory`);
+    if (!resuming && entries.length > 0)
+      throw new Error(`${dir}: --run-dir already holds a run (${entries.slice(0, 3).join(', ')}); choose a new directory or --resume it`);
   }
   fs.mkdirSync(path.join(dir, runFiles.logs), { recursive: true });
   fs.mkdirSync(path.join(dir, runFiles.pids), { recursive: true });
@@ -37,7 +39,10 @@ export class RunLog {
   /** the files appended to, by name, open for appending */
   private readonly appendFds = new Map<string, number>();
 
-  constructor(readonly dir: string, private readonly worldRank: number) {
+  constructor(
+    readonly dir: string,
+    private readonly worldRank: number,
+  ) {
     // every rank opens its log before MPI starts, before the leader can write a line of this run
     this.metricsFrom = fileSize(path.join(dir, runFiles.metrics));
     this.eventsFrom = fileSize(path.join(dir, runFiles.events));

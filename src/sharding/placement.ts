@@ -37,7 +37,8 @@ export interface EcPlan {
 
 export type RedundancyPlan = { kind: 'none' } | ReplicaPlan | EcPlan;
 
-const ACCEPTED_FORMS = 'accepted: none, replicate:M, replicate:M:group, replicate:M:ring (M >= 2 copies in all), ec:K+M (K >= 1 data and M >= 1 parity chunks per group)';
+const ACCEPTED_FORMS =
+  'accepted: none, replicate:M, replicate:M:group, replicate:M:ring (M >= 2 copies in all), ec:K+M (K >= 1 data and M >= 1 parity chunks per group)';
 
 function badRedundancy(text: string, why: string): Error {
   return new Error(`bad redundancy '${text}': ${why}; ${ACCEPTED_FORMS}`);
@@ -46,12 +47,14 @@ function badRedundancy(text: string, why: string): Error {
 /** Parses 'none' | 'replicate:M' | 'replicate:M:group' | 'replicate:M:ring' | 'ec:K+M'; a bad text throws one line naming it and the accepted forms. */
 export function parseRedundancy(text: string): RedundancySpec {
   if (text === 'none') return { kind: 'none' };
-  const wholeNumber = (digits: string): number | undefined => (/^\d+$/.test(digits) && Number.isSafeInteger(Number(digits)) ? Number(digits) : undefined);
+  const wholeNumber = (digits: string): number | undefined =>
+    /^\d+$/.test(digits) && Number.isSafeInteger(Number(digits)) ? Number(digits) : undefined;
   const parts = text.split(':');
   if (parts[0] === 'replicate' && (parts.length === 2 || parts.length === 3)) {
     const copies = wholeNumber(parts[1]);
     if (copies === undefined) throw badRedundancy(text, `the number of copies '${parts[1]}' is not a whole number`);
-    if (copies === 1) throw badRedundancy(text, "1 copy is no redundancy, the owner's own copy being the only one (that is 'none'); needs M >= 2");
+    if (copies === 1)
+      throw badRedundancy(text, "1 copy is no redundancy, the owner's own copy being the only one (that is 'none'); needs M >= 2");
     if (copies < 2) throw badRedundancy(text, `M = ${copies} copies, needs M >= 2`);
     if (parts.length === 2) return { kind: 'replicate', copies, placement: 'auto' };
     const placement = parts[2];
@@ -170,8 +173,16 @@ export function planRedundancy(spec: RedundancySpec, n: number): { plan: Redunda
   checkSpec(spec);
   checkWorldSize(n);
   const fitted = fitToWorld(spec, n);
-  const degraded = fitted === spec ? undefined : `${formatRedundancy(spec)} needs ${ranksText(ranksNeeded(spec))}; on ${ranksText(n)} using ${formatRedundancy(fitted)}`;
-  const plan: RedundancyPlan = fitted.kind === 'replicate' ? planReplicas(fitted.copies, fitted.placement, n) : fitted.kind === 'ec' ? planEc(fitted.data, fitted.parity, n) : { kind: 'none' };
+  const degraded =
+    fitted === spec
+      ? undefined
+      : `${formatRedundancy(spec)} needs ${ranksText(ranksNeeded(spec))}; on ${ranksText(n)} using ${formatRedundancy(fitted)}`;
+  const plan: RedundancyPlan =
+    fitted.kind === 'replicate'
+      ? planReplicas(fitted.copies, fitted.placement, n)
+      : fitted.kind === 'ec'
+        ? planEc(fitted.data, fitted.parity, n)
+        : { kind: 'none' };
   return degraded === undefined ? { plan } : { plan, degraded };
 }
 
@@ -183,7 +194,8 @@ function planWorldSize(plan: RedundancyPlan): number | undefined {
 }
 
 function checkRank(plan: RedundancyPlan, rank: number, n: number, what: string): void {
-  if (!Number.isSafeInteger(rank) || rank < 0 || rank >= n) throw new Error(`${what} ${rank} is not a rank of the ${ranksText(n)} of the ${plan.kind} plan`);
+  if (!Number.isSafeInteger(rank) || rank < 0 || rank >= n)
+    throw new Error(`${what} ${rank} is not a rank of the ${ranksText(n)} of the ${plan.kind} plan`);
 }
 
 /** The chunks that the survivors' memory cannot rebuild when the comm ranks in `lost` fail together, ascending (empty: all recoverable). */
@@ -247,7 +259,8 @@ export function geminiRecoveryProbability(n: number, m: number, k: number): numb
   const groups = n / m;
   let recoverable = 0;
   for (let wholeGroupsLost = 0; wholeGroupsLost * m <= k; ++wholeGroupsLost) {
-    recoverable += (wholeGroupsLost % 2 === 0 ? 1 : -1) * binomial(groups, wholeGroupsLost) * binomial(n - wholeGroupsLost * m, k - wholeGroupsLost * m);
+    recoverable +=
+      (wholeGroupsLost % 2 === 0 ? 1 : -1) * binomial(groups, wholeGroupsLost) * binomial(n - wholeGroupsLost * m, k - wholeGroupsLost * m);
   }
   return recoverable / binomial(n, k);
 }

@@ -37,7 +37,11 @@ export class PeerRedundancy {
   private readonly exchanged = new Set<Item>();
 
   /** `lengths`: the floats of one fragment of each item (equal on every rank: padded to the longest chunk). */
-  constructor(readonly plan: RedundancyPlan, private readonly comm: Communicator, readonly lengths: Record<Item, number>) {
+  constructor(
+    readonly plan: RedundancyPlan,
+    private readonly comm: Communicator,
+    readonly lengths: Record<Item, number>,
+  ) {
     const n = comm.size;
     const me = comm.rank;
     const held = plan.kind === 'none' ? { replicas: [], parities: [] } : heldBy(plan, me);
@@ -72,20 +76,34 @@ export class PeerRedundancy {
   /** Bytes this rank keeps for others (both generations and the receive buffers). */
   get bytes(): number {
     const generation = (g: Generation) => g.replicas.byteLength + g.parities.reduce((sum, p) => sum + p.byteLength, 0);
-    return (['state', 'input'] as const).reduce((sum, item) => sum + generation(this.committed[item]) + generation(this.pending[item]) + this.received[item].byteLength + this.copies[item].byteLength, 0);
+    return (['state', 'input'] as const).reduce(
+      (sum, item) =>
+        sum +
+        generation(this.committed[item]) +
+        generation(this.pending[item]) +
+        this.received[item].byteLength +
+        this.copies[item].byteLength,
+      0,
+    );
   }
 
   /** Sends this rank's fragment of `item` (lengths[item] floats) to its keepers and keeps what it receives, as pending. */
   async exchange(item: Item, fragment: Float32Array): Promise<void> {
     const f = this.lengths[item];
-    if (fragment.length !== f) throw new RangeError(`PeerRedundancy.exchange: a ${item} fragment of ${fragment.length} floats, expected ${f}`);
+    if (fragment.length !== f)
+      throw new RangeError(`PeerRedundancy.exchange: a ${item} fragment of ${fragment.length} floats, expected ${f}`);
     let send = fragment;
     if (this.destinations.length > 1) {
       send = this.copies[item];
       for (let i = 0; i < this.destinations.length; ++i) send.set(fragment, i * f);
     }
     const into = this.plan.kind === 'replicate' ? this.pending[item].replicas : this.received[item];
-    await this.comm.alltoallv(send, this.sendsTo.map((c) => c * f), into, this.receivesFrom.map((c) => c * f));
+    await this.comm.alltoallv(
+      send,
+      this.sendsTo.map((c) => c * f),
+      into,
+      this.receivesFrom.map((c) => c * f),
+    );
     if (this.plan.kind === 'ec') {
       const plan = this.plan;
       this.parities.forEach(({ group, row }, i) => {

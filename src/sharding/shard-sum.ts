@@ -74,13 +74,21 @@ export class ShardSum {
   readonly total: Float32Array;
 
   /** `add(acc, x)`: acc += x element-wise (the backend's addInPlace); `sizes`: how the exchange is cut (ddpBuckets, oneBucket). */
-  constructor(private readonly comm: Communicator, map: ShardMap, readonly length: number, private readonly add: (acc: Float32Array, x: Float32Array) => void, sizes: BucketSizes) {
+  constructor(
+    private readonly comm: Communicator,
+    map: ShardMap,
+    readonly length: number,
+    private readonly add: (acc: Float32Array, x: Float32Array) => void,
+    sizes: BucketSizes,
+  ) {
     const size = comm.size;
     this.bounds = chunkBounds(length, size);
     this.chunkLengths = this.bounds.slice(1).map((end, c) => end - this.bounds[c]);
     const heldBy = comm.worldRanks.map((worldRank) => map.shardsOf(worldRank));
     if (heldBy.reduce((n, shards) => n + shards.length, 0) !== map.shardCount) {
-      throw new Error(`ShardSum: the shard map's owners ${JSON.stringify(map.ranks)} are not the communicator's ranks ${JSON.stringify(comm.worldRanks)}`);
+      throw new Error(
+        `ShardSum: the shard map's owners ${JSON.stringify(map.ranks)} are not the communicator's ranks ${JSON.stringify(comm.worldRanks)}`,
+      );
     }
     this.held = heldBy[comm.rank];
     this.slots = streamVector(this.held.length * length, Stream.gradients);
@@ -89,7 +97,8 @@ export class ShardSum {
     this.receiveBuffer = new Float32Array(map.shardCount * this.chunk.length);
     const calls = Math.max(...heldBy.map((shards) => shards.length));
     const overlap = (from: number, to: number, c: number) => Math.max(0, Math.min(to, this.bounds[c + 1]) - Math.max(from, this.bounds[c]));
-    if (!(sizes.first >= 1 && sizes.rest >= 1)) throw new RangeError(`ShardSum: bucket sizes must be positive, got ${JSON.stringify(sizes)}`);
+    if (!(sizes.first >= 1 && sizes.rest >= 1))
+      throw new RangeError(`ShardSum: bucket sizes must be positive, got ${JSON.stringify(sizes)}`);
     this.buckets = [];
     let received = 0;
     for (let to = length, from: number; to > 0; to = from) {
@@ -113,7 +122,8 @@ export class ShardSum {
         bucketCalls.push({
           send: sends ? this.slots.subarray(j * length + from, j * length + to) : new Float32Array(0),
           sendCounts: this.bounds.slice(0, size).map((_, c) => (sends ? overlap(from, to, c) : 0)),
-          receive, receiveCounts,
+          receive,
+          receiveCounts,
         });
       }
       this.buckets.push({ from, calls: bucketCalls, chunkPart: this.chunk.subarray(partFrom, partFrom + mine), pieces });
@@ -142,7 +152,8 @@ export class ShardSum {
   put(shard: number, step: number, parts: readonly (Float32Array | readonly number[])[]): void {
     const slot = this.slot(shard);
     const given = parts.reduce((n, part) => n + part.length, 0);
-    if (given !== this.length) throw new RangeError(`ShardSum.put: expected ${this.length} elements, got ${parts.map((p) => p.length).join(' + ')}`);
+    if (given !== this.length)
+      throw new RangeError(`ShardSum.put: expected ${this.length} elements, got ${parts.map((p) => p.length).join(' + ')}`);
     let offset = 0;
     for (const part of parts) {
       slot.set(part, offset);
@@ -158,7 +169,8 @@ export class ShardSum {
 
   /** Stores the vectors for `step` that `previous` (this rank's sum before a repair) holds of shards this sum holds too. */
   carryFrom(previous: ShardSum, step: number): void {
-    if (previous.length !== this.length) throw new RangeError(`ShardSum.carryFrom: vectors of ${previous.length} elements, this sum's have ${this.length}`);
+    if (previous.length !== this.length)
+      throw new RangeError(`ShardSum.carryFrom: vectors of ${previous.length} elements, this sum's have ${this.length}`);
     for (const shard of previous.held) {
       if (!this.held.includes(shard) || !previous.holds(shard, step)) continue;
       this.slot(shard).set(previous.slot(shard));
@@ -211,7 +223,6 @@ export class ShardSum {
     for (let h = 1; h < this.held.length; ++h) this.add(into, this.slots.subarray(h * this.length, (h + 1) * this.length));
     return into;
   }
-
 
   /** The shard-ordered sum of every shard's vector, on every rank (in `total`). */
   async sum(): Promise<Float32Array> {

@@ -45,7 +45,10 @@ class Layout {
   private readonly bounds: number[];
   readonly longest: number;
 
-  constructor(readonly worldRanks: readonly number[], readonly P: number) {
+  constructor(
+    readonly worldRanks: readonly number[],
+    readonly P: number,
+  ) {
     this.bounds = parameterChunks(P, worldRanks.length);
     this.longest = Math.max(...worldRanks.map((_, c) => this.to(c) - this.from(c)));
   }
@@ -112,7 +115,11 @@ export class ShardedState {
   private next?: Next;
 
   /** The state at the run's start over `comm`; or, given `joining`, an empty one that takes part in the next rebuild. */
-  constructor(private readonly config: ShardedStateConfig, comm: Communicator | undefined, joining?: JoinMeta) {
+  constructor(
+    private readonly config: ShardedStateConfig,
+    comm: Communicator | undefined,
+    joining?: JoinMeta,
+  ) {
     const P = config.params.length - 1;
     this.previous = new Float32Array(P + 1);
     if (joining) {
@@ -219,13 +226,17 @@ export class ShardedState {
       const unrecoverable = unrecoverableChunks(this.plan, old.worldRanks.length, lost);
       if (unrecoverable.length > 0) throw this.stateLost(unrecoverable);
       if (lost.length > 0 && this.baseStep + (this.baseHasInput ? 1 : 0) !== step) {
-        throw new Error(`ShardedState: the redundancy stands for step ${this.baseStep + (this.baseHasInput ? 1 : 0)}, recovering step ${step}`);
+        throw new Error(
+          `ShardedState: the redundancy stands for step ${this.baseStep + (this.baseHasInput ? 1 : 0)}, recovering step ${step}`,
+        );
       }
     }
     // before the first commit a lost chunk is the initial state, which the lowest survivor fills in
     const survivor = old.worldRanks.findIndex((id) => comm.worldRanks.includes(id));
     if (survivor < 0 && lost.length > 0) throw this.stateLost(lost);
-    const tasks = this.pristine ? lost.map((c) => ({ group: c, chunks: [c], rebuilder: survivor, fragments: [] })) : rebuildTasks(this.plan, lost);
+    const tasks = this.pristine
+      ? lost.map((c) => ({ group: c, chunks: [c], rebuilder: survivor, fragments: [] }))
+      : rebuildTasks(this.plan, lost);
     const rebuilt = this.pristine ? this.initialChunks(comm, tasks) : await this.rebuildLost(comm, tasks);
     await this.redistribute(comm, layout, live, tasks, rebuilt);
     const next: Next = { layout, comm, ...this.redundancyFor(comm, layout), live };
@@ -264,7 +275,10 @@ export class ShardedState {
   private redundancyFor(comm: Communicator, layout: Layout): { plan: RedundancyPlan; store: PeerRedundancy } {
     const { plan, degraded } = planRedundancy(this.config.redundancy, comm.size);
     if (degraded) this.config.log(`redundancy: ${degraded}`);
-    return { plan, store: new PeerRedundancy(plan, comm, { state: this.fragmentLength(layout, 'state'), input: this.fragmentLength(layout, 'input') }) };
+    return {
+      plan,
+      store: new PeerRedundancy(plan, comm, { state: this.fragmentLength(layout, 'state'), input: this.fragmentLength(layout, 'input') }),
+    };
   }
 
   private length(layout: Layout, c: number): number {
@@ -298,9 +312,11 @@ export class ShardedState {
 
   private stateLost(chunks: number[]): ProtocolStop {
     const ranks = chunks.map((c) => this.layout.worldRanks[c]);
-    return new ProtocolStop('state-lost',
+    return new ProtocolStop(
+      'state-lost',
       `the optimizer state of rank(s) ${ranks.join(', ')} (chunk(s) ${chunks.join(', ')} of ${this.layout.worldRanks.length}) is lost: ` +
-      `no copy of it survives in memory under --redundancy ${describe(this.plan)}`);
+        `no copy of it survives in memory under --redundancy ${describe(this.plan)}`,
+    );
   }
 
   /**
@@ -322,7 +338,14 @@ export class ShardedState {
         const fragments = task.fragments.map((f) => gathered.get(item)!.get(`${task.group}:${f.index}`)!);
         const outputs = task.chunks.map(() => new Float32Array(this.fragmentLength(this.layout, item)));
         const kg = plan.groups[task.group].data.length;
-        ecDecode(kg, plan.parity, task.fragments.map((f) => f.index), fragments, task.chunks.map((c) => plan.groups[task.group].data.indexOf(c)), outputs);
+        ecDecode(
+          kg,
+          plan.parity,
+          task.fragments.map((f) => f.index),
+          fragments,
+          task.chunks.map((c) => plan.groups[task.group].data.indexOf(c)),
+          outputs,
+        );
         return outputs;
       };
       const states = pieces('state');
@@ -357,7 +380,12 @@ export class ShardedState {
     const send = new Float32Array(sendTo.flat().length * f);
     sendTo.flat().forEach((bytes, i) => send.set(bytes, i * f));
     const receive = new Float32Array(receiveFrom.flat().length * f);
-    await comm.alltoallv(send, sendTo.map((list) => list.length * f), receive, receiveFrom.map((list) => list.length * f));
+    await comm.alltoallv(
+      send,
+      sendTo.map((list) => list.length * f),
+      receive,
+      receiveFrom.map((list) => list.length * f),
+    );
     receiveFrom.flat().forEach((key, i) => mine.set(key, receive.subarray(i * f, (i + 1) * f)));
     return mine;
   }
@@ -374,7 +402,13 @@ export class ShardedState {
    * Every survivor sends the pieces of the chunks it has (its own and those it rebuilt) that fall
    * in each new rank's chunk; every new rank places what it receives by element.
    */
-  private async redistribute(comm: Communicator, layout: Layout, live: Float32Array, tasks: RebuildTask[], rebuilt: Map<number, Float32Array>): Promise<void> {
+  private async redistribute(
+    comm: Communicator,
+    layout: Layout,
+    live: Float32Array,
+    tasks: RebuildTask[],
+    rebuilt: Map<number, Float32Array>,
+  ): Promise<void> {
     const old = this.layout;
     const oldIndex = (newRank: number) => old.worldRanks.indexOf(comm.worldRanks[newRank]);
     /** the old chunks new rank r has after the rebuild, ascending (none for a rank that joins) */
@@ -441,7 +475,10 @@ function rebuildTasks(plan: RedundancyPlan, lost: readonly number[]): RebuildTas
   plan.groups.forEach((group, g) => {
     const chunks = group.data.filter((c) => lost.includes(c));
     if (chunks.length === 0) return;
-    const candidates = [...group.data.map((holder, index) => ({ index, holder })), ...group.parity.map((holder, j) => ({ index: group.data.length + j, holder }))];
+    const candidates = [
+      ...group.data.map((holder, index) => ({ index, holder })),
+      ...group.parity.map((holder, j) => ({ index: group.data.length + j, holder })),
+    ];
     const fragments = candidates.filter((f) => alive(f.holder)).slice(0, group.data.length);
     tasks.push({ group: g, chunks, rebuilder: Math.min(...fragments.map((f) => f.holder)), fragments });
   });

@@ -1,10 +1,7 @@
 // Learning-rate schedules: a pure function of the step, so a retried or resumed step gets the same
 // rate. Spelled on the command line as constant | step:EVERY:GAMMA | cosine.
 
-export type LrSchedule =
-  | { kind: 'constant' }
-  | { kind: 'step'; every: number; gamma: number }
-  | { kind: 'cosine' };
+export type LrSchedule = { kind: 'constant' } | { kind: 'step'; every: number; gamma: number } | { kind: 'cosine' };
 
 export function parseLrSchedule(text: string): LrSchedule {
   const [kind, ...rest] = text.split(':');

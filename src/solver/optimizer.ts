@@ -25,7 +25,10 @@ export class Optimizer {
   /** the state tensors per parameter, in checkpoint order (PyTorch's names) */
   readonly slots: readonly string[];
 
-  constructor(readonly settings: OptimizerSettings, private readonly backend: Backend) {
+  constructor(
+    readonly settings: OptimizerSettings,
+    private readonly backend: Backend,
+  ) {
     this.slots = settings.name === 'sgd' ? ['velocity'] : ['exp_avg', 'exp_avg_sq'];
   }
 

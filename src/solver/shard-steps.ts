@@ -52,7 +52,10 @@ export class BatchBuffers {
   private readonly x: Float32Array;
   private readonly labels: Int32Array;
 
-  constructor(largest: number, readonly sampleSize: number) {
+  constructor(
+    largest: number,
+    readonly sampleSize: number,
+  ) {
     this.x = new Float32Array(largest * sampleSize);
     this.labels = new Int32Array(largest);
   }
@@ -88,8 +91,15 @@ export interface GradientTarget {
  * the sum overlaps backward (the Manager's overlap), its exchange starts during the last computed
  * micro-batch's backward if the target is placed in the sum; else once all are computed.
  */
-export async function computeShards(manager: Manager, plan: MicroBatches, step: number, seed: number, buffers: BatchBuffers,
-  target: GradientTarget, compute: GradientFn): Promise<void> {
+export async function computeShards(
+  manager: Manager,
+  plan: MicroBatches,
+  step: number,
+  seed: number,
+  buffers: BatchBuffers,
+  target: GradientTarget,
+  compute: GradientFn,
+): Promise<void> {
   const t = step % plan.stepsPerEpoch;
   const epoch = Math.floor(step / plan.stepsPerEpoch);
   const samples = plan.samplesAt(t);
@@ -110,10 +120,14 @@ export async function computeShards(manager: Manager, plan: MicroBatches, step: 
         await manager.ready(shard, rows);
         gatherBatch(manager.shard(shard), rows, x, labels);
         const last = manager.overlap && slot && shard === missing[missing.length - 1];
-        const progress: GradientProgress | undefined = last ? {
-          lossKnown: (mean) => { slot[slot.length - 1] = mean * weight; },
-          gradientsFrom: (from) => sum.sendFrom(from),
-        } : undefined;
+        const progress: GradientProgress | undefined = last
+          ? {
+              lossKnown: (mean) => {
+                slot[slot.length - 1] = mean * weight;
+              },
+              gradientsFrom: (from) => sum.sendFrom(from),
+            }
+          : undefined;
         loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard }, progress }) * weight;
       }
       if (slot) sum.stored(shard, step, loss);

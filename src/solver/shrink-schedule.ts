@@ -25,7 +25,10 @@ export class ShrinkSchedule {
   /** rows of each shard's epoch order already used */
   cursors: number[];
 
-  constructor(private readonly plan: MicroBatches, readonly perRank: number) {
+  constructor(
+    private readonly plan: MicroBatches,
+    readonly perRank: number,
+  ) {
     this.cursors = new Array<number>(plan.layout.count).fill(0);
   }
 

@@ -93,19 +93,38 @@ export class Trainer implements StateSource {
     private readonly observer: TrainObserver,
   ) {
     const plan = new MicroBatches(dataset.train.layout(config.shards), config.batch, config.seed);
-    this.data = new DataPosition(plan, config, config.onFailure === 'exact' ? undefined : (config.rankBatch ?? config.batch / manager.world.size));
+    this.data = new DataPosition(
+      plan,
+      config,
+      config.onFailure === 'exact' ? undefined : (config.rankBatch ?? config.batch / manager.world.size),
+    );
     const P = net.params.data.length;
     this.optimizer = new Optimizer(config.optimizer, backend);
     this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => plan.size(s)));
     this.buffers = new BatchBuffers(largest, net.inputSize);
     this.gradientTarget = {
-      get gradient() { return net.params.gradients; },
-      get statistics() { return net.statistics; },
+      get gradient() {
+        return net.params.gradients;
+      },
+      get statistics() {
+        return net.statistics;
+      },
       place: (vector) => net.placeGradients(vector),
     };
-    const parameters = { withTail: net.params.dataWithTail, buffers: net.buffers, updateBuffers: (statistics: Float32Array) => net.updateBuffers(statistics) };
-    this.steps = new DataParallelStep({ ...config, shardedState: config.optimizerState === 'sharded' }, manager, this.data, this.buffers, parameters, backend);
+    const parameters = {
+      withTail: net.params.dataWithTail,
+      buffers: net.buffers,
+      updateBuffers: (statistics: Float32Array) => net.updateBuffers(statistics),
+    };
+    this.steps = new DataParallelStep(
+      { ...config, shardedState: config.optimizerState === 'sharded' },
+      manager,
+      this.data,
+      this.buffers,
+      parameters,
+      backend,
+    );
   }
 
   /** The run's length in steps (with --epochs and a shrinking world, the plan's estimate). */
@@ -134,12 +153,23 @@ export class Trainer implements StateSource {
     const step = manager.step;
     const started = performance.now();
     const prepared = this.steps.prepare(learningRate(this.config.lrSchedule, this.config.lr, step, this.totalSteps));
-    const compute = (batch: MicroBatch): number => this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples, batch.progress).loss;
+    const compute = (batch: MicroBatch): number =>
+      this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples, batch.progress).loss;
     if (!(await this.steps.run(prepared, this.gradientTarget, compute, { optimizer: this.optimizer, slots: this.slots }))) return;
     if (manager.shardedState) this.initialSlots = undefined;
     const { epoch, samples, lr } = prepared;
     const spares = manager.world.sparesLaunched ? { spares: manager.world.spares.length } : {};
-    const record: StepRecord = { step, epoch, loss: this.steps.lastLoss, lr, world: manager.world.size, ...spares, samples, step_ms: performance.now() - started, time: Date.now() };
+    const record: StepRecord = {
+      step,
+      epoch,
+      loss: this.steps.lastLoss,
+      lr,
+      world: manager.world.size,
+      ...spares,
+      samples,
+      step_ms: performance.now() - started,
+      time: Date.now(),
+    };
     await manager.commit(async () => {
       if (this.config.evalEvery > 0 && manager.step % this.config.evalEvery === 0 && !this.done()) {
         const evaluation = await this.evaluate();
@@ -158,7 +188,14 @@ export class Trainer implements StateSource {
   private restore(dir: string, manifest: CheckpointManifest): ResumePoint {
     const P = this.net.params.data.length;
     const slots = this.config.optimizerState === 'sharded' ? this.optimizer.slots.map(() => new Float32Array(P)) : this.slots;
-    loadCheckpoint(dir, manifest, this.net.params.views, this.net.params.data, this.optimizer.slots.map((name, k) => ({ name, data: slots[k] })), this.heldBuffers());
+    loadCheckpoint(
+      dir,
+      manifest,
+      this.net.params.views,
+      this.net.params.data,
+      this.optimizer.slots.map((name, k) => ({ name, data: slots[k] })),
+      this.heldBuffers(),
+    );
     if (this.config.optimizerState === 'sharded') this.initialSlots = slots;
     this.data.takeUp(manifest);
     this.observer.event({ event: 'resume', step: manifest.step, from: dir, world: this.manager.world.size });
@@ -172,7 +209,8 @@ export class Trainer implements StateSource {
     const sharded = this.manager.shardedState?.held();
     const slots = sharded ? sharded.slots : this.slots;
     return {
-      tensors: this.net.params.views, params,
+      tensors: this.net.params.views,
+      params,
       slots: this.optimizer.slots.map((name, k) => ({ name, data: slots[k] })),
       held: sharded ? { from: sharded.from, to: sharded.to } : { from: 0, to: params.length },
       buffers: this.heldBuffers(),

@@ -17,20 +17,29 @@ import { randomTensor } from './gradcheck';
 function linearBackwardCase() {
   const [n, i, o] = [64, 784, 512];
   return {
-    x: randomTensor(n * i, 1), w: randomTensor(o * i, 2), dy: randomTensor(n * o, 3),
-    dx: new Float32Array(n * i), dw: new Float32Array(o * i), db: new Float32Array(o), shape: [n, i, o] as [number, number, number],
+    x: randomTensor(n * i, 1),
+    w: randomTensor(o * i, 2),
+    dy: randomTensor(n * o, 3),
+    dx: new Float32Array(n * i),
+    dw: new Float32Array(o * i),
+    db: new Float32Array(o),
+    shape: [n, i, o] as [number, number, number],
   };
 }
 
 async function products(threads: number, calls: number, signals: boolean): Promise<void> {
   cpu.setThreads(threads);
   let handled = 0;
-  process.on('SIGUSR2', () => { handled += 1; });
-  const sender = signals ? spawn('bash', ['-c', `while kill -USR2 ${process.pid} 2>/dev/null; do :; done`], { stdio: 'ignore' }) : undefined;
+  process.on('SIGUSR2', () => {
+    handled += 1;
+  });
+  const sender = signals
+    ? spawn('bash', ['-c', `while kill -USR2 ${process.pid} 2>/dev/null; do :; done`], { stdio: 'ignore' })
+    : undefined;
   const c = linearBackwardCase();
   for (let call = 0; call < calls; ++call) {
     cpu.linearBackward(c.x, c.w, c.dy, c.dx, c.dw, c.db, c.shape);
-    if (call % 20 === 19) await new Promise((resolve) => setImmediate(resolve));  // lets the handler run
+    if (call % 20 === 19) await new Promise((resolve) => setImmediate(resolve)); // lets the handler run
   }
   sender?.kill('SIGKILL');
   console.log(JSON.stringify({ handled, dx: Array.from(c.dx), dw: Array.from(c.dw) }));

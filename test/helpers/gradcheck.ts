@@ -19,8 +19,13 @@ export function dot(y: Float32Array, r: Float32Array): number {
  * Checks analytic[i] against (loss(x + eps) - loss(x - eps)) / (the step actually taken in float32)
  * at `samples` indices spread over x (all of them if x is smaller).
  */
-export function checkGradient(name: string, x: Float32Array, analytic: Float32Array, loss: () => number,
-  { eps = 1e-2, tolerance = 1e-3, samples = 40 } = {}): void {
+export function checkGradient(
+  name: string,
+  x: Float32Array,
+  analytic: Float32Array,
+  loss: () => number,
+  { eps = 1e-2, tolerance = 1e-3, samples = 40 } = {},
+): void {
   const stride = Math.max(1, Math.floor(x.length / samples));
   for (let i = 0; i < x.length; i += stride) {
     const original = x[i];
@@ -33,7 +38,9 @@ export function checkGradient(name: string, x: Float32Array, analytic: Float32Ar
     x[i] = original;
     const numeric = (lossUp - lossDown) / (up - down);
     const error = Math.abs(numeric - analytic[i]);
-    assert.ok(error <= tolerance * Math.max(1, Math.abs(numeric)),
-      `${name}[${i}]: analytic ${analytic[i]} vs finite difference ${numeric}`);
+    assert.ok(
+      error <= tolerance * Math.max(1, Math.abs(numeric)),
+      `${name}[${i}]: analytic ${analytic[i]} vs finite difference ${numeric}`,
+    );
   }
 }

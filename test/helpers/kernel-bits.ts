@@ -27,16 +27,33 @@ function batchFor(net: Net, batch: number, seed: number): { x: Float32Array; lab
 }
 
 // channel, sample and feature counts that are not multiples of any vector width or block size
-const normMix = { input: [3, 9, 9], classes: 5, layers: [
-  { type: 'conv', name: 'c1', filters: 11, kernel: 3, pad: 1 }, { type: 'batchnorm', name: 'bn1' }, { type: 'relu', name: 'r1' },
-  { type: 'conv', name: 'c2', filters: 13, kernel: 3 }, { type: 'layernorm', name: 'ln2' },
-  { type: 'conv', name: 'c3', filters: 13, kernel: 1, inputs: ['r1'] }, { type: 'avgpool', name: 'p3', kernel: 3, stride: 1 },
-  { type: 'add', name: 'sum', inputs: ['ln2', 'p3'] }, { type: 'concat', name: 'cat', inputs: ['sum', 'p3'] },
-  { type: 'globalavgpool', name: 'gap' }, { type: 'linear', name: 'fc1', outputs: 19 }, { type: 'batchnorm', name: 'bnf' },
-  { type: 'layernorm', name: 'lnf' }, { type: 'concat', name: 'feat', inputs: ['lnf', 'gap'] }, { type: 'linear', name: 'fc2', outputs: 5 }] };
+const normMix = {
+  input: [3, 9, 9],
+  classes: 5,
+  layers: [
+    { type: 'conv', name: 'c1', filters: 11, kernel: 3, pad: 1 },
+    { type: 'batchnorm', name: 'bn1' },
+    { type: 'relu', name: 'r1' },
+    { type: 'conv', name: 'c2', filters: 13, kernel: 3 },
+    { type: 'layernorm', name: 'ln2' },
+    { type: 'conv', name: 'c3', filters: 13, kernel: 1, inputs: ['r1'] },
+    { type: 'avgpool', name: 'p3', kernel: 3, stride: 1 },
+    { type: 'add', name: 'sum', inputs: ['ln2', 'p3'] },
+    { type: 'concat', name: 'cat', inputs: ['sum', 'p3'] },
+    { type: 'globalavgpool', name: 'gap' },
+    { type: 'linear', name: 'fc1', outputs: 19 },
+    { type: 'batchnorm', name: 'bnf' },
+    { type: 'layernorm', name: 'lnf' },
+    { type: 'concat', name: 'feat', inputs: ['lnf', 'gap'] },
+    { type: 'linear', name: 'fc2', outputs: 5 },
+  ],
+};
 
 function normBits(): Record<string, string> {
-  const nets: Record<string, Net> = { resnet8: new Net(loadSpec('models/resnet8.json'), cpu), 'norm mix': new Net(parseSpec('g.json', JSON.stringify(normMix)), cpu) };
+  const nets: Record<string, Net> = {
+    resnet8: new Net(loadSpec('models/resnet8.json'), cpu),
+    'norm mix': new Net(parseSpec('g.json', JSON.stringify(normMix)), cpu),
+  };
   cpu.setWinograd(false);
   const hashes: Record<string, string> = {};
   for (const [name, net] of Object.entries(nets)) {
@@ -84,8 +101,14 @@ function chainBits(): Record<string, [number, string]> {
 export function kernelBits(level: CpuLevel | '-', env: Record<string, string | undefined> = {}): KernelBits {
   const childEnv = { ...process.env, ...env };
   for (const [name, value] of Object.entries(env)) if (value === undefined) delete childEnv[name];
-  const run = spawnSync(process.execPath, [__filename, level], { env: childEnv, encoding: 'utf8', timeout: 120_000, cwd: path.join(__dirname, '..', '..', '..') });
-  if (run.status !== 0) throw new Error(`kernel-bits at ${level} ${JSON.stringify(env)}: exit ${run.status} ${run.signal ?? ''}\n${run.stderr}`);
+  const run = spawnSync(process.execPath, [__filename, level], {
+    env: childEnv,
+    encoding: 'utf8',
+    timeout: 120_000,
+    cwd: path.join(__dirname, '..', '..', '..'),
+  });
+  if (run.status !== 0)
+    throw new Error(`kernel-bits at ${level} ${JSON.stringify(env)}: exit ${run.status} ${run.signal ?? ''}\n${run.stderr}`);
   return JSON.parse(run.stdout) as KernelBits;
 }
 

@@ -28,23 +28,43 @@ async function reap(marker: string, graceMs: number): Promise<void> {
 }
 
 /** Runs a command and every process it starts; kills them all after `timeoutMs`. */
-export function runCommand<T = never>(command: string, argv: string[], env: NodeJS.ProcessEnv, timeoutMs: number, label: string): Promise<JobResult<T>> {
+export function runCommand<T = never>(
+  command: string,
+  argv: string[],
+  env: NodeJS.ProcessEnv,
+  timeoutMs: number,
+  label: string,
+): Promise<JobResult<T>> {
   const job = `${process.pid}-${++jobs}`;
   const marker = `FT_TEST_JOB=${job}`;
   return new Promise((resolve, reject) => {
-    const child = spawn(command, argv, { env: { ...env, FT_TEST_JOB: job }, cwd: repoRoot, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, argv, {
+      env: { ...env, FT_TEST_JOB: job },
+      cwd: repoRoot,
+      detached: true,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (chunk) => { stdout += chunk; });
-    child.stderr.on('data', (chunk) => { stderr += chunk; });
+    child.stdout.on('data', (chunk) => {
+      stdout += chunk;
+    });
+    child.stderr.on('data', (chunk) => {
+      stderr += chunk;
+    });
     const timer = setTimeout(() => {
       process.kill(-child.pid!, 'SIGKILL');
       void reap(marker, 0).then(() => reject(new Error(`${label} timed out after ${timeoutMs} ms\n${stdout}\n${stderr}`)));
     }, timeoutMs);
-    child.on('error', (error) => { clearTimeout(timer); reject(error); });
+    child.on('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
     child.on('close', (code, signal) => {
       clearTimeout(timer);
-      const results = stdout.split('\n').filter((line) => line.startsWith('@result '))
+      const results = stdout
+        .split('\n')
+        .filter((line) => line.startsWith('@result '))
         .map((line) => JSON.parse(line.slice('@result '.length)) as T);
       const stragglers = jobProcesses(marker).length;
       void reap(marker, 10_000).then(() => resolve({ code, signal, stdout, stderr, results, stragglers }));

@@ -21,4 +21,3 @@ export async function readbackBytes(S: number, lost: number[], retried: number):
   await dataset.close();
   return { total, beforeRetry };
 }
-

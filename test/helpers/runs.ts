@@ -20,5 +20,9 @@ export function summaryOf(run: Run): Summary {
 
 /** The records of one of the run's JSON-lines files (metrics.jsonl, events.jsonl). */
 export function lines<T>(run: Run, file: string): T[] {
-  return fs.readFileSync(path.join(run.dir, file), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as T);
+  return fs
+    .readFileSync(path.join(run.dir, file), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as T);
 }

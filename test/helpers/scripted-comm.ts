@@ -57,7 +57,10 @@ class Group {
   readonly pending = new Map<string, Rendezvous>();
   private readonly counters = new Map<string, number>();
 
-  constructor(readonly id: number, readonly members: readonly number[]) {}
+  constructor(
+    readonly id: number,
+    readonly members: readonly number[],
+  ) {}
 
   /** the next call of `kind` by `worldRank` on this communicator: its place in the matching order */
   next(kind: Kind, worldRank: number): number {
@@ -85,7 +88,10 @@ export class ScriptedWorld {
   /** the communicator of every rank, as MpiSession.world hands it out: comms[r] is world rank r's */
   readonly comms: ScriptedComm[];
 
-  constructor(readonly size: number, readonly deadlineMs = 3000) {
+  constructor(
+    readonly size: number,
+    readonly deadlineMs = 3000,
+  ) {
     const group = this.group(Array.from({ length: size }, (_, r) => r));
     this.comms = group.members.map((r) => new ScriptedComm(this, group, r));
   }
@@ -126,7 +132,12 @@ export class ScriptedWorld {
   revoke(group: Group): void {
     group.revoked = true;
     for (const rendezvous of [...group.pending.values()]) {
-      if (rendezvous.kind === 'collective') this.settle(group, rendezvous, () => new RevokedError(`scripted: ${rendezvous.op} on revoked communicator ${group.id}`, MPIX_ERR_REVOKED));
+      if (rendezvous.kind === 'collective')
+        this.settle(
+          group,
+          rendezvous,
+          () => new RevokedError(`scripted: ${rendezvous.op} on revoked communicator ${group.id}`, MPIX_ERR_REVOKED),
+        );
     }
   }
 
@@ -152,17 +163,29 @@ export class ScriptedWorld {
     if (kind === 'collective') {
       if (group.revoked) return Promise.reject(new RevokedError(`scripted: ${op} on revoked communicator ${group.id}`, MPIX_ERR_REVOKED));
       const gone = group.members.filter((r) => this.dead.has(r));
-      if (gone.length > 0) return Promise.reject(new ProcFailedError(`scripted: ${op}: rank(s) ${gone.join(', ')} failed`, MPIX_ERR_PROC_FAILED));
+      if (gone.length > 0)
+        return Promise.reject(new ProcFailedError(`scripted: ${op}: rank(s) ${gone.join(', ')} failed`, MPIX_ERR_PROC_FAILED));
     }
     const key = `${kind}#${n}`;
     let rendezvous = group.pending.get(key);
     if (!rendezvous) {
       const created: Rendezvous = {
-        key, kind, op, arrivals: new Map(), complete,
+        key,
+        kind,
+        op,
+        arrivals: new Map(),
+        complete,
         timer: setTimeout(() => {
           const missing = group.members.filter((r) => !this.dead.has(r) && !created.arrivals.has(r));
-          this.settle(group, created, () => new Error(`scripted: ${op} #${n} on communicator ${group.id} [${group.members.join(', ')}] never completed: ` +
-            `rank(s) ${[...created.arrivals.keys()].join(', ')} waited ${this.deadlineMs} ms for rank(s) ${missing.join(', ')}`));
+          this.settle(
+            group,
+            created,
+            () =>
+              new Error(
+                `scripted: ${op} #${n} on communicator ${group.id} [${group.members.join(', ')}] never completed: ` +
+                  `rank(s) ${[...created.arrivals.keys()].join(', ')} waited ${this.deadlineMs} ms for rank(s) ${missing.join(', ')}`,
+              ),
+          );
         }, this.deadlineMs),
       };
       rendezvous = created;
@@ -170,8 +193,15 @@ export class ScriptedWorld {
     }
     if (rendezvous.op !== op) {
       const theirs = rendezvous.op;
-      this.settle(group, rendezvous, () => new Error(`scripted: ranks in different calls at ${kind} #${n} of communicator ${group.id}: ${theirs} and rank ${me}'s ${op}`));
-      return Promise.reject(new Error(`scripted: rank ${me} called ${op} where its peers called ${theirs} (${kind} #${n} of communicator ${group.id})`));
+      this.settle(
+        group,
+        rendezvous,
+        () =>
+          new Error(`scripted: ranks in different calls at ${kind} #${n} of communicator ${group.id}: ${theirs} and rank ${me}'s ${op}`),
+      );
+      return Promise.reject(
+        new Error(`scripted: rank ${me} called ${op} where its peers called ${theirs} (${kind} #${n} of communicator ${group.id})`),
+      );
     }
     const arrived = rendezvous;
     const promise = new Promise<T>((resolve, reject) => {
@@ -186,13 +216,27 @@ export class ScriptedWorld {
     if (!group.pending.has(rendezvous.key)) return;
     const gone = group.members.filter((r) => this.dead.has(r));
     if (rendezvous.kind === 'collective') {
-      if (group.revoked) return this.settle(group, rendezvous, () => new RevokedError(`scripted: ${rendezvous.op} on revoked communicator ${group.id}`, MPIX_ERR_REVOKED));
-      if (gone.length > 0) return this.settle(group, rendezvous, () => new ProcFailedError(`scripted: ${rendezvous.op}: rank(s) ${gone.join(', ')} failed`, MPIX_ERR_PROC_FAILED));
+      if (group.revoked)
+        return this.settle(
+          group,
+          rendezvous,
+          () => new RevokedError(`scripted: ${rendezvous.op} on revoked communicator ${group.id}`, MPIX_ERR_REVOKED),
+        );
+      if (gone.length > 0)
+        return this.settle(
+          group,
+          rendezvous,
+          () => new ProcFailedError(`scripted: ${rendezvous.op}: rank(s) ${gone.join(', ')} failed`, MPIX_ERR_PROC_FAILED),
+        );
     }
     const live = group.members.filter((r) => !this.dead.has(r));
     if (!live.every((r) => rendezvous.arrivals.has(r))) return;
     if (rendezvous.kind === 'agree' && gone.length > 0) {
-      return this.settle(group, rendezvous, () => new ProcFailedError(`scripted: agree: rank(s) ${gone.join(', ')} failed (not acknowledged)`, MPIX_ERR_PROC_FAILED));
+      return this.settle(
+        group,
+        rendezvous,
+        () => new ProcFailedError(`scripted: agree: rank(s) ${gone.join(', ')} failed (not acknowledged)`, MPIX_ERR_PROC_FAILED),
+      );
     }
     clearTimeout(rendezvous.timer);
     group.pending.delete(rendezvous.key);
@@ -226,7 +270,8 @@ const same = (a: CommBuffer, b: CommBuffer): boolean => a.constructor === b.cons
 function reduce(buffers: CommBuffer[], op: ReduceOp): CommBuffer {
   const acc = buffers[0].slice();
   for (const buffer of buffers.slice(1)) {
-    if (!same(buffer, acc) || buffer.length !== acc.length) throw new Error('scripted: allreduce with buffers of different types or lengths');
+    if (!same(buffer, acc) || buffer.length !== acc.length)
+      throw new Error('scripted: allreduce with buffers of different types or lengths');
     for (let i = 0; i < acc.length; ++i) {
       acc[i] = op === 'sum' ? acc[i] + buffer[i] : op === 'max' ? Math.max(acc[i], buffer[i]) : Math.min(acc[i], buffer[i]);
     }
@@ -238,7 +283,11 @@ function reduce(buffers: CommBuffer[], op: ReduceOp): CommBuffer {
 export class ScriptedComm implements Communicator {
   freed = false;
 
-  constructor(private readonly world: ScriptedWorld, readonly group: Group, readonly worldRank: number) {}
+  constructor(
+    private readonly world: ScriptedWorld,
+    readonly group: Group,
+    readonly worldRank: number,
+  ) {}
 
   get rank(): number {
     return this.group.members.indexOf(this.worldRank);
@@ -254,7 +303,10 @@ export class ScriptedComm implements Communicator {
 
   allreduce(buffer: CommBuffer, op: ReduceOp = 'sum'): Promise<void> {
     return this.world.call(this, 'collective', 'allreduce', buffer, (arrivals) => {
-      const result = reduce(arrivals.map((a) => a.input as CommBuffer), op);
+      const result = reduce(
+        arrivals.map((a) => a.input as CommBuffer),
+        op,
+      );
       for (const a of arrivals) (a.input as CommBuffer).set(result as never);
       return arrivals.map(() => undefined);
     });
@@ -266,7 +318,8 @@ export class ScriptedComm implements Communicator {
       if (inputs.some((x) => x.root !== root)) throw new Error('scripted: bcast with different roots');
       const source = inputs[root].buffer;
       for (const { buffer: b } of inputs) {
-        if (!same(b, source) || b.length !== source.length) throw new Error(`scripted: bcast of ${source.length} elements into a buffer of ${b.length}`);
+        if (!same(b, source) || b.length !== source.length)
+          throw new Error(`scripted: bcast of ${source.length} elements into a buffer of ${b.length}`);
         if (b !== source) b.set(source as never);
       }
       return arrivals.map(() => undefined);
@@ -394,7 +447,10 @@ export class RecordingObserver {
  * Runs `work(r)` for each live rank of `ranks` at once and waits for all of them: each one's result or
  * error, by world rank (a rank's error does not stop the others).
  */
-export async function onRanks<T>(ranks: readonly number[], work: (rank: number) => Promise<T>): Promise<Map<number, { value?: T; error?: unknown }>> {
+export async function onRanks<T>(
+  ranks: readonly number[],
+  work: (rank: number) => Promise<T>,
+): Promise<Map<number, { value?: T; error?: unknown }>> {
   const settled = await Promise.allSettled(ranks.map((r) => Promise.resolve().then(() => work(r))));
   return new Map(settled.map((s, i) => [ranks[i], s.status === 'fulfilled' ? { value: s.value } : { error: s.reason as unknown }]));
 }

@@ -17,9 +17,17 @@ let runs = 0;
 const newDir = (): string => path.join(scratch, `run-${++runs}`);
 const sha = (dir: string): string => JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')).params_sha256;
 const events = (dir: string): { event: string; reason?: string; step?: number }[] =>
-  fs.readFileSync(path.join(dir, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  fs
+    .readFileSync(path.join(dir, 'events.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
 /** The checkpoints in a run directory (a job killed whole may leave the spare, ckpt/step-next, beside them). */
-const checkpoints = (dir: string): string[] => fs.readdirSync(path.join(dir, 'ckpt')).filter((name) => /^step-\d{8}$/.test(name)).sort();
+const checkpoints = (dir: string): string[] =>
+  fs
+    .readdirSync(path.join(dir, 'ckpt'))
+    .filter((name) => /^step-\d{8}$/.test(name))
+    .sort();
 
 async function train(ranks: number, dir: string, ...extra: string[]): Promise<JobResult<never>> {
   return runTrain(ranks, [...common, '--run-dir', dir, ...extra]);
@@ -65,22 +73,45 @@ describe('checkpoints and --resume', function () {
   it('--resume into the same run directory (launch/ft-run): its history kept, this run appended, the same bits; a completed one refused', async () => {
     const dir = newDir();
     await train(4, dir, '--drill', 'rank=1,step=20', ...[0, 2, 3].flatMap((r) => ['--drill', `rank=${r},step=35`]));
-    const ftRun = (args: string[]) => runCommand(path.join(repoRoot, 'launch', 'ft-run'), ['-n', '2', '--', ...common, '--run-dir', dir, ...args], process.env, 120_000, 'ft-run --resume');
+    const ftRun = (args: string[]) =>
+      runCommand(
+        path.join(repoRoot, 'launch', 'ft-run'),
+        ['-n', '2', '--', ...common, '--run-dir', dir, ...args],
+        process.env,
+        120_000,
+        'ft-run --resume',
+      );
     const job = await ftRun(['--resume', dir]);
     assert.equal(job.code, 0, job.stdout + job.stderr);
     assert.equal(sha(dir), sha(baseline));
-    const steps = fs.readFileSync(path.join(dir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l).step);
+    const steps = fs
+      .readFileSync(path.join(dir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l).step);
     assert.deepEqual(steps, [...Array.from({ length: 35 }, (_, i) => i), ...Array.from({ length: 40 }, (_, i) => 20 + i)]);
-    const marks = events(dir).filter((e) => ['start', 'resume'].includes(e.event)).map((e) => [e.event, e.step]);
-    assert.deepEqual(marks, [['start', undefined], ['start', undefined], ['resume', 20]]);
+    const marks = events(dir)
+      .filter((e) => ['start', 'resume'].includes(e.event))
+      .map((e) => [e.event, e.step]);
+    assert.deepEqual(marks, [
+      ['start', undefined],
+      ['start', undefined],
+      ['resume', 20],
+    ]);
     // the report reads it as one run: each step once (the resumed run's records past step 20), the resume marked
     const read = readRun(dir);
-    assert.deepEqual(read.steps.map((r) => r.step), Array.from({ length: 60 }, (_, i) => i));
+    assert.deepEqual(
+      read.steps.map((r) => r.step),
+      Array.from({ length: 60 }, (_, i) => i),
+    );
     assert.deepEqual(read.resumes, [20]);
     assert.equal(read.summary?.params_sha256, JSON.parse(fs.readFileSync(path.join(baseline, 'summary.json'), 'utf8')).params_sha256);
     const again = await ftRun(['--resume', dir]);
     assert.equal(again.code, 2);
-    assert.match(again.stderr, new RegExp(`ft-train: ${dir}: --run-dir holds a run that completed \\(summary.json\\); resume into a new directory`));
+    assert.match(
+      again.stderr,
+      new RegExp(`ft-train: ${dir}: --run-dir holds a run that completed \\(summary.json\\); resume into a new directory`),
+    );
   });
 
   it('SIGTERM to one rank: a checkpoint at the next step, exit 0, and the resumed run ends the same', async () => {
@@ -115,21 +146,51 @@ describe('checkpoints and --resume', function () {
     const newest = path.join(dir, 'ckpt', 'step-00000040', 'state.safetensors');
     flipByte(newest, fs.statSync(newest).size - 100);
     const run = await resumed(3, dir);
-    assert.match(run.job.stdout, /step-00000040\/state\.safetensors: corrupt: stripe 3 \(bytes \d+\.\.\d+\) fails the manifest checksum; using .*step-00000020/);
+    assert.match(
+      run.job.stdout,
+      /step-00000040\/state\.safetensors: corrupt: stripe 3 \(bytes \d+\.\.\d+\) fails the manifest checksum; using .*step-00000020/,
+    );
     assert.equal(sha(run.dir), sha(baseline));
     const older = path.join(dir, 'ckpt', 'step-00000020', 'state.safetensors');
     fs.truncateSync(older, 1000);
     const broken = newDir();
-    const failed = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'ft-train.js'), ...common, '--run-dir', broken, '--resume', dir], process.env, 30_000, 'resume from broken checkpoints');
+    const failed = await runCommand(
+      process.execPath,
+      [path.join(repoRoot, 'launch', 'ft-train.js'), ...common, '--run-dir', broken, '--resume', dir],
+      process.env,
+      30_000,
+      'resume from broken checkpoints',
+    );
     assert.equal(failed.code, 2);
     assert.equal(failed.stderr.trim().split('\n').length, 1, failed.stderr);
-    assert.match(failed.stderr, new RegExp(`^ft-train: ${dir}: no complete checkpoint \\(.*corrupt: stripe 3.*; .*truncated: 1000 bytes, the manifest says \\d+\\)`));
+    assert.match(
+      failed.stderr,
+      new RegExp(`^ft-train: ${dir}: no complete checkpoint \\(.*corrupt: stripe 3.*; .*truncated: 1000 bytes, the manifest says \\d+\\)`),
+    );
     assert.ok(!fs.existsSync(broken));
   });
 
   it('refuses to resume with settings that change the result, in one line', async () => {
-    const failed = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'ft-train.js'), ...common, '--run-dir', newDir(), '--resume', path.join(baseline, 'ckpt'), '--lr', '0.02'], process.env, 30_000, 'resume with another lr');
+    const failed = await runCommand(
+      process.execPath,
+      [
+        path.join(repoRoot, 'launch', 'ft-train.js'),
+        ...common,
+        '--run-dir',
+        newDir(),
+        '--resume',
+        path.join(baseline, 'ckpt'),
+        '--lr',
+        '0.02',
+      ],
+      process.env,
+      30_000,
+      'resume with another lr',
+    );
     assert.equal(failed.code, 2);
-    assert.equal(failed.stderr.trim(), `ft-train: ${path.join(baseline, 'ckpt', 'step-00000030')}: written with lr 0.01, this run has 0.02`);
+    assert.equal(
+      failed.stderr.trim(),
+      `ft-train: ${path.join(baseline, 'ckpt', 'step-00000030')}: written with lr 0.01, this run has 0.02`,
+    );
   });
 });

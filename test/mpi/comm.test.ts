@@ -4,16 +4,29 @@ import { strict as assert } from 'node:assert';
 import { runProgram, type JobResult } from '../helpers/mpi-job';
 
 interface Collectives {
-  rank: number; size: number; worldRanks: number[];
-  sumF32: number[]; sumF64: number[]; maxI32: number[]; minI32: number[]; sumsAround: number[]; bcast: number[];
-  gathered: number[]; gatheredV: number[]; alltoallv: number[];
-  agreed: number; revoked: boolean; failed: number[];
+  rank: number;
+  size: number;
+  worldRanks: number[];
+  sumF32: number[];
+  sumF64: number[];
+  maxI32: number[];
+  minI32: number[];
+  sumsAround: number[];
+  bcast: number[];
+  gathered: number[];
+  gatheredV: number[];
+  alltoallv: number[];
+  agreed: number;
+  revoked: boolean;
+  failed: number[];
 }
 
 interface Survivor {
   worldRank: number;
   failure: { name: string; errorClass: number } | null;
-  revoked: boolean; failed: number[]; agreed: number;
+  revoked: boolean;
+  failed: number[];
+  agreed: number;
   shrunk: { rank: number; size: number; worldRanks: number[] };
   sum: number[];
 }
@@ -36,23 +49,44 @@ describe('Communicator collectives', function () {
       const job = await runProgram<Collectives>('collectives', size);
       assert.equal(job.code, 0, job.stderr);
       const results = byRank(job);
-      assert.deepEqual(results.map((r) => r.rank), range(size));
+      assert.deepEqual(
+        results.map((r) => r.rank),
+        range(size),
+      );
       const ranks = range(size);
       const sum = (f: (r: number) => number): number => ranks.reduce((acc, r) => acc + f(r), 0);
       for (const r of results) {
         assert.equal(r.size, size);
         assert.deepEqual(r.worldRanks, ranks);
-        assert.deepEqual(r.sumF32, range(5).map((i) => f32(sum((k) => f32(k + i * 0.5)))));
+        assert.deepEqual(
+          r.sumF32,
+          range(5).map((i) => f32(sum((k) => f32(k + i * 0.5)))),
+        );
         // Doubles: the sum order may vary with the algorithm, so allow one ulp-scale difference.
         r.sumF64.forEach((v, i) => assert.ok(Math.abs(v - sum((k) => (k + 1) * 1e-3 + i)) < 1e-12));
-        assert.deepEqual(r.maxI32, range(4).map((i) => (size - 1) * 10 - i));
-        assert.deepEqual(r.minI32, range(4).map((i) => 0 - i));
+        assert.deepEqual(
+          r.maxI32,
+          range(4).map((i) => (size - 1) * 10 - i),
+        );
+        assert.deepEqual(
+          r.minI32,
+          range(4).map((i) => 0 - i),
+        );
         const weighted = (n: number): number => range(n).reduce((acc, i) => acc + (i % 97) * sum((k) => k + 1) * ((i % 89) + 1), 0);
         assert.deepEqual(r.sumsAround, [16384, 16385, 100_000].map(weighted), 'sums of 64 KiB, 64 KiB + 4 bytes and 400 KB');
         assert.deepEqual(r.bcast, [7.25, 7.25, 7.25, 7.25]);
-        assert.deepEqual(r.gathered, ranks.flatMap((k) => [k, k * k]));
-        assert.deepEqual(r.gatheredV, ranks.flatMap((k) => Array(k + 1).fill(100 + k)));
-        assert.deepEqual(r.alltoallv, ranks.flatMap((s) => Array(r.rank + 1).fill(1000 * s + r.rank)));
+        assert.deepEqual(
+          r.gathered,
+          ranks.flatMap((k) => [k, k * k]),
+        );
+        assert.deepEqual(
+          r.gatheredV,
+          ranks.flatMap((k) => Array(k + 1).fill(100 + k)),
+        );
+        assert.deepEqual(
+          r.alltoallv,
+          ranks.flatMap((s) => Array(r.rank + 1).fill(1000 * s + r.rank)),
+        );
         assert.equal(r.agreed, ~ranks.reduce((acc, k) => acc | (1 << k), 0));
         assert.equal(r.revoked, false);
         assert.deepEqual(r.failed, []);
@@ -74,15 +108,19 @@ describe('Communicator after kill -9', function () {
       const job = await runProgram<Survivor>('kill', 4, [victims.join(',')]);
       const survivorRanks = range(4).filter((r) => !victims.includes(r));
       const survivors = byRank(job);
-      assert.deepEqual(survivors.map((s) => s.worldRank), survivorRanks, job.stdout + job.stderr);
-      assert.equal(job.code, 0, job.stderr);  // the survivors finalized and mpirun let the job end
+      assert.deepEqual(
+        survivors.map((s) => s.worldRank),
+        survivorRanks,
+        job.stdout + job.stderr,
+      );
+      assert.equal(job.code, 0, job.stderr); // the survivors finalized and mpirun let the job end
       const expectedAnd = ~survivorRanks.reduce((acc, r) => acc | (1 << r), 0);
       for (const s of survivors) {
         assert.ok(s.failure, `world rank ${s.worldRank}: the allreduce did not fail`);
         assert.ok(['ProcFailedError', 'RevokedError'].includes(s.failure.name), s.failure.name);
         assert.equal(s.failure.errorClass, s.failure.name === 'ProcFailedError' ? 75 : 77);
         assert.equal(s.revoked, true);
-        assert.deepEqual([...s.failed].sort(), victims);  // in the order they were detected
+        assert.deepEqual([...s.failed].sort(), victims); // in the order they were detected
         assert.equal(s.agreed, expectedAnd);
         assert.equal(s.shrunk.size, survivorRanks.length);
         assert.deepEqual(s.shrunk.worldRanks, survivorRanks);
@@ -106,7 +144,12 @@ describe('Comm thread', function () {
   });
 
   it('bounds every wait: past the deadline the thread revokes (CommTimeoutError); a revoke never queues behind a waiting call', async () => {
-    interface Deadline { rank: number; timedOut: { name: string; ms: number } | null; revoked: { name: string; ms: number } | null; sizes: number[] }
+    interface Deadline {
+      rank: number;
+      timedOut: { name: string; ms: number } | null;
+      revoked: { name: string; ms: number } | null;
+      sizes: number[];
+    }
     const job = await runProgram<Deadline>('deadline', 2, ['500']);
     assert.equal(job.code, 0, job.stderr);
     const waiter = job.results.find((r) => r.rank === 0)!;
@@ -116,7 +159,13 @@ describe('Comm thread', function () {
     // with a 60 s deadline, the revoke issued during the wait ends it at once
     assert.equal(waiter.revoked!.name, 'RevokedError');
     assert.ok(waiter.revoked!.ms < 5000, `the revoke took ${waiter.revoked!.ms} ms`);
-    assert.deepEqual(job.results.map((r) => r.sizes), [[2, 2], [2, 2]]);
+    assert.deepEqual(
+      job.results.map((r) => r.sizes),
+      [
+        [2, 2],
+        [2, 2],
+      ],
+    );
   });
 
   it('rejects bad arguments with errors naming the argument', async () => {
@@ -131,9 +180,11 @@ describe('Comm thread', function () {
       'fractional root': 'TypeError: bcast: expected root to be an integer from 0 to 0, got number 0.5',
       'mixed types': 'TypeError: allgather: expected recvbuf to be the same kind of typed array as sendbuf, got Float64Array',
       'short recvbuf': 'RangeError: allgather: recvbuf has 1 elements; expected size * sendbuf.length = 2',
-      'counts length': 'TypeError: allgatherv: expected counts to be an Array or Int32Array of 1 non-negative integers (one per rank), got Array of 2',
+      'counts length':
+        'TypeError: allgatherv: expected counts to be an Array or Int32Array of 1 non-negative integers (one per rank), got Array of 2',
       'counts vs sendbuf': 'RangeError: allgatherv: sendbuf has 2 elements but counts[0] is 3',
-      'negative count': 'TypeError: alltoallv: expected sendCounts to be an Array or Int32Array of 1 non-negative integers (one per rank), got number -1',
+      'negative count':
+        'TypeError: alltoallv: expected sendCounts to be an Array or Int32Array of 1 non-negative integers (one per rank), got number -1',
       'counts sum': 'RangeError: alltoallv: sendCounts add up to 1 elements but sendbuf has 2',
       'agree flag': 'TypeError: agree: expected flag to be an integer from -2147483648 to 2147483647, got number 1.5',
       'init twice': 'Error: init: MPI was already initialized',
@@ -150,14 +201,22 @@ describe('The shard-ordered sum (ft/shard-sum.ts) on a real communicator', funct
 
   for (const size of [1, 2, 3]) {
     it(`has the bits of one float32 addition after another in shard order at ${size} rank${size > 1 ? 's' : ''}, buckets sent early or late`, async () => {
-      const job = await runProgram<{ rank: number; sums: Record<string, string[]>; references: Record<string, string[]> }>('shard-sum', size);
+      const job = await runProgram<{ rank: number; sums: Record<string, string[]>; references: Record<string, string[]> }>(
+        'shard-sum',
+        size,
+      );
       assert.equal(job.code, 0, job.stderr);
       assert.equal(job.results.length, size);
       for (const r of job.results) {
         assert.deepEqual(Object.keys(r.sums), ['1001', '70001']);
         for (const length of Object.keys(r.sums)) {
           assert.equal(r.sums[length].length, 2);
-          r.sums[length].forEach((sum, step) => assert.ok(sum === r.references[length][step], `rank ${r.rank}, length ${length}, step ${step}: the sum's bits differ from the shard-order reference`));
+          r.sums[length].forEach((sum, step) =>
+            assert.ok(
+              sum === r.references[length][step],
+              `rank ${r.rank}, length ${length}, step ${step}: the sum's bits differ from the shard-order reference`,
+            ),
+          );
         }
       }
     });

@@ -51,7 +51,10 @@ describe('elastic world: spares and respawned ranks', function () {
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference.get('sgd'));
     assert.deepEqual(worlds(run), Array(12).fill(4));
-    assert.deepEqual(lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.spares), [...Array(3).fill(1), ...Array(9).fill(0)]);
+    assert.deepEqual(
+      lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.spares),
+      [...Array(3).fill(1), ...Array(9).fill(0)],
+    );
     const join = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'join')!;
     assert.deepEqual([join.step, join.ranks], [3, [4]]);
     assert.equal(summary.world_final, 4);
@@ -67,7 +70,17 @@ describe('elastic world: spares and respawned ranks', function () {
   });
 
   it('sharded AdamW state + 1 spare: the spare receives the lost chunk, the same bits', async () => {
-    const run = await train(5, '--spares', '1', '--optimizer', 'adamw', '--optimizer-state', 'sharded', '--drill', 'rank=1,step=5,phase=update');
+    const run = await train(
+      5,
+      '--spares',
+      '1',
+      '--optimizer',
+      'adamw',
+      '--optimizer-state',
+      'sharded',
+      '--drill',
+      'rank=1,step=5,phase=update',
+    );
     assert.equal(summaryOf(run).params_sha256, reference.get('adamw'));
     assert.deepEqual(worlds(run), Array(12).fill(4));
   });
@@ -79,28 +92,77 @@ describe('elastic world: spares and respawned ranks', function () {
   });
 
   it('2 ranks + 1 spare, both working ranks killed, --min-ranks 2: stops with exit 3 after a checkpoint', async () => {
-    const run = await train(3, '--spares', '1', '--min-ranks', '2', '--drill', 'rank=0,step=5,phase=compute', '--drill', 'rank=1,step=5,phase=compute');
+    const run = await train(
+      3,
+      '--spares',
+      '1',
+      '--min-ranks',
+      '2',
+      '--drill',
+      'rank=0,step=5,phase=compute',
+      '--drill',
+      'rank=1,step=5,phase=compute',
+    );
     assert.equal(run.code, 3, `${run.stdout}\n${run.stderr}`);
     assert.match(run.stdout, /1 rank\(s\) left, below --min-ranks 2: stopping \(checkpoint .*step-00000005\)/);
     assert.ok(fs.existsSync(path.join(run.dir, 'ckpt', 'step-00000005', 'manifest.json')));
   });
 
   it('--respawn at 4 ranks: kills of rank 0, of the newcomer during its join, and of two survivors (one during the spawn) end at 4 ranks, the same bits', async () => {
-    const run = await ftRun(4, [], '--respawn',
-      '--drill', 'rank=0,step=3,phase=compute', '--drill', 'rank=4,step=3,phase=join',
-      '--drill', 'rank=1,step=7,phase=collective', '--drill', 'rank=2,step=7,phase=spawn');
+    const run = await ftRun(
+      4,
+      [],
+      '--respawn',
+      '--drill',
+      'rank=0,step=3,phase=compute',
+      '--drill',
+      'rank=4,step=3,phase=join',
+      '--drill',
+      'rank=1,step=7,phase=collective',
+      '--drill',
+      'rank=2,step=7,phase=spawn',
+    );
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference.get('sgd'));
     assert.deepEqual(worlds(run), Array(12).fill(4));
     const events = lines<EventRecord>(run, 'events.jsonl');
-    assert.deepEqual(events.filter((e) => e.event === 'join').map((e) => [e.step, e.ranks]), [[3, [5]], [7, [7, 8]]]);
-    assert.deepEqual(summary.failures.map((f) => [f.step, f.lost]), [[3, [0]], [3, [4]], [7, [1]], [7, [2]]]);
-    assert.match(run.stderr, /ft-run: mpirun exited 137 \(it counts a --respawn rank that died or could not start, or a host it lost, against the job\), but the run completed: exit 0/);
+    assert.deepEqual(
+      events.filter((e) => e.event === 'join').map((e) => [e.step, e.ranks]),
+      [
+        [3, [5]],
+        [7, [7, 8]],
+      ],
+    );
+    assert.deepEqual(
+      summary.failures.map((f) => [f.step, f.lost]),
+      [
+        [3, [0]],
+        [3, [4]],
+        [7, [1]],
+        [7, [2]],
+      ],
+    );
+    assert.match(
+      run.stderr,
+      /ft-run: mpirun exited 137 \(it counts a --respawn rank that died or could not start, or a host it lost, against the job\), but the run completed: exit 0/,
+    );
   });
 
   it('--respawn with sharded state: the newcomer receives its chunk in the redistribution, the same bits', async () => {
-    const run = await train(4, '--respawn', '--respawn-limit', '1', '--optimizer', 'adamw', '--optimizer-state', 'sharded',
-      '--drill', 'rank=3,step=2,phase=compute', '--drill', 'rank=1,step=6,phase=compute');
+    const run = await train(
+      4,
+      '--respawn',
+      '--respawn-limit',
+      '1',
+      '--optimizer',
+      'adamw',
+      '--optimizer-state',
+      'sharded',
+      '--drill',
+      'rank=3,step=2,phase=compute',
+      '--drill',
+      'rank=1,step=6,phase=compute',
+    );
     assert.equal(summaryOf(run).params_sha256, reference.get('adamw'));
     // one respawn allowed: back to 4 after the first kill, 3 after the second
     assert.deepEqual(worlds(run), [...Array(6).fill(4), ...Array(6).fill(3)]);
@@ -114,6 +176,9 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.deepEqual(worlds(run), [2, 2, 2, ...Array(9).fill(1)]);
     const said = run.stdout.split('\n').filter((line) => line.includes('cannot spawn'));
     assert.equal(said.length, 1, run.stdout);
-    assert.match(said[0], /^\[ft-train\] step 3: cannot spawn a rank to replace the lost: MPI_ERR_\w+: .* \(no free slot in the allocation, or an MPI without spawn support\); going on with the survivors, --respawn off$/);
+    assert.match(
+      said[0],
+      /^\[ft-train\] step 3: cannot spawn a rank to replace the lost: MPI_ERR_\w+: .* \(no free slot in the allocation, or an MPI without spawn support\); going on with the survivors, --respawn off$/,
+    );
   });
 });

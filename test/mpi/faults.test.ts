@@ -36,7 +36,11 @@ const summaryOf = (run: Run): Summary => {
 };
 
 const eventsOf = (run: Run): EventRecord[] =>
-  fs.readFileSync(path.join(run.dir, 'events.jsonl'), 'utf8').trim().split('\n').map((line) => JSON.parse(line) as EventRecord);
+  fs
+    .readFileSync(path.join(run.dir, 'events.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as EventRecord);
 
 function alive(pid: number): boolean {
   try {
@@ -69,7 +73,11 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     assert.equal(run.job.stragglers, 0, 'processes of the job outlived mpirun');
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, baseline.params_sha256, `${run.dir}: parameters differ from the run without failure`);
-    assert.deepEqual(summary.failures.flatMap((f) => f.lost).sort(), [...lost].sort(), `${run.dir}: ${JSON.stringify(summary.failures)}\n${run.job.stdout}${run.job.stderr}`);
+    assert.deepEqual(
+      summary.failures.flatMap((f) => f.lost).sort(),
+      [...lost].sort(),
+      `${run.dir}: ${JSON.stringify(summary.failures)}\n${run.job.stdout}${run.job.stderr}`,
+    );
     assert.equal(summary.world_final, 4 - lost.length);
     return summary;
   }
@@ -93,16 +101,28 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     });
   }
 
-  it('a main thread that never returns (a stuck kernel): its comm thread keeps the heartbeats going, the rank\'s watchdog kills it, same bits', async () => {
+  it("a main thread that never returns (a stuck kernel): its comm thread keeps the heartbeats going, the rank's watchdog kills it, same bits", async () => {
     // ULFM's detector at half the watchdog's timeout: had the stuck rank stopped sending heartbeats,
     // the survivors would declare it dead (and kill it) before its watchdog speaks.
     const dir = path.join(scratch, `run-${++runs}`);
-    const job = trainCommand(4, [...common, '--hang-timeout', '4', '--run-dir', dir, '--drill', 'rank=2,step=10,phase=compute,action=hang']);
+    const job = trainCommand(4, [
+      ...common,
+      '--hang-timeout',
+      '4',
+      '--run-dir',
+      dir,
+      '--drill',
+      'rank=2,step=10,phase=compute,action=hang',
+    ]);
     job.args[job.args.indexOf('mpi_ft_detector_period') + 1] = '0.5';
     job.args[job.args.indexOf('mpi_ft_detector_timeout') + 1] = '2';
     const run = { dir, job: await runCommand(job.command, job.args, job.env, 60_000, 'ft-train with a fast detector') };
     assertRecovered(run, [2]);
-    assert.deepEqual(ftLines(run.job), ['ft-train: rank 2: no progress for 4 s (stuck in a computation or a blocking call); this rank declares itself failed'], run.job.stderr);
+    assert.deepEqual(
+      ftLines(run.job),
+      ['ft-train: rank 2: no progress for 4 s (stuck in a computation or a blocking call); this rank declares itself failed'],
+      run.job.stderr,
+    );
   });
 
   it('SIGSTOP during a recovery and during its readback', async () => {
@@ -119,7 +139,10 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
       assertRecovered(jit, [0, 1]);
       const periodic = await train('--checkpoint-every', '10', '--drill', `rank=2,step=10,phase=${phase}`);
       assertRecovered(periodic, [2]);
-      assert.ok(fs.existsSync(path.join(periodic.dir, 'ckpt', 'step-00000010', 'manifest.json')), `${phase}: the checkpoint was written after all`);
+      assert.ok(
+        fs.existsSync(path.join(periodic.dir, 'ckpt', 'step-00000010', 'manifest.json')),
+        `${phase}: the checkpoint was written after all`,
+      );
     }
   });
 
@@ -129,7 +152,10 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     assert.equal(stopped.job.code, 0, stopped.job.stderr);
     assert.ok(!fs.existsSync(path.join(stopped.dir, 'summary.json')), 'a stopped run is not passed off as complete');
     const stop = eventsOf(stopped).filter((e) => e.event === 'stop');
-    assert.deepEqual(stop.map((e) => [e.reason, e.step]), [['sigterm', 7]]);
+    assert.deepEqual(
+      stop.map((e) => [e.reason, e.step]),
+      [['sigterm', 7]],
+    );
     const resumed = await train('--resume', stopped.dir, '--drill', 'rank=3,step=7,phase=resume');
     assertRecovered(resumed, [3]);
   });
@@ -138,13 +164,22 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     const run = await train('--drill', 'rank=0,step=20,phase=final-write');
     const summary = assertRecovered(run, [0]);
     assert.equal(summary.failures[0].step, 20);
-    assert.deepEqual(fs.readdirSync(run.dir).filter((name) => name.includes('.partial-')), [], 'no stray partial file');
+    assert.deepEqual(
+      fs.readdirSync(run.dir).filter((name) => name.includes('.partial-')),
+      [],
+      'no stray partial file',
+    );
   });
 
   it('SIGTERM during start-up still means stop cleanly, with a checkpoint', async () => {
     const run = await train('--drill', 'rank=2,step=0,phase=startup,action=term');
     assert.equal(run.job.code, 0, run.job.stderr);
-    assert.deepEqual(eventsOf(run).filter((e) => e.event === 'stop').map((e) => e.reason), ['sigterm']);
+    assert.deepEqual(
+      eventsOf(run)
+        .filter((e) => e.event === 'stop')
+        .map((e) => e.reason),
+      ['sigterm'],
+    );
   });
 
   it('without the detector, a SIGSTOP meets the deadlines: CommTimeoutError, a shrink that cannot finish, the stop line, nothing left', async () => {
@@ -156,8 +191,19 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     assert.equal(run.job.stragglers, 0);
     assert.ok(!alive(pidOf(run, 2)), 'the stopped rank is still there');
     const lines = ftLines(run.job);
-    assert.ok(lines.length >= 1 && lines.every((line) => /^ft-train: rank [013]: the repair at step 10 cannot finish: MPIX_Comm_shrink did not return within 6000 ms: a peer is alive but does not take part$/.test(line)), lines.join('\n'));
-    assert.ok(eventsOf(run).some((e) => e.event === 'failure' && e.error === 'CommTimeoutError'), 'the collective ran into its deadline');
+    assert.ok(
+      lines.length >= 1 &&
+        lines.every((line) =>
+          /^ft-train: rank [013]: the repair at step 10 cannot finish: MPIX_Comm_shrink did not return within 6000 ms: a peer is alive but does not take part$/.test(
+            line,
+          ),
+        ),
+      lines.join('\n'),
+    );
+    assert.ok(
+      eventsOf(run).some((e) => e.event === 'failure' && e.error === 'CommTimeoutError'),
+      'the collective ran into its deadline',
+    );
   });
 
   for (const action of ['kill', 'stop']) {
@@ -176,6 +222,8 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     const run = await train('--drill', 'rank=2,step=0,phase=startup');
     assert.notEqual(run.job.code, 0);
     assert.equal(run.job.stragglers, 0);
-    assert.deepEqual(ftLines(run.job), ['ft-train: rank 0: MPI start-up did not return within 10000 ms: a peer is alive but does not take part (a rank died or hung while starting)']);
+    assert.deepEqual(ftLines(run.job), [
+      'ft-train: rank 0: MPI start-up did not return within 10000 ms: a peer is alive but does not take part (a rank died or hung while starting)',
+    ]);
   });
 });

@@ -26,19 +26,35 @@ function launch(args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs 
  * `binding` by default that of one thread per rank: a second core for each rank's comm thread
  * where the slots allow, else mpirun's own ('' for none).
  */
-function expectedLine(ranks: number, slots: number, detector: string, trainArgs: string, hostfile?: string,
-  binding = 2 * ranks <= slots ? '--map-by slot:PE=2' : ranks > slots ? '--bind-to core:overload-allowed' : ''): string {
-  return [
-    ...(process.getuid?.() === 0 ? ['OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'] : []),
-    `${mpiHome}/bin/mpirun --with-ft ulfm`, ...(ranks > slots ? ['--oversubscribe'] : []), `-n ${ranks}`,
-    ...(hostfile ? [`--hostfile ${hostfile}`] : []), ...(binding ? [binding] : []),
-    `--prefix ${mpiHome} --mca coll '^han' --mca mpi_add_procs_cutoff 1024 --mca mpi_ft_propagator_with_rbcast true -x FT_RUN_JOB -x FT_TEST_JOB -x FT_BENCH_JOB`,
-    '--mca coll_libnbc_iallreduce_algorithm ring',
-    detector, process.execPath, '--single-threaded-gc', ftTrain, trainArgs,
-  ].join(' ') + '\n';
+function expectedLine(
+  ranks: number,
+  slots: number,
+  detector: string,
+  trainArgs: string,
+  hostfile?: string,
+  binding = 2 * ranks <= slots ? '--map-by slot:PE=2' : ranks > slots ? '--bind-to core:overload-allowed' : '',
+): string {
+  return (
+    [
+      ...(process.getuid?.() === 0 ? ['OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'] : []),
+      `${mpiHome}/bin/mpirun --with-ft ulfm`,
+      ...(ranks > slots ? ['--oversubscribe'] : []),
+      `-n ${ranks}`,
+      ...(hostfile ? [`--hostfile ${hostfile}`] : []),
+      ...(binding ? [binding] : []),
+      `--prefix ${mpiHome} --mca coll '^han' --mca mpi_add_procs_cutoff 1024 --mca mpi_ft_propagator_with_rbcast true -x FT_RUN_JOB -x FT_TEST_JOB -x FT_BENCH_JOB`,
+      '--mca coll_libnbc_iallreduce_algorithm ring',
+      detector,
+      process.execPath,
+      '--single-threaded-gc',
+      ftTrain,
+      trainArgs,
+    ].join(' ') + '\n'
+  );
 }
 
-const detector30 = '--mca mpi_ft_detector true --mca mpi_ft_detector_thread false --mca mpi_ft_detector_period 7.5 --mca mpi_ft_detector_timeout 30';
+const detector30 =
+  '--mca mpi_ft_detector true --mca mpi_ft_detector_thread false --mca mpi_ft_detector_period 7.5 --mca mpi_ft_detector_timeout 30';
 
 /** A hostfile of one host with `slots` slots. */
 function hostfileOf(slots: number): string {
@@ -75,52 +91,98 @@ describe('launch/ft-run', function () {
       }
     });
 
-    it('--ssh-config: mpirun\'s daemons are started with ssh -F FILE', async () => {
+    it("--ssh-config: mpirun's daemons are started with ssh -F FILE", async () => {
       const config = path.join(scratch, 'ssh config');
       fs.writeFileSync(config, 'Host *\n  User root\n');
       const job = await launch(['-n', '2', '--ssh-config', config, '--dry-run', '--', ...flags]);
       assert.equal(job.code, 0, job.stderr);
-      assert.ok(job.stdout.includes(` -x FT_BENCH_JOB --prtemca plm_ssh_agent 'ssh -F ${config}' --mca coll_libnbc_iallreduce_algorithm ring --mca mpi_ft_detector true `), job.stdout);
+      assert.ok(
+        job.stdout.includes(
+          ` -x FT_BENCH_JOB --prtemca plm_ssh_agent 'ssh -F ${config}' --mca coll_libnbc_iallreduce_algorithm ring --mca mpi_ft_detector true `,
+        ),
+        job.stdout,
+      );
     });
 
     it('--threads T: each rank gets T + 1 cores of its own (one for its comm thread), else T, where the slots allow, else the OS places its threads; ranks of one thread beyond the slots share cores', async () => {
       const slots = os.availableParallelism();
-      const cases: [number, number, string][] = [[1, 1, slots >= 2 ? '--map-by slot:PE=2' : ''], [1, slots, `--map-by slot:PE=${slots}`],
-        [2, slots, '--bind-to none'], [1, slots + 1, '--bind-to none'], [slots, 1, ''], [slots + 1, 1, '--bind-to core:overload-allowed']];
+      const cases: [number, number, string][] = [
+        [1, 1, slots >= 2 ? '--map-by slot:PE=2' : ''],
+        [1, slots, `--map-by slot:PE=${slots}`],
+        [2, slots, '--bind-to none'],
+        [1, slots + 1, '--bind-to none'],
+        [slots, 1, ''],
+        [slots + 1, 1, '--bind-to core:overload-allowed'],
+      ];
       for (const [ranks, threads, binding] of cases) {
-        const job = await launch(['-n', String(ranks), '--hostfile', hostfileOf(slots), '--dry-run', '--', ...flags, '--threads', String(threads)]);
+        const job = await launch([
+          '-n',
+          String(ranks),
+          '--hostfile',
+          hostfileOf(slots),
+          '--dry-run',
+          '--',
+          ...flags,
+          '--threads',
+          String(threads),
+        ]);
         assert.equal(job.code, 0, job.stderr);
         assert.equal(job.stdout, expectedLine(ranks, slots, detector30, `${quoted} --threads ${threads}`, hostfileOf(slots), binding));
       }
     });
 
-    it('the hang detector follows ft-train\'s last --hang-timeout', async () => {
+    it("the hang detector follows ft-train's last --hang-timeout", async () => {
       const job = await launch(['-n', '1', '--dry-run', '--', ...flags, '--hang-timeout', '7', '--hang-timeout=2']);
       assert.equal(job.code, 0, job.stderr);
-      assert.equal(job.stdout, expectedLine(1, os.availableParallelism(),
-        '--mca mpi_ft_detector true --mca mpi_ft_detector_thread false --mca mpi_ft_detector_period 0.5 --mca mpi_ft_detector_timeout 2',
-        `${quoted} --hang-timeout 7 --hang-timeout=2`));
+      assert.equal(
+        job.stdout,
+        expectedLine(
+          1,
+          os.availableParallelism(),
+          '--mca mpi_ft_detector true --mca mpi_ft_detector_thread false --mca mpi_ft_detector_period 0.5 --mca mpi_ft_detector_timeout 2',
+          `${quoted} --hang-timeout 7 --hang-timeout=2`,
+        ),
+      );
     });
   });
 
   describe('refuses in one line, exit 2', () => {
     const refusals: [string, () => string[], string, NodeJS.ProcessEnv?][] = [
-      ['a bad hostfile line', () => {
-        const hostfile = path.join(scratch, 'bad-hosts');
-        fs.writeFileSync(hostfile, 'node1 slots=2\nnode2 slots=two\n');
-        return ['-n', '2', '--hostfile', hostfile, '--dry-run', '--', ...trainFlags, '--run-dir', 'runs/x'];
-      }, `ft-run: ${path.join(scratch, 'bad-hosts')}:2: expected "HOST [slots=K] [key=value ...]" with K an integer >= 1, got "node2 slots=two"`],
-      ['an unreadable hostfile', () => ['-n', '2', '--hostfile', path.join(scratch, 'missing'), '--', ...trainFlags, '--run-dir', 'runs/x'],
-        `ft-run: ${path.join(scratch, 'missing')}: cannot read the hostfile (ENOENT)`],
-      ['a missing --ssh-config', () => ['-n', '2', '--ssh-config', path.join(scratch, 'no-config'), '--', ...trainFlags, '--run-dir', 'runs/x'],
-        `ft-run: --ssh-config ${path.join(scratch, 'no-config')}: no such file`],
-      ['a bad --hang-timeout', () => ['-n', '2', '--', ...trainFlags, '--run-dir', 'runs/x', '--hang-timeout', '0'],
-        'ft-run: --hang-timeout expects seconds > 0, got "0"'],
-      ['no --run-dir', () => ['-n', '2', '--', ...trainFlags],
-        'ft-run: the ft-train flags need --run-dir DIR (its summary.json tells whether the run finished)'],
-      ['no Open MPI with ULFM', () => ['-n', '2', '--dry-run', '--', ...trainFlags, '--run-dir', 'runs/x'],
+      [
+        'a bad hostfile line',
+        () => {
+          const hostfile = path.join(scratch, 'bad-hosts');
+          fs.writeFileSync(hostfile, 'node1 slots=2\nnode2 slots=two\n');
+          return ['-n', '2', '--hostfile', hostfile, '--dry-run', '--', ...trainFlags, '--run-dir', 'runs/x'];
+        },
+        `ft-run: ${path.join(scratch, 'bad-hosts')}:2: expected "HOST [slots=K] [key=value ...]" with K an integer >= 1, got "node2 slots=two"`,
+      ],
+      [
+        'an unreadable hostfile',
+        () => ['-n', '2', '--hostfile', path.join(scratch, 'missing'), '--', ...trainFlags, '--run-dir', 'runs/x'],
+        `ft-run: ${path.join(scratch, 'missing')}: cannot read the hostfile (ENOENT)`,
+      ],
+      [
+        'a missing --ssh-config',
+        () => ['-n', '2', '--ssh-config', path.join(scratch, 'no-config'), '--', ...trainFlags, '--run-dir', 'runs/x'],
+        `ft-run: --ssh-config ${path.join(scratch, 'no-config')}: no such file`,
+      ],
+      [
+        'a bad --hang-timeout',
+        () => ['-n', '2', '--', ...trainFlags, '--run-dir', 'runs/x', '--hang-timeout', '0'],
+        'ft-run: --hang-timeout expects seconds > 0, got "0"',
+      ],
+      [
+        'no --run-dir',
+        () => ['-n', '2', '--', ...trainFlags],
+        'ft-run: the ft-train flags need --run-dir DIR (its summary.json tells whether the run finished)',
+      ],
+      [
+        'no Open MPI with ULFM',
+        () => ['-n', '2', '--dry-run', '--', ...trainFlags, '--run-dir', 'runs/x'],
         'ft-run: /nonexistent/bin/ompi_info does not run: no Open MPI with ULFM in /nonexistent; launch/setup builds one (or set FT_MPI_HOME)',
-        { ...process.env, FT_MPI_HOME: '/nonexistent' }],
+        { ...process.env, FT_MPI_HOME: '/nonexistent' },
+      ],
     ];
     for (const [what, args, line, env] of refusals) {
       it(what, async () => {
@@ -141,9 +203,17 @@ describe('launch/ft-run', function () {
 
     it('every rank killed: mpirun exits 0, ft-run exits 1 with one line', async () => {
       const runDir = path.join(scratch, 'killed');
-      const job = await launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '5', '--drill', 'rank=0,step=2', '--drill', 'rank=1,step=2'], process.env, 90_000);
+      const job = await launch(
+        ['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '5', '--drill', 'rank=0,step=2', '--drill', 'rank=1,step=2'],
+        process.env,
+        90_000,
+      );
       assert.equal(job.code, 1, `${job.stdout}\n${job.stderr}`);
-      assert.equal(job.stderr.trimEnd().split('\n').at(-1), `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0); no complete checkpoint to go back to`, job.stderr);
+      assert.equal(
+        job.stderr.trimEnd().split('\n').at(-1),
+        `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0); no complete checkpoint to go back to`,
+        job.stderr,
+      );
       assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
     });
 
@@ -151,22 +221,41 @@ describe('launch/ft-run', function () {
       const runDir = path.join(scratch, 'stopped');
       const running = launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '1000000'], process.env, 90_000);
       let ended = false;
-      running.then(() => { ended = true; }, () => { ended = true; });
+      running.then(
+        () => {
+          ended = true;
+        },
+        () => {
+          ended = true;
+        },
+      );
       // ft-run's pid is in the ranks' environment (FT_RUN_JOB); signal it once a step is committed
       const metrics = path.join(runDir, 'metrics.jsonl');
-      while (!ended && !(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('\n'))) await new Promise((r) => setTimeout(r, 50));
+      while (!ended && !(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('\n')))
+        await new Promise((r) => setTimeout(r, 50));
       if (ended) {
         const early = await running;
         assert.fail(`the job ended before its first step (exit ${early.code})\n${early.stdout}\n${early.stderr}`);
       }
       const rankPid = readPid(path.join(runDir, 'pids'), 0);
-      const launcher = fs.readFileSync(`/proc/${rankPid}/environ`, 'latin1').split('\0').find((v) => v.startsWith('FT_RUN_JOB='))!;
+      const launcher = fs
+        .readFileSync(`/proc/${rankPid}/environ`, 'latin1')
+        .split('\0')
+        .find((v) => v.startsWith('FT_RUN_JOB='))!;
       process.kill(Number(launcher.slice('FT_RUN_JOB='.length)), 'SIGTERM');
       const job = await running;
       assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
       assert.ok(job.stderr.includes('ft-run: SIGTERM: asked 2 rank(s) to checkpoint and stop'), job.stderr);
-      const stops = fs.readFileSync(path.join(runDir, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { event: string; reason?: string }).filter((e) => e.event === 'stop');
-      assert.deepEqual(stops.map((e) => e.reason), ['sigterm']);
+      const stops = fs
+        .readFileSync(path.join(runDir, 'events.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { event: string; reason?: string })
+        .filter((e) => e.event === 'stop');
+      assert.deepEqual(
+        stops.map((e) => e.reason),
+        ['sigterm'],
+      );
       assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
     });
   });

@@ -28,8 +28,22 @@ describe('across hosts (network namespaces with sshd)', function () {
   /** launch/ft-run on host1 with `hostfile` (default: the three hosts). */
   async function ftRun(ranks: number, extra: string[], hostfile = hosts.hostfile): Promise<Run> {
     const dir = path.join(scratch, `run-${++runs}`);
-    const argv = [...hosts.on('host1').slice(1), process.execPath, path.join(repoRoot, 'launch', 'ft-run'), '-n', String(ranks),
-      '--hostfile', hostfile, '--ssh-config', hosts.sshConfig, '--', ...common, '--run-dir', dir, ...extra];
+    const argv = [
+      ...hosts.on('host1').slice(1),
+      process.execPath,
+      path.join(repoRoot, 'launch', 'ft-run'),
+      '-n',
+      String(ranks),
+      '--hostfile',
+      hostfile,
+      '--ssh-config',
+      hosts.sshConfig,
+      '--',
+      ...common,
+      '--run-dir',
+      dir,
+      ...extra,
+    ];
     const job = await runCommand(hosts.on('host1')[0], argv, process.env, 240_000, `ft-run -n ${ranks} across hosts ${extra.join(' ')}`);
     return { dir, ...job };
   }
@@ -61,8 +75,14 @@ describe('across hosts (network namespaces with sshd)', function () {
     const run = await ftRun(6, ['--drill', 'rank=2,step=3', '--drill', 'rank=3,step=3']);
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference);
-    assert.deepEqual(summary.failures.map((f) => [f.step, f.lost]), [[3, [2, 3]]]);
-    assert.deepEqual(lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.world), [6, 6, 6, ...Array(9).fill(4)]);
+    assert.deepEqual(
+      summary.failures.map((f) => [f.step, f.lost]),
+      [[3, [2, 3]]],
+    );
+    assert.deepEqual(
+      lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.world),
+      [6, 6, 6, ...Array(9).fill(4)],
+    );
     const readback = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'readback')!;
     assert.deepEqual(readback.shards, [2, 3]);
     const expected = await readbackBytes(6, [2, 3], 3);
@@ -77,7 +97,10 @@ describe('across hosts (network namespaces with sshd)', function () {
     const said = run.stderr.split('\n').filter((line) => line.startsWith('ft-run: '));
     assert.equal(said.length, 1, run.stderr);
     // the JIT checkpoint of step 3 when the survivors wrote it before PRRTE's SIGKILL, else the periodic one of step 2
-    const named = /^ft-run: (?:mpirun ended the job \(exit \d+; it does so when it loses a host or its daemon\) and the ranks stopped cleanly:|mpirun exited \d+ and the run did not finish: .*;|the job ended without finishing: no summary\.json in \S+ \(mpirun exit 0\);) the newest complete checkpoint is (\S+\/ckpt\/step-0000000[23]) \(continue with --resume \1\)$/.exec(said[0]);
+    const named =
+      /^ft-run: (?:mpirun ended the job \(exit \d+; it does so when it loses a host or its daemon\) and the ranks stopped cleanly:|mpirun exited \d+ and the run did not finish: .*;|the job ended without finishing: no summary\.json in \S+ \(mpirun exit 0\);) the newest complete checkpoint is (\S+\/ckpt\/step-0000000[23]) \(continue with --resume \1\)$/.exec(
+        said[0],
+      );
     assert.ok(named, said[0]);
     const checkpoint = named[1];
     assert.ok([2, 3].includes(verifyCheckpoint(checkpoint).step));
@@ -92,12 +115,21 @@ describe('across hosts (network namespaces with sshd)', function () {
     const run = await ftRun(6, ['--hang-timeout', '3', '--drill', 'rank=4,step=3,action=cut']).finally(() => hosts.mend('host3'));
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference);
-    assert.deepEqual(summary.failures.map((f) => [f.step, f.lost]), [[3, [4, 5]]]);
+    assert.deepEqual(
+      summary.failures.map((f) => [f.step, f.lost]),
+      [[3, [4, 5]]],
+    );
     // one writer: every step once, in order
-    assert.deepEqual(lines<StepRecord>(run, 'metrics.jsonl').map((r) => [r.step, r.world]), Array.from({ length: 12 }, (_, s) => [s, s < 3 ? 6 : 4]));
+    assert.deepEqual(
+      lines<StepRecord>(run, 'metrics.jsonl').map((r) => [r.step, r.world]),
+      Array.from({ length: 12 }, (_, s) => [s, s < 3 ? 6 : 4]),
+    );
     for (const rank of [4, 5]) {
       const log = fs.readFileSync(path.join(run.dir, 'logs', `rank-${rank}.log`), 'utf8');
-      assert.match(log, /stop: minority: 2 rank\(s\) left of the last agreed world of 6, and 4 lost on hosts where no survivor can see them gone/);
+      assert.match(
+        log,
+        /stop: minority: 2 rank\(s\) left of the last agreed world of 6, and 4 lost on hosts where no survivor can see them gone/,
+      );
     }
     assert.match(run.stderr, /ft-run: the run ended \d+ s ago but mpirun has not \(ranks on a host it cannot reach\?\): ending it/);
   });

@@ -36,7 +36,11 @@ function withoutFt(ranks: number, args: string[]): Promise<JobResult<never>> {
 /** Exit code 2, `line` the only line of ft-train's on stderr (mpirun adds its own), and `dir` not created. */
 function assertRefused(job: JobResult<never>, line: string, dir: string): void {
   assert.equal(job.code, 2, job.stdout + job.stderr);
-  assert.deepEqual(job.stderr.split('\n').filter((l) => l.startsWith('ft-train')), [line], job.stderr);
+  assert.deepEqual(
+    job.stderr.split('\n').filter((l) => l.startsWith('ft-train')),
+    [line],
+    job.stderr,
+  );
   assert.ok(!fs.existsSync(dir), `${dir} was left behind`);
 }
 
@@ -58,20 +62,38 @@ describe('ft-train: bad input is refused before MPI starts', function () {
       ['a bad drill', ['--drill', 'rank=1'], 'ft-train: --drill: step expects an integer >= 0 in "rank=1" (see --help)'],
       ['a missing dataset', ['--data', 'datasets/nowhere'], 'ft-train: datasets/nowhere: no such dataset directory'],
       ['a bad model spec', ['--model', badSpec], `ft-train: ${badSpec}: layer 1 (fc): "outputs" must be a positive integer, got 0`],
-      ['a model that does not fit the data', ['--model', 'models/cifarnet.json'], 'ft-train: models/cifarnet.json: takes 3x32x32 inputs, but datasets/fashion-mnist holds 1x28x28 samples'],
+      [
+        'a model that does not fit the data',
+        ['--model', 'models/cifarnet.json'],
+        'ft-train: models/cifarnet.json: takes 3x32x32 inputs, but datasets/fashion-mnist holds 1x28x28 samples',
+      ],
       ['an empty --model', ['--model', ''], 'ft-train: --model expects a path, got "" (see --help)'],
       ['an empty --data', ['--data', ''], 'ft-train: --data expects a path, got "" (see --help)'],
-      ['more shards than ranks can fill: --batch below --shards', ['--shards', '8', '--batch', '4'],
-        'ft-train: --batch 4 is smaller than the 8 shards (--shards): every shard takes at least one sample per step'],
-      ['a drill naming a rank that does not exist', ['--drill', 'rank=1,step=5'], 'ft-train: --drill names rank 1, but the world size is 1'],
+      [
+        'more shards than ranks can fill: --batch below --shards',
+        ['--shards', '8', '--batch', '4'],
+        'ft-train: --batch 4 is smaller than the 8 shards (--shards): every shard takes at least one sample per step',
+      ],
+      [
+        'a drill naming a rank that does not exist',
+        ['--drill', 'rank=1,step=5'],
+        'ft-train: --drill names rank 1, but the world size is 1',
+      ],
       ['--min-ranks above the world size', ['--min-ranks', '2'], 'ft-train: --min-ranks 2 is above the world size 1'],
-      ['--respawn in shrink mode', ['--respawn', '--on-failure', 'shrink'], 'ft-train: --respawn needs --on-failure exact, got shrink (see --help)'],
+      [
+        '--respawn in shrink mode',
+        ['--respawn', '--on-failure', 'shrink'],
+        'ft-train: --respawn needs --on-failure exact, got shrink (see --help)',
+      ],
       ['--respawn-limit without --respawn', ['--respawn-limit', '2'], 'ft-train: --respawn-limit applies with --respawn only (see --help)'],
       ['--spares that leave no working rank', ['--spares', '1'], 'ft-train: --spares 1 leaves no working rank in the world size 1'],
     ];
     for (const [what, args, line] of cases) {
       it(what, async () => {
-        fs.writeFileSync(badSpec, JSON.stringify({ name: 'bad', input: [1, 28, 28], classes: 10, layers: [{ type: 'linear', name: 'fc', outputs: 0 }] }));
+        fs.writeFileSync(
+          badSpec,
+          JSON.stringify({ name: 'bad', input: [1, 28, 28], classes: 10, layers: [{ type: 'linear', name: 'fc', outputs: 0 }] }),
+        );
         const dir = newDir();
         assertRefused(await alone([...common, '--run-dir', dir, ...args]), line, dir);
       });
@@ -89,8 +111,11 @@ describe('ft-train: bad input is refused before MPI starts', function () {
       fs.writeFileSync(huge, JSON.stringify({ name: 'huge', input: [1, 28, 28], classes: 10, layers }));
       const dir = newDir();
       const count = 784e9 + 1e9 + 10e9 + 10;
-      assertRefused(await alone([...common, '--run-dir', dir, '--model', huge]),
-        `ft-train: ${huge}: ${count} parameters (5923.2 GiB with their gradients) cannot be allocated: Invalid typed array length: ${count}`, dir);
+      assertRefused(
+        await alone([...common, '--run-dir', dir, '--model', huge]),
+        `ft-train: ${huge}: ${count} parameters (5923.2 GiB with their gradients) cannot be allocated: Invalid typed array length: ${count}`,
+        dir,
+      );
     });
 
     it('a run directory that already holds a run', async () => {
@@ -99,28 +124,64 @@ describe('ft-train: bad input is refused before MPI starts', function () {
       fs.writeFileSync(path.join(dir, 'events.jsonl'), '');
       const job = await alone([...common, '--run-dir', dir]);
       assert.equal(job.code, 2, job.stderr);
-      assert.deepEqual(job.stderr.trim().split('\n'), [`ft-train: ${dir}: --run-dir already holds a run (events.jsonl); choose a new directory or --resume it`]);
+      assert.deepEqual(job.stderr.trim().split('\n'), [
+        `ft-train: ${dir}: --run-dir already holds a run (events.jsonl); choose a new directory or --resume it`,
+      ]);
       assert.deepEqual(fs.readdirSync(dir), ['events.jsonl']);
     });
   });
 
   describe('under mpirun: world rank 0 alone prints the line', () => {
     const cases: [string, number, string[], string][] = [
-      ['--batch below the shards, which default to the world size', 4, ['--batch', '2'],
-        'ft-train: --batch 2 is smaller than the 4 shards (the world size by default; see --shards): every shard takes at least one sample per step'],
-      ['more shards than the training split has record batches', 4, onTiny,
-        `ft-train: ${tiny}/train.arrow: 4 shards asked, but it has 3 record batches: at most 3 shards (4 shards: the world size by default; see --shards)`],
-      ['more shards than record batches, by --shards', 2, [...onTiny, '--shards', '5'],
-        `ft-train: ${tiny}/train.arrow: 5 shards asked, but it has 3 record batches: at most 3 shards (5 shards: --shards)`],
-      ['shrink with a --batch the world size does not divide', 4, ['--on-failure', 'shrink', '--batch', '30'],
-        'ft-train: --batch 30 is not a multiple of the world size 4: with --on-failure shrink every rank takes --batch / initial world size samples per step'],
-      ['none with a --batch the world size does not divide', 3, ['--on-failure', 'none', '--batch', '64'],
-        'ft-train: --batch 64 is not a multiple of the world size 3: with --on-failure none every rank takes --batch / initial world size samples per step'],
+      [
+        '--batch below the shards, which default to the world size',
+        4,
+        ['--batch', '2'],
+        'ft-train: --batch 2 is smaller than the 4 shards (the world size by default; see --shards): every shard takes at least one sample per step',
+      ],
+      [
+        'more shards than the training split has record batches',
+        4,
+        onTiny,
+        `ft-train: ${tiny}/train.arrow: 4 shards asked, but it has 3 record batches: at most 3 shards (4 shards: the world size by default; see --shards)`,
+      ],
+      [
+        'more shards than record batches, by --shards',
+        2,
+        [...onTiny, '--shards', '5'],
+        `ft-train: ${tiny}/train.arrow: 5 shards asked, but it has 3 record batches: at most 3 shards (5 shards: --shards)`,
+      ],
+      [
+        'shrink with a --batch the world size does not divide',
+        4,
+        ['--on-failure', 'shrink', '--batch', '30'],
+        'ft-train: --batch 30 is not a multiple of the world size 4: with --on-failure shrink every rank takes --batch / initial world size samples per step',
+      ],
+      [
+        'none with a --batch the world size does not divide',
+        3,
+        ['--on-failure', 'none', '--batch', '64'],
+        'ft-train: --batch 64 is not a multiple of the world size 3: with --on-failure none every rank takes --batch / initial world size samples per step',
+      ],
       ['--min-ranks above the world size', 4, ['--min-ranks', '5'], 'ft-train: --min-ranks 5 is above the world size 4'],
-      ['a drill naming a rank that does not exist', 4, ['--drill', 'rank=2,step=3', '--drill', 'rank=4,step=1'], 'ft-train: --drill names rank 4, but the world size is 4'],
-      ['--min-ranks above the working world size', 4, ['--spares', '1', '--min-ranks', '4'], 'ft-train: --min-ranks 4 is above the working world size 3 (--spares 1)'],
-      ['a drill naming a rank past those --respawn may spawn', 4, ['--respawn', '--respawn-limit', '1', '--drill', 'rank=5,step=1'],
-        'ft-train: --drill names rank 5, but the world size is 4 and ranks up to 4 may be spawned'],
+      [
+        'a drill naming a rank that does not exist',
+        4,
+        ['--drill', 'rank=2,step=3', '--drill', 'rank=4,step=1'],
+        'ft-train: --drill names rank 4, but the world size is 4',
+      ],
+      [
+        '--min-ranks above the working world size',
+        4,
+        ['--spares', '1', '--min-ranks', '4'],
+        'ft-train: --min-ranks 4 is above the working world size 3 (--spares 1)',
+      ],
+      [
+        'a drill naming a rank past those --respawn may spawn',
+        4,
+        ['--respawn', '--respawn-limit', '1', '--drill', 'rank=5,step=1'],
+        'ft-train: --drill names rank 5, but the world size is 4 and ranks up to 4 may be spawned',
+      ],
     ];
     for (const [what, ranks, args, line] of cases) {
       it(`${what} (${ranks} ranks)`, async () => {
@@ -134,8 +195,11 @@ describe('ft-train: bad input is refused before MPI starts', function () {
     for (const policy of ['exact', 'shrink']) {
       it(`--on-failure ${policy} under an mpirun without --with-ft ulfm`, async () => {
         const dir = newDir();
-        assertRefused(await withoutFt(2, [...common, '--run-dir', dir, '--on-failure', policy]),
-          `ft-train: --on-failure ${policy} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`, dir);
+        assertRefused(
+          await withoutFt(2, [...common, '--run-dir', dir, '--on-failure', policy]),
+          `ft-train: --on-failure ${policy} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`,
+          dir,
+        );
       });
     }
 
@@ -153,14 +217,22 @@ describe('ft-train: bad input is refused before MPI starts', function () {
     assert.equal(job.code, 0, job.stdout + job.stderr);
     const dir = newDir();
     const checkpoint = path.join(first, 'ckpt', 'step-00000001');
-    assertRefused(await runTrain(2, [...onTiny, '--run-dir', dir, '--steps', '2', '--resume', first, '--threads', '2'], 30_000),
-      `ft-train: ${checkpoint}: written with threads 1, this run has 2`, dir);
+    assertRefused(
+      await runTrain(2, [...onTiny, '--run-dir', dir, '--steps', '2', '--resume', first, '--threads', '2'], 30_000),
+      `ft-train: ${checkpoint}: written with threads 1, this run has 2`,
+      dir,
+    );
   });
 
-  it('launch/drill passes ft-train\'s refusal on: its line, exit 2, nothing written', async () => {
+  it("launch/drill passes ft-train's refusal on: its line, exit 2, nothing written", async () => {
     const dir = newDir();
-    const job = await runCommand(path.join(repoRoot, 'launch', 'drill'), ['-n', '2', '--kill', '1@3', '--', ...onTiny, '--run-dir', dir, '--steps', '5', '--model', 'no-such-model.json'],
-      process.env, 60_000, 'launch/drill with a bad model');
+    const job = await runCommand(
+      path.join(repoRoot, 'launch', 'drill'),
+      ['-n', '2', '--kill', '1@3', '--', ...onTiny, '--run-dir', dir, '--steps', '5', '--model', 'no-such-model.json'],
+      process.env,
+      60_000,
+      'launch/drill with a bad model',
+    );
     assert.equal(job.code, 2, job.stdout + job.stderr);
     assert.equal(job.stderr.trim(), 'ft-train: no-such-model.json: cannot read the model spec (ENOENT)');
     assert.ok(!fs.existsSync(dir));

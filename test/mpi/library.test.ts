@@ -24,7 +24,13 @@ let runs = 0;
 async function runScript(script: string, ranks: number, args: string[], cwd = repoRoot): Promise<Run> {
   const dir = path.join(scratch, `run-${++runs}`);
   const { command, args: argv, env } = trainCommand(ranks, [...args, '--run-dir', dir], {}, script);
-  const job = await runCommand(command, argv, { ...env, FT_DATA: path.join(repoRoot, 'datasets', 'fashion-mnist') }, 120_000, `${path.basename(script)} on ${ranks} ranks`);
+  const job = await runCommand(
+    command,
+    argv,
+    { ...env, FT_DATA: path.join(repoRoot, 'datasets', 'fashion-mnist') },
+    120_000,
+    `${path.basename(script)} on ${ranks} ranks`,
+  );
   assert.equal(cwd, repoRoot);
   return { dir, ...job };
 }
@@ -46,11 +52,16 @@ describe('ft-train as a library', function () {
       const summary = summaryOf(killed);
       assert.equal(summary.params_sha256, summaryOf(unfailed).params_sha256);
       assert.deepEqual(summary.failures, [{ step: 4, lost: [1], world: 2 }]);
-      assert.deepEqual(lines<StepRecord>(killed, 'metrics.jsonl').map((m) => [m.step, m.world]),
-        Array.from({ length: 10 }, (_, step) => [step, step < 4 ? 3 : 2]));
+      assert.deepEqual(
+        lines<StepRecord>(killed, 'metrics.jsonl').map((m) => [m.step, m.world]),
+        Array.from({ length: 10 }, (_, step) => [step, step < 4 ? 3 : 2]),
+      );
       // the retried step's batches exactly; the rest in the background, which the run's end may cut short, each batch once at most
       const expected = await readbackBytes(3, [1], 4);
-      assert.ok(summary.bytes_read_back >= expected.beforeRetry && summary.bytes_read_back <= expected.total, `${summary.bytes_read_back} bytes read back`);
+      assert.ok(
+        summary.bytes_read_back >= expected.beforeRetry && summary.bytes_read_back <= expected.total,
+        `${summary.bytes_read_back} bytes read back`,
+      );
       const readback = lines<EventRecord>(killed, 'events.jsonl').filter((e) => e.event === 'readback');
       assert.equal(readback[0].bytes_before_retry, expected.beforeRetry);
       assert.equal(summary.test_accuracy, summaryOf(unfailed).test_accuracy);
@@ -60,18 +71,32 @@ describe('ft-train as a library', function () {
       assert.ok(fs.existsSync(path.join(checkpoint, 'manifest.json')));
       const resumed = await runScript(loopScript, 2, [...loop, '--resume', checkpoint]);
       assert.equal(summaryOf(resumed).params_sha256, summary.params_sha256);
-      assert.deepEqual(lines<StepRecord>(resumed, 'metrics.jsonl').map((m) => m.step), [4, 5, 6, 7, 8, 9]);
+      assert.deepEqual(
+        lines<StepRecord>(resumed, 'metrics.jsonl').map((m) => m.step),
+        [4, 5, 6, 7, 8, 9],
+      );
       // another learning rate changes the result: refused before MPI starts, in one line, nothing written
       const refused = await runScript(loopScript, 2, [...loop, '--resume', checkpoint, '--lr', '0.1']);
       assert.equal(refused.code, 2, refused.stderr);
-      assert.equal(refused.stderr.trim(), `ft-train: ${checkpoint}: written with user {"hidden":64,"lr":0.05,"momentum":0.9}, this run has {"hidden":64,"lr":0.1,"momentum":0.9}`);
+      assert.equal(
+        refused.stderr.trim(),
+        `ft-train: ${checkpoint}: written with user {"hidden":64,"lr":0.05,"momentum":0.9}, this run has {"hidden":64,"lr":0.1,"momentum":0.9}`,
+      );
       assert.ok(!fs.existsSync(path.join(refused.dir, 'metrics.jsonl')));
     });
 
-    it('--optimizer sgd --optimizer-state sharded --spares 1: ft-train\'s optimizer updates sharded state; a kill leaves the bits of one rank that never failed', async () => {
+    it("--optimizer sgd --optimizer-state sharded --spares 1: ft-train's optimizer updates sharded state; a kill leaves the bits of one rank that never failed", async () => {
       const flags = [...loop, '--optimizer', 'sgd'];
       const alone = await runScript(loopScript, 1, flags);
-      const killed = await runScript(loopScript, 4, [...flags, '--optimizer-state', 'sharded', '--spares', '1', '--drill', 'rank=2,step=6']);
+      const killed = await runScript(loopScript, 4, [
+        ...flags,
+        '--optimizer-state',
+        'sharded',
+        '--spares',
+        '1',
+        '--drill',
+        'rank=2,step=6',
+      ]);
       const summary = summaryOf(killed);
       assert.equal(summary.params_sha256, summaryOf(alone).params_sha256);
       assert.notEqual(summary.params_sha256, summaryOf(unfailed).params_sha256);
@@ -89,7 +114,11 @@ describe('ft-train as a library', function () {
 
     before(async () => {
       const dir = path.join(scratch, `run-${++runs}`);
-      const job = await runTrain(3, ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', ...common, ...kill, '--run-dir', dir], 120_000);
+      const job = await runTrain(
+        3,
+        ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', ...common, ...kill, '--run-dir', dir],
+        120_000,
+      );
       trainer = summaryOf({ dir, ...job }).params_sha256;
     });
 
@@ -114,16 +143,36 @@ describe('ft-train as a library', function () {
     it('shrink mode: the survivors keep their batch, the same bits both ways', async () => {
       const shrink = ['--on-failure', 'shrink', '--batch', '63'];
       const dir = path.join(scratch, `run-${++runs}`);
-      const job = await runTrain(3, ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', ...common, ...kill, ...shrink, '--run-dir', dir], 120_000);
+      const job = await runTrain(
+        3,
+        ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', ...common, ...kill, ...shrink, '--run-dir', dir],
+        120_000,
+      );
       const run = await runScript(netLoop, 3, [...common, ...kill, ...shrink]);
       assert.equal(summaryOf(run).params_sha256, summaryOf({ dir, ...job }).params_sha256);
       assert.notEqual(summaryOf(run).params_sha256, trainer);
-      assert.deepEqual(lines<StepRecord>(run, 'metrics.jsonl').map((m) => m.samples), [63, 63, 63, 42, 42, 42, 42, 42]);
+      assert.deepEqual(
+        lines<StepRecord>(run, 'metrics.jsonl').map((m) => m.samples),
+        [63, 63, 63, 42, 42, 42, 42, 42],
+      );
     });
   });
 
   it('resnet8 (batchnorm, residual adds): a kill keeps parameters and running statistics bit-identical', async () => {
-    const common = ['--model', 'models/resnet8.json', '--data', 'datasets/synthetic-cifar', '--steps', '6', '--batch', '24', '--shards', '3', '--hang-timeout', '5'];
+    const common = [
+      '--model',
+      'models/resnet8.json',
+      '--data',
+      'datasets/synthetic-cifar',
+      '--steps',
+      '6',
+      '--batch',
+      '24',
+      '--shards',
+      '3',
+      '--hang-timeout',
+      '5',
+    ];
     const one = path.join(scratch, `run-${++runs}`);
     const three = path.join(scratch, `run-${++runs}`);
     const alone = await runTrain(1, [...common, '--run-dir', one], 120_000);
@@ -133,59 +182,116 @@ describe('ft-train as a library', function () {
     assert.deepEqual(b.failures, [{ step: 3, lost: [2], world: 2 }]);
     // the running statistics are in the model file, and they moved from their initial 0 / 1
     const model = fs.readFileSync(path.join(three, 'model.safetensors'));
-    const header = JSON.parse(model.subarray(8, 8 + Number(model.readBigUInt64LE(0))).toString()) as Record<string, { data_offsets: [number, number] }>;
+    const header = JSON.parse(model.subarray(8, 8 + Number(model.readBigUInt64LE(0))).toString()) as Record<
+      string,
+      { data_offsets: [number, number] }
+    >;
     const mean = header['bn1.running_mean'];
     assert.ok(mean, `no bn1.running_mean in ${Object.keys(header).join(', ')}`);
-    const values = new Float32Array(model.buffer.slice(model.byteOffset + 8 + Number(model.readBigUInt64LE(0)) + mean.data_offsets[0], model.byteOffset + 8 + Number(model.readBigUInt64LE(0)) + mean.data_offsets[1]));
-    assert.ok(values.some((v) => v !== 0), 'bn1.running_mean never moved');
+    const values = new Float32Array(
+      model.buffer.slice(
+        model.byteOffset + 8 + Number(model.readBigUInt64LE(0)) + mean.data_offsets[0],
+        model.byteOffset + 8 + Number(model.readBigUInt64LE(0)) + mean.data_offsets[1],
+      ),
+    );
+    assert.ok(
+      values.some((v) => v !== 0),
+      'bn1.running_mean never moved',
+    );
     assert.deepEqual(JSON.parse(fs.readFileSync(path.join(three, 'model.json'), 'utf8')).name, 'resnet8');
   });
 
   it('npm run docs: the API reference of the front door, built without a warning (TypeDoc treats them as errors)', () => {
     const out = path.join(scratch, 'api');
-    execFileSync(process.execPath, [path.join(repoRoot, 'node_modules', 'typedoc', 'bin', 'typedoc'), '--options', 'typedoc.json', '--out', out], { cwd: repoRoot, encoding: 'utf8', timeout: 120_000 });
+    execFileSync(
+      process.execPath,
+      [path.join(repoRoot, 'node_modules', 'typedoc', 'bin', 'typedoc'), '--options', 'typedoc.json', '--out', out],
+      { cwd: repoRoot, encoding: 'utf8', timeout: 120_000 },
+    );
     for (const page of ['functions/train.html', 'functions/elastic.html', 'classes/ElasticLoop.html', 'interfaces/TrainSettings.html']) {
       assert.ok(fs.existsSync(path.join(out, page)), `no ${page}`);
     }
     assert.match(fs.readFileSync(path.join(out, 'interfaces', 'TrainSettings.html'), 'utf8'), /Global batch, split over the shards/);
   });
 
-  it('the packed package: `import { train } from \'ft-train\'` in another TypeScript project, 2 ranks under its launcher', async function () {
+  it("the packed package: `import { train } from 'ft-train'` in another TypeScript project, 2 ranks under its launcher", async function () {
     const pack = path.join(scratch, 'pack');
     const project = path.join(scratch, 'project');
     fs.mkdirSync(pack);
     fs.mkdirSync(path.join(project, 'src'), { recursive: true });
     // the suite has built everything: pack it as it is, and install it with the packages npm already holds
-    const npm = (args: string[], cwd: string) => execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 180_000 });
+    const npm = (args: string[], cwd: string) =>
+      execFileSync('npm', args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 180_000 });
     const tarball = npm(['pack', '--ignore-scripts', '--silent', '--pack-destination', pack], repoRoot).trim().split('\n').at(-1)!;
     fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'scratch', version: '1.0.0', private: true }));
     npm(['install', '--prefer-offline', '--ignore-scripts', '--no-audit', '--no-fund', path.join(pack, tarball)], project);
-    fs.writeFileSync(path.join(project, 'src', 'main.ts'), [
-      "import { exitWhenDone, train, type ModelSpecInput } from 'ft-train';",
-      "const model: ModelSpecInput = { name: 'mlp-small', input: [1, 28, 28], classes: 10,",
-      "  layers: [{ type: 'flatten' }, { type: 'linear', outputs: 32 }, { type: 'relu' }, { type: 'linear', outputs: 10 }] };",
-      "const runDir = process.argv[process.argv.indexOf('--run-dir') + 1];",
-      'exitWhenDone(train({ model, data: process.env.FT_DATA!, runDir, steps: 6, batch: 32, shards: 2 }));',
-    ].join('\n'));
-    fs.writeFileSync(path.join(project, 'tsconfig.json'), JSON.stringify({
-      compilerOptions: { target: 'ES2022', module: 'commonjs', strict: true, outDir: 'dist', rootDir: 'src', skipLibCheck: true, types: ['node'], typeRoots: [path.join(repoRoot, 'node_modules', '@types')] },
-      include: ['src'],
-    }));
+    fs.writeFileSync(
+      path.join(project, 'src', 'main.ts'),
+      [
+        "import { exitWhenDone, train, type ModelSpecInput } from 'ft-train';",
+        "const model: ModelSpecInput = { name: 'mlp-small', input: [1, 28, 28], classes: 10,",
+        "  layers: [{ type: 'flatten' }, { type: 'linear', outputs: 32 }, { type: 'relu' }, { type: 'linear', outputs: 10 }] };",
+        "const runDir = process.argv[process.argv.indexOf('--run-dir') + 1];",
+        'exitWhenDone(train({ model, data: process.env.FT_DATA!, runDir, steps: 6, batch: 32, shards: 2 }));',
+      ].join('\n'),
+    );
+    fs.writeFileSync(
+      path.join(project, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'commonjs',
+          strict: true,
+          outDir: 'dist',
+          rootDir: 'src',
+          skipLibCheck: true,
+          types: ['node'],
+          typeRoots: [path.join(repoRoot, 'node_modules', '@types')],
+        },
+        include: ['src'],
+      }),
+    );
     execFileSync(process.execPath, [path.join(repoRoot, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', project], { encoding: 'utf8' });
     // the launcher and the addon come from the installed package, not this checkout
     const installed = path.join(project, 'node_modules', 'ft-train');
     assert.ok(fs.existsSync(path.join(installed, 'build', 'Release', 'ft_train_native.node')));
     const dir = path.join(scratch, `run-${++runs}`);
-    const job = await runCommand(path.join(installed, 'launch', 'ft-run'), ['-n', '2', '--script', path.join(project, 'dist', 'main.js'), '--', '--run-dir', dir],
-      { ...process.env, FT_DATA: path.join(repoRoot, 'datasets', 'fashion-mnist') }, 120_000, 'the packed package');
+    const job = await runCommand(
+      path.join(installed, 'launch', 'ft-run'),
+      ['-n', '2', '--script', path.join(project, 'dist', 'main.js'), '--', '--run-dir', dir],
+      { ...process.env, FT_DATA: path.join(repoRoot, 'datasets', 'fashion-mnist') },
+      120_000,
+      'the packed package',
+    );
     const summary = summaryOf({ dir, ...job });
     assert.equal(summary.steps, 6);
     assert.equal(summary.model, 'mlp-small');
     // the same model as a spec file, through this checkout's ft-train: the same bits
     const spec = path.join(scratch, 'mlp-small.json');
-    fs.writeFileSync(spec, JSON.stringify({ name: 'mlp-small', input: [1, 28, 28], classes: 10, layers: [{ type: 'flatten' }, { type: 'linear', outputs: 32 }, { type: 'relu' }, { type: 'linear', outputs: 10 }] }));
+    fs.writeFileSync(
+      spec,
+      JSON.stringify({
+        name: 'mlp-small',
+        input: [1, 28, 28],
+        classes: 10,
+        layers: [{ type: 'flatten' }, { type: 'linear', outputs: 32 }, { type: 'relu' }, { type: 'linear', outputs: 10 }],
+      }),
+    );
     const cliDir = path.join(scratch, `run-${++runs}`);
-    const cli = await runTrain(1, ['--model', spec, '--data', 'datasets/fashion-mnist', '--steps', '6', '--batch', '32', '--shards', '2', '--run-dir', cliDir]);
+    const cli = await runTrain(1, [
+      '--model',
+      spec,
+      '--data',
+      'datasets/fashion-mnist',
+      '--steps',
+      '6',
+      '--batch',
+      '32',
+      '--shards',
+      '2',
+      '--run-dir',
+      cliDir,
+    ]);
     assert.equal(summaryOf({ dir: cliDir, ...cli }).params_sha256, summary.params_sha256);
   });
 });

@@ -17,7 +17,9 @@ const quote = (word: string): string => `'${word.replace(/'/g, `'\\''`)}'`;
  * codes removed, and Open MPI's own note of a revoked collective (it writes to the pty after the bar).
  */
 function rendered(output: string): string[] {
-  return output.split(/\r|\n/).map((piece) => piece.replaceAll('\x1b[K', '').replace(/NBC_Progress: an error \d+ was found during schedule .*$/, ''))
+  return output
+    .split(/\r|\n/)
+    .map((piece) => piece.replaceAll('\x1b[K', '').replace(/NBC_Progress: an error \d+ was found during schedule .*$/, ''))
     .filter((piece) => piece !== '');
 }
 
@@ -27,8 +29,16 @@ describe('progress on the leader console', function () {
 
   it('under an 80-column pty: one bar redrawn in place, recovery and evaluation lines above it in order', async () => {
     const dir = path.join(scratch, 'pty');
-    const drill = [path.join(repoRoot, 'launch', 'drill'), '-n', '3', '--kill', '1@9', '--', ...common, '--run-dir', dir].map(quote).join(' ');
-    const job = await runCommand('script', ['-qfec', `stty cols 80; ${quote(process.execPath)} ${drill}`, '/dev/null'], process.env, 150_000, 'launch/drill in a pty');
+    const drill = [path.join(repoRoot, 'launch', 'drill'), '-n', '3', '--kill', '1@9', '--', ...common, '--run-dir', dir]
+      .map(quote)
+      .join(' ');
+    const job = await runCommand(
+      'script',
+      ['-qfec', `stty cols 80; ${quote(process.execPath)} ${drill}`, '/dev/null'],
+      process.env,
+      150_000,
+      'launch/drill in a pty',
+    );
     assert.equal(job.code, 0, job.stdout + job.stderr);
     const pieces = rendered(job.stdout);
     const bars = pieces.filter((piece) => /^\[[#.]+\] \d+% step \d+\/23 /.test(piece));
@@ -53,10 +63,22 @@ describe('progress on the leader console', function () {
     const failedAt = Number(/step (\d+):/.exec(pieces[failure])![1]);
     assert.ok(failedAt > killedAfter, 'the failure is in a step after the one the kill followed');
     // after the failure line the bar is only redrawn (the step before) until the retried step commits
-    const next = pieces.slice(failure).filter((piece) => bars.includes(piece)).map(stepOf).find((step) => step !== failedAt - 1);
-    assert.equal(next, failedAt, 'the recovery lines come before the retried step\'s bar');
+    const next = pieces
+      .slice(failure)
+      .filter((piece) => bars.includes(piece))
+      .map(stepOf)
+      .find((step) => step !== failedAt - 1);
+    assert.equal(next, failedAt, "the recovery lines come before the retried step's bar");
     const evaluation = at(/^\[ft-train\] step 11: test accuracy \d+\.\d%, test loss \d\.\d{4}$/);
-    assert.equal(stepOf(pieces.slice(0, evaluation).filter((piece) => bars.includes(piece)).pop()!), 11);
+    assert.equal(
+      stepOf(
+        pieces
+          .slice(0, evaluation)
+          .filter((piece) => bars.includes(piece))
+          .pop()!,
+      ),
+      11,
+    );
     assert.ok(at(/^\[ft-train\] done: 24 steps/) > pieces.lastIndexOf(bars[bars.length - 1]));
   });
 
@@ -66,7 +88,10 @@ describe('progress on the leader console', function () {
     // eslint-disable-next-line no-control-regex -- control characters are what this asserts are absent
     assert.doesNotMatch(job.stdout, /[\x00-\x09\x0b-\x1f\x7f]/);
     const steps = job.stdout.split('\n').filter((line) => line.startsWith('[ft-train] step ') && !line.includes('test accuracy'));
-    assert.match(steps[0], /^\[ft-train\] step 0\/23 4% epoch 0 loss \d\.\d{4} lr \S+ world 2 \d+\.\d ms\/step \d+ samples\/s \(avg \d+\) elapsed \d+s ETA \d+s$/);
+    assert.match(
+      steps[0],
+      /^\[ft-train\] step 0\/23 4% epoch 0 loss \d\.\d{4} lr \S+ world 2 \d+\.\d ms\/step \d+ samples\/s \(avg \d+\) elapsed \d+s ETA \d+s$/,
+    );
     assert.match(steps[steps.length - 1], /^\[ft-train\] step 23\/23 100% /);
     assert.match(job.stdout, /\n\[ft-train\] step 11: test accuracy \d+\.\d%, test loss \d\.\d{4}\n/);
   });

@@ -22,11 +22,22 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 const scratch = makeScratch('ft-report-');
 const compared = path.join(scratch, 'compare');
 const artifacts = path.join(repoRoot, 'test-artifacts');
-const lines = (file: string): Record<string, unknown>[] => fs.readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+const lines = (file: string): Record<string, unknown>[] =>
+  fs
+    .readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l));
 const run = (name: string): string => path.join(compared, name);
 
 function report(args: string[]): ReturnType<typeof runCommand> {
-  return runCommand(process.execPath, [path.join(repoRoot, 'launch', 'ft-report.js'), ...args], process.env, 60_000, `ft-report ${args.join(' ')}`);
+  return runCommand(
+    process.execPath,
+    [path.join(repoRoot, 'launch', 'ft-report.js'), ...args],
+    process.env,
+    60_000,
+    `ft-report ${args.join(' ')}`,
+  );
 }
 
 /** A copy of a good run directory, then `damage` applied to it. */
@@ -55,8 +66,13 @@ describe('reports', function () {
 
   before(async function () {
     this.timeout(300_000);
-    const job = await runCommand(path.join(repoRoot, 'launch', 'compare'), ['--ranks', '2,4', '--steps', '40', '--kill-step', '20', '--eval-every', '20', '--out', compared],
-      process.env, 280_000, 'launch/compare');
+    const job = await runCommand(
+      path.join(repoRoot, 'launch', 'compare'),
+      ['--ranks', '2,4', '--steps', '40', '--kill-step', '20', '--eval-every', '20', '--out', compared],
+      process.env,
+      280_000,
+      'launch/compare',
+    );
     assert.equal(job.code, 0, job.stdout + job.stderr);
     assert.equal(job.stdout.trim().split('\n').at(-1), `[compare] report: ${path.join(compared, 'report.html')}`);
   });
@@ -68,7 +84,10 @@ describe('reports', function () {
         const summary = JSON.parse(fs.readFileSync(path.join(run(`n${n}-${policy}`), 'summary.json'), 'utf8'));
         assert.equal(summary.steps, 40);
         assert.equal(summary.on_failure, policy === 'shrink' ? 'shrink' : 'exact');
-        assert.deepEqual(summary.failures.map((f: { lost: number[] }) => f.lost), policy === 'sgd' ? [] : [[1]]);
+        assert.deepEqual(
+          summary.failures.map((f: { lost: number[] }) => f.lost),
+          policy === 'sgd' ? [] : [[1]],
+        );
       }
     }
     assert.ok(fs.statSync(path.join(compared, 'report.html')).size > 10_000);
@@ -81,8 +100,14 @@ describe('reports', function () {
     const data = readRun(dir);
     const metrics = lines(path.join(dir, 'metrics.jsonl'));
     const events = lines(path.join(dir, 'events.jsonl'));
-    assert.deepEqual(data.steps.map((s) => s.step), [...Array(40).keys()]);
-    assert.deepEqual(data.steps.map((s) => s.loss), metrics.map((m) => m.loss));
+    assert.deepEqual(
+      data.steps.map((s) => s.step),
+      [...Array(40).keys()],
+    );
+    assert.deepEqual(
+      data.steps.map((s) => s.loss),
+      metrics.map((m) => m.loss),
+    );
     assert.equal(data.startTime, events[0].time);
     assert.equal(data.recoveries.length, 1);
     const [recovery] = data.recoveries;
@@ -107,17 +132,67 @@ describe('reports', function () {
     const names = ['n2-sgd', 'n2-exact', 'n2-shrink', 'n4-sgd', 'n4-exact', 'n4-shrink'];
     const runs = names.map((name) => readRun(run(name)));
     const comparisons = compareWithBaselines(runs);
-    assert.deepEqual(comparisons.map((c) => c.verdict), ['baseline', 'equal', 'differs', 'baseline', 'equal', 'differs']);
-    assert.deepEqual(comparisons.map((c) => c.expected), [undefined, undefined, 'shrink mode', undefined, undefined, 'shrink mode']);
-    assert.deepEqual(comparisons.map((c) => c.baseline), [runs[0], runs[0], runs[0], runs[3], runs[3], runs[3]]);
-    assert.deepEqual(compareWithBaselines(runs.slice(1)).map((c) => c.verdict), ['no baseline', 'no baseline', 'baseline', 'equal', 'differs']);
-    assert.deepEqual(compareWithBaselines(runs, runs[5]).map((c) => c.verdict), ['other settings', 'other settings', 'other settings', 'differs', 'differs', 'baseline']);
-    assert.deepEqual(compareWithBaselines(runs, runs[5]).map((c) => c.expected), [undefined, undefined, undefined, undefined, undefined, undefined]);
+    assert.deepEqual(
+      comparisons.map((c) => c.verdict),
+      ['baseline', 'equal', 'differs', 'baseline', 'equal', 'differs'],
+    );
+    assert.deepEqual(
+      comparisons.map((c) => c.expected),
+      [undefined, undefined, 'shrink mode', undefined, undefined, 'shrink mode'],
+    );
+    assert.deepEqual(
+      comparisons.map((c) => c.baseline),
+      [runs[0], runs[0], runs[0], runs[3], runs[3], runs[3]],
+    );
+    assert.deepEqual(
+      compareWithBaselines(runs.slice(1)).map((c) => c.verdict),
+      ['no baseline', 'no baseline', 'baseline', 'equal', 'differs'],
+    );
+    assert.deepEqual(
+      compareWithBaselines(runs, runs[5]).map((c) => c.verdict),
+      ['other settings', 'other settings', 'other settings', 'differs', 'differs', 'baseline'],
+    );
+    assert.deepEqual(
+      compareWithBaselines(runs, runs[5]).map((c) => c.expected),
+      [undefined, undefined, undefined, undefined, undefined, undefined],
+    );
     const settings = runs[4].summary!.settings!;
-    assert.deepEqual(Object.keys(settings), ['model', 'model_sha256', 'data_train_sha256', 'data_test_sha256', 'batch', 'lr', 'optimizer', 'momentum', 'weight_decay',
-      'lr_schedule', 'seed', 'shards', 'on_failure', 'lr_rescale', 'steps', 'epochs', 'threads', 'isa']);
-    assert.deepEqual([settings.model, settings.batch, settings.lr, settings.momentum, settings.weight_decay, settings.lr_schedule, settings.shards, settings.on_failure, settings.steps, settings.epochs, settings.threads],
-      ['lenet', 64, 0.01, 0.9, 0.0005, 'constant', 4, 'exact', 40, null, 1]);
+    assert.deepEqual(Object.keys(settings), [
+      'model',
+      'model_sha256',
+      'data_train_sha256',
+      'data_test_sha256',
+      'batch',
+      'lr',
+      'optimizer',
+      'momentum',
+      'weight_decay',
+      'lr_schedule',
+      'seed',
+      'shards',
+      'on_failure',
+      'lr_rescale',
+      'steps',
+      'epochs',
+      'threads',
+      'isa',
+    ]);
+    assert.deepEqual(
+      [
+        settings.model,
+        settings.batch,
+        settings.lr,
+        settings.momentum,
+        settings.weight_decay,
+        settings.lr_schedule,
+        settings.shards,
+        settings.on_failure,
+        settings.steps,
+        settings.epochs,
+        settings.threads,
+      ],
+      ['lenet', 64, 0.01, 0.9, 0.0005, 'constant', 4, 'exact', 40, null, 1],
+    );
     const manifest = JSON.parse(fs.readFileSync(path.join(repoRoot, 'datasets', 'fashion-mnist', 'manifest.json'), 'utf8'));
     assert.equal(settings.data_train_sha256, manifest.splits.train.sha256);
     assert.equal(settings.data_test_sha256, manifest.splits.test.sha256);
@@ -127,7 +202,10 @@ describe('reports', function () {
       const { settings: _, ...rest } = JSON.parse(fs.readFileSync(file, 'utf8'));
       fs.writeFileSync(file, JSON.stringify(rest));
     });
-    assert.deepEqual(compareWithBaselines([runs[3], readRun(old)]).map((c) => c.verdict), ['baseline', 'settings unknown']);
+    assert.deepEqual(
+      compareWithBaselines([runs[3], readRun(old)]).map((c) => c.verdict),
+      ['baseline', 'settings unknown'],
+    );
 
     const output = path.join(scratch, 'sha.html');
     const job = await report([...names.slice(3).map(run), run('n2-sgd'), old, '-o', output]);
@@ -143,9 +221,18 @@ describe('reports', function () {
     // the settings table: a column per run, the cells that differ from most runs highlighted
     const setting = (name: string) => new RegExp(`<tr><th class="text">${name}</th>.*?</tr>`).exec(html)?.[0];
     const unknown = '<td class="text"><span class="note">unknown</span></td>';
-    assert.equal(setting('shards'), `<tr><th class="text">shards</th><td class="text">4</td><td class="text">4</td><td class="text">4</td><td class="text changed">2</td>${unknown}</tr>`);
-    assert.equal(setting('on_failure'), `<tr><th class="text">on_failure</th><td class="text">exact</td><td class="text">exact</td><td class="text changed">shrink</td><td class="text">exact</td>${unknown}</tr>`);
-    assert.equal(setting('lr'), `<tr><th class="text">lr</th><td class="text">0.01</td><td class="text">0.01</td><td class="text">0.01</td><td class="text">0.01</td>${unknown}</tr>`);
+    assert.equal(
+      setting('shards'),
+      `<tr><th class="text">shards</th><td class="text">4</td><td class="text">4</td><td class="text">4</td><td class="text changed">2</td>${unknown}</tr>`,
+    );
+    assert.equal(
+      setting('on_failure'),
+      `<tr><th class="text">on_failure</th><td class="text">exact</td><td class="text">exact</td><td class="text changed">shrink</td><td class="text">exact</td>${unknown}</tr>`,
+    );
+    assert.equal(
+      setting('lr'),
+      `<tr><th class="text">lr</th><td class="text">0.01</td><td class="text">0.01</td><td class="text">0.01</td><td class="text">0.01</td>${unknown}</tr>`,
+    );
   });
 
   it('plots an unfinished run up to its last committed step, marked as such and not compared', async () => {
@@ -156,39 +243,55 @@ describe('reports', function () {
     });
     const data = readRun(dir);
     assert.equal(data.summary, undefined);
-    assert.deepEqual(data.steps.map((s) => s.step), [...Array(30).keys()]);
-    assert.deepEqual(data.recoveries.map((r) => r.lost), [[1]]);
-    assert.deepEqual(compareWithBaselines([readRun(run('n4-sgd')), data]).map((c) => c.verdict), ['baseline', 'unfinished']);
+    assert.deepEqual(
+      data.steps.map((s) => s.step),
+      [...Array(30).keys()],
+    );
+    assert.deepEqual(
+      data.recoveries.map((r) => r.lost),
+      [[1]],
+    );
+    assert.deepEqual(
+      compareWithBaselines([readRun(run('n4-sgd')), data]).map((c) => c.verdict),
+      ['baseline', 'unfinished'],
+    );
     const output = path.join(scratch, 'unfinished.html');
     const job = await report([run('n4-sgd'), dir, '-o', output]);
     assert.equal(job.code, 0, job.stderr);
     assert.equal(job.stderr, '');
     const html = fs.readFileSync(output, 'utf8');
-    assert.match(html, /<tr><td class="text"[^>]*>unfinished<\/td><td class="text">–<\/td><td>4 → 3<\/td><td>30<\/td>.*<td class="text">unfinished \(not compared\): <span class="unfinished">last committed step 29<\/span><\/td><\/tr>/);
+    assert.match(
+      html,
+      /<tr><td class="text"[^>]*>unfinished<\/td><td class="text">–<\/td><td>4 → 3<\/td><td>30<\/td>.*<td class="text">unfinished \(not compared\): <span class="unfinished">last committed step 29<\/span><\/td><\/tr>/,
+    );
     const [lossByStep] = reportCharts([data], ['unfinished'], [{ verdict: 'unfinished' }]);
-    const plotted = ((lossByStep.spec.layer as { data: { values: { step: number }[] } }[])[0]).data.values.map((p) => p.step);
+    const plotted = (lossByStep.spec.layer as { data: { values: { step: number }[] } }[])[0].data.values.map((p) => p.step);
     assert.deepEqual(plotted, [...Array(30).keys()]);
   });
 
-  it('charts each run\'s loss minus its baseline\'s: zero at every step for an exact recovery, not for shrink', () => {
+  it("charts each run's loss minus its baseline's: zero at every step for an exact recovery, not for shrink", () => {
     const runs = ['n4-sgd', 'n4-exact', 'n4-shrink'].map((name) => readRun(run(name)));
     const charts = reportCharts(runs, ['sgd', 'exact', 'shrink'], compareWithBaselines(runs));
-    const chart = charts.find((c) => c.title === 'Loss minus the baseline\'s')!;
-    const values = ((chart.spec.layer as { data: { values: { run: string; step: number; difference: number }[] } }[])[1]).data.values;
+    const chart = charts.find((c) => c.title === "Loss minus the baseline's")!;
+    const values = (chart.spec.layer as { data: { values: { run: string; step: number; difference: number }[] } }[])[1].data.values;
     const of = (name: string) => values.filter((v) => v.run === name);
     assert.deepEqual(of('sgd'), []);
-    assert.deepEqual(of('exact').map((v) => v.difference), Array(40).fill(0));
+    assert.deepEqual(
+      of('exact').map((v) => v.difference),
+      Array(40).fill(0),
+    );
     const failed = runs[2].summary!.failures[0].step;
     const shrink = of('shrink');
     // before the failure, shrink mode sums the gradient and loss with MPI's allreduce, not in shard
     // order: the parameters drift apart by float32 rounding from step to step (by how much depends on
     // the values, so on the kernels' level), far below what another gradient would change
-    for (const v of shrink.slice(0, failed)) assert.ok(Math.abs(v.difference) <= 1e-5 * runs[0].steps[v.step].loss, `step ${v.step}: ${v.difference}`);
+    for (const v of shrink.slice(0, failed))
+      assert.ok(Math.abs(v.difference) <= 1e-5 * runs[0].steps[v.step].loss, `step ${v.step}: ${v.difference}`);
     assert.equal(shrink[39].difference, runs[2].steps[39].loss - runs[0].steps[39].loss);
     assert.ok(shrink.slice(failed).some((v) => v.difference !== 0));
   });
 
-  it('projects what failures would cost at the --project world sizes from the run\'s own measurements', async () => {
+  it("projects what failures would cost at the --project world sizes from the run's own measurements", async () => {
     const output = path.join(scratch, 'cost.html');
     const job = await report([run('n4-exact'), '-o', output, '--project', '4,1024', '--failure-rate', '0.01']);
     assert.equal(job.code, 0, job.stderr);
@@ -206,27 +309,49 @@ describe('reports', function () {
     for (const n of [4, 1024]) {
       const periodic = `${(periodicWaste(n, f, m.checkpoint!, m.recovery!).total * 100).toPrecision(3)}%`;
       const ours = `${(ftTrainWaste(n, f, m.step, m.recovery!).total * 100).toPrecision(3)}%`;
-      assert.match(html, new RegExp(`<tr><td class="text">n4-exact</td><td>${n}</td>.*<td>${periodic.replace('.', '\\.')}</td><td><b>${ours.replace('.', '\\.')}</b></td>`));
+      assert.match(
+        html,
+        new RegExp(
+          `<tr><td class="text">n4-exact</td><td>${n}</td>.*<td>${periodic.replace('.', '\\.')}</td><td><b>${ours.replace('.', '\\.')}</b></td>`,
+        ),
+      );
     }
-    assert.match(html, /<tr class="paper"><td class="text">BERT-L \(the paper\)<\/td><td>1024<\/td>.*<td>1\.56%<\/td><td>–<\/td><td class="text">paper: 1\.54% \(without the restart term: 1\.54%\)<\/td><\/tr>/);
+    assert.match(
+      html,
+      /<tr class="paper"><td class="text">BERT-L \(the paper\)<\/td><td>1024<\/td>.*<td>1\.56%<\/td><td>–<\/td><td class="text">paper: 1\.54% \(without the restart term: 1\.54%\)<\/td><\/tr>/,
+    );
     const refused = await report([run('n4-exact'), '-o', output, '--project', '4,0']);
     assert.equal(refused.code, 2, refused.stderr);
     assert.match(refused.stderr, /--project expects world sizes N1,N2,\.\.\. \(positive integers\), got "4,0"/);
   });
 
-  it('--csv writes one tidy table with metrics.jsonl\'s values exactly, empty cells where absent', async () => {
+  it("--csv writes one tidy table with metrics.jsonl's values exactly, empty cells where absent", async () => {
     const file = path.join(scratch, 'steps.csv');
     const job = await report([run('n2-sgd'), run('n4-exact'), '--csv', file]);
     assert.equal(job.code, 0, job.stderr);
     assert.equal(job.stdout, `ft-report: 2 runs; wrote ${file}\n`);
-    const [header, ...rows] = fs.readFileSync(file, 'utf8').trimEnd().split('\n').map((line) => line.split(','));
+    const [header, ...rows] = fs
+      .readFileSync(file, 'utf8')
+      .trimEnd()
+      .split('\n')
+      .map((line) => line.split(','));
     assert.deepEqual(header, ['run', 'step', 'time', 'loss', 'lr', 'world', 'step_ms', 'test_accuracy', 'test_loss']);
-    const expected = ['n2-sgd', 'n4-exact'].flatMap((name) => lines(path.join(run(name), 'metrics.jsonl')).map((m) =>
-      [name, ...header.slice(1).map((column) => (m[column] === undefined ? '' : String(m[column])))]));
+    const expected = ['n2-sgd', 'n4-exact'].flatMap((name) =>
+      lines(path.join(run(name), 'metrics.jsonl')).map((m) => [
+        name,
+        ...header.slice(1).map((column) => (m[column] === undefined ? '' : String(m[column]))),
+      ]),
+    );
     assert.equal(rows.length, 80);
     assert.deepEqual(rows, expected);
     const evaluated = rows.filter((r) => r[7] !== '');
-    assert.deepEqual(evaluated.map((r) => [r[0], r[1]]), [['n2-sgd', '19'], ['n4-exact', '19']]);
+    assert.deepEqual(
+      evaluated.map((r) => [r[0], r[1]]),
+      [
+        ['n2-sgd', '19'],
+        ['n4-exact', '19'],
+      ],
+    );
     for (const r of evaluated) assert.equal(Number(r[7]), lines(path.join(run(r[0]), 'metrics.jsonl'))[19].test_accuracy);
   });
 
@@ -250,34 +375,76 @@ describe('reports', function () {
 
   it('names a broken run directory in one line and passes over it; --strict refuses; nothing is written when no run is left', async () => {
     const cases: [string, (dir: string) => void, RegExp][] = [
-      ['half-line', (d) => fs.appendFileSync(path.join(d, 'metrics.jsonl'), '{"step":40,"lo'), /metrics\.jsonl: half-written \(its last line has no end\)$/],
+      [
+        'half-line',
+        (d) => fs.appendFileSync(path.join(d, 'metrics.jsonl'), '{"step":40,"lo'),
+        /metrics\.jsonl: half-written \(its last line has no end\)$/,
+      ],
       ['half-summary', (d) => fs.truncateSync(path.join(d, 'summary.json'), 100), /summary\.json: not JSON$/],
-      ['gap', (d) => {
-        const file = path.join(d, 'metrics.jsonl');
-        fs.writeFileSync(file, fs.readFileSync(file, 'utf8').split('\n').filter((l) => !l.startsWith('{"step":11,')).join('\n'));
-      }, /metrics\.jsonl: step 12 follows step 10$/],
-      ['no-recovery', (d) => {
-        const file = path.join(d, 'events.jsonl');
-        fs.writeFileSync(file, fs.readFileSync(file, 'utf8').split('\n').filter((l) => !l.includes('"revoke+shrink"')).join('\n'));
-      }, /events\.jsonl: no recovery at step 2\d, where summary\.json has a failure$/],
-      ['bad-sha', (d) => {
-        const file = path.join(d, 'summary.json');
-        fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), params_sha256: 'abc' }));
-      }, /summary\.json: "params_sha256" is not a sha256$/],
+      [
+        'gap',
+        (d) => {
+          const file = path.join(d, 'metrics.jsonl');
+          fs.writeFileSync(
+            file,
+            fs
+              .readFileSync(file, 'utf8')
+              .split('\n')
+              .filter((l) => !l.startsWith('{"step":11,'))
+              .join('\n'),
+          );
+        },
+        /metrics\.jsonl: step 12 follows step 10$/,
+      ],
+      [
+        'no-recovery',
+        (d) => {
+          const file = path.join(d, 'events.jsonl');
+          fs.writeFileSync(
+            file,
+            fs
+              .readFileSync(file, 'utf8')
+              .split('\n')
+              .filter((l) => !l.includes('"revoke+shrink"'))
+              .join('\n'),
+          );
+        },
+        /events\.jsonl: no recovery at step 2\d, where summary\.json has a failure$/,
+      ],
+      [
+        'bad-sha',
+        (d) => {
+          const file = path.join(d, 'summary.json');
+          fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), params_sha256: 'abc' }));
+        },
+        /summary\.json: "params_sha256" is not a sha256$/,
+      ],
       ['no-metrics', (d) => fs.rmSync(path.join(d, 'metrics.jsonl')), /metrics\.jsonl: missing$/],
       ['null-summary', (d) => fs.writeFileSync(path.join(d, 'summary.json'), 'null\n'), /summary\.json: not a JSON object$/],
-      ['headless', (d) => {
-        const file = path.join(d, 'metrics.jsonl');
-        fs.writeFileSync(file, fs.readFileSync(file, 'utf8').split('\n').slice(1).join('\n'));
-      }, /metrics\.jsonl: starts at step 1, not 0$/],
-      ['bad-lost', (d) => {
-        const file = path.join(d, 'events.jsonl');
-        fs.writeFileSync(file, fs.readFileSync(file, 'utf8').replace(/"lost":\[\d+\]/, '"lost":["<b>1</b>"]'));
-      }, /events\.jsonl: a revoke\+shrink event at step 2\d whose "lost" is not a list of ranks$/],
+      [
+        'headless',
+        (d) => {
+          const file = path.join(d, 'metrics.jsonl');
+          fs.writeFileSync(file, fs.readFileSync(file, 'utf8').split('\n').slice(1).join('\n'));
+        },
+        /metrics\.jsonl: starts at step 1, not 0$/,
+      ],
+      [
+        'bad-lost',
+        (d) => {
+          const file = path.join(d, 'events.jsonl');
+          fs.writeFileSync(file, fs.readFileSync(file, 'utf8').replace(/"lost":\[\d+\]/, '"lost":["<b>1</b>"]'));
+        },
+        /events\.jsonl: a revoke\+shrink event at step 2\d whose "lost" is not a list of ranks$/,
+      ],
     ];
     for (const [name, damage, message] of cases) {
       const dir = broken(name, damage);
-      assert.throws(() => readRun(dir), (error: Error) => error instanceof RunDirError && message.test(error.message) && error.message.startsWith(dir), name);
+      assert.throws(
+        () => readRun(dir),
+        (error: Error) => error instanceof RunDirError && message.test(error.message) && error.message.startsWith(dir),
+        name,
+      );
     }
 
     const output = path.join(scratch, 'skipped.html');
@@ -313,18 +480,32 @@ describe('reports', function () {
       const page = await browser.newPage();
       const problems: string[] = [];
       const requests: string[] = [];
-      page.on('console', (message) => { if (message.type() === 'error' || message.type() === 'warn') problems.push(`console ${message.type()}: ${message.text()}`); });
+      page.on('console', (message) => {
+        if (message.type() === 'error' || message.type() === 'warn') problems.push(`console ${message.type()}: ${message.text()}`);
+      });
       page.on('pageerror', (error) => problems.push(`page error: ${String(error)}`));
       await page.setRequestInterception(true);
       page.on('request', (request) => {
-        if (!request.url().startsWith('data:') && request.url() !== `file://${path.join(compared, 'report.html')}`) requests.push(request.url());
+        if (!request.url().startsWith('data:') && request.url() !== `file://${path.join(compared, 'report.html')}`)
+          requests.push(request.url());
         void request.continue();
       });
       await page.setViewport({ width: 1280, height: 900 });
       await page.goto(`file://${path.join(compared, 'report.html')}`, { waitUntil: 'load' });
       // loss by step, loss minus the baseline's, loss by time, step time, throughput, world size, learning rate, test accuracy
-      const titles = await page.evaluate('Array.from(document.querySelectorAll("figure img")).map((img) => img.complete && img.naturalWidth > 0 && img.alt)');
-      assert.deepEqual(titles, ['Loss against step', 'Loss minus the baseline\'s', 'Loss against wall time', 'Step time', 'Throughput', 'World size over time', 'Learning rate', 'Test accuracy']);
+      const titles = await page.evaluate(
+        'Array.from(document.querySelectorAll("figure img")).map((img) => img.complete && img.naturalWidth > 0 && img.alt)',
+      );
+      assert.deepEqual(titles, [
+        'Loss against step',
+        "Loss minus the baseline's",
+        'Loss against wall time',
+        'Step time',
+        'Throughput',
+        'World size over time',
+        'Learning rate',
+        'Test accuracy',
+      ]);
       // the inlined vega draws each chart again, live, in place of its image
       await page.waitForFunction('document.querySelectorAll("figure.interactive svg.marks").length === 8', { timeout: 30_000 });
       const figures = await page.$$('figure');
@@ -337,9 +518,14 @@ describe('reports', function () {
       assert.equal(accuracyPoints.length, 12); // 6 runs evaluated after steps 19 and 39
       await accuracyPoints[0].hover();
       const tooltip = await page.waitForSelector('.vg-tooltip', { visible: true, timeout: 5000 });
-      const shown = /^run(n[24]-\w+)step(19|39)test accuracy(\d\d\.\d\d)%$/.exec(await tooltip!.evaluate((element) => element.textContent ?? ''));
+      const shown = /^run(n[24]-\w+)step(19|39)test accuracy(\d\d\.\d\d)%$/.exec(
+        await tooltip!.evaluate((element) => element.textContent ?? ''),
+      );
       assert.ok(shown, 'the tooltip names the run, the step and the accuracy');
-      const accuracy = shown[2] === '19' ? lines(path.join(run(shown[1]), 'metrics.jsonl'))[19].test_accuracy as number : readRun(run(shown[1])).summary!.test_accuracy!;
+      const accuracy =
+        shown[2] === '19'
+          ? (lines(path.join(run(shown[1]), 'metrics.jsonl'))[19].test_accuracy as number)
+          : readRun(run(shown[1])).summary!.test_accuracy!;
       assert.equal(shown[3], (accuracy * 100).toFixed(2));
       fs.mkdirSync(artifacts, { recursive: true });
       await page.screenshot({ path: path.join(artifacts, 'report.png'), fullPage: true });

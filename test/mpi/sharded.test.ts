@@ -27,7 +27,11 @@ function summaryOf(run: { dir: string; code: number | null; stdout: string; stde
 }
 
 function events(dir: string): EventRecord[] {
-  return fs.readFileSync(path.join(dir, 'events.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as EventRecord);
+  return fs
+    .readFileSync(path.join(dir, 'events.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as EventRecord);
 }
 
 describe('sharded optimizer state', function () {
@@ -46,24 +50,75 @@ describe('sharded optimizer state', function () {
         const sharded = summaryOf(await train(ranks, '--optimizer', optimizer, '--optimizer-state', 'sharded'));
         assert.equal(sharded.params_sha256, replicated.params_sha256, `${ranks} ranks`);
         // the leader (rank 0) holds chunk 0 of P + 1 (the sum's last element is the loss)
-        assert.equal(sharded.optimizer_state_bytes_per_rank, 4 * slots * Math.min(Math.floor((lenetParams + 1) / ranks), lenetParams), `${ranks} ranks`);
+        assert.equal(
+          sharded.optimizer_state_bytes_per_rank,
+          4 * slots * Math.min(Math.floor((lenetParams + 1) / ranks), lenetParams),
+          `${ranks} ranks`,
+        );
         assert.equal(sharded.redundancy, 'replicate:2');
       }
     });
   }
 
   const drills: { ranks: number; redundancy: string; optimizer: string; kills: string[]; world: number; extra?: string[] }[] = [
-    { ranks: 4, redundancy: 'replicate:2', optimizer: 'sgd', kills: ['rank=1,step=3,phase=compute', 'rank=2,step=6,phase=update'], world: 2 },
-    { ranks: 4, redundancy: 'replicate:2', optimizer: 'adamw', kills: ['rank=3,step=5,phase=redundancy', 'rank=0,step=5,phase=rebuild'], world: 2 },
+    {
+      ranks: 4,
+      redundancy: 'replicate:2',
+      optimizer: 'sgd',
+      kills: ['rank=1,step=3,phase=compute', 'rank=2,step=6,phase=update'],
+      world: 2,
+    },
+    {
+      ranks: 4,
+      redundancy: 'replicate:2',
+      optimizer: 'adamw',
+      kills: ['rank=3,step=5,phase=redundancy', 'rank=0,step=5,phase=rebuild'],
+      world: 2,
+    },
     { ranks: 4, redundancy: 'ec:2+1', optimizer: 'adamw', kills: ['rank=2,step=4,phase=update'], world: 3 },
-    { ranks: 4, redundancy: 'ec:2+2', optimizer: 'sgd', kills: ['rank=0,step=4,phase=collective', 'rank=1,step=4,phase=collective'], world: 2 },
-    { ranks: 6, redundancy: 'ec:2+2', optimizer: 'adamw', kills: ['rank=0,step=2,phase=update', 'rank=1,step=2,phase=update', 'rank=4,step=7,phase=redundancy'], world: 3 },
-    { ranks: 6, redundancy: 'ec:2+1', optimizer: 'sgd', kills: ['rank=5,step=3,phase=compute', 'rank=2,step=3,phase=rebuild', 'rank=3,step=8,phase=agree'], world: 3 },
-    { ranks: 6, redundancy: 'replicate:3', optimizer: 'sgd', kills: ['rank=4,step=2,phase=redundancy', 'rank=5,step=2,phase=redundancy', 'rank=1,step=8,phase=checkpoint-stripe'], world: 3, extra: ['--checkpoint-every', '4'] },
+    {
+      ranks: 4,
+      redundancy: 'ec:2+2',
+      optimizer: 'sgd',
+      kills: ['rank=0,step=4,phase=collective', 'rank=1,step=4,phase=collective'],
+      world: 2,
+    },
+    {
+      ranks: 6,
+      redundancy: 'ec:2+2',
+      optimizer: 'adamw',
+      kills: ['rank=0,step=2,phase=update', 'rank=1,step=2,phase=update', 'rank=4,step=7,phase=redundancy'],
+      world: 3,
+    },
+    {
+      ranks: 6,
+      redundancy: 'ec:2+1',
+      optimizer: 'sgd',
+      kills: ['rank=5,step=3,phase=compute', 'rank=2,step=3,phase=rebuild', 'rank=3,step=8,phase=agree'],
+      world: 3,
+    },
+    {
+      ranks: 6,
+      redundancy: 'replicate:3',
+      optimizer: 'sgd',
+      kills: ['rank=4,step=2,phase=redundancy', 'rank=5,step=2,phase=redundancy', 'rank=1,step=8,phase=checkpoint-stripe'],
+      world: 3,
+      extra: ['--checkpoint-every', '4'],
+    },
   ];
   for (const d of drills) {
     it(`${d.ranks} ranks, --redundancy ${d.redundancy}, ${d.optimizer}, kills ${d.kills.join('; ')}: the bits of the run without failure`, async () => {
-      const run = await train(d.ranks, '--optimizer', d.optimizer, '--optimizer-state', 'sharded', '--redundancy', d.redundancy, ...d.kills.flatMap((k) => ['--drill', k]), ...(d.extra ?? []));
+      const run = await train(
+        d.ranks,
+        '--optimizer',
+        d.optimizer,
+        '--optimizer-state',
+        'sharded',
+        '--redundancy',
+        d.redundancy,
+        ...d.kills.flatMap((k) => ['--drill', k]),
+        ...(d.extra ?? []),
+      );
       const summary = summaryOf(run);
       assert.equal(summary.params_sha256, reference.get(d.optimizer));
       assert.equal(summary.world_final, d.world);
@@ -75,8 +130,13 @@ describe('sharded optimizer state', function () {
   it('losing both copies of a chunk (replicate:2, group placement) stops with exit 3 and one line, writing no checkpoint or summary', async () => {
     const run = await train(4, '--optimizer-state', 'sharded', '--drill', 'rank=2,step=5', '--drill', 'rank=3,step=5');
     assert.equal(run.code, 3, `${run.stdout}\n${run.stderr}`);
-    assert.ok(run.stdout.includes('[ft-train] the optimizer state of rank(s) 2, 3 (chunk(s) 2, 3 of 4) is lost: no copy of it survives in memory under ' +
-      '--redundancy replicate:2 (group placement); stopping: no complete checkpoint to go back to\n'), run.stdout);
+    assert.ok(
+      run.stdout.includes(
+        '[ft-train] the optimizer state of rank(s) 2, 3 (chunk(s) 2, 3 of 4) is lost: no copy of it survives in memory under ' +
+          '--redundancy replicate:2 (group placement); stopping: no complete checkpoint to go back to\n',
+      ),
+      run.stdout,
+    );
     assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
     assert.ok(!fs.existsSync(path.join(run.dir, 'ckpt')) || fs.readdirSync(path.join(run.dir, 'ckpt')).length === 0);
   });

@@ -30,13 +30,16 @@ const badLabel = { batch: 35, row: 50, label: 99 };
 
 function readLines<T>(file: string): T[] {
   if (!fs.existsSync(file)) return [];
-  return fs.readFileSync(file, 'utf8').split('\n').flatMap((line) => {
-    try {
-      return [JSON.parse(line) as T];
-    } catch {
-      return []; // a blank line, or one still being written
-    }
-  });
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .flatMap((line) => {
+      try {
+        return [JSON.parse(line) as T];
+      } catch {
+        return []; // a blank line, or one still being written
+      }
+    });
 }
 
 /** Where each record batch's IPC block (metadata + body) lies in an Arrow file, from its footer. */
@@ -73,7 +76,12 @@ function cyclicSource(rows: number): SplitSource {
  * in the file with the batch's CRC-64 and the file's sha256 updated in the manifest.
  */
 async function writeBadLabelDataset(dir: string): Promise<void> {
-  const info = { name: 'bad-label', source: 'test/mpi/stops.test.ts', sampleShape: [1, 28, 28] as [number, number, number], classNames: Array.from({ length: 10 }, (_, c) => `class-${c}`) };
+  const info = {
+    name: 'bad-label',
+    source: 'test/mpi/stops.test.ts',
+    sampleShape: [1, 28, 28] as [number, number, number],
+    classNames: Array.from({ length: 10 }, (_, c) => `class-${c}`),
+  };
   await writeDataset(dir, info, { train: cyclicSource(4000), test: cyclicSource(400) }, 100);
   const file = path.join(dir, 'train.arrow');
   const block = (await recordBatchBlocks(file))[badLabel.batch];
@@ -139,7 +147,7 @@ function stopEventRanks(runDir: string): unknown {
   return last!.ranks;
 }
 
-describe('a rank\'s own error stops every rank', function () {
+describe("a rank's own error stops every rank", function () {
   this.timeout(60_000);
   const badData = path.join(scratch, 'bad-label');
   const badLine = `ft-train: rank 3: ${path.join(badData, 'train.arrow')}: corrupt: record batch ${badLabel.batch} holds label ${badLabel.label}, outside [0, 10)`;
@@ -174,7 +182,7 @@ describe('a rank\'s own error stops every rank', function () {
     assert.deepEqual(stopEventRanks(runDir), [3]);
   });
 
-  it('a record batch that fails its checksum when the survivors read back a killed rank\'s shard', async function () {
+  it("a record batch that fails its checksum when the survivors read back a killed rank's shard", async function () {
     this.timeout(60_000);
     const data = path.join(scratch, 'fashion-mnist');
     // realpath: the checkout may hold a link to the dataset, which must not be what gets corrupted
@@ -186,7 +194,9 @@ describe('a rank\'s own error stops every rank', function () {
     const runDir = newDir();
     let ended = false;
     const running = runTrain(4, [...common, '--data', data, '--steps', '60', '--run-dir', runDir], jobTimeoutMs);
-    const markEnded = (): void => { ended = true; };
+    const markEnded = (): void => {
+      ended = true;
+    };
     running.then(markEnded, markEnded);
     const faults = untilStep(runDir, 5, () => ended).then(() => {
       // rank 2 read its shard long ago: only a survivor reading it back meets the flipped byte
@@ -196,7 +206,11 @@ describe('a rank\'s own error stops every rank', function () {
     const [job, injected] = await Promise.allSettled([running, faults]);
     if (injected.status === 'rejected') throw injected.reason;
     if (job.status === 'rejected') throw job.reason;
-    const rank = assertStopped(job.value, runDir, new RegExp(`^ft-train: rank [013]: ${escape(file)}: corrupt: record batch ${corrupted} fails the manifest checksum$`));
+    const rank = assertStopped(
+      job.value,
+      runDir,
+      new RegExp(`^ft-train: rank [013]: ${escape(file)}: corrupt: record batch ${corrupted} fails the manifest checksum$`),
+    );
     assert.deepEqual(stopEventRanks(runDir), [rank]);
   });
 
@@ -206,7 +220,23 @@ describe('a rank\'s own error stops every rank', function () {
     if (!mountTmpfs(disk, '1m')) this.skip();
     const checkpoints = path.join(disk, 'ck');
     const runDir = newDir();
-    const job = await runTrain(4, [...common, '--data', 'datasets/fashion-mnist', '--steps', '40', '--checkpoint-dir', checkpoints, '--checkpoint-every', '10', '--run-dir', runDir], jobTimeoutMs);
+    const job = await runTrain(
+      4,
+      [
+        ...common,
+        '--data',
+        'datasets/fashion-mnist',
+        '--steps',
+        '40',
+        '--checkpoint-dir',
+        checkpoints,
+        '--checkpoint-every',
+        '10',
+        '--run-dir',
+        runDir,
+      ],
+      jobTimeoutMs,
+    );
     // (written into the staging directory, which the commit renames step-00000010; the spare file
     // that would have spared the state file's blocks did not fit either)
     const staging = path.join(checkpoints, 'step-next');
@@ -215,7 +245,10 @@ describe('a rank\'s own error stops every rank', function () {
     // every rank writes its stripe, and the leader the manifest meanwhile: any of them may find the
     // disk full, and the lowest of those speaks
     const erred = stopEventRanks(runDir) as number[];
-    assert.ok(Array.isArray(erred) && erred[0] === rank && erred.every((r, i) => r >= 0 && r < 4 && (i === 0 || r > erred[i - 1])), `ranks ${JSON.stringify(erred)}`);
+    assert.ok(
+      Array.isArray(erred) && erred[0] === rank && erred.every((r, i) => r >= 0 && r < 4 && (i === 0 || r > erred[i - 1])),
+      `ranks ${JSON.stringify(erred)}`,
+    );
     // nothing committed and nothing left: the run made the directory (for the spare) and removes it
     const left = fs.existsSync(checkpoints) ? fs.readdirSync(checkpoints, { recursive: true }).map(String) : undefined;
     assert.equal(left, undefined, `left on a full disk: ${left}`);
@@ -236,7 +269,11 @@ describe('a rank\'s own error stops every rank', function () {
   it('the same label with --on-failure shrink: the same line, exit 1', async function () {
     this.timeout(60_000);
     const runDir = newDir();
-    const job = await runTrain(4, [...common, '--data', badData, '--steps', '20', '--on-failure', 'shrink', '--run-dir', runDir], jobTimeoutMs);
+    const job = await runTrain(
+      4,
+      [...common, '--data', badData, '--steps', '20', '--on-failure', 'shrink', '--run-dir', runDir],
+      jobTimeoutMs,
+    );
     assert.equal(assertStopped(job, runDir, badLine), 3);
     assert.deepEqual(stopEventRanks(runDir), [3]);
   });

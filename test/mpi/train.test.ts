@@ -30,7 +30,14 @@ interface Run extends JobRun {
 }
 
 function readLines<T>(file: string): T[] {
-  return fs.existsSync(file) ? fs.readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as T) : [];
+  return fs.existsSync(file)
+    ? fs
+        .readFileSync(file, 'utf8')
+        .trim()
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as T)
+    : [];
 }
 
 function load(dir: string, job: { code: number | null; stdout: string; stderr: string }): Run {
@@ -57,8 +64,11 @@ function assertReadBack(run: Run, expected: { total: number; beforeRetry: number
   const readback = run.events.filter((e) => e.event === 'readback');
   assert.equal(readback.length, 1, JSON.stringify(readback));
   assert.equal(readback[0].bytes_before_retry, expected.beforeRetry, 'bytes read before the retried step');
-  assert.ok(expected.beforeRetry < expected.total / 2, `the retried step's batches, ${expected.beforeRetry} bytes, are not the whole lost shards, ${expected.total}`);
-  assert.equal(run.summary.bytes_read_back, expected.total, 'bytes read back in all: the lost shards\' record batches, each once');
+  assert.ok(
+    expected.beforeRetry < expected.total / 2,
+    `the retried step's batches, ${expected.beforeRetry} bytes, are not the whole lost shards, ${expected.total}`,
+  );
+  assert.equal(run.summary.bytes_read_back, expected.total, "bytes read back in all: the lost shards' record batches, each once");
 }
 
 function assertSurvived(run: Run, baseline: Run, lost: number[], worldFinal: number): void {
@@ -66,8 +76,16 @@ function assertSurvived(run: Run, baseline: Run, lost: number[], worldFinal: num
   assert.equal(run.summary.final_loss, baseline.summary.final_loss);
   assert.deepEqual(run.summary.failures.flatMap((f) => f.lost).sort(), [...lost].sort());
   assert.equal(run.summary.world_final, worldFinal);
-  assert.deepEqual(run.metrics.map((m) => m.step), Array.from({ length: 60 }, (_, i) => i), 'one metrics line per committed step');
-  assert.deepEqual(run.metrics.map((m) => m.loss), baseline.metrics.map((m) => m.loss), 'the same loss at every step');
+  assert.deepEqual(
+    run.metrics.map((m) => m.step),
+    Array.from({ length: 60 }, (_, i) => i),
+    'one metrics line per committed step',
+  );
+  assert.deepEqual(
+    run.metrics.map((m) => m.loss),
+    baseline.metrics.map((m) => m.loss),
+    'the same loss at every step',
+  );
 }
 
 describe('ft-train', function () {
@@ -91,14 +109,20 @@ describe('ft-train', function () {
     const hash = createHash('sha256');
     for (const t of model.tensors) hash.update(Buffer.from(t.data.buffer));
     assert.equal(hash.digest('hex'), summary.params_sha256);
-    assert.deepEqual(model.tensors.map((t) => t.name), ['conv1.weight', 'conv1.bias', 'conv2.weight', 'conv2.bias', 'ip1.weight', 'ip1.bias', 'ip2.weight', 'ip2.bias']);
+    assert.deepEqual(
+      model.tensors.map((t) => t.name),
+      ['conv1.weight', 'conv1.bias', 'conv2.weight', 'conv2.bias', 'ip1.weight', 'ip1.bias', 'ip2.weight', 'ip2.bias'],
+    );
     assert.deepEqual(fs.readdirSync(path.join(baseline.dir, 'pids')).sort(), ['0', '1', '2', '3']);
   });
 
   it('exact: rank 2 killed at step 30 of 60 ends bit-identical, reading back only its shard', async () => {
     const run = await train(4, '--drill', 'rank=2,step=30');
     assertSurvived(run, baseline, [2], 3);
-    assert.deepEqual(run.metrics.slice(29, 31).map((m) => m.world), [4, 3]);
+    assert.deepEqual(
+      run.metrics.slice(29, 31).map((m) => m.world),
+      [4, 3],
+    );
     const phases = run.events.filter((e) => e.step === 30).map((e) => e.event);
     assert.deepEqual(phases, ['failure', 'revoke+shrink', 'agree', 'readback', 'checkpoint', 'retry']);
     assert.ok(run.events.filter((e) => e.event !== 'start' && e.event !== 'failure').every((e) => typeof e.duration_ms === 'number'));
@@ -156,9 +180,18 @@ describe('ft-train', function () {
 
   it('exact: an external kill -9 from launch/drill', async () => {
     const dir = path.join(scratch, 'external');
-    const job = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--kill', '2@30', '--', ...common, '--run-dir', dir], process.env, 90_000, 'launch/drill');
+    const job = await runCommand(
+      process.execPath,
+      [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--kill', '2@30', '--', ...common, '--run-dir', dir],
+      process.env,
+      90_000,
+      'launch/drill',
+    );
     assert.equal(job.code, 0, job.stdout + job.stderr);
-    assert.match(job.stdout, new RegExp(`\\[drill\\] run directory: ${dir}\\n\\[drill\\] PASS: killed rank 2@30; 3 of 4 ranks finished 60 steps`));
+    assert.match(
+      job.stdout,
+      new RegExp(`\\[drill\\] run directory: ${dir}\\n\\[drill\\] PASS: killed rank 2@30; 3 of 4 ranks finished 60 steps`),
+    );
     const run = load(dir, job);
     assert.ok(run.summary.failures[0].step >= 30, `failure at step ${run.summary.failures[0].step}`);
     assertSurvived(run, baseline, [2], 3);
@@ -166,10 +199,18 @@ describe('ft-train', function () {
 
   it('exact: an external SIGSTOP from launch/drill: declared dead after --hang-timeout, killed by the survivors, the same bits', async () => {
     const dir = path.join(scratch, 'external-stop');
-    const job = await runCommand(process.execPath, [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--stop', '2@30', '--', ...common, '--run-dir', dir, '--hang-timeout', '2'],
-      process.env, 90_000, 'launch/drill --stop');
+    const job = await runCommand(
+      process.execPath,
+      [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--stop', '2@30', '--', ...common, '--run-dir', dir, '--hang-timeout', '2'],
+      process.env,
+      90_000,
+      'launch/drill --stop',
+    );
     assert.equal(job.code, 0, job.stdout + job.stderr);
-    assert.match(job.stdout, new RegExp(`\\[drill\\] run directory: ${dir}\\n\\[drill\\] PASS: killed rank 2@30 \\(stopped\\); 3 of 4 ranks finished 60 steps`));
+    assert.match(
+      job.stdout,
+      new RegExp(`\\[drill\\] run directory: ${dir}\\n\\[drill\\] PASS: killed rank 2@30 \\(stopped\\); 3 of 4 ranks finished 60 steps`),
+    );
     assert.equal(job.stragglers, 0);
     const run = load(dir, job);
     const stop = JSON.parse(fs.readFileSync(path.join(dir, 'drill.json'), 'utf8')).kills[0];
@@ -193,19 +234,36 @@ describe('ft-train', function () {
     const tailOffset = JSON.parse(fs.readFileSync(path.join(data, 'manifest.json'), 'utf8')).splits.train.tail.offset;
     const offset = 8 + batch * ((tailOffset - 8) / 600) + 300;
     const dir = path.join(scratch, 'corrupt-readback');
-    const job = runTrain(4, [...common.map((arg) => (arg === 'datasets/fashion-mnist' ? data : arg)), '--run-dir', dir, '--drill', 'rank=3,step=50']);
+    const job = runTrain(4, [
+      ...common.map((arg) => (arg === 'datasets/fashion-mnist' ? data : arg)),
+      '--run-dir',
+      dir,
+      '--drill',
+      'rank=3,step=50',
+    ]);
     // every rank has read its own shards once a step is committed; the readback comes 50 steps later
     const metrics = path.join(dir, 'metrics.jsonl');
-    while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('\n'))) await new Promise((resolve) => setTimeout(resolve, 5));
+    while (!(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('\n')))
+      await new Promise((resolve) => setTimeout(resolve, 5));
     const fd = fs.openSync(file, 'r+');
     fs.writeSync(fd, Buffer.of(0xff), 0, 1, offset);
     fs.closeSync(fd);
     const { code, stderr } = await job;
     assert.equal(code, 1, stderr);
-    assert.equal(stderr.trim().split('\n').filter((line) => line.startsWith('ft-train:')).join('\n'), `ft-train: rank 0: ${file}: corrupt: record batch ${batch} fails the manifest checksum`);
+    assert.equal(
+      stderr
+        .trim()
+        .split('\n')
+        .filter((line) => line.startsWith('ft-train:'))
+        .join('\n'),
+      `ft-train: rank 0: ${file}: corrupt: record batch ${batch} fails the manifest checksum`,
+    );
     assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
     const events = readLines<EventRecord>(path.join(dir, 'events.jsonl'));
-    assert.deepEqual(events.filter((e) => e.event === 'readback').map((e) => e.step), [50]);
+    assert.deepEqual(
+      events.filter((e) => e.event === 'readback').map((e) => e.step),
+      [50],
+    );
     assert.deepEqual([events.at(-1)!.event, events.at(-1)!.reason, events.at(-1)!.ranks], ['stop', 'error', [0]]);
   });
 
@@ -215,14 +273,14 @@ describe('ft-train', function () {
       reference = await train(2, '--shards', '8');
     });
 
-    it('exact: rank 3 and its 2 shards lost at once: the retried step\'s batches first, the rest in the background, the same bits', async () => {
+    it("exact: rank 3 and its 2 shards lost at once: the retried step's batches first, the rest in the background, the same bits", async () => {
       const run = await train(4, '--shards', '8', '--drill', 'rank=3,step=10');
       assertSurvived(run, reference, [3], 3);
       assert.deepEqual(run.events.find((e) => e.event === 'readback')!.shards, [6, 7]);
       assertReadBack(run, await readbackBytes(8, [6, 7], 10));
     });
 
-    it('exact: ranks 2 and 3 lost at once: each survivor reads back 2 shards, their retried step\'s batches first, the same bits', async () => {
+    it("exact: ranks 2 and 3 lost at once: each survivor reads back 2 shards, their retried step's batches first, the same bits", async () => {
       const run = await train(4, '--shards', '8', '--drill', 'rank=2,step=10', '--drill', 'rank=3,step=10');
       assertSurvived(run, reference, [2, 3], 2);
       assert.deepEqual(run.events.find((e) => e.event === 'readback')!.shards, [4, 5, 6, 7]);
@@ -236,13 +294,22 @@ describe('ft-train', function () {
       const run = await train(4, '--on-failure', 'shrink', '--drill', `rank=${victim},step=30`);
       assert.equal(run.summary.steps, 60);
       assert.equal(run.summary.world_final, 3);
-      assert.deepEqual(run.metrics.slice(0, 30), plain.metrics.slice(0, 30).map((m, i) => ({ ...m, step_ms: run.metrics[i].step_ms, time: run.metrics[i].time })));
-      assert.ok(run.metrics.slice(30).every((m) => m.world === 3 && m.samples === 48 && m.lr === 0.0075), JSON.stringify(run.metrics[30]));
+      assert.deepEqual(
+        run.metrics.slice(0, 30),
+        plain.metrics.slice(0, 30).map((m, i) => ({ ...m, step_ms: run.metrics[i].step_ms, time: run.metrics[i].time })),
+      );
+      assert.ok(
+        run.metrics.slice(30).every((m) => m.world === 3 && m.samples === 48 && m.lr === 0.0075),
+        JSON.stringify(run.metrics[30]),
+      );
       assert.notEqual(run.summary.params_sha256, plain.summary.params_sha256);
       // shard 2 goes to rank 0, which takes its own shard 0 first: nothing of it is read before the retry, all of it
       // in the background; shard 0 goes to rank 1, which takes it first: its next 16 rows (as in exact mode) before the retry
       const expected = await readbackBytes(4, [victim], 30);
-      assert.deepEqual(run.events.filter((e) => e.event === 'readback').map((e) => [e.shards, e.bytes_before_retry]), [[[victim], victim === 0 ? expected.beforeRetry : 0]]);
+      assert.deepEqual(
+        run.events.filter((e) => e.event === 'readback').map((e) => [e.shards, e.bytes_before_retry]),
+        [[[victim], victim === 0 ? expected.beforeRetry : 0]],
+      );
       assert.equal(run.summary.bytes_read_back, expected.total);
     }
   });

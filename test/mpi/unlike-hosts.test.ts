@@ -24,12 +24,25 @@ async function unlikeRun(limited: number[], extra: string[]): Promise<Run> {
   const dir = path.join(scratch, `run-${++runs}`);
   const unlike = `FT_CPU_LEVEL_MAX=${low} OPENBLAS_CORETYPE=Prescott ONEDNN_MAX_CPU_ISA=SSE41 ONEDNN_CPU_ISA_HINTS=PREFER_YMM`;
   const wrapper = `case " ${limited.join(' ')} " in *" $OMPI_COMM_WORLD_RANK "*) export ${unlike};; esac; exec "$@"`;
-  const { command, args, env } = mpirunCommand({ ranks: 4, program: ['/bin/sh', '-c', wrapper, 'rank', process.execPath,
-    path.join(repoRoot, 'launch', 'ft-train.js'), ...common, '--run-dir', dir, ...extra] });
+  const { command, args, env } = mpirunCommand({
+    ranks: 4,
+    program: [
+      '/bin/sh',
+      '-c',
+      wrapper,
+      'rank',
+      process.execPath,
+      path.join(repoRoot, 'launch', 'ft-train.js'),
+      ...common,
+      '--run-dir',
+      dir,
+      ...extra,
+    ],
+  });
   return { dir, ...(await runCommand(command, args, env, 120_000, `unlike hosts ${limited.join(',')} ${extra.join(' ')}`)) };
 }
 
-describe('unlike hosts: the kernels\' level agreed by the job', function () {
+describe("unlike hosts: the kernels' level agreed by the job", function () {
   this.timeout(300_000);
   const host = cpu.hostLevel();
   let reference: string;
@@ -59,7 +72,10 @@ describe('unlike hosts: the kernels\' level agreed by the job', function () {
   it('an unlimited rank killed: its shard moves to a limited one, the same bits', async () => {
     const run = await unlikeRun([0, 2], ['--drill', 'rank=1,step=5']);
     const summary = summaryOf(run);
-    assert.deepEqual(summary.failures.map((f) => f.lost), [[1]]);
+    assert.deepEqual(
+      summary.failures.map((f) => f.lost),
+      [[1]],
+    );
     assert.equal(summary.params_sha256, reference);
     const readback = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'readback') as { ranks?: unknown } | undefined;
     assert.ok(readback, 'no readback event');
@@ -68,8 +84,15 @@ describe('unlike hosts: the kernels\' level agreed by the job', function () {
   it(`--isa ${host}, which limited ranks cannot run: one line, exit 2, nothing trained`, async () => {
     const run = await unlikeRun([1, 3], ['--isa', host]);
     assert.equal(run.code, 2, run.stderr);
-    assert.deepEqual(run.stderr.trim().split('\n').filter((l) => l.startsWith('ft-train')),
-      [`ft-train: --isa ${host} needs ${host}, but the hosts of ranks 1, 3 run up to ${low}: run on hosts that have ${host}, or pass --isa ${low} (or auto)`]);
+    assert.deepEqual(
+      run.stderr
+        .trim()
+        .split('\n')
+        .filter((l) => l.startsWith('ft-train')),
+      [
+        `ft-train: --isa ${host} needs ${host}, but the hosts of ranks 1, 3 run up to ${low}: run on hosts that have ${host}, or pass --isa ${low} (or auto)`,
+      ],
+    );
   });
 
   it(`a checkpoint computed at ${host} resumed where a rank runs ${low} only: refused in one line`, async () => {
@@ -78,8 +101,16 @@ describe('unlike hosts: the kernels\' level agreed by the job', function () {
     assert.equal(summaryOf({ dir: first, ...job }).kernels!.level, host);
     const run = await unlikeRun([2], ['--resume', first]);
     assert.equal(run.code, 2, run.stderr);
-    const line = run.stderr.trim().split('\n').filter((l) => l.startsWith('ft-train'));
+    const line = run.stderr
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('ft-train'));
     assert.equal(line.length, 1, run.stderr);
-    assert.match(line[0], new RegExp(`^ft-train: .*/ckpt/step-\\d+, computed at ${host}, needs ${host}, but the host of rank 2 runs up to ${low}: run on hosts that have ${host}$`));
+    assert.match(
+      line[0],
+      new RegExp(
+        `^ft-train: .*/ckpt/step-\\d+, computed at ${host}, needs ${host}, but the host of rank 2 runs up to ${low}: run on hosts that have ${host}$`,
+      ),
+    );
   });
 });

@@ -16,10 +16,20 @@ function netOf(spec: object): Net {
 
 describe('Batchnorm running statistics', () => {
   it('lays out running means and variances per layer, in layer order; init sets 0 and 1', () => {
-    const net = netOf({ input: [2, 2, 2], classes: 3, layers: [
-      { type: 'batchnorm', name: 'a' }, { type: 'flatten' }, { type: 'batchnorm', name: 'b' }, { type: 'linear', outputs: 3 }] });
-    assert.deepEqual(net.bufferViews.map((v) => [v.name, v.offset, v.shape]), [
-      ['a.running_mean', 0, [2]], ['a.running_var', 2, [2]], ['b.running_mean', 4, [8]], ['b.running_var', 12, [8]]]);
+    const net = netOf({
+      input: [2, 2, 2],
+      classes: 3,
+      layers: [{ type: 'batchnorm', name: 'a' }, { type: 'flatten' }, { type: 'batchnorm', name: 'b' }, { type: 'linear', outputs: 3 }],
+    });
+    assert.deepEqual(
+      net.bufferViews.map((v) => [v.name, v.offset, v.shape]),
+      [
+        ['a.running_mean', 0, [2]],
+        ['a.running_var', 2, [2]],
+        ['b.running_mean', 4, [8]],
+        ['b.running_var', 12, [8]],
+      ],
+    );
     assert.deepEqual([...net.buffers], [0, 0, 1, 1, ...new Array(8).fill(0), ...new Array(8).fill(1)]);
     assert.equal(net.statistics.length, 20);
   });
@@ -49,18 +59,31 @@ describe('Batchnorm running statistics', () => {
     assert.deepEqual([...net.buffers], [0.5, -1, 1.5, 1, 1, 0, Math.fround(k + Math.fround(m * 2)), Math.fround(k + m)]);
     net.updateBuffers(Float32Array.of(2, -4, 3, 1, 10, 0, 2, 1));
     assert.deepEqual([...net.buffers].slice(0, 6), [0.875, -1.75, 1.875, 1, Math.fround(Math.fround(k * 1) + 1), 0]);
-    assert.throws(() => net.updateBuffers(new Float32Array(7)), { name: 'RangeError', message: 'updateBuffers: 7 statistics for 8 buffer values' });
+    assert.throws(() => net.updateBuffers(new Float32Array(7)), {
+      name: 'RangeError',
+      message: 'updateBuffers: 7 statistics for 8 buffer values',
+    });
   });
 
-  it('evaluation normalises with the running statistics, training with the batch\'s', () => {
+  it("evaluation normalises with the running statistics, training with the batch's", () => {
     const net = netOf({ input: [2], classes: 2, layers: [{ type: 'batchnorm', eps: 1 }] });
     net.buffers.set([1, -2, 3, 15]); // sqrt(var + eps): 2 and 4
     net.params.data.set([2, 1, 0.5, -1]); // weight, bias
     const x = Float32Array.of(5, 6, -3, 2);
-    assert.deepEqual([...net.forward(x, 2, false, key)], [(5 - 1) / 2 * 2 + 0.5, (6 + 2) / 4 * 1 - 1, (-3 - 1) / 2 * 2 + 0.5, (2 + 2) / 4 - 1]);
+    assert.deepEqual(
+      [...net.forward(x, 2, false, key)],
+      [((5 - 1) / 2) * 2 + 0.5, ((6 + 2) / 4) * 1 - 1, ((-3 - 1) / 2) * 2 + 0.5, (2 + 2) / 4 - 1],
+    );
     // batch statistics: feature 0 has mean 1 and biased variance 16 (sqrt(16 + 1) is not a power of two)
     const y = net.forward(x, 2, true, key);
-    assert.deepEqual([...y].map((v) => Math.round(v * 1e6) / 1e6), [Math.round((4 / Math.sqrt(17) * 2 + 0.5) * 1e6) / 1e6,
-      Math.round((2 / Math.sqrt(5) - 1) * 1e6) / 1e6, Math.round((-4 / Math.sqrt(17) * 2 + 0.5) * 1e6) / 1e6, Math.round((-2 / Math.sqrt(5) - 1) * 1e6) / 1e6]);
+    assert.deepEqual(
+      [...y].map((v) => Math.round(v * 1e6) / 1e6),
+      [
+        Math.round(((4 / Math.sqrt(17)) * 2 + 0.5) * 1e6) / 1e6,
+        Math.round((2 / Math.sqrt(5) - 1) * 1e6) / 1e6,
+        Math.round(((-4 / Math.sqrt(17)) * 2 + 0.5) * 1e6) / 1e6,
+        Math.round((-2 / Math.sqrt(5) - 1) * 1e6) / 1e6,
+      ],
+    );
   });
 });

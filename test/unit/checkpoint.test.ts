@@ -7,24 +7,60 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { checkpointDir, commitManifest, configSha256, findCheckpoint, loadCheckpoint, newStripeWriter, prepareManifest, pruneCheckpoints, readySpare, removeStaging, stagingDir, stripeDigests, stripeRanges, verifyCheckpoint, writeStripes, type CheckpointManifest, type CheckpointMeta, type TrainingState } from '../../src/checkpoint/checkpoint';
+import {
+  checkpointDir,
+  commitManifest,
+  configSha256,
+  findCheckpoint,
+  loadCheckpoint,
+  newStripeWriter,
+  prepareManifest,
+  pruneCheckpoints,
+  readySpare,
+  removeStaging,
+  stagingDir,
+  stripeDigests,
+  stripeRanges,
+  verifyCheckpoint,
+  writeStripes,
+  type CheckpointManifest,
+  type CheckpointMeta,
+  type TrainingState,
+} from '../../src/checkpoint/checkpoint';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
 import { crc64 } from '../../src/base/checksum';
 import { randomTensor } from '../helpers/gradcheck';
 
-const tensors = [{ name: 'fc.weight', shape: [7, 5] }, { name: 'fc.bias', shape: [7] }, { name: 'out.weight', shape: [3, 7] }];
+const tensors = [
+  { name: 'fc.weight', shape: [7, 5] },
+  { name: 'fc.bias', shape: [7] },
+  { name: 'out.weight', shape: [3, 7] },
+];
 const P = 35 + 7 + 21;
 
 function state(seed: number): TrainingState {
-  return { tensors, params: randomTensor(P, seed), slots: [{ name: 'velocity', data: randomTensor(P, seed + 100) }], held: { from: 0, to: P } };
+  return {
+    tensors,
+    params: randomTensor(P, seed),
+    slots: [{ name: 'velocity', data: randomTensor(P, seed + 100) }],
+    held: { from: 0, to: P },
+  };
 }
 
 const config = { lr: 0.01, model: 'tiny' };
 
 function meta(step: number): CheckpointMeta {
   return {
-    step, epoch: 0, reason: 'test', shards: 4, shard_map: [0, 1, 2, 3], seed: 1, config, config_sha256: configSha256(config),
-    rng: { seed: 1, kind: 'counter-based' }, world_history: [{ step: 0, world: 4, lost: [] }],
+    step,
+    epoch: 0,
+    reason: 'test',
+    shards: 4,
+    shard_map: [0, 1, 2, 3],
+    seed: 1,
+    config,
+    config_sha256: configSha256(config),
+    rng: { seed: 1, kind: 'counter-based' },
+    world_history: [{ step: 0, world: 4, lost: [] }],
   };
 }
 
@@ -75,23 +111,37 @@ describe('checkpoints', () => {
     // same manifest's stripes verify it
     const one = path.join(root, 'one');
     await writeStripes(stagingDir(one), s, [0, 1, 2], 3, writers[0]);
-    const sealed = prepareManifest(stagingDir(one), meta(10), s, [0, 1, 2].map((c) => stripeDigests(s, c, 3)));
+    const sealed = prepareManifest(
+      stagingDir(one),
+      meta(10),
+      s,
+      [0, 1, 2].map((c) => stripeDigests(s, c, 3)),
+    );
     await sealed.durable;
     commitManifest(sealed, checkpointDir(one, 10));
     assert.ok(fs.readFileSync(path.join(checkpointDir(one, 10), 'state.safetensors')).equals(files[0]));
     assert.equal(verifyCheckpoint(checkpointDir(one, 10)).file.stripes.length, 3 * 2);
     const decoded = decodeSafetensors(files[0], 'state.safetensors');
-    assert.deepEqual(decoded.tensors.map((t) => t.name), ['params.fc.weight', 'params.fc.bias', 'params.out.weight', 'velocity.fc.weight', 'velocity.fc.bias', 'velocity.out.weight']);
+    assert.deepEqual(
+      decoded.tensors.map((t) => t.name),
+      ['params.fc.weight', 'params.fc.bias', 'params.out.weight', 'velocity.fc.weight', 'velocity.fc.bias', 'velocity.out.weight'],
+    );
     const dir = path.join(root, 'n3', 'step-00000010');
     const manifest = verifyCheckpoint(dir);
     assert.equal(manifest.file.stripes.length, 3 * 2); // a stripe per rank and tensor group
-    assert.deepEqual(manifest.file.stripes.map((x) => x.length).reduce((a, b) => a + b), files[0].length);
+    assert.deepEqual(
+      manifest.file.stripes.map((x) => x.length).reduce((a, b) => a + b),
+      files[0].length,
+    );
     const params = new Float32Array(P);
     const velocity = new Float32Array(P);
     loadCheckpoint(dir, manifest, tensors, params, [{ name: 'velocity', data: velocity }]);
     assert.deepEqual([params, velocity], [s.params, s.slots[0].data]);
     const ranges = stripeRanges(s, 2);
-    assert.deepEqual(ranges.map((r) => r.offset + r.length), [...ranges.slice(1).map((r) => r.offset), files[0].length]);
+    assert.deepEqual(
+      ranges.map((r) => r.offset + r.length),
+      [...ranges.slice(1).map((r) => r.offset), files[0].length],
+    );
   });
 
   it('a manifest prepared while the stripes are written names nothing complete until the commit renames the staging directory', async () => {
@@ -100,9 +150,17 @@ describe('checkpoints', () => {
     const dir = checkpointDir(root, 20);
     const staging = stagingDir(root);
     const stripes = [0, 1].map((i) => writeStripes(staging, s, [i], 2, writers[i]));
-    const prepared = prepareManifest(staging, meta(20), s, [0, 1].map((i) => stripeDigests(s, i, 2)));
+    const prepared = prepareManifest(
+      staging,
+      meta(20),
+      s,
+      [0, 1].map((i) => stripeDigests(s, i, 2)),
+    );
     // (the stripes' file may not exist yet: the writers create it on their threads)
-    assert.deepEqual(fs.readdirSync(staging).filter((name) => name.startsWith('manifest')), ['manifest.json']);
+    assert.deepEqual(
+      fs.readdirSync(staging).filter((name) => name.startsWith('manifest')),
+      ['manifest.json'],
+    );
     assert.equal(findCheckpoint(root).dir, older);
     await Promise.all([...stripes, prepared.durable]);
     assert.deepEqual(fs.readdirSync(staging).sort(), ['manifest.json', 'state.safetensors']);
@@ -123,10 +181,17 @@ describe('checkpoints', () => {
     const older = await write(root, 10, state(1), 2);
     const staging = stagingDir(root);
     await Promise.all([0, 1].map((i) => writeStripes(staging, state(2), [i], 2, writers[i])));
-    const prepared = prepareManifest(staging, meta(10), state(2), [0, 1].map((i) => stripeDigests(state(2), i, 2)));
+    const prepared = prepareManifest(
+      staging,
+      meta(10),
+      state(2),
+      [0, 1].map((i) => stripeDigests(state(2), i, 2)),
+    );
     await prepared.durable;
     fs.rmSync(path.join(staging, 'manifest.json')); // another leader committed it meanwhile; this is a spare
-    assert.throws(() => commitManifest(prepared, older), { message: `${staging}: does not hold the manifest this commit prepared: not committed` });
+    assert.throws(() => commitManifest(prepared, older), {
+      message: `${staging}: does not hold the manifest this commit prepared: not committed`,
+    });
     assert.equal(verifyCheckpoint(older).step, 10);
     assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000010', 'step-next']);
   });
@@ -142,7 +207,7 @@ describe('checkpoints', () => {
     assert.deepEqual(params, s.params);
   });
 
-  it('a spare is written over in place (its blocks, no new file) and cut to the state\'s length; a pruned checkpoint\'s file becomes the next spare', async () => {
+  it("a spare is written over in place (its blocks, no new file) and cut to the state's length; a pruned checkpoint's file becomes the next spare", async () => {
     const spareWriter = newStripeWriter();
     const s = state(4);
     const spare = path.join(stagingDir(root), 'state.safetensors');
@@ -172,10 +237,10 @@ describe('checkpoints', () => {
     // writer's file is untouched); one finished after a writer's mkdir alone goes in beside it
     const filling = readySpare(root, 4096, spareWriter);
     fs.mkdirSync(stagingDir(root));
-    fs.writeFileSync(spare, 'a writer\'s');
+    fs.writeFileSync(spare, "a writer's");
     const created = inode(spare);
     await filling;
-    assert.deepEqual([inode(spare), fs.readFileSync(spare, 'utf8')], [created, 'a writer\'s']);
+    assert.deepEqual([inode(spare), fs.readFileSync(spare, 'utf8')], [created, "a writer's"]);
     assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000020', 'step-00000030', 'step-next']);
     removeStaging(root, true);
     fs.mkdirSync(stagingDir(root));
@@ -200,12 +265,16 @@ describe('checkpoints', () => {
     const bytes = fs.readFileSync(file);
     bytes[bytes.length - 5] ^= 1;
     fs.writeFileSync(file, bytes);
-    assert.throws(() => verifyCheckpoint(newer), { message: `${file}: corrupt: stripe 3 (bytes ${lastStripe(newer)}) fails the manifest checksum` });
+    assert.throws(() => verifyCheckpoint(newer), {
+      message: `${file}: corrupt: stripe 3 (bytes ${lastStripe(newer)}) fails the manifest checksum`,
+    });
     const found = findCheckpoint(root);
     assert.equal(found.dir, checkpointDir(root, 10));
     assert.match(found.skipped[0], /step-00000020\/state.safetensors: corrupt: stripe 3/);
     fs.truncateSync(file, bytes.length - 100);
-    assert.throws(() => verifyCheckpoint(newer), { message: `${file}: truncated: ${bytes.length - 100} bytes, the manifest says ${bytes.length}` });
+    assert.throws(() => verifyCheckpoint(newer), {
+      message: `${file}: truncated: ${bytes.length - 100} bytes, the manifest says ${bytes.length}`,
+    });
     fs.mkdirSync(checkpointDir(root, 30));
     fs.writeFileSync(path.join(checkpointDir(root, 30), 'state.safetensors'), 'partial');
     assert.match(findCheckpoint(root).skipped.join('\n'), /step-00000030: incomplete: no manifest.json/);
@@ -213,7 +282,7 @@ describe('checkpoints', () => {
     assert.throws(() => findCheckpoint(root), new RegExp(`^Error: ${root}: no complete checkpoint \\(.*incomplete.*truncated`));
   });
 
-  it('refuses an edited step, and an edited setting whose config_sha256 was recomputed, by the manifest\'s own checksum', async () => {
+  it("refuses an edited step, and an edited setting whose config_sha256 was recomputed, by the manifest's own checksum", async () => {
     const dir = await write(root, 10, state(1), 2);
     const edited = editManifest(dir, (m) => {
       m.step = 11;
@@ -224,17 +293,27 @@ describe('checkpoints', () => {
       m.config.lr = 0.1;
       m.config_sha256 = configSha256(m.config);
     });
-    assert.throws(() => verifyCheckpoint(other), { message: `${path.join(other, 'manifest.json')}: corrupt: the manifest fails its own checksum (edited?)` });
+    assert.throws(() => verifyCheckpoint(other), {
+      message: `${path.join(other, 'manifest.json')}: corrupt: the manifest fails its own checksum (edited?)`,
+    });
   });
 
-  it('refuses a config_sha256 that is not its config\'s, even under a valid manifest checksum', async () => {
+  it("refuses a config_sha256 that is not its config's, even under a valid manifest checksum", async () => {
     const dir = await write(root, 10, state(1), 2, { ...meta(10), config_sha256: configSha256({ ...config, lr: 0.1 }) });
-    assert.throws(() => verifyCheckpoint(dir), { message: `${path.join(dir, 'manifest.json')}: corrupt: config_sha256 is not the sha256 of its config` });
+    assert.throws(() => verifyCheckpoint(dir), {
+      message: `${path.join(dir, 'manifest.json')}: corrupt: config_sha256 is not the sha256 of its config`,
+    });
   });
 
   it('verifies a manifest whatever its key order and layout, since the checksum is over canonical JSON', async () => {
     const dir = await write(root, 10, state(1), 2);
-    editManifest(dir, (m) => Object.fromEntries(Object.entries(m).reverse().map(([k, v]) => [k, k === 'config' ? Object.fromEntries(Object.entries(m.config).reverse()) : v])));
+    editManifest(dir, (m) =>
+      Object.fromEntries(
+        Object.entries(m)
+          .reverse()
+          .map(([k, v]) => [k, k === 'config' ? Object.fromEntries(Object.entries(m.config).reverse()) : v]),
+      ),
+    );
     assert.equal(verifyCheckpoint(dir).step, 10);
   });
 
@@ -249,9 +328,22 @@ describe('checkpoints', () => {
     assert.deepEqual(found.skipped, [`${path.join(newer, 'manifest.json')}: corrupt: the manifest fails its own checksum (edited?)`]);
   });
 
-  it('a checkpoint written over a larger spare (a bigger model\'s) keeps no old tail: it verifies and loads', async () => {
-    const big = [{ name: 'fc.weight', shape: [70, 50] }, { name: 'fc.bias', shape: [70] }];
-    const older = await write(root, 5, { tensors: big, params: randomTensor(3570, 7), slots: [{ name: 'velocity', data: randomTensor(3570, 8) }], held: { from: 0, to: 3570 } }, 2);
+  it("a checkpoint written over a larger spare (a bigger model's) keeps no old tail: it verifies and loads", async () => {
+    const big = [
+      { name: 'fc.weight', shape: [70, 50] },
+      { name: 'fc.bias', shape: [70] },
+    ];
+    const older = await write(
+      root,
+      5,
+      {
+        tensors: big,
+        params: randomTensor(3570, 7),
+        slots: [{ name: 'velocity', data: randomTensor(3570, 8) }],
+        held: { from: 0, to: 3570 },
+      },
+      2,
+    );
     const bigBytes = fs.statSync(path.join(older, 'state.safetensors')).size;
     await write(root, 7, state(9), 1);
     pruneCheckpoints(root, 1);
@@ -274,15 +366,26 @@ describe('checkpoints', () => {
     const n = 3;
     const bounds = [0, 1, 2, 3].map((c) => Math.min(Math.floor((c * (P + 1)) / n), P)); // chunks.ts's cut of P + 1
     const shard = (i: number): TrainingState => ({
-      ...whole, held: { from: bounds[i], to: bounds[i + 1] }, slots: slots.map((s) => ({ name: s.name, data: s.data.slice(bounds[i], bounds[i + 1]) })),
+      ...whole,
+      held: { from: bounds[i], to: bounds[i + 1] },
+      slots: slots.map((s) => ({ name: s.name, data: s.data.slice(bounds[i], bounds[i + 1]) })),
     });
     const roots = ['replicated', 'sharded'].map((kind) => path.join(root, kind));
     const dirs = roots.map((r) => checkpointDir(r, 5));
     const digests: string[][][] = [];
-    for (const i of [0, 1, 2]) digests.push([await stripe(stagingDir(roots[0]), whole, i, n), await stripe(stagingDir(roots[1]), shard(i), i, n)]);
-    assert.deepEqual(digests.map((d) => d[0]), digests.map((d) => d[1]));
+    for (const i of [0, 1, 2])
+      digests.push([await stripe(stagingDir(roots[0]), whole, i, n), await stripe(stagingDir(roots[1]), shard(i), i, n)]);
+    assert.deepEqual(
+      digests.map((d) => d[0]),
+      digests.map((d) => d[1]),
+    );
     for (const k of [0, 1]) {
-      const prepared = prepareManifest(stagingDir(roots[k]), meta(5), whole, digests.map((d) => d[k]));
+      const prepared = prepareManifest(
+        stagingDir(roots[k]),
+        meta(5),
+        whole,
+        digests.map((d) => d[k]),
+      );
       await prepared.durable;
       commitManifest(prepared, dirs[k]);
     }
@@ -290,8 +393,13 @@ describe('checkpoints', () => {
     assert.ok(files[0].equals(files[1]));
     const loaded = slots.map((s) => ({ name: s.name, data: new Float32Array(P) }));
     loadCheckpoint(dirs[1], verifyCheckpoint(dirs[1]), tensors, new Float32Array(P), loaded);
-    assert.deepEqual(loaded.map((s) => s.data), slots.map((s) => s.data));
-    assert.throws(() => writeStripes(dirs[1], shard(0), [1], n, writers[1]), { message: `writeStripes: the state does not hold chunk 1 of 3 (elements ${bounds[1]}..${bounds[2]}) of exp_avg` });
+    assert.deepEqual(
+      loaded.map((s) => s.data),
+      slots.map((s) => s.data),
+    );
+    assert.throws(() => writeStripes(dirs[1], shard(0), [1], n, writers[1]), {
+      message: `writeStripes: the state does not hold chunk 1 of 3 (elements ${bounds[1]}..${bounds[2]}) of exp_avg`,
+    });
   });
 
   it('stripes larger than the staging buffers, at offsets no page boundary fits, written at once over an older longer file, hold exactly the state', async () => {
@@ -299,7 +407,12 @@ describe('checkpoints', () => {
     // staging slots in turn, the unaligned ends (shared pages between writers) through the page cache
     const P = 2_600_003 * 3;
     const big = [{ name: 'w', shape: [2_600_003, 3] }];
-    const s: TrainingState = { tensors: big, params: randomTensor(P, 11), slots: [{ name: 'velocity', data: randomTensor(P, 12) }], held: { from: 0, to: P } };
+    const s: TrainingState = {
+      tensors: big,
+      params: randomTensor(P, 11),
+      slots: [{ name: 'velocity', data: randomTensor(P, 12) }],
+      held: { from: 0, to: P },
+    };
     const dir = checkpointDir(root, 10);
     fs.mkdirSync(stagingDir(root), { recursive: true });
     fs.writeFileSync(path.join(stagingDir(root), 'state.safetensors'), Buffer.alloc(2 * 4 * P + 3 * 4096 + 5, 0xff));
@@ -312,21 +425,26 @@ describe('checkpoints', () => {
     assert.equal(fs.statSync(path.join(dir, 'state.safetensors')).size, manifest.file.bytes);
   });
 
-  it('a stripe that cannot be written fails naming it, as Node\'s fs errors do', async () => {
+  it("a stripe that cannot be written fails naming it, as Node's fs errors do", async () => {
     const missing = path.join(root, 'missing');
     const file = path.join(missing, 'state.safetensors');
     const parts = [{ at: 0, bytes: new Uint8Array(8) }];
     await assert.rejects(writers[0].write(file, 8, parts), { message: `${file}: ENOENT: no such file or directory`, code: 'ENOENT' });
   });
 
-  it('parts in any order, of any size and alignment, with gaps between them, land exactly where they say; the gaps keep the file\'s old bytes', async () => {
+  it("parts in any order, of any size and alignment, with gaps between them, land exactly where they say; the gaps keep the file's old bytes", async () => {
     const file = path.join(root, 'parts.bin');
     const fileBytes = 13_000_003;
     const old = Buffer.alloc(fileBytes, 0xee);
     fs.writeFileSync(file, old);
     // runs of touching parts: one inside a page, one within a staging slot, one over three slots,
     // one to the file's end; parts of 1 byte, parts across page boundaries, an empty part
-    const runs = [[5, 1, 3000], [4097, 100, 1, 5000, 700_000, 61], [900_000, 4_500_000, 33, 4_500_000, 1], [12_999_000, 1003]];
+    const runs = [
+      [5, 1, 3000],
+      [4097, 100, 1, 5000, 700_000, 61],
+      [900_000, 4_500_000, 33, 4_500_000, 1],
+      [12_999_000, 1003],
+    ];
     const parts: { at: number; bytes: Uint8Array }[] = [];
     let seed = 1;
     for (const [at, ...lengths] of runs) {
@@ -341,16 +459,26 @@ describe('checkpoints', () => {
     const expected = Buffer.from(old);
     for (const p of parts) expected.set(p.bytes, p.at);
     // shuffled: a writer gets its stripes in chunk order, not file order
-    const shuffled = parts.map((p, i) => ({ p, key: (i * 7919) % parts.length })).sort((a, b) => a.key - b.key).map(({ p }) => p);
+    const shuffled = parts
+      .map((p, i) => ({ p, key: (i * 7919) % parts.length }))
+      .sort((a, b) => a.key - b.key)
+      .map(({ p }) => p);
     await writers[0].write(file, fileBytes, shuffled);
     assert.ok(fs.readFileSync(file).equals(expected));
   });
 
   it('refuses parts that overlap in the file, naming the later one, and writes nothing', async () => {
     const file = path.join(root, 'overlap.bin');
-    const parts = [{ at: 0, bytes: new Uint8Array(4096) }, { at: 8192, bytes: new Uint8Array(10) }, { at: 4095, bytes: new Uint8Array(2) }];
-    assert.throws(() => writers[0].write(file, 16384, parts),
-      { name: 'TypeError', message: 'FileWriter.write: expected parts[2].at to be an offset at or past the end of parts[0] (parts must not overlap), got number 4095' });
+    const parts = [
+      { at: 0, bytes: new Uint8Array(4096) },
+      { at: 8192, bytes: new Uint8Array(10) },
+      { at: 4095, bytes: new Uint8Array(2) },
+    ];
+    assert.throws(() => writers[0].write(file, 16384, parts), {
+      name: 'TypeError',
+      message:
+        'FileWriter.write: expected parts[2].at to be an offset at or past the end of parts[0] (parts must not overlap), got number 4095',
+    });
     assert.equal(fs.existsSync(file), false);
   });
 
@@ -360,7 +488,7 @@ describe('checkpoints', () => {
     assert.notEqual(crc64(Buffer.from('123456788')), '995dc9bbdf1939fa');
   });
 
-  it('keeps the newest complete checkpoints, the newest pruned one\'s file as the spare', async () => {
+  it("keeps the newest complete checkpoints, the newest pruned one's file as the spare", async () => {
     for (const step of [5, 10, 15, 20]) await write(root, step, state(step), 1);
     const newestPruned = inode(path.join(checkpointDir(root, 10), 'state.safetensors'));
     pruneCheckpoints(root, 2);

@@ -3,7 +3,18 @@
 import { strict as assert } from 'node:assert';
 import { suggestFlag } from '../../src/cli/command';
 
-const known = ['steps', 'epochs', 'seed', 'run-dir', 'checkpoint-dir', 'checkpoint-every', 'optimizer', 'optimizer-state', 'lr', 'lr-schedule'];
+const known = [
+  'steps',
+  'epochs',
+  'seed',
+  'run-dir',
+  'checkpoint-dir',
+  'checkpoint-every',
+  'optimizer',
+  'optimizer-state',
+  'lr',
+  'lr-schedule',
+];
 
 describe('suggestFlag: the nearest known flag', () => {
   const cases: [string, string | undefined][] = [

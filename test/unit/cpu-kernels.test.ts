@@ -6,7 +6,7 @@ import { cpu } from '../../src/nn/cpu';
 import { activationLength } from '../../src/nn/layer';
 import { checkGradient, dot, randomTensor } from '../helpers/gradcheck';
 
-const convShape: ConvShape = [2, 3, 7, 6, 4, 3, 3, 2, 1];  // N C H W K R S stride pad
+const convShape: ConvShape = [2, 3, 7, 6, 4, 3, 3, 2, 1]; // N C H W K R S stride pad
 
 function convOut([, , h, w, , r, s, stride, pad]: ConvShape): [number, number] {
   return [Math.floor((h + 2 * pad - r) / stride) + 1, Math.floor((w + 2 * pad - s) / stride) + 1];
@@ -16,9 +16,14 @@ function conv(shape: ConvShape) {
   const [n, c, h, w, k, r, s] = shape;
   const [oh, ow] = convOut(shape);
   return {
-    x: randomTensor(n * c * h * w, 1), w: randomTensor(k * c * r * s, 2), b: randomTensor(k, 3),
-    y: new Float32Array(n * k * oh * ow), dy: randomTensor(n * k * oh * ow, 4),
-    dx: new Float32Array(n * c * h * w), dw: new Float32Array(k * c * r * s), db: new Float32Array(k),
+    x: randomTensor(n * c * h * w, 1),
+    w: randomTensor(k * c * r * s, 2),
+    b: randomTensor(k, 3),
+    y: new Float32Array(n * k * oh * ow),
+    dy: randomTensor(n * k * oh * ow, 4),
+    dx: new Float32Array(n * c * h * w),
+    dw: new Float32Array(k * c * r * s),
+    db: new Float32Array(k),
   };
 }
 
@@ -27,15 +32,21 @@ function directConv(t: ReturnType<typeof conv>, shape: ConvShape): Float64Array 
   const [n, c, h, w, k, r, s, stride, pad] = shape;
   const [oh, ow] = convOut(shape);
   const y = new Float64Array(n * k * oh * ow);
-  for (let i = 0; i < n; ++i) for (let o = 0; o < k; ++o) for (let p = 0; p < oh; ++p) for (let q = 0; q < ow; ++q) {
-    let sum = t.b[o];
-    for (let ch = 0; ch < c; ++ch) for (let u = 0; u < r; ++u) for (let v = 0; v < s; ++v) {
-      const yy = p * stride - pad + u;
-      const xx = q * stride - pad + v;
-      if (yy >= 0 && yy < h && xx >= 0 && xx < w) sum += t.x[((i * c + ch) * h + yy) * w + xx] * t.w[((o * c + ch) * r + u) * s + v];
-    }
-    y[((i * k + o) * oh + p) * ow + q] = sum;
-  }
+  for (let i = 0; i < n; ++i)
+    for (let o = 0; o < k; ++o)
+      for (let p = 0; p < oh; ++p)
+        for (let q = 0; q < ow; ++q) {
+          let sum = t.b[o];
+          for (let ch = 0; ch < c; ++ch)
+            for (let u = 0; u < r; ++u)
+              for (let v = 0; v < s; ++v) {
+                const yy = p * stride - pad + u;
+                const xx = q * stride - pad + v;
+                if (yy >= 0 && yy < h && xx >= 0 && xx < w)
+                  sum += t.x[((i * c + ch) * h + yy) * w + xx] * t.w[((o * c + ch) * r + u) * s + v];
+              }
+          y[((i * k + o) * oh + p) * ow + q] = sum;
+        }
   return y;
 }
 
@@ -45,7 +56,10 @@ describe('CPU kernels', () => {
     const one = new Float32Array(1);
     const shape = [1, 1, 1, 2_000_000_000, 1, 1, 1, 1, 0] as unknown as ConvShape;
     // which of oneDNN's steps fails first depends on the level's kernels (x86-64-v3: the primitive)
-    assert.throws(() => cpu.conv2dForward(one, one, one, one, shape), { name: 'Error', message: /^could not create a (memory object|primitive)$/ });
+    assert.throws(() => cpu.conv2dForward(one, one, one, one, shape), {
+      name: 'Error',
+      message: /^could not create a (memory object|primitive)$/,
+    });
   });
 
   it('conv2dForward equals a direct convolution', () => {
@@ -57,7 +71,10 @@ describe('CPU kernels', () => {
 
   it('conv2d gradients match finite differences (input, weights, bias)', () => {
     const t = conv(convShape);
-    const loss = (): number => { cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape); return dot(t.y, t.dy); };
+    const loss = (): number => {
+      cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape);
+      return dot(t.y, t.dy);
+    };
     cpu.conv2dBackwardData(t.dy, t.w, t.dx, convShape);
     cpu.conv2dBackwardWeights(t.x, t.dy, t.dw, t.db, convShape);
     checkGradient('dx', t.x, t.dx, loss);
@@ -66,7 +83,10 @@ describe('CPU kernels', () => {
   });
 
   // 32 channels: every pass by Winograd; 16: the weight gradient alone (dnnl_kernels.cc)
-  for (const shape of [[3, 32, 6, 7, 48, 3, 3, 1, 1], [2, 16, 9, 8, 16, 3, 3, 1, 1]] as ConvShape[]) {
+  for (const shape of [
+    [3, 32, 6, 7, 48, 3, 3, 1, 1],
+    [2, 16, 9, 8, 16, 3, 3, 1, 1],
+  ] as ConvShape[]) {
     it(`3x3 convolutions over ${shape[1]} channels by Winograd (AVX-512): near a direct convolution and the direct kernels' gradients, other bits, the same bits every run`, () => {
       const passes = (): Float32Array[] => {
         const t = conv(shape);
@@ -87,8 +107,14 @@ describe('CPU kernels', () => {
         cpu.setWinograd(true);
       }
       // the direct kernels' gradients match finite differences (above); Winograd's stay near them
-      ['y', 'dx', 'dw'].forEach((name, k) => winograd[k].forEach((got, i) =>
-        assert.ok(Math.abs(got - direct[k][i]) < 1e-4 * Math.max(1, Math.abs(direct[k][i])), `${name}[${i}] = ${got}, direct ${direct[k][i]}`)));
+      ['y', 'dx', 'dw'].forEach((name, k) =>
+        winograd[k].forEach((got, i) =>
+          assert.ok(
+            Math.abs(got - direct[k][i]) < 1e-4 * Math.max(1, Math.abs(direct[k][i])),
+            `${name}[${i}] = ${got}, direct ${direct[k][i]}`,
+          ),
+        ),
+      );
       const differs = winograd.map((got, i) => !Buffer.from(got.buffer).equals(Buffer.from(direct[i].buffer)));
       const expectedDiffers = cpu.channelBlock === 16 ? [shape[1] >= 32, shape[1] >= 32, true] : [false, false, false];
       assert.deepEqual(differs, expectedDiffers, 'which passes [y, dx, dw] differ from the direct ones');
@@ -104,16 +130,25 @@ describe('CPU kernels', () => {
       const dx = new Float32Array(x.length);
       const ws = new Uint8Array(cpu.pool2dWorkspaceBytes(kind, shape));
       cpu.pool2dForward(kind, x, y, ws, shape);
-      const window = (plane: number, p: number, q: number): number[] =>
-        [0, 1, 6, 7].map((o) => x[plane * 36 + p * 12 + q * 2 + o]);
-      for (let plane = 0; plane < 6; ++plane) for (let p = 0; p < 3; ++p) for (let q = 0; q < 3; ++q) {
-        const values = window(plane, p, q);
-        const expected = kind === 'max' ? Math.max(...values) : values.reduce((a, b) => a + b) / 4;
-        assert.ok(Math.abs(y[plane * 9 + p * 3 + q] - expected) < 1e-6);
-      }
+      const window = (plane: number, p: number, q: number): number[] => [0, 1, 6, 7].map((o) => x[plane * 36 + p * 12 + q * 2 + o]);
+      for (let plane = 0; plane < 6; ++plane)
+        for (let p = 0; p < 3; ++p)
+          for (let q = 0; q < 3; ++q) {
+            const values = window(plane, p, q);
+            const expected = kind === 'max' ? Math.max(...values) : values.reduce((a, b) => a + b) / 4;
+            assert.ok(Math.abs(y[plane * 9 + p * 3 + q] - expected) < 1e-6);
+          }
       cpu.pool2dBackward(kind, dy, dx, ws, shape);
-      checkGradient('dx', x, dx, () => { cpu.pool2dForward(kind, x, y, ws, shape); return dot(y, dy); },
-        { eps: 1e-3, tolerance: 2e-3 });
+      checkGradient(
+        'dx',
+        x,
+        dx,
+        () => {
+          cpu.pool2dForward(kind, x, y, ws, shape);
+          return dot(y, dy);
+        },
+        { eps: 1e-3, tolerance: 2e-3 },
+      );
     });
   }
 
@@ -128,8 +163,12 @@ describe('CPU kernels', () => {
       const conv2: ConvShape = [2, 20, 4, 4, 12, 3, 3, 1, 0];
       const sizes = { x: [2, 3, 9, 9], a: [2, 20, 9, 9], p: [2, 20, 4, 4], z: [2, 12, 2, 2] } as const;
       const length = ([n, ...chw]: readonly number[], layout: Layout): number => activationLength(cpu, chw, n, layout);
-      const w1 = randomTensor(20 * 3 * 9, 31), b1 = randomTensor(20, 32), w2 = randomTensor(12 * 20 * 9, 33), b2 = randomTensor(12, 34);
-      const x = randomTensor(length(sizes.x, 'plain'), 35), dzPlain = randomTensor(length(sizes.z, 'plain'), 36);
+      const w1 = randomTensor(20 * 3 * 9, 31),
+        b1 = randomTensor(20, 32),
+        w2 = randomTensor(12 * 20 * 9, 33),
+        b2 = randomTensor(12, 34);
+      const x = randomTensor(length(sizes.x, 'plain'), 35),
+        dzPlain = randomTensor(length(sizes.z, 'plain'), 36);
       const inPlain = (dims: readonly number[], t: Float32Array, layout: Layout): Float32Array => {
         if (layout === 'plain') return t;
         const plain = new Float32Array(length(dims, 'plain'));
@@ -137,7 +176,8 @@ describe('CPU kernels', () => {
         return plain;
       };
       const run = (layout: Layout): Float32Array[] => {
-        const a = new Float32Array(length(sizes.a, layout)), p = new Float32Array(length(sizes.p, layout));
+        const a = new Float32Array(length(sizes.a, layout)),
+          p = new Float32Array(length(sizes.p, layout));
         const z = new Float32Array(length(sizes.z, layout));
         const ws = new Uint8Array(cpu.pool2dWorkspaceBytes(kind, pool, layout));
         cpu.conv2dForward(x, w1, b1, a, conv1, 'plain', layout);
@@ -152,15 +192,30 @@ describe('CPU kernels', () => {
           cpu.convertLayout(inPlain(sizes.z, z, layout), zAgain, [...sizes.z], 'blocked');
           assert.ok(Buffer.from(zAgain.buffer).equals(Buffer.from(z.buffer)), 'padded channels of z are zero');
         }
-        const dp = new Float32Array(p.length), da = new Float32Array(a.length), dx = new Float32Array(x.length);
-        const dw1 = new Float32Array(w1.length), db1 = new Float32Array(20), dw2 = new Float32Array(w2.length), db2 = new Float32Array(12);
+        const dp = new Float32Array(p.length),
+          da = new Float32Array(a.length),
+          dx = new Float32Array(x.length);
+        const dw1 = new Float32Array(w1.length),
+          db1 = new Float32Array(20),
+          dw2 = new Float32Array(w2.length),
+          db2 = new Float32Array(12);
         cpu.conv2dBackwardWeights(p, dz, dw2, db2, conv2, layout, layout);
         cpu.conv2dBackwardData(dz, w2, dp, conv2, layout, layout);
         cpu.pool2dBackward(kind, dp, da, ws, pool, layout);
         cpu.conv2dBackwardWeights(x, da, dw1, db1, conv1, 'plain', layout);
         cpu.conv2dBackwardData(da, w1, dx, conv1, 'plain', layout);
-        return [inPlain(sizes.a, a, layout), inPlain(sizes.p, p, layout), inPlain(sizes.z, z, layout),
-          inPlain(sizes.p, dp, layout), inPlain(sizes.a, da, layout), dx, dw1, db1, dw2, db2];
+        return [
+          inPlain(sizes.a, a, layout),
+          inPlain(sizes.p, p, layout),
+          inPlain(sizes.z, z, layout),
+          inPlain(sizes.p, dp, layout),
+          inPlain(sizes.a, da, layout),
+          dx,
+          dw1,
+          db1,
+          dw2,
+          db2,
+        ];
       };
       const plain = run('plain');
       const blocked = run('blocked');
@@ -176,9 +231,13 @@ describe('CPU kernels', () => {
       const dims: [number, number, number, number] = [n, channels, h, w];
       const shape: [number, number, number] = [n, channels, h * w];
       const length = (layout: Layout): number => activationLength(cpu, [channels, h, w], n, layout);
-      const x = randomTensor(length('plain'), 41), dyPlain = randomTensor(length('plain'), 42), dpooled = randomTensor(n * channels, 43);
-      const weight = randomTensor(channels, 44), bias = randomTensor(channels, 45);
-      const runningMean = randomTensor(channels, 46), runningVar = randomTensor(channels, 47).map(Math.abs);
+      const x = randomTensor(length('plain'), 41),
+        dyPlain = randomTensor(length('plain'), 42),
+        dpooled = randomTensor(n * channels, 43);
+      const weight = randomTensor(channels, 44),
+        bias = randomTensor(channels, 45);
+      const runningMean = randomTensor(channels, 46),
+        runningVar = randomTensor(channels, 47).map(Math.abs);
       const toLayout = (t: Float32Array, layout: Layout): Float32Array => {
         if (layout === 'plain') return t;
         const blocked = new Float32Array(length('blocked'));
@@ -194,9 +253,14 @@ describe('CPU kernels', () => {
         return plain;
       };
       const run = (layout: Layout): Array<Float32Array | Float64Array> => {
-        const xs = toLayout(x, layout), dy = toLayout(dyPlain, layout);
-        const y = new Float32Array(xs.length), xhat = new Float32Array(xs.length), yEval = new Float32Array(xs.length);
-        const dx = new Float32Array(xs.length), dxPool = new Float32Array(xs.length), pooled = new Float32Array(n * channels);
+        const xs = toLayout(x, layout),
+          dy = toLayout(dyPlain, layout);
+        const y = new Float32Array(xs.length),
+          xhat = new Float32Array(xs.length),
+          yEval = new Float32Array(xs.length);
+        const dx = new Float32Array(xs.length),
+          dxPool = new Float32Array(xs.length),
+          pooled = new Float32Array(n * channels);
         const [mean, unbiased, invStd] = [new Float64Array(channels), new Float64Array(channels), new Float64Array(channels)];
         const [dw, db] = [new Float32Array(channels), new Float32Array(channels)];
         cpu.batchnormForwardTrain(xs, weight, bias, y, xhat, mean, unbiased, invStd, 1e-5, shape, layout);
@@ -204,8 +268,19 @@ describe('CPU kernels', () => {
         cpu.batchnormBackward(dy, xhat, weight, invStd, dx, dw, db, shape, layout);
         cpu.globalAvgPoolForward(xs, pooled, shape, layout);
         cpu.globalAvgPoolBackward(dpooled, dxPool, shape, layout);
-        return [toPlain(y, layout), toPlain(xhat, layout), toPlain(yEval, layout), toPlain(dx, layout), toPlain(dxPool, layout),
-          mean, unbiased, invStd, dw, db, pooled];
+        return [
+          toPlain(y, layout),
+          toPlain(xhat, layout),
+          toPlain(yEval, layout),
+          toPlain(dx, layout),
+          toPlain(dxPool, layout),
+          mean,
+          unbiased,
+          invStd,
+          dw,
+          db,
+          pooled,
+        ];
       };
       const plain = run('plain');
       const blocked = run('blocked');
@@ -221,9 +296,13 @@ describe('CPU kernels', () => {
     // reordered a sum, would differ in the last bits
     const [n, channels, spatial] = [3, 20, 35];
     const shape: [number, number, number] = [n, channels, spatial];
-    const x = randomTensor(n * channels * spatial, 51), dy = randomTensor(x.length, 52);
-    const weight = randomTensor(channels, 53), bias = randomTensor(channels, 54);
-    const y = new Float32Array(x.length), xhat = new Float32Array(x.length), dx = new Float32Array(x.length);
+    const x = randomTensor(n * channels * spatial, 51),
+      dy = randomTensor(x.length, 52);
+    const weight = randomTensor(channels, 53),
+      bias = randomTensor(channels, 54);
+    const y = new Float32Array(x.length),
+      xhat = new Float32Array(x.length),
+      dx = new Float32Array(x.length);
     const [mean, unbiased, invStd] = [new Float64Array(channels), new Float64Array(channels), new Float64Array(channels)];
     const [dw, db] = [new Float32Array(channels), new Float32Array(channels)];
     cpu.batchnormForwardTrain(x, weight, bias, y, xhat, mean, unbiased, invStd, 1e-5, shape, 'plain');
@@ -233,23 +312,44 @@ describe('CPU kernels', () => {
     const each = (c: number, f: (i: number) => void): void => {
       for (let sample = 0; sample < n; ++sample) for (let s = 0; s < spatial; ++s) f(at(sample, c, s));
     };
-    const expected = { y: new Float32Array(x.length), xhat: new Float32Array(x.length), dx: new Float32Array(x.length),
-      mean: new Float64Array(channels), unbiased: new Float64Array(channels), invStd: new Float64Array(channels), dw: new Float32Array(channels), db: new Float32Array(channels) };
+    const expected = {
+      y: new Float32Array(x.length),
+      xhat: new Float32Array(x.length),
+      dx: new Float32Array(x.length),
+      mean: new Float64Array(channels),
+      unbiased: new Float64Array(channels),
+      invStd: new Float64Array(channels),
+      dw: new Float32Array(channels),
+      db: new Float32Array(channels),
+    };
     for (let c = 0; c < channels; ++c) {
-      let sum = 0, squares = 0, dySum = 0, dyXhat = 0;
-      each(c, (i) => { sum += x[i]; });
+      let sum = 0,
+        squares = 0,
+        dySum = 0,
+        dyXhat = 0;
+      each(c, (i) => {
+        sum += x[i];
+      });
       const mu = sum / m;
-      each(c, (i) => { const centred = x[i] - mu; squares += centred * centred; });
+      each(c, (i) => {
+        const centred = x[i] - mu;
+        squares += centred * centred;
+      });
       const inv = 1 / Math.sqrt(squares / m + 1e-5);
       [expected.mean[c], expected.unbiased[c], expected.invStd[c]] = [mu, squares / (m - 1), inv];
       each(c, (i) => {
         expected.xhat[i] = Math.fround((x[i] - mu) * inv);
         expected.y[i] = Math.fround(expected.xhat[i] * weight[c] + bias[c]);
       });
-      each(c, (i) => { dySum += dy[i]; dyXhat += dy[i] * expected.xhat[i]; });
+      each(c, (i) => {
+        dySum += dy[i];
+        dyXhat += dy[i] * expected.xhat[i];
+      });
       [expected.db[c], expected.dw[c]] = [dySum, dyXhat];
       const scale = weight[c] * inv;
-      each(c, (i) => { expected.dx[i] = Math.fround(scale * (dy[i] - dySum / m - expected.xhat[i] * (dyXhat / m))); });
+      each(c, (i) => {
+        expected.dx[i] = Math.fround(scale * (dy[i] - dySum / m - expected.xhat[i] * (dyXhat / m)));
+      });
     }
     const got = { y, xhat, dx, mean, unbiased, invStd, dw, db };
     for (const [name, values] of Object.entries(expected)) {
@@ -259,28 +359,52 @@ describe('CPU kernels', () => {
 
   it('linear: forward and gradients (input, weights, bias)', () => {
     const [n, i, o] = [5, 7, 3];
-    const x = randomTensor(n * i, 7), w = randomTensor(o * i, 8), b = randomTensor(o, 9);
-    const y = new Float32Array(n * o), dy = randomTensor(n * o, 10);
-    const dx = new Float32Array(n * i), dw = new Float32Array(o * i), db = new Float32Array(o);
+    const x = randomTensor(n * i, 7),
+      w = randomTensor(o * i, 8),
+      b = randomTensor(o, 9);
+    const y = new Float32Array(n * o),
+      dy = randomTensor(n * o, 10);
+    const dx = new Float32Array(n * i),
+      dw = new Float32Array(o * i),
+      db = new Float32Array(o);
     cpu.linearForward(x, w, b, y, [n, i, o]);
-    for (let s = 0; s < n; ++s) for (let k = 0; k < o; ++k) {
-      let sum = b[k];
-      for (let j = 0; j < i; ++j) sum += x[s * i + j] * w[k * i + j];
-      assert.ok(Math.abs(y[s * o + k] - sum) < 1e-5);
-    }
+    for (let s = 0; s < n; ++s)
+      for (let k = 0; k < o; ++k) {
+        let sum = b[k];
+        for (let j = 0; j < i; ++j) sum += x[s * i + j] * w[k * i + j];
+        assert.ok(Math.abs(y[s * o + k] - sum) < 1e-5);
+      }
     cpu.linearBackward(x, w, dy, dx, dw, db, [n, i, o]);
-    const loss = (): number => { cpu.linearForward(x, w, b, y, [n, i, o]); return dot(y, dy); };
+    const loss = (): number => {
+      cpu.linearForward(x, w, b, y, [n, i, o]);
+      return dot(y, dy);
+    };
     checkGradient('dx', x, dx, loss);
     checkGradient('dw', w, dw, loss);
     checkGradient('db', b, db, loss);
   });
 
   it('relu and softmax cross-entropy: gradients', () => {
-    const x = randomTensor(60, 11), y = new Float32Array(60), dy = randomTensor(60, 12), dx = new Float32Array(60);
+    const x = randomTensor(60, 11),
+      y = new Float32Array(60),
+      dy = randomTensor(60, 12),
+      dx = new Float32Array(60);
     cpu.reluForward(x, y);
-    assert.deepEqual([...y], [...x].map((v) => Math.max(v, 0)));
+    assert.deepEqual(
+      [...y],
+      [...x].map((v) => Math.max(v, 0)),
+    );
     cpu.reluBackward(x, dy, dx);
-    checkGradient('relu dx', x, dx, () => { cpu.reluForward(x, y); return dot(y, dy); }, { eps: 1e-3 });
+    checkGradient(
+      'relu dx',
+      x,
+      dx,
+      () => {
+        cpu.reluForward(x, y);
+        return dot(y, dy);
+      },
+      { eps: 1e-3 },
+    );
 
     const logits = randomTensor(4 * 10, 13).map((v) => v * 3);
     const labels = Int32Array.of(0, 9, 3, 3);
@@ -293,8 +417,10 @@ describe('CPU kernels', () => {
     }
     assert.ok(Math.abs(loss - expected / 4) < 1e-12);
     const scratch = new Float32Array(40);
-    checkGradient('dlogits', logits, dlogits, () => cpu.softmaxCrossEntropy(logits, labels, scratch, [4, 10]),
-      { eps: 1e-3, tolerance: 1e-3 });
+    checkGradient('dlogits', logits, dlogits, () => cpu.softmaxCrossEntropy(logits, labels, scratch, [4, 10]), {
+      eps: 1e-3,
+      tolerance: 1e-3,
+    });
   });
 
   it('addInPlace adds element-wise with float32 rounding, and checks lengths', () => {
@@ -307,9 +433,11 @@ describe('CPU kernels', () => {
   });
 
   it('sgdUpdate applies momentum and weight decay', () => {
-    const p = Float32Array.of(1, -2), g = Float32Array.of(0.5, 0.25), v = Float32Array.of(0.1, 0);
+    const p = Float32Array.of(1, -2),
+      g = Float32Array.of(0.5, 0.25),
+      v = Float32Array.of(0.1, 0);
     cpu.sgdUpdate(p, g, v, 0.1, 0.9, 0.01);
-    const f = Math.fround;  // float32 arithmetic: round the operands and every result
+    const f = Math.fround; // float32 arithmetic: round the operands and every result
     const v0 = f(f(f(0.9) * f(0.1)) + f(f(0.5) + f(f(0.01) * 1)));
     const v1 = f(f(f(0.9) * 0) + f(f(0.25) + f(f(0.01) * -2)));
     assert.deepEqual([...v], [v0, v1]);
@@ -332,22 +460,50 @@ describe('CPU kernels', () => {
 
   it('rejects bad arguments with errors naming them', () => {
     const t = conv(convShape);
-    assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, new Float32Array(3), convShape),
-      { name: 'TypeError', message: 'conv2dForward: expected y to be a Float32Array of 96 elements, got Float32Array of 3' });
-    assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, t.y, [2, 3, 7] as unknown as ConvShape),
-      { name: 'TypeError', message: 'conv2dForward: expected shape to be an Array of 9 integers >= 0, got Array' });
-    assert.throws(() => cpu.softmaxCrossEntropy(new Float32Array(4), Int32Array.of(0, 2), new Float32Array(4), [2, 2]),
-      { name: 'RangeError', message: 'softmaxCrossEntropy: labels[1] is 2, outside 0..1' });
-    assert.throws(() => cpu.pool2dForward('median' as PoolKind, t.x, t.y, new Uint8Array(0), [1, 1, 2, 2, 2, 2, 0]),
-      { name: 'TypeError', message: "pool2dForward: expected kind to be 'max' or 'avg', got string" });
+    assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, new Float32Array(3), convShape), {
+      name: 'TypeError',
+      message: 'conv2dForward: expected y to be a Float32Array of 96 elements, got Float32Array of 3',
+    });
+    assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, t.y, [2, 3, 7] as unknown as ConvShape), {
+      name: 'TypeError',
+      message: 'conv2dForward: expected shape to be an Array of 9 integers >= 0, got Array',
+    });
+    assert.throws(() => cpu.softmaxCrossEntropy(new Float32Array(4), Int32Array.of(0, 2), new Float32Array(4), [2, 2]), {
+      name: 'RangeError',
+      message: 'softmaxCrossEntropy: labels[1] is 2, outside 0..1',
+    });
+    assert.throws(() => cpu.pool2dForward('median' as PoolKind, t.x, t.y, new Uint8Array(0), [1, 1, 2, 2, 2, 2, 0]), {
+      name: 'TypeError',
+      message: "pool2dForward: expected kind to be 'max' or 'avg', got string",
+    });
     const [values, two] = [new Float32Array(8), new Float32Array(2)];
-    assert.throws(() => cpu.batchnormForwardTrain(values, two, two, values, values, new Float32Array(2) as unknown as Float64Array, new Float64Array(2), new Float64Array(2), 1e-5, [2, 2, 2]),
-      { name: 'TypeError', message: 'batchnormForwardTrain: expected mean to be a Float64Array of 2 elements, got Float32Array' });
-    assert.throws(() => cpu.layernormForward(values, two, two, values, values, new Float64Array(4), 0, [4, 2]),
-      { name: 'TypeError', message: 'layernormForward: expected eps to be a number > 0, got number 0' });
-    assert.throws(() => cpu.globalAvgPoolForward(values, new Float32Array(3), [2, 2, 2]),
-      { name: 'TypeError', message: 'globalAvgPoolForward: expected y to be a Float32Array of 4 elements, got Float32Array of 3' });
-    assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape, 'nhwc' as Layout),
-      { name: 'TypeError', message: "conv2dForward: expected xLayout to be 'plain' or 'blocked', got string" });
+    assert.throws(
+      () =>
+        cpu.batchnormForwardTrain(
+          values,
+          two,
+          two,
+          values,
+          values,
+          new Float32Array(2) as unknown as Float64Array,
+          new Float64Array(2),
+          new Float64Array(2),
+          1e-5,
+          [2, 2, 2],
+        ),
+      { name: 'TypeError', message: 'batchnormForwardTrain: expected mean to be a Float64Array of 2 elements, got Float32Array' },
+    );
+    assert.throws(() => cpu.layernormForward(values, two, two, values, values, new Float64Array(4), 0, [4, 2]), {
+      name: 'TypeError',
+      message: 'layernormForward: expected eps to be a number > 0, got number 0',
+    });
+    assert.throws(() => cpu.globalAvgPoolForward(values, new Float32Array(3), [2, 2, 2]), {
+      name: 'TypeError',
+      message: 'globalAvgPoolForward: expected y to be a Float32Array of 4 elements, got Float32Array of 3',
+    });
+    assert.throws(() => cpu.conv2dForward(t.x, t.w, t.b, t.y, convShape, 'nhwc' as Layout), {
+      name: 'TypeError',
+      message: "conv2dForward: expected xLayout to be 'plain' or 'blocked', got string",
+    });
   });
 });

@@ -19,7 +19,14 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-data-');
 const fashion = path.join(scratch, 'fashion-mnist');
-const small = { ...syntheticDefaults, shape: [1, 8, 8] as [number, number, number], classes: 4, trainRows: 1000, testRows: 200, rowsPerBatch: 50 };
+const small = {
+  ...syntheticDefaults,
+  shape: [1, 8, 8] as [number, number, number],
+  classes: 4,
+  trainRows: 1000,
+  testRows: 200,
+  rowsPerBatch: 50,
+};
 
 async function withDataset<T>(dir: string, use: (dataset: Dataset) => Promise<T>): Promise<T> {
   const dataset = await Dataset.open(dir);
@@ -66,7 +73,10 @@ describe('Arrow datasets', function () {
       assert.equal(dataset.manifest.format, 'ft-train-dataset/2');
       assert.equal(dataset.manifest.splits.train.sha256, '4de582e231fbf71133341218d02ff3f6946e507ecb47d786cc4dcb25f42f34cc');
       await dataset.verify();
-      for (const [split, idxName] of [[dataset.train, 'train'], [dataset.test, 't10k']] as const) {
+      for (const [split, idxName] of [
+        [dataset.train, 'train'],
+        [dataset.test, 't10k'],
+      ] as const) {
         const idx = readIdxSplit(debianSource, idxName);
         const all = await split.readAll();
         assert.ok(Buffer.from(all.features).equals(Buffer.from(idx.images)), `${idxName} pixels differ`);
@@ -100,7 +110,10 @@ describe('Arrow datasets', function () {
     const setting = '/sys/kernel/mm/transparent_hugepage/enabled';
     if (!fs.existsSync(setting) || fs.readFileSync(setting, 'utf8').includes('[never]')) this.skip();
     // in a fresh process, as a rank reads its shards: memory a process already wrote is not remapped
-    const child = spawnSync(process.execPath, [path.join(__dirname, '..', 'helpers', 'shard-pages.js'), fashion], { encoding: 'utf8', timeout: 60_000 });
+    const child = spawnSync(process.execPath, [path.join(__dirname, '..', 'helpers', 'shard-pages.js'), fashion], {
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     assert.equal(child.status, 0, child.stderr);
     const { bytes, huge } = JSON.parse(child.stdout) as { bytes: number; huge: number };
     // most of its 47 MB (here all but the unaligned ends; without the advice none), leaving room
@@ -124,13 +137,19 @@ describe('Arrow datasets', function () {
     const original = await withDataset(fashion, (d) => d.train.readShards(d.train.layout(S), before.shardsOf(2)));
     const readBack = await withDataset(fashion, async (d) => {
       const moved = before.movedTo(after);
-      return (await Promise.all([...moved].map(([, shards]) => d.train.readShards(d.train.layout(S), shards)))).reduce((all, m) => new Map([...all, ...m]));
+      return (await Promise.all([...moved].map(([, shards]) => d.train.readShards(d.train.layout(S), shards)))).reduce(
+        (all, m) => new Map([...all, ...m]),
+      );
     });
     assert.deepEqual([...readBack.keys()].sort(), before.shardsOf(2));
     await withDataset(fashion, async (d) => {
       const plan = new MicroBatches(d.train.layout(S), batch, 3);
       for (const s of before.shardsOf(2)) {
-        for (const [epoch, t] of [[0, 0], [0, 57], [2, 116]]) {
+        for (const [epoch, t] of [
+          [0, 0],
+          [0, 57],
+          [2, 116],
+        ]) {
           assert.deepEqual(gather(readBack.get(s)!, plan, s, epoch, t), gather(original.get(s)!, plan, s, epoch, t));
         }
       }
@@ -163,7 +182,9 @@ describe('Arrow datasets', function () {
     const other = path.join(scratch, 'synthetic-other');
     await generateSynthetic(again, small);
     await generateSynthetic(other, { ...small, seed: 2 });
-    const hashes = [synthetic, again, other].map((dir) => JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).splits.train.sha256);
+    const hashes = [synthetic, again, other].map(
+      (dir) => JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).splits.train.sha256,
+    );
     assert.equal(hashes[0], hashes[1]);
     assert.notEqual(hashes[0], hashes[2]);
     await withDataset(synthetic, async (dataset) => {
@@ -186,19 +207,25 @@ describe('Arrow datasets', function () {
       }
       const accuracy = correct / test.rows;
       assert.ok(accuracy > 0.4 && accuracy < 1, `nearest-mean accuracy ${accuracy}`);
-      assert.ok(counts.every((n) => n > 150), `class counts ${counts}`);
+      assert.ok(
+        counts.every((n) => n > 150),
+        `class counts ${counts}`,
+      );
     });
   });
 
   describe('errors', () => {
     const expectError = async (dir: string, message: string | RegExp, use: (d: Dataset) => Promise<unknown> = async () => {}) => {
-      await assert.rejects(() => withDataset(dir, use), (error: Error) => {
-        assert.equal(error.name, 'DatasetError');
-        if (typeof message === 'string') assert.equal(error.message, message);
-        else assert.match(error.message, message);
-        assert.ok(!error.message.includes('\n'), 'one line');
-        return true;
-      });
+      await assert.rejects(
+        () => withDataset(dir, use),
+        (error: Error) => {
+          assert.equal(error.name, 'DatasetError');
+          if (typeof message === 'string') assert.equal(error.message, message);
+          else assert.match(error.message, message);
+          assert.ok(!error.message.includes('\n'), 'one line');
+          return true;
+        },
+      );
     };
 
     it('a missing directory, manifest or file', async () => {
@@ -219,17 +246,23 @@ describe('Arrow datasets', function () {
       const manifest = JSON.parse(fs.readFileSync(path.join(wrong, 'manifest.json'), 'utf8'));
       manifest.splits.train.rows = 999;
       fs.writeFileSync(path.join(wrong, 'manifest.json'), JSON.stringify(manifest));
-      await expectError(wrong, `${path.join(wrong, 'manifest.json')}: splits.train.class_counts: expected counts summing to 999, got [${manifest.splits.train.class_counts}]`);
+      await expectError(
+        wrong,
+        `${path.join(wrong, 'manifest.json')}: splits.train.class_counts: expected counts summing to 999, got [${manifest.splits.train.class_counts}]`,
+      );
     });
 
-    it('a file whose schema is not the manifest\'s', async () => {
+    it("a file whose schema is not the manifest's", async () => {
       const dir = copyOf(synthetic, 'wrong-schema');
       const file = path.join(dir, 'manifest.json');
       const manifest = JSON.parse(fs.readFileSync(file, 'utf8'));
       manifest.sample_shape = [1, 8, 9];
       manifest.schema = { image: 'FixedSizeList[72]<Uint8>', label: 'Int32' };
       fs.writeFileSync(file, JSON.stringify(manifest));
-      await expectError(dir, `${path.join(dir, 'train.arrow')}: wrong schema: expected image: FixedSizeList[72]<Uint8>, label: Int32, got image: FixedSizeList[64]<Uint8>, label: Int32`);
+      await expectError(
+        dir,
+        `${path.join(dir, 'train.arrow')}: wrong schema: expected image: FixedSizeList[72]<Uint8>, label: Int32, got image: FixedSizeList[64]<Uint8>, label: Int32`,
+      );
     });
 
     it('a truncated file', async () => {
@@ -240,14 +273,16 @@ describe('Arrow datasets', function () {
       await expectError(dir, `${file}: truncated: ${size - 1000} bytes, the manifest says ${size}`);
     });
 
-    it('a flipped byte in a record batch: its shard\'s read and the full check fail, other shards read', async () => {
+    it("a flipped byte in a record batch: its shard's read and the full check fail, other shards read", async () => {
       const dir = copyOf(synthetic, 'flipped');
       const file = path.join(dir, 'train.arrow');
       // 20 record batches of 50 samples, all of one size, between the 8-byte magic and the tail
       const tailOffset = JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).splits.train.tail.offset;
       const offset = 8 + 7 * ((tailOffset - 8) / 20); // batch 7, in shard 1 (batches 5..9) of 4
       flipByte(file, offset + 300);
-      await expectError(dir, `${file}: corrupt: record batch 7 fails the manifest checksum`, (d) => d.train.readShards(d.train.layout(4), [1]));
+      await expectError(dir, `${file}: corrupt: record batch 7 fails the manifest checksum`, (d) =>
+        d.train.readShards(d.train.layout(4), [1]),
+      );
       await expectError(dir, `${file}: corrupt: the file fails the manifest checksum`, (d) => d.verify());
       await withDataset(dir, async (d) => assert.equal((await d.train.readShards(d.train.layout(4), [0, 2, 3])).size, 3));
     });
@@ -259,7 +294,7 @@ describe('Arrow datasets', function () {
       await expectError(dir, `${file}: corrupt: its footer fails the manifest checksum`);
     });
 
-    it('a record batch whose bytes do not hold the schema\'s columns, its checksum aside', async () => {
+    it("a record batch whose bytes do not hold the schema's columns, its checksum aside", async () => {
       const file = path.join(synthetic, 'train.arrow');
       const reader = RecordBatchReader.from(fs.readFileSync(file)) as RecordBatchFileReader;
       reader.open();
@@ -275,15 +310,21 @@ describe('Arrow datasets', function () {
         assert.deepEqual(images, shard.features);
         assert.deepEqual(labels, shard.labels);
       });
-      assert.throws(() => batchLayout(block, metaDataLength, 63, 1), { message: 'its columns are not 50 samples of 63 values and 50 labels' });
-      assert.throws(() => batchLayout(block.subarray(0, metaDataLength + 100), metaDataLength, 64, 1), { message: `its body of ${Number(bodyLength)} bytes overruns its block` });
-      assert.throws(() => batchLayout(block, block.length + 8, 64, 1), { message: `its metadata length ${block.length + 8} does not fit its ${block.length} bytes` });
+      assert.throws(() => batchLayout(block, metaDataLength, 63, 1), {
+        message: 'its columns are not 50 samples of 63 values and 50 labels',
+      });
+      assert.throws(() => batchLayout(block.subarray(0, metaDataLength + 100), metaDataLength, 64, 1), {
+        message: `its body of ${Number(bodyLength)} bytes overruns its block`,
+      });
+      assert.throws(() => batchLayout(block, block.length + 8, 64, 1), {
+        message: `its metadata length ${block.length + 8} does not fit its ${block.length} bytes`,
+      });
       assert.throws(() => batchLayout(block.subarray(metaDataLength), 16, 64, 1), { message: /^its metadata/ });
     });
 
     it('float32 feature vectors (format /3): stored, checked and batched exactly, divisor 1', async () => {
       const dir = path.join(scratch, 'float-features');
-      const value = (row: number, j: number) => Math.fround((row - 7.25) * (j + 1) / 3);
+      const value = (row: number, j: number) => Math.fround(((row - 7.25) * (j + 1)) / 3);
       const source = (offset: number, rows: number): SplitSource => ({
         rows,
         fill(first, features, labels) {
@@ -293,13 +334,26 @@ describe('Arrow datasets', function () {
           }
         },
       });
-      const info = { name: 'floats', source: 'test', sampleShape: [5], classNames: ['a', 'b', 'c'], features: { dtype: 'float32' as const, divisor: 1 }, split: { method: 'given' as const } };
+      const info = {
+        name: 'floats',
+        source: 'test',
+        sampleShape: [5],
+        classNames: ['a', 'b', 'c'],
+        features: { dtype: 'float32' as const, divisor: 1 },
+        split: { method: 'given' as const },
+      };
       await writeDataset(dir, info, { train: source(0, 23), test: source(100, 7) }, 4);
       await withDataset(dir, async (d) => {
         assert.equal(d.manifest.format, 'ft-train-dataset/3');
         assert.deepEqual([d.sampleShape, d.manifest.dtype, d.manifest.divisor, d.manifest.split], [[5], 'float32', 1, { method: 'given' }]);
         assert.deepEqual(d.manifest.schema, { features: 'FixedSizeList[5]<Float32>', label: 'Int32' });
-        assert.deepEqual([d.train.recordBatchRows, d.manifest.splits.train.class_counts], [[4, 4, 4, 4, 4, 3], [8, 8, 7]]);
+        assert.deepEqual(
+          [d.train.recordBatchRows, d.manifest.splits.train.class_counts],
+          [
+            [4, 4, 4, 4, 4, 3],
+            [8, 8, 7],
+          ],
+        );
         await d.verify();
         const shard = (await d.train.readShards(d.train.layout(3), [1])).get(1)!;
         assert.ok(shard.features instanceof Float32Array);
@@ -308,8 +362,17 @@ describe('Arrow datasets', function () {
         gatherBatch(shard, Int32Array.from([0, 7]), x, labels);
         // rows sharing memory with x would be read after x is written over them
         const memory = new ArrayBuffer(64);
-        assert.throws(() => addonPart<{ gatherRows(...args: unknown[]): void }>().gatherRows(shard.features, 5, new Int32Array(memory, 0, 2), 1, new Float32Array(memory, 4, 10)),
-          { name: 'TypeError', message: 'gatherRows: expected x to be memory apart from rows, got a view overlapping rows' });
+        assert.throws(
+          () =>
+            addonPart<{ gatherRows(...args: unknown[]): void }>().gatherRows(
+              shard.features,
+              5,
+              new Int32Array(memory, 0, 2),
+              1,
+              new Float32Array(memory, 4, 10),
+            ),
+          { name: 'TypeError', message: 'gatherRows: expected x to be memory apart from rows, got a view overlapping rows' },
+        );
         // shard 1 of 3 over 6 batches holds batches 2 and 3: rows 8..15
         assert.deepEqual(Array.from(x), [0, 1, 2, 3, 4].map((j) => value(8, j)).concat([0, 1, 2, 3, 4].map((j) => value(15, j))));
         assert.deepEqual(Array.from(labels), [2, 0]);
@@ -319,7 +382,11 @@ describe('Arrow datasets', function () {
     });
 
     it('more shards than the data allows', async () => {
-      await expectError(synthetic, `${path.join(synthetic, 'train.arrow')}: 21 shards asked, but it has 20 record batches: at most 20 shards`, async (d) => d.train.layout(21));
+      await expectError(
+        synthetic,
+        `${path.join(synthetic, 'train.arrow')}: 21 shards asked, but it has 20 record batches: at most 20 shards`,
+        async (d) => d.train.layout(21),
+      );
     });
   });
 });

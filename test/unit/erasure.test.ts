@@ -50,7 +50,9 @@ function referenceParity(data: Uint8Array[], row: number): Uint8Array {
   const parity = new Uint8Array(data[0].length);
   data.forEach((fragment, i) => {
     const coefficient = gfInverse((k + row) ^ i);
-    fragment.forEach((byte, b) => { parity[b] ^= gfMul(coefficient, byte); });
+    fragment.forEach((byte, b) => {
+      parity[b] ^= gfMul(coefficient, byte);
+    });
   });
   return parity;
 }
@@ -58,7 +60,13 @@ function referenceParity(data: Uint8Array[], row: number): Uint8Array {
 const bytesOf = (view: ArrayBufferView): Uint8Array => new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
 
 describe('erasure coding', () => {
-  for (const [k, m] of [[2, 1], [2, 2], [3, 2], [4, 2], [1, 3]]) {
+  for (const [k, m] of [
+    [2, 1],
+    [2, 2],
+    [3, 2],
+    [4, 2],
+    [1, 3],
+  ]) {
     it(`k=${k}, m=${m}: every loss of up to ${m} fragment${m > 1 ? 's' : ''} is rebuilt bit for bit`, () => {
       const n = k + m;
       for (const length of [1, 17, 4099]) {
@@ -67,7 +75,14 @@ describe('erasure coding', () => {
         for (const present of subsets(n, k)) {
           const wanted = [...Array(n).keys()];
           const outputs = wanted.map(() => new Uint8Array(length));
-          ecDecode(k, m, present, present.map((i) => all[i]), wanted, outputs);
+          ecDecode(
+            k,
+            m,
+            present,
+            present.map((i) => all[i]),
+            wanted,
+            outputs,
+          );
           wanted.forEach((w, j) => assert.deepEqual(outputs[j], all[w], `length ${length}, present ${present}: fragment ${w}`));
         }
         // fewer lost: the last k survivors (parity where there is some) rebuild just those lost
@@ -75,7 +90,14 @@ describe('erasure coding', () => {
           for (const lost of subsets(n, lostCount)) {
             const present = [...Array(n).keys()].filter((i) => !lost.includes(i)).slice(-k);
             const outputs = lost.map(() => new Uint8Array(length));
-            ecDecode(k, m, present, present.map((i) => all[i]), lost, outputs);
+            ecDecode(
+              k,
+              m,
+              present,
+              present.map((i) => all[i]),
+              lost,
+              outputs,
+            );
             lost.forEach((w, j) => assert.deepEqual(outputs[j], all[w], `length ${length}, lost ${lost}: fragment ${w}`));
           }
         }
@@ -95,8 +117,14 @@ describe('erasure coding', () => {
   });
 
   it("parity bytes equal a GF(2^8) reference of ISA-L's Cauchy matrix", () => {
-    for (const [k, m] of [[2, 2], [3, 2], [4, 2], [5, 3]]) {
-      for (const length of [5, 100]) {  // below and above the SIMD kernels' 32 or 64-byte blocks
+    for (const [k, m] of [
+      [2, 2],
+      [3, 2],
+      [4, 2],
+      [5, 3],
+    ]) {
+      for (const length of [5, 100]) {
+        // below and above the SIMD kernels' 32 or 64-byte blocks
         const all = encodedFragments(k, m, length, 31 * k + m);
         for (let row = 0; row < m; ++row) {
           assert.deepEqual(all[k + row], referenceParity(all.slice(0, k), row), `k=${k}, m=${m}, length ${length}: row ${row}`);
@@ -120,7 +148,12 @@ describe('erasure coding', () => {
     const state = randomTensor(2 * n + 3, 5);
     const data = [state.subarray(1, 1 + n), state.subarray(2 + n, 2 + 2 * n)];
     const expected = [new Uint8Array(4 * n), new Uint8Array(4 * n)];
-    ecEncode(2, 2, data.map((d) => bytesOf(d).slice()), expected);
+    ecEncode(
+      2,
+      2,
+      data.map((d) => bytesOf(d).slice()),
+      expected,
+    );
 
     const out = new Float32Array(2 * n + 3).fill(-1);
     const parity = [out.subarray(1, 1 + n), new DataView(out.buffer, 4 * (2 + n), 4 * n)];
@@ -137,28 +170,68 @@ describe('erasure coding', () => {
   it('rejects bad arguments with exact messages', () => {
     const bytes = (length: number): Uint8Array => new Uint8Array(length);
     const cases: [() => void, string][] = [
-      [() => ecEncode(2, 1, [bytes(17), bytes(16)], [bytes(17)]), 'ec.encode: expected data[1] to be 17 bytes long like data[0], got 16 bytes'],
-      [() => ecEncode(2, 1, [bytes(17), bytes(17)], [bytes(18)]), 'ec.encode: expected parity[0] to be 17 bytes long like data[0], got 18 bytes'],
-      [() => ecEncode(2, 1, [bytes(4), bytes(4), bytes(4)], [bytes(4)]), 'ec.encode: expected data to be 2 buffers (one per data fragment), got 3'],
+      [
+        () => ecEncode(2, 1, [bytes(17), bytes(16)], [bytes(17)]),
+        'ec.encode: expected data[1] to be 17 bytes long like data[0], got 16 bytes',
+      ],
+      [
+        () => ecEncode(2, 1, [bytes(17), bytes(17)], [bytes(18)]),
+        'ec.encode: expected parity[0] to be 17 bytes long like data[0], got 18 bytes',
+      ],
+      [
+        () => ecEncode(2, 1, [bytes(4), bytes(4), bytes(4)], [bytes(4)]),
+        'ec.encode: expected data to be 2 buffers (one per data fragment), got 3',
+      ],
       [() => ecEncode(2, 2, [bytes(4), bytes(4)], [bytes(4)]), 'ec.encode: expected parity to be 2 buffers (one per entry of rows), got 1'],
-      [() => ecEncode(2, 2, [bytes(4), bytes(4)], [bytes(4)], [2]), 'ec.encode: expected rows to be distinct parity rows from 0 to 1, got [2]'],
-      [() => ecEncode(2, 2, [bytes(4), bytes(4)], [bytes(4), bytes(4)], [1, 1]), 'ec.encode: expected rows to be distinct parity rows from 0 to 1, got [1, 1]'],
+      [
+        () => ecEncode(2, 2, [bytes(4), bytes(4)], [bytes(4)], [2]),
+        'ec.encode: expected rows to be distinct parity rows from 0 to 1, got [2]',
+      ],
+      [
+        () => ecEncode(2, 2, [bytes(4), bytes(4)], [bytes(4), bytes(4)], [1, 1]),
+        'ec.encode: expected rows to be distinct parity rows from 0 to 1, got [1, 1]',
+      ],
       [() => ecEncode(0, 1, [], []), 'ec.encode: expected k to be an integer from 1 to 254, got number 0'],
       [() => ecEncode(200, 56, [], []), 'ec.encode: expected m to be an integer from 1 to 55, got number 56'],
-      [() => ecEncode(1, 1, [[1, 2] as unknown as Uint8Array], [bytes(2)]), 'ec.encode: expected data[0] to be an ArrayBufferView, got Array'],
-      [() => ecEncode(1, 1, [bytes(4)], [bytes(4)], [0.5]), 'ec.encode: expected rows to be an Array of integers from 0 to 254, got number 0.5'],
-      [() => ecDecode(3, 2, [0, 4], [bytes(8), bytes(8)], [1], [bytes(8)]), 'ec.decode: expected present to be 3 distinct fragment indices from 0 to 4, got [0, 4]'],
-      [() => ecDecode(2, 2, [0, 0], [bytes(8), bytes(8)], [1], [bytes(8)]), 'ec.decode: expected present to be 2 distinct fragment indices from 0 to 3, got [0, 0]'],
-      [() => ecDecode(2, 2, [0, 3], [bytes(8), bytes(8)], [4], [bytes(8)]), 'ec.decode: expected wanted to be distinct fragment indices from 0 to 3, got [4]'],
-      [() => ecDecode(2, 2, [0, 3], [bytes(8)], [1], [bytes(8)]), 'ec.decode: expected fragments to be 2 buffers (one per entry of present), got 1'],
-      [() => ecDecode(2, 2, [0, 3], [bytes(8), bytes(8)], [1, 2], [bytes(8)]), 'ec.decode: expected outputs to be 2 buffers (one per entry of wanted), got 1'],
+      [
+        () => ecEncode(1, 1, [[1, 2] as unknown as Uint8Array], [bytes(2)]),
+        'ec.encode: expected data[0] to be an ArrayBufferView, got Array',
+      ],
+      [
+        () => ecEncode(1, 1, [bytes(4)], [bytes(4)], [0.5]),
+        'ec.encode: expected rows to be an Array of integers from 0 to 254, got number 0.5',
+      ],
+      [
+        () => ecDecode(3, 2, [0, 4], [bytes(8), bytes(8)], [1], [bytes(8)]),
+        'ec.decode: expected present to be 3 distinct fragment indices from 0 to 4, got [0, 4]',
+      ],
+      [
+        () => ecDecode(2, 2, [0, 0], [bytes(8), bytes(8)], [1], [bytes(8)]),
+        'ec.decode: expected present to be 2 distinct fragment indices from 0 to 3, got [0, 0]',
+      ],
+      [
+        () => ecDecode(2, 2, [0, 3], [bytes(8), bytes(8)], [4], [bytes(8)]),
+        'ec.decode: expected wanted to be distinct fragment indices from 0 to 3, got [4]',
+      ],
+      [
+        () => ecDecode(2, 2, [0, 3], [bytes(8)], [1], [bytes(8)]),
+        'ec.decode: expected fragments to be 2 buffers (one per entry of present), got 1',
+      ],
+      [
+        () => ecDecode(2, 2, [0, 3], [bytes(8), bytes(8)], [1, 2], [bytes(8)]),
+        'ec.decode: expected outputs to be 2 buffers (one per entry of wanted), got 1',
+      ],
     ];
     for (const [call, message] of cases) assert.throws(call, { name: 'TypeError', message });
 
     const shared = new Uint8Array(24);
-    assert.throws(() => ecEncode(2, 1, [shared.subarray(0, 8), shared.subarray(8, 16)], [shared.subarray(12, 20)]),
-      { name: 'TypeError', message: 'ec.encode: expected parity[0] to be apart from every other buffer, got it overlapping data[1]' });
-    assert.throws(() => ecDecode(1, 2, [0], [bytes(8)], [1, 2], [shared.subarray(0, 8), shared.subarray(4, 12)]),
-      { name: 'TypeError', message: 'ec.decode: expected outputs[1] to be apart from every other buffer, got it overlapping outputs[0]' });
+    assert.throws(() => ecEncode(2, 1, [shared.subarray(0, 8), shared.subarray(8, 16)], [shared.subarray(12, 20)]), {
+      name: 'TypeError',
+      message: 'ec.encode: expected parity[0] to be apart from every other buffer, got it overlapping data[1]',
+    });
+    assert.throws(() => ecDecode(1, 2, [0], [bytes(8)], [1, 2], [shared.subarray(0, 8), shared.subarray(4, 12)]), {
+      name: 'TypeError',
+      message: 'ec.decode: expected outputs[1] to be apart from every other buffer, got it overlapping outputs[0]',
+    });
   });
 });

@@ -33,7 +33,12 @@ async function train(net: Net, dataset: Dataset, steps: number, batch: number): 
   const velocity = new Float32Array(net.params.data.length);
   const [x, labels] = [new Float32Array(batch * net.inputSize), new Int32Array(batch)];
   for (let step = 0; step < steps; ++step) {
-    gatherBatch(shard, Int32Array.from({ length: batch }, (_, i) => step * batch + i), x, labels);
+    gatherBatch(
+      shard,
+      Int32Array.from({ length: batch }, (_, i) => step * batch + i),
+      x,
+      labels,
+    );
     net.lossAndGradient(x, labels, batch, { seed: 1, epoch: 0, step, shard: 0 });
     sgd.update(net.params.data, net.params.gradients, [velocity], 0.05, step);
     net.updateBuffers(net.statistics);
@@ -64,9 +69,14 @@ describe('Exported models in PyTorch', function () {
     }
     scratch = makeScratch('ft-export-');
   });
-  after(() => { if (scratch) removeScratch(scratch); });
+  after(() => {
+    if (scratch) removeScratch(scratch);
+  });
 
-  for (const [model, data, rows] of [['lenet', 'fashion-mnist', 2000], ['resnet8', 'synthetic-cifar', 2000]] as const) {
+  for (const [model, data, rows] of [
+    ['lenet', 'fashion-mnist', 2000],
+    ['resnet8', 'synthetic-cifar', 2000],
+  ] as const) {
     it(`${model} on ${data}: PyTorch counts the same correct samples and the same loss`, async () => {
       const dataset = await Dataset.open(`datasets/${data}`);
       try {

@@ -7,8 +7,10 @@ const f = paperBertLarge.failuresPerDay / secondsPerDay;
 const percent = (share: number, digits: number) => (share * 100).toFixed(digits);
 
 describe('failure cost at scale', () => {
-  it('reproduces the paper\'s periodic rows for BERT-L: 0.096% at N = 4, 1.54% at N = 1,024 (the checkpointing terms)', () => {
-    const [small, large] = paperBertLarge.periodic.map((row) => periodicWaste(row.n, f, paperBertLarge.checkpoint, paperBertLarge.recovery));
+  it("reproduces the paper's periodic rows for BERT-L: 0.096% at N = 4, 1.54% at N = 1,024 (the checkpointing terms)", () => {
+    const [small, large] = paperBertLarge.periodic.map((row) =>
+      periodicWaste(row.n, f, paperBertLarge.checkpoint, paperBertLarge.recovery),
+    );
     assert.equal(percent(small.checkpointing, 3), '0.096');
     assert.equal(percent(large.checkpointing, 2), '1.54');
     // with the restart term N f r the formula gives 0.0963% and 1.56%: the paper's 1.54% leaves it out

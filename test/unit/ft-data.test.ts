@@ -25,7 +25,14 @@ const ftData = path.join(__dirname, '..', '..', '..', 'launch', 'ft-data.js');
 const scratch = makeScratch('ft-data-tool-');
 
 const options = (out: string, extra: Partial<CsvOptions> = {}): CsvOptions => ({
-  out: path.join(scratch, out), force: false, testFraction: 0.2, seed: 0, rowsPerBatch: 100, label: 'last', header: 'auto', ...extra,
+  out: path.join(scratch, out),
+  force: false,
+  testFraction: 0.2,
+  seed: 0,
+  rowsPerBatch: 100,
+  label: 'last',
+  header: 'auto',
+  ...extra,
 });
 
 /** Runs ft-data; resolves to its exit code and stderr. */
@@ -76,10 +83,40 @@ function writeHf(dir: string, features: Record<string, unknown>, files: Record<s
     const tables = batches.map((columns) => new Table(columns));
     rows += tables.reduce((n, t) => n + t.numRows, 0);
     const schema = new Schema(tables[0].schema.fields, new Map([['huggingface', JSON.stringify({ info: { features } })]]));
-    fs.writeFileSync(path.join(dir, names[k]), tableToIPC(new Table(schema, tables.flatMap((t) => t.batches)), 'stream'));
+    fs.writeFileSync(
+      path.join(dir, names[k]),
+      tableToIPC(
+        new Table(
+          schema,
+          tables.flatMap((t) => t.batches),
+        ),
+        'stream',
+      ),
+    );
   });
-  fs.writeFileSync(path.join(dir, 'dataset_info.json'), JSON.stringify({ citation: '', description: '', features, homepage: '', license: '', splits: { train: { name: 'train', num_bytes: 0, num_examples: rows, dataset_name: null } } }));
-  fs.writeFileSync(path.join(dir, 'state.json'), JSON.stringify({ _data_files: names.map((filename) => ({ filename })), _fingerprint: '0123456789abcdef', _format_columns: null, _format_kwargs: {}, _format_type: null, _output_all_columns: false, _split: 'train' }));
+  fs.writeFileSync(
+    path.join(dir, 'dataset_info.json'),
+    JSON.stringify({
+      citation: '',
+      description: '',
+      features,
+      homepage: '',
+      license: '',
+      splits: { train: { name: 'train', num_bytes: 0, num_examples: rows, dataset_name: null } },
+    }),
+  );
+  fs.writeFileSync(
+    path.join(dir, 'state.json'),
+    JSON.stringify({
+      _data_files: names.map((filename) => ({ filename })),
+      _fingerprint: '0123456789abcdef',
+      _format_columns: null,
+      _format_kwargs: {},
+      _format_type: null,
+      _output_all_columns: false,
+      _split: 'train',
+    }),
+  );
 }
 
 function sum(counts: number[], other: number[]): number[] {
@@ -95,34 +132,56 @@ describe('ft-data', function () {
       { file: 'iris.csv', rows: 150, features: 4, classes: [50, 50, 50], names: ['setosa', 'versicolor', 'virginica'] },
       { file: 'wine_data.csv', rows: 178, features: 13, classes: [59, 71, 48], names: ['class_0', 'class_1', 'class_2'] },
       { file: 'breast_cancer.csv', rows: 569, features: 30, classes: [212, 357], names: ['malignant', 'benign'] },
-      { file: 'digits.csv.gz', rows: 1797, features: 64, classes: [178, 182, 177, 183, 181, 182, 181, 179, 174, 180], names: ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9'] },
+      {
+        file: 'digits.csv.gz',
+        rows: 1797,
+        features: 64,
+        classes: [178, 182, 177, 183, 181, 182, 181, 179, 174, 180],
+        names: ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9'],
+      },
     ];
     for (const c of cases) {
       it(`converts scikit-learn's ${c.file}: counts, classes, standardized train columns`, async () => {
         const manifest = await convertCsv(path.join(sklearnData, c.file), options(c.file));
         const { train, test } = await readSplits(path.join(scratch, c.file));
-        assert.deepEqual([manifest.sample_shape, manifest.dtype, manifest.divisor, manifest.class_names], [[c.features], 'float32', 1, c.names]);
+        assert.deepEqual(
+          [manifest.sample_shape, manifest.dtype, manifest.divisor, manifest.class_names],
+          [[c.features], 'float32', 1, c.names],
+        );
         assert.equal(train.rows + test.rows, c.rows);
         assert.deepEqual(sum(manifest.splits.train.class_counts, manifest.splits.test.class_counts), c.classes);
         assert.deepEqual(manifest.split, { method: 'stratified', test_fraction: 0.2, seed: 0 });
         // every class's test share is within two rows of a fifth
-        manifest.splits.test.class_counts.forEach((n, k) => assert.ok(Math.abs(n - c.classes[k] * 0.2) < 2, `class ${k}: ${n} test rows of ${c.classes[k]}`));
+        manifest.splits.test.class_counts.forEach((n, k) =>
+          assert.ok(Math.abs(n - c.classes[k] * 0.2) < 2, `class ${k}: ${n} test rows of ${c.classes[k]}`),
+        );
         const stats = columnStats(train.features, c.features);
         stats.mean.forEach((m, j) => assert.ok(Math.abs(m) < 1e-6, `column ${j} mean ${m}`));
         // a constant column (digits' first pixel is always 0) stays 0
-        stats.std.forEach((s, j) => assert.ok(Math.abs(s - 1) < 1e-6 || (s === 0 && manifest.standardization!.std[j] === 1), `column ${j} std ${s}`));
+        stats.std.forEach((s, j) =>
+          assert.ok(Math.abs(s - 1) < 1e-6 || (s === 0 && manifest.standardization!.std[j] === 1), `column ${j} std ${s}`),
+        );
       });
     }
 
     it('the same seed gives the same split; rows and values as the file holds them', async () => {
       const manifest = await convertCsv(path.join(sklearnData, 'iris.csv'), options('iris-again'));
-      assert.deepEqual([manifest.splits.train.class_counts, manifest.splits.test.class_counts], [[41, 41, 41], [9, 9, 9]]);
+      assert.deepEqual(
+        [manifest.splits.train.class_counts, manifest.splits.test.class_counts],
+        [
+          [41, 41, 41],
+          [9, 9, 9],
+        ],
+      );
       assert.equal(manifest.splits.train.sha256, (await readSplits(path.join(scratch, 'iris.csv'))).manifest.splits.train.sha256);
       const { train, test } = await readSplits(path.join(scratch, 'iris-again'));
       // iris's first row 5.1,3.5,1.4,0.2 (setosa) went to train or test: find it, un-standardized
       const { mean, std } = manifest.standardization!;
       const first = [5.1, 3.5, 1.4, 0.2].map((v, j) => Math.fround((Math.fround(v) - mean[j]) / std[j]));
-      const rows = [...Array.from({ length: train.rows }, (_, i) => Array.from(train.features.subarray(i * 4, i * 4 + 4))), ...Array.from({ length: test.rows }, (_, i) => Array.from(test.features.subarray(i * 4, i * 4 + 4)))];
+      const rows = [
+        ...Array.from({ length: train.rows }, (_, i) => Array.from(train.features.subarray(i * 4, i * 4 + 4))),
+        ...Array.from({ length: test.rows }, (_, i) => Array.from(test.features.subarray(i * 4, i * 4 + 4))),
+      ];
       assert.equal(rows.filter((r) => r.every((v, j) => v === first[j])).length, 1);
     });
 
@@ -133,20 +192,29 @@ describe('ft-data', function () {
       const rows = 400_000;
       for (let first = 0; first < rows; first += 10_000) {
         const lines = [];
-        for (let i = first; i < first + 10_000; ++i) lines.push(`${Array.from({ length: 16 }, (_, j) => ((i * (j + 7)) % 1000) / 8 + 100000).join(',')},${['cat', 'dog', 'eel'][i % 3]}\n`);
+        for (let i = first; i < first + 10_000; ++i)
+          lines.push(
+            `${Array.from({ length: 16 }, (_, j) => ((i * (j + 7)) % 1000) / 8 + 100000).join(',')},${['cat', 'dog', 'eel'][i % 3]}\n`,
+          );
         fs.writeSync(fd, lines.join(''));
       }
       fs.closeSync(fd);
       const size = fs.statSync(file).size;
       assert.ok(size > 60e6, `${size} bytes`);
       const out = path.join(scratch, 'big');
-      const { code, stderr } = await run(['csv', file, '--label', 'kind', '--out', out, '--rows-per-batch', '5000'], ['--max-old-space-size=24']);
+      const { code, stderr } = await run(
+        ['csv', file, '--label', 'kind', '--out', out, '--rows-per-batch', '5000'],
+        ['--max-old-space-size=24'],
+      );
       assert.equal(code, 0, stderr);
       const manifest = JSON.parse(fs.readFileSync(path.join(out, 'manifest.json'), 'utf8'));
       assert.deepEqual(manifest.class_names, ['cat', 'dog', 'eel']);
       assert.equal(manifest.splits.train.rows + manifest.splits.test.rows, rows);
       assert.deepEqual(sum(manifest.splits.train.class_counts, manifest.splits.test.class_counts), [133334, 133333, 133333]);
-      assert.deepEqual(manifest.standardization.columns, Array.from({ length: 16 }, (_, j) => `x${j}`));
+      assert.deepEqual(
+        manifest.standardization.columns,
+        Array.from({ length: 16 }, (_, j) => `x${j}`),
+      );
     });
 
     it('bad input: one line naming the file and the row, column or label, exit 1, nothing left behind', async () => {
@@ -156,16 +224,35 @@ describe('ft-data', function () {
       };
       const good = 'a,b,label\n1,2,x\n3,4,y\n5,6,x\n7,8,y\n';
       const cases: [string[], string][] = [
-        [['csv', write('ragged.csv', 'a,b,label\n1,2,x\n3,y\n'), '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'ragged.csv')}: line 3: 2 cells, expected 3 (a ragged row)`],
-        [['csv', write('nan.csv', 'a,b,label\n1,2,x\n3,four,y\n'), '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'nan.csv')}: line 3, column "b": "four" is not a number`],
-        [['csv', write('good.csv', good), '--label', 'kind', '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'good.csv')}: no label column "kind" (it has 3 columns: a, b, label; or give a 0-based index, or "last")`],
-        [['csv', write('one.csv', 'a,b,label\n1,2,x\n3,4,x\n'), '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'one.csv')}: label column "label": only one class ("x"): a classifier needs two or more`],
-        [['csv', path.join(scratch, 'absent.csv'), '--out', path.join(scratch, 'o')], `ft-data: ${path.join(scratch, 'absent.csv')}: cannot read (ENOENT)`],
+        [
+          ['csv', write('ragged.csv', 'a,b,label\n1,2,x\n3,y\n'), '--out', path.join(scratch, 'o')],
+          `ft-data: ${path.join(scratch, 'ragged.csv')}: line 3: 2 cells, expected 3 (a ragged row)`,
+        ],
+        [
+          ['csv', write('nan.csv', 'a,b,label\n1,2,x\n3,four,y\n'), '--out', path.join(scratch, 'o')],
+          `ft-data: ${path.join(scratch, 'nan.csv')}: line 3, column "b": "four" is not a number`,
+        ],
+        [
+          ['csv', write('good.csv', good), '--label', 'kind', '--out', path.join(scratch, 'o')],
+          `ft-data: ${path.join(scratch, 'good.csv')}: no label column "kind" (it has 3 columns: a, b, label; or give a 0-based index, or "last")`,
+        ],
+        [
+          ['csv', write('one.csv', 'a,b,label\n1,2,x\n3,4,x\n'), '--out', path.join(scratch, 'o')],
+          `ft-data: ${path.join(scratch, 'one.csv')}: label column "label": only one class ("x"): a classifier needs two or more`,
+        ],
+        [
+          ['csv', path.join(scratch, 'absent.csv'), '--out', path.join(scratch, 'o')],
+          `ft-data: ${path.join(scratch, 'absent.csv')}: cannot read (ENOENT)`,
+        ],
       ];
       for (const [args, line] of cases) {
         const { code, stderr } = await run(args);
         assert.deepEqual([code, stderr.trim().split('\n').pop()], [1, line]);
-        assert.deepEqual(fs.readdirSync(scratch).filter((name) => name.startsWith('.o.') || name === 'o'), [], 'a partial output was left');
+        assert.deepEqual(
+          fs.readdirSync(scratch).filter((name) => name.startsWith('.o.') || name === 'o'),
+          [],
+          'a partial output was left',
+        );
       }
     });
 
@@ -174,13 +261,18 @@ describe('ft-data', function () {
       assert.deepEqual(await run(['tsv', 'x']), { code: 2, stderr: 'ft-data: Unknown arguments: tsv, x (see --help)\n' });
       assert.deepEqual((await run(['csv', 'x.csv', '--out', 'o', '--test-fraction', '0.7'])).code, 2);
       const { stdout } = await promisify(execFile)(process.execPath, [ftData, 'csv', '--help']);
-      for (const flag of ['--out', '--force', '--name', '--test ', '--test-fraction', '--seed', '--rows-per-batch', '--label', '--header']) assert.ok(stdout.includes(flag), flag);
-      for (const fallback of ['[default: 0.2]', '[default: 0]', '[default: 100]', '[default: "last"]', '[default: "auto"]']) assert.ok(stdout.includes(fallback), fallback);
+      for (const flag of ['--out', '--force', '--name', '--test ', '--test-fraction', '--seed', '--rows-per-batch', '--label', '--header'])
+        assert.ok(stdout.includes(flag), flag);
+      for (const fallback of ['[default: 0.2]', '[default: 0]', '[default: 100]', '[default: "last"]', '[default: "auto"]'])
+        assert.ok(stdout.includes(fallback), fallback);
     });
   });
 
   describe('parquet', () => {
-    for (const [csv, rowGroupSize] of [['iris.csv', 40], ['wine_data.csv', 64]] as const) {
+    for (const [csv, rowGroupSize] of [
+      ['iris.csv', 40],
+      ['wine_data.csv', 64],
+    ] as const) {
       it(`${csv} written as Parquet by hyparquet-writer (row groups of ${rowGroupSize}) converts bit for bit as the CSV does`, async () => {
         const [header, ...lines] = fs.readFileSync(path.join(sklearnData, csv), 'utf8').trim().split('\n');
         const names = header.split(',').slice(2);
@@ -202,16 +294,29 @@ describe('ft-data', function () {
         for (const split of ['train', 'test'] as const) {
           assert.ok(Buffer.from(a[split].features.buffer).equals(Buffer.from(b[split].features.buffer)), `${split} features`);
           assert.deepEqual(b[split].labels, a[split].labels);
-          assert.equal(b.manifest.splits[split].record_batches.map((r) => r.crc64).join(), a.manifest.splits[split].record_batches.map((r) => r.crc64).join());
+          assert.equal(
+            b.manifest.splits[split].record_batches.map((r) => r.crc64).join(),
+            a.manifest.splits[split].record_batches.map((r) => r.crc64).join(),
+          );
         }
       });
     }
 
     it('a non-numeric feature column or an unknown label column is named', async () => {
       const file = path.join(scratch, 'text.parquet');
-      writeParquet(file, { columnData: [{ name: 'size', data: [1, 2], type: 'DOUBLE' }, { name: 'colour', data: ['red', 'blue'], type: 'STRING' }, { name: 'y', data: [0, 1], type: 'INT32' }] });
-      await assert.rejects(convertParquet(file, { ...options('text'), label: 'y' }), { message: `${file}: column "colour": BYTE_ARRAY is not numeric (features must be numbers)` });
-      await assert.rejects(convertParquet(file, { ...options('text'), label: 'kind' }), { message: `${file}: no label column "kind" (it has 3 columns: size, colour, y)` });
+      writeParquet(file, {
+        columnData: [
+          { name: 'size', data: [1, 2], type: 'DOUBLE' },
+          { name: 'colour', data: ['red', 'blue'], type: 'STRING' },
+          { name: 'y', data: [0, 1], type: 'INT32' },
+        ],
+      });
+      await assert.rejects(convertParquet(file, { ...options('text'), label: 'y' }), {
+        message: `${file}: column "colour": BYTE_ARRAY is not numeric (features must be numbers)`,
+      });
+      await assert.rejects(convertParquet(file, { ...options('text'), label: 'kind' }), {
+        message: `${file}: no label column "kind" (it has 3 columns: size, colour, y)`,
+      });
     });
   });
 
@@ -235,24 +340,47 @@ describe('ft-data', function () {
       for (let i = 0; i < 5; ++i) writePng(path.join(folder('imgs', 'garment'), `g${i}.png`), i);
       fs.copyFileSync(path.join(sklearnImages, 'china.jpg'), path.join(folder('imgs', 'photo'), 'china.jpg'));
       fs.copyFileSync(path.join(sklearnImages, 'flower.jpg'), path.join(folder('imgs', 'photo'), 'flower.jpg'));
-      await sharp(Buffer.from(sample(5)), { raw: { width: 28, height: 28, channels: 1 } }).jpeg({ quality: 95 }).toFile(path.join(folder('imgs', 'photo'), 'm5.jpeg'));
+      await sharp(Buffer.from(sample(5)), { raw: { width: 28, height: 28, channels: 1 } })
+        .jpeg({ quality: 95 })
+        .toFile(path.join(folder('imgs', 'photo'), 'm5.jpeg'));
       writePng(path.join(folder('imgs-test', 'garment'), 't.png'), 6);
       fs.copyFileSync(path.join(sklearnImages, 'flower.jpg'), path.join(folder('imgs-test', 'photo'), 'f.jpg'));
 
-      const manifest = await convertImages(path.join(scratch, 'imgs'), { ...options('imgs-out'), test: path.join(scratch, 'imgs-test'), shape: [1, 28, 28] });
-      assert.deepEqual([manifest.sample_shape, manifest.dtype, manifest.divisor, manifest.class_names, manifest.split], [[1, 28, 28], 'uint8', 255, ['garment', 'photo'], { method: 'given' }]);
-      assert.deepEqual([manifest.splits.train.class_counts, manifest.splits.test.class_counts], [[5, 3], [1, 1]]);
+      const manifest = await convertImages(path.join(scratch, 'imgs'), {
+        ...options('imgs-out'),
+        test: path.join(scratch, 'imgs-test'),
+        shape: [1, 28, 28],
+      });
+      assert.deepEqual(
+        [manifest.sample_shape, manifest.dtype, manifest.divisor, manifest.class_names, manifest.split],
+        [[1, 28, 28], 'uint8', 255, ['garment', 'photo'], { method: 'given' }],
+      );
+      assert.deepEqual(
+        [manifest.splits.train.class_counts, manifest.splits.test.class_counts],
+        [
+          [5, 3],
+          [1, 1],
+        ],
+      );
       const { train, test } = await readSplits(path.join(scratch, 'imgs-out'));
       assert.deepEqual(Array.from(train.labels), [0, 0, 0, 0, 0, 1, 1, 1]);
       // lossless PNGs come back as the IDX bytes exactly
-      for (let i = 0; i < 5; ++i) assert.ok(Buffer.from(train.features.subarray(i * 784, (i + 1) * 784)).equals(Buffer.from(sample(i))), `garment ${i}`);
+      for (let i = 0; i < 5; ++i)
+        assert.ok(Buffer.from(train.features.subarray(i * 784, (i + 1) * 784)).equals(Buffer.from(sample(i))), `garment ${i}`);
       assert.ok(Buffer.from(test.features.subarray(0, 784)).equals(Buffer.from(sample(6))));
       // the JPEG of sample 5 decodes close to it (lossy)
       const jpeg = train.features.subarray(7 * 784, 8 * 784);
-      assert.ok(jpeg.every((v, p) => Math.abs(v - sample(5)[p]) <= 40), 'JPEG of sample 5');
+      assert.ok(
+        jpeg.every((v, p) => Math.abs(v - sample(5)[p]) <= 40),
+        'JPEG of sample 5',
+      );
 
       // RGB: flower.jpg (train row 1 of "photo", after china.jpg) at 3x8x8 against sharp's own resize of the file
-      const rgb = await convertImages(path.join(scratch, 'imgs'), { ...options('imgs-rgb'), test: path.join(scratch, 'imgs-test'), shape: [3, 8, 8] });
+      const rgb = await convertImages(path.join(scratch, 'imgs'), {
+        ...options('imgs-rgb'),
+        test: path.join(scratch, 'imgs-test'),
+        shape: [3, 8, 8],
+      });
       assert.deepEqual(rgb.sample_shape, [3, 8, 8]);
       const flower = (await readSplits(path.join(scratch, 'imgs-rgb'))).train.features.subarray(6 * 192, 7 * 192);
       const expected = await sharp(path.join(sklearnImages, 'flower.jpg')).resize(8, 8, { fit: 'fill' }).raw().toBuffer();
@@ -262,10 +390,22 @@ describe('ft-data', function () {
     it('an unreadable image and an empty class folder are named', async () => {
       fs.writeFileSync(path.join(folder('bad', 'a'), 'x.png'), 'not an image\n');
       writePng(path.join(folder('bad', 'b'), 'y.png'), 0);
-      await assert.rejects(convertImages(path.join(scratch, 'bad'), { ...options('bad-out'), shape: [1, 28, 28] }), { message: new RegExp(`^${path.join(scratch, 'bad', 'a', 'x.png')}: not a readable PNG or JPEG image \\(`) });
+      await assert.rejects(convertImages(path.join(scratch, 'bad'), { ...options('bad-out'), shape: [1, 28, 28] }), {
+        message: new RegExp(`^${path.join(scratch, 'bad', 'a', 'x.png')}: not a readable PNG or JPEG image \\(`),
+      });
       folder('bad', 'c');
-      const { code, stderr } = await run(['images', path.join(scratch, 'bad'), '--shape', '1x28x28', '--out', path.join(scratch, 'bad-out')]);
-      assert.deepEqual([code, stderr], [1, `ft-data: ${path.join(scratch, 'bad', 'c')}: an empty class folder: no .png, .jpg or .jpeg images\n`]);
+      const { code, stderr } = await run([
+        'images',
+        path.join(scratch, 'bad'),
+        '--shape',
+        '1x28x28',
+        '--out',
+        path.join(scratch, 'bad-out'),
+      ]);
+      assert.deepEqual(
+        [code, stderr],
+        [1, `ft-data: ${path.join(scratch, 'bad', 'c')}: an empty class folder: no .png, .jpg or .jpeg images\n`],
+      );
       assert.equal(fs.existsSync(path.join(scratch, 'bad-out')), false);
     });
   });
@@ -281,21 +421,49 @@ describe('ft-data', function () {
     const imageType = new Struct([new Field('bytes', new Binary(), true), new Field('path', new Utf8(), true)]);
     const features = { image: { _type: 'Image' }, label: { names: ['T-shirt/top', 'Trouser', 'Pullover'], _type: 'ClassLabel' } };
     const columns = (rows: number[]) => ({
-      image: vectorFromArray(rows.map((i) => ({ bytes: pngOf(i), path: `${i}.png` })), imageType),
-      label: vectorFromArray(rows.map((i) => BigInt(fashion.labels[i])), new Int64()),
+      image: vectorFromArray(
+        rows.map((i) => ({ bytes: pngOf(i), path: `${i}.png` })),
+        imageType,
+      ),
+      label: vectorFromArray(
+        rows.map((i) => BigInt(fashion.labels[i])),
+        new Int64(),
+      ),
     });
 
     it('an Image and a ClassLabel column over two files of two record batches: shape, classes, pixels', async () => {
-      const rows = Array.from(fashion.labels.keys()).filter((i) => fashion.labels[i] < 3).slice(0, 36);
-      writeHf(path.join(scratch, 'hf-train'), features, [[columns(rows.slice(0, 10)), columns(rows.slice(10, 20))], [columns(rows.slice(20, 30))]]);
+      const rows = Array.from(fashion.labels.keys())
+        .filter((i) => fashion.labels[i] < 3)
+        .slice(0, 36);
+      writeHf(path.join(scratch, 'hf-train'), features, [
+        [columns(rows.slice(0, 10)), columns(rows.slice(10, 20))],
+        [columns(rows.slice(20, 30))],
+      ]);
       writeHf(path.join(scratch, 'hf-test'), features, [[columns(rows.slice(30))]]);
-      const manifest = await convertHf(path.join(scratch, 'hf-train'), { ...options('hf-out'), label: undefined, test: path.join(scratch, 'hf-test') });
-      assert.deepEqual([manifest.sample_shape, manifest.dtype, manifest.divisor, manifest.class_names], [[1, 28, 28], 'uint8', 255, features.label.names]);
+      const manifest = await convertHf(path.join(scratch, 'hf-train'), {
+        ...options('hf-out'),
+        label: undefined,
+        test: path.join(scratch, 'hf-test'),
+      });
+      assert.deepEqual(
+        [manifest.sample_shape, manifest.dtype, manifest.divisor, manifest.class_names],
+        [[1, 28, 28], 'uint8', 255, features.label.names],
+      );
       const count = (list: number[]) => [0, 1, 2].map((c) => list.filter((i) => fashion.labels[i] === c).length);
-      assert.deepEqual([manifest.splits.train.class_counts, manifest.splits.test.class_counts], [count(rows.slice(0, 30)), count(rows.slice(30))]);
+      assert.deepEqual(
+        [manifest.splits.train.class_counts, manifest.splits.test.class_counts],
+        [count(rows.slice(0, 30)), count(rows.slice(30))],
+      );
       const { train, test } = await readSplits(path.join(scratch, 'hf-out'));
-      assert.ok(Buffer.from(train.features).equals(Buffer.from(rows.slice(0, 30).flatMap((i) => Array.from(fashion.images.subarray(i * 784, (i + 1) * 784))))));
-      assert.deepEqual(Array.from(test.labels), rows.slice(30).map((i) => fashion.labels[i]));
+      assert.ok(
+        Buffer.from(train.features).equals(
+          Buffer.from(rows.slice(0, 30).flatMap((i) => Array.from(fashion.images.subarray(i * 784, (i + 1) * 784)))),
+        ),
+      );
+      assert.deepEqual(
+        Array.from(test.labels),
+        rows.slice(30).map((i) => fashion.labels[i]),
+      );
     });
 
     it('numeric Value columns (iris) convert bit for bit as the CSV does', async () => {
@@ -306,20 +474,41 @@ describe('ft-data', function () {
         target: { names: header.split(',').slice(2), _type: 'ClassLabel' },
       };
       const table = (part: number[][]) => ({
-        ...Object.fromEntries([0, 1, 2, 3].map((j) => [`feature_${j}`, vectorFromArray(part.map((r) => r[j]), new Float64())])),
-        target: vectorFromArray(part.map((r) => BigInt(r[4])), new Int64()),
+        ...Object.fromEntries(
+          [0, 1, 2, 3].map((j) => [
+            `feature_${j}`,
+            vectorFromArray(
+              part.map((r) => r[j]),
+              new Float64(),
+            ),
+          ]),
+        ),
+        target: vectorFromArray(
+          part.map((r) => BigInt(r[4])),
+          new Int64(),
+        ),
       });
       writeHf(path.join(scratch, 'hf-iris'), iris, [[table(rows.slice(0, 70)), table(rows.slice(70))]]);
       const fromHf = await convertHf(path.join(scratch, 'hf-iris'), { ...options('hf-iris-out'), label: undefined });
       const fromCsv = await convertCsv(path.join(sklearnData, 'iris.csv'), options('hf-iris-csv'));
-      assert.deepEqual([fromHf.class_names, fromHf.standardization, fromHf.splits.train.class_counts], [fromCsv.class_names, fromCsv.standardization, fromCsv.splits.train.class_counts]);
+      assert.deepEqual(
+        [fromHf.class_names, fromHf.standardization, fromHf.splits.train.class_counts],
+        [fromCsv.class_names, fromCsv.standardization, fromCsv.splits.train.class_counts],
+      );
       const [a, b] = [await readSplits(path.join(scratch, 'hf-iris-csv')), await readSplits(path.join(scratch, 'hf-iris-out'))];
-      for (const split of ['train', 'test'] as const) assert.ok(Buffer.from(a[split].features.buffer).equals(Buffer.from(b[split].features.buffer)) && Buffer.from(a[split].labels.buffer).equals(Buffer.from(b[split].labels.buffer)), split);
+      for (const split of ['train', 'test'] as const)
+        assert.ok(
+          Buffer.from(a[split].features.buffer).equals(Buffer.from(b[split].features.buffer)) &&
+            Buffer.from(a[split].labels.buffer).equals(Buffer.from(b[split].labels.buffer)),
+          split,
+        );
     });
 
     it('a directory without state.json is named', async () => {
       fs.mkdirSync(path.join(scratch, 'not-hf'));
-      await assert.rejects(convertHf(path.join(scratch, 'not-hf'), { ...options('hf-none'), label: undefined }), { message: `${path.join(scratch, 'not-hf', 'state.json')}: missing: not a datasets save_to_disk directory` });
+      await assert.rejects(convertHf(path.join(scratch, 'not-hf'), { ...options('hf-none'), label: undefined }), {
+        message: `${path.join(scratch, 'not-hf', 'state.json')}: missing: not a datasets save_to_disk directory`,
+      });
     });
   });
 });

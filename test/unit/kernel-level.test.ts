@@ -11,11 +11,15 @@ import { kernelBits } from '../helpers/kernel-bits';
 
 /** What makes the libraries pick other kernels when they choose for themselves. */
 const steering = {
-  OPENBLAS_CORETYPE: 'Prescott', OPENBLAS_L2_SIZE: '65536', ONEDNN_MAX_CPU_ISA: 'SSE41', DNNL_MAX_CPU_ISA: 'SSE41',
-  ONEDNN_CPU_ISA_HINTS: 'PREFER_YMM', ONEDNN_DEFAULT_FPMATH_MODE: 'BF16',
+  OPENBLAS_CORETYPE: 'Prescott',
+  OPENBLAS_L2_SIZE: '65536',
+  ONEDNN_MAX_CPU_ISA: 'SSE41',
+  DNNL_MAX_CPU_ISA: 'SSE41',
+  ONEDNN_CPU_ISA_HINTS: 'PREFER_YMM',
+  ONEDNN_DEFAULT_FPMATH_MODE: 'BF16',
 };
 
-describe('the kernels\' instruction-set level', function () {
+describe("the kernels' instruction-set level", function () {
   this.timeout(180_000);
 
   describe('chooseLevel: the level the ranks agree on', () => {
@@ -39,17 +43,23 @@ describe('the kernels\' instruction-set level', function () {
 
     it('a level some rank cannot run: one line naming the ranks, printed by the lowest', () => {
       const r = refusal(() => chooseLevel(levelAsked('x86-64-v4'), ['x86-64-v4', 'x86-64-v3', 'x86-64-v4', 'x86-64-v2'], [3, 5, 6, 8]));
-      assert.equal(r.message, '--isa x86-64-v4 needs x86-64-v4, but the hosts of ranks 5, 8 run up to x86-64-v3 or x86-64-v2: ' +
-        'run on hosts that have x86-64-v4, or pass --isa x86-64-v2 (or auto)');
+      assert.equal(
+        r.message,
+        '--isa x86-64-v4 needs x86-64-v4, but the hosts of ranks 5, 8 run up to x86-64-v3 or x86-64-v2: ' +
+          'run on hosts that have x86-64-v4, or pass --isa x86-64-v2 (or auto)',
+      );
       assert.equal(r.printer, 3);
     });
 
-    it('a resume at the checkpoint\'s level, which a rank cannot run', () => {
+    it("a resume at the checkpoint's level, which a rank cannot run", () => {
       const asked = levelAsked('auto', { dir: 'runs/a/ckpt/step-00000010', level: 'x86-64-v3' });
       assert.deepEqual(asked.level, 'x86-64-v3');
       const r = refusal(() => chooseLevel(asked, ['x86-64-v3', 'x86-64-v2'], [0, 1]));
-      assert.equal(r.message, 'runs/a/ckpt/step-00000010, computed at x86-64-v3, needs x86-64-v3, but the host of rank 1 runs up to x86-64-v2: ' +
-        'run on hosts that have x86-64-v3');
+      assert.equal(
+        r.message,
+        'runs/a/ckpt/step-00000010, computed at x86-64-v3, needs x86-64-v3, but the host of rank 1 runs up to x86-64-v2: ' +
+          'run on hosts that have x86-64-v3',
+      );
       // an explicit --isa on a resume is checked against the checkpoint before (checkConfig)
       assert.equal(levelAsked('x86-64-v2', { dir: 'd', level: 'x86-64-v3' }).level, 'x86-64-v2');
     });
@@ -68,7 +78,9 @@ describe('the kernels\' instruction-set level', function () {
       const plain = kernelBits(host, Object.fromEntries(Object.keys(steering).map((name) => [name, undefined])));
       const steered = kernelBits(host, steering);
       assert.deepEqual(steered, plain);
-      const expected = { 'x86-64-v2': ['sse41', 'Nehalem'], 'x86-64-v3': ['avx2', 'Haswell'], 'x86-64-v4': ['avx512_core', 'SkylakeX'] }[host as Exclude<CpuLevel, 'native'>];
+      const expected = { 'x86-64-v2': ['sse41', 'Nehalem'], 'x86-64-v3': ['avx2', 'Haswell'], 'x86-64-v4': ['avx512_core', 'SkylakeX'] }[
+        host as Exclude<CpuLevel, 'native'>
+      ];
       assert.deepEqual([plain.kernels.level, plain.kernels.onednnIsa, plain.kernels.openblasCore], [host, ...expected]);
     });
 
@@ -85,17 +97,31 @@ describe('the kernels\' instruction-set level', function () {
 
     it('refuses a level the host does not run, a second level, and a bad limit, in one line each', () => {
       const run = (code: string, env: Record<string, string> = {}): string => {
-        const child = spawnSync(process.execPath, ['-e', `const { cpu } = require('./dist/src/nn/cpu'); try { ${code} } catch (e) { console.log(e.message); }`],
-          { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 30_000 });
+        const child = spawnSync(
+          process.execPath,
+          ['-e', `const { cpu } = require('./dist/src/nn/cpu'); try { ${code} } catch (e) { console.log(e.message); }`],
+          { env: { ...process.env, ...env }, encoding: 'utf8', timeout: 30_000 },
+        );
         assert.equal(child.status, 0, child.stderr);
         return child.stdout.trim();
       };
       assert.equal(run("cpu.pinLevel('x86-64-v3')", { FT_CPU_LEVEL_MAX: 'x86-64-v2' }), 'this host runs up to x86-64-v2, not x86-64-v3');
-      assert.equal(run(`cpu.pinLevel('${lowest}'); cpu.pinLevel('native')`), `the CPU kernels run at ${lowest} already: a process cannot change to native`);
+      assert.equal(
+        run(`cpu.pinLevel('${lowest}'); cpu.pinLevel('native')`),
+        `the CPU kernels run at ${lowest} already: a process cannot change to native`,
+      );
       // a kernel run first pins the host's level
-      assert.equal(run("cpu.reluForward(new Float32Array(1), new Float32Array(1)); cpu.pinLevel('x86-64-v2'); console.log('same')", { FT_CPU_LEVEL_MAX: 'x86-64-v2' }), 'same');
-      assert.equal(run('cpu.hostLevel()', { FT_CPU_LEVEL_MAX: 'v3' }), "FT_CPU_LEVEL_MAX must be one of x86-64-v2, x86-64-v3, x86-64-v4, got 'v3'");
-      assert.equal(run("cpu.pinLevel(3)"), "pinLevel: expected level to be one of x86-64-v2, x86-64-v3, x86-64-v4 or native, got number 3");
+      assert.equal(
+        run("cpu.reluForward(new Float32Array(1), new Float32Array(1)); cpu.pinLevel('x86-64-v2'); console.log('same')", {
+          FT_CPU_LEVEL_MAX: 'x86-64-v2',
+        }),
+        'same',
+      );
+      assert.equal(
+        run('cpu.hostLevel()', { FT_CPU_LEVEL_MAX: 'v3' }),
+        "FT_CPU_LEVEL_MAX must be one of x86-64-v2, x86-64-v3, x86-64-v4, got 'v3'",
+      );
+      assert.equal(run('cpu.pinLevel(3)'), 'pinLevel: expected level to be one of x86-64-v2, x86-64-v3, x86-64-v4 or native, got number 3');
     });
   });
 });

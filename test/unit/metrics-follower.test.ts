@@ -56,7 +56,10 @@ describe('JsonlFollower (launch/drill following metrics.jsonl)', () => {
       total += follower.bytesRead - before;
       assert.equal(follower.bytesRead - before, `${JSON.stringify({ step })}\n`.length);
     }
-    assert.deepEqual(seen, Array.from({ length: 200 }, (_, i) => i));
+    assert.deepEqual(
+      seen,
+      Array.from({ length: 200 }, (_, i) => i),
+    );
     assert.equal(total, fs.statSync(file).size);
     follower.close();
   });

@@ -12,7 +12,15 @@ const adamw: OptimizerSettings = { name: 'adamw', momentum: 0, weightDecay: 0.01
 const sgd: OptimizerSettings = { name: 'sgd', momentum: 0.9, weightDecay: 5e-4, beta1: 0, beta2: 0, eps: 0 };
 
 /** PyTorch's single-tensor AdamW in float32 ops (scalars worked out in double, then rounded). */
-function adamwFloat32(p: Float32Array, g: Float32Array, m: Float32Array, v: Float32Array, lr: number, s: OptimizerSettings, t: number): void {
+function adamwFloat32(
+  p: Float32Array,
+  g: Float32Array,
+  m: Float32Array,
+  v: Float32Array,
+  lr: number,
+  s: OptimizerSettings,
+  t: number,
+): void {
   const keep = f(1 - lr * s.weightDecay);
   const stepSize = f(-(lr / (1 - s.beta1 ** t)));
   const c2 = f(Math.sqrt(1 - s.beta2 ** t));
@@ -29,7 +37,7 @@ function adamwFloat32(p: Float32Array, g: Float32Array, m: Float32Array, v: Floa
 describe('optimizers', () => {
   const n = 1000;
 
-  it('AdamW matches PyTorch\'s formula in float32 bit for bit over 5 steps, and a double reference to 1e-5', () => {
+  it("AdamW matches PyTorch's formula in float32 bit for bit over 5 steps, and a double reference to 1e-5", () => {
     const p = randomTensor(n, 1);
     const [m, v] = [new Float32Array(n), new Float32Array(n)];
     const [pr, mr, vr] = [p.slice(), m.slice(), v.slice()];
@@ -46,7 +54,7 @@ describe('optimizers', () => {
         pd[i] *= 1 - lr * adamw.weightDecay;
         md[i] = 0.9 * md[i] + 0.1 * g[i];
         vd[i] = 0.999 * vd[i] + 0.001 * g[i] * g[i];
-        pd[i] -= (lr / (1 - 0.9 ** t)) * md[i] / (Math.sqrt(vd[i]) / Math.sqrt(1 - 0.999 ** t) + 1e-8);
+        pd[i] -= ((lr / (1 - 0.9 ** t)) * md[i]) / (Math.sqrt(vd[i]) / Math.sqrt(1 - 0.999 ** t) + 1e-8);
       }
       assert.deepEqual([p, m, v], [pr, mr, vr], `step ${step}`);
     }
@@ -55,7 +63,7 @@ describe('optimizers', () => {
     assert.ok(worst < 1e-5, `relative error ${worst}`);
   });
 
-  it('AdamW\'s first step moves each parameter by lr against its gradient\'s sign (bias correction), after the decoupled decay', () => {
+  it("AdamW's first step moves each parameter by lr against its gradient's sign (bias correction), after the decoupled decay", () => {
     const p = randomTensor(n, 2);
     const before = p.slice();
     const g = randomTensor(n, 3);
@@ -84,7 +92,11 @@ describe('optimizers', () => {
 
   it('AdamW refuses a step below 1 and betas outside [0, 1)', () => {
     const a = new Float32Array(4);
-    assert.throws(() => cpu.adamwUpdate(a, a, a, a, 0.1, 0.9, 0.999, 1e-8, 0, 0), { message: 'adamwUpdate: expected step to be an integer >= 1, got 0.000000' });
-    assert.throws(() => cpu.adamwUpdate(a, a, a, a, 0.1, 1, 0.999, 1e-8, 0, 1), { message: 'adamwUpdate: expected beta1 in [0, 1), got 1.000000' });
+    assert.throws(() => cpu.adamwUpdate(a, a, a, a, 0.1, 0.9, 0.999, 1e-8, 0, 0), {
+      message: 'adamwUpdate: expected step to be an integer >= 1, got 0.000000',
+    });
+    assert.throws(() => cpu.adamwUpdate(a, a, a, a, 0.1, 1, 0.999, 1e-8, 0, 1), {
+      message: 'adamwUpdate: expected beta1 in [0, 1), got 1.000000',
+    });
   });
 });

@@ -55,14 +55,30 @@ interface Parts {
   repair: WorldRepair;
 }
 
-function parts(world: ScriptedWorld, options: { shards: number; spares?: number; step?: number; pidsDir?: string; onFailure?: 'exact' | 'shrink' | 'none' }): Parts[] {
+function parts(
+  world: ScriptedWorld,
+  options: { shards: number; spares?: number; step?: number; pidsDir?: string; onFailure?: 'exact' | 'shrink' | 'none' },
+): Parts[] {
   return world.comms.map((comm) => {
     const position = { step: options.step ?? 0, trainingDone: false };
     const observer = new RecordingObserver();
-    const membership = new Membership({ shards: options.shards, spares: options.spares ?? 0, joined: false, commTimeoutMs }, comm, position, observer, () => undefined);
+    const membership = new Membership(
+      { shards: options.shards, spares: options.spares ?? 0, joined: false, commTimeoutMs },
+      comm,
+      position,
+      observer,
+      () => undefined,
+    );
     const vote = new Vote(options.onFailure ?? 'shrink', () => membership.comm, position, observer);
     const history: RunHistory = { failures: [], worldHistory: [] };
-    const repair = new WorldRepair({ maxRetries: 3, commTimeoutMs, pidsDir: options.pidsDir ?? noPids }, membership, vote, position, history, observer);
+    const repair = new WorldRepair(
+      { maxRetries: 3, commTimeoutMs, pidsDir: options.pidsDir ?? noPids },
+      membership,
+      vote,
+      position,
+      history,
+      observer,
+    );
     return { position, observer, membership, vote, history, repair };
   });
 }
@@ -82,34 +98,64 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       // (the next collective is matched after both: they line up again)
       const sums = [Float64Array.of(0.5, 1), Float64Array.of(0.25, -1)];
       await Promise.all([0, 1].map((r) => other.comms[r].allreduce(sums[r])));
-      assert.deepEqual(sums.map((x) => [...x]), [[0.75, 0], [0.75, 0]]);
+      assert.deepEqual(
+        sums.map((x) => [...x]),
+        [
+          [0.75, 0],
+          [0.75, 0],
+        ],
+      );
     });
   });
 
   describe('Vote', () => {
-    it('ANDs every rank\'s flag, and one rank\'s failed collective makes every rank\'s vote false', async () => {
+    it("ANDs every rank's flag, and one rank's failed collective makes every rank's vote false", async () => {
       const world = new ScriptedWorld(4);
       const p = parts(world, { shards: 4 });
       const flags = [7, 5, 13, 15];
-      assert.deepEqual([...values(await onRanks(range(4), (r) => p[r].vote.agree(flags[r])))], [[0, 5], [1, 5], [2, 5], [3, 5]]);
+      assert.deepEqual(
+        [...values(await onRanks(range(4), (r) => p[r].vote.agree(flags[r])))],
+        [
+          [0, 5],
+          [1, 5],
+          [2, 5],
+          [3, 5],
+        ],
+      );
       // rank 3's collective fails (its own failure: nobody died), the others' succeed
-      const ok = values(await onRanks(range(4), (r) => p[r].vote.succeedsEverywhere('collective', async () => {
-        if (r === 3) throw new ProcFailedError('scripted', 75);
-      })));
+      const ok = values(
+        await onRanks(range(4), (r) =>
+          p[r].vote.succeedsEverywhere('collective', async () => {
+            if (r === 3) throw new ProcFailedError('scripted', 75);
+          }),
+        ),
+      );
       assert.deepEqual([...ok.values()], [false, false, false, false]);
       assert.deepEqual(p[3].observer.named('failure'), [{ event: 'failure', step: 0, phase: 'collective', error: 'ProcFailedError' }]);
       for (const r of [0, 1, 2]) assert.deepEqual(p[r].observer.events, [], `rank ${r} noted a failure it did not meet`);
-      assert.deepEqual(range(4).map((r) => p[r].vote.retrying), [false, false, false, true]);
+      assert.deepEqual(
+        range(4).map((r) => p[r].vote.retrying),
+        [false, false, false, true],
+      );
     });
 
     it('a rank dying inside the collective: every survivor votes false and notes the failure once', async () => {
       const world = new ScriptedWorld(4);
       const p = parts(world, { shards: 4 });
       world.at(2, 'allreduce', 'kill');
-      const results = await onRanks(range(4), (r) => p[r].vote.succeedsEverywhere('collective', () => p[r].membership.comm.allreduce(Float32Array.of(r))));
+      const results = await onRanks(range(4), (r) =>
+        p[r].vote.succeedsEverywhere('collective', () => p[r].membership.comm.allreduce(Float32Array.of(r))),
+      );
       assert.ok(results.get(2)!.error instanceof RankDeadError);
       results.delete(2);
-      assert.deepEqual([...values(results)], [[0, false], [1, false], [3, false]]);
+      assert.deepEqual(
+        [...values(results)],
+        [
+          [0, false],
+          [1, false],
+          [3, false],
+        ],
+      );
       for (const r of [0, 1, 3]) {
         const [failure] = p[r].observer.events;
         assert.equal(typeof failure.detect_ms, 'number');
@@ -117,11 +163,25 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         assert.equal(p[r].vote.retrying, true);
       }
       // the same step fails again (the comm still holds the dead rank): no second event
-      assert.deepEqual([...values(await onRanks([0, 1, 3], (r) => p[r].vote.succeedsEverywhere('readback', () => p[r].membership.comm.barrier())))], [[0, false], [1, false], [3, false]]);
+      assert.deepEqual(
+        [...values(await onRanks([0, 1, 3], (r) => p[r].vote.succeedsEverywhere('readback', () => p[r].membership.comm.barrier())))],
+        [
+          [0, false],
+          [1, false],
+          [3, false],
+        ],
+      );
       for (const r of [0, 1, 3]) assert.equal(p[r].observer.named('failure').length, 1);
       // a new step's failure is noted again; one met by the agreement itself names the agree phase
       for (const r of [0, 1, 3]) p[r].position.step = 1;
-      assert.deepEqual([...values(await onRanks([0, 1, 3], (r) => p[r].vote.agree(OK)))], [[0, null], [1, null], [3, null]]);
+      assert.deepEqual(
+        [...values(await onRanks([0, 1, 3], (r) => p[r].vote.agree(OK)))],
+        [
+          [0, null],
+          [1, null],
+          [3, null],
+        ],
+      );
       for (const r of [0, 1, 3]) {
         assert.deepEqual(p[r].observer.named('failure'), [
           { event: 'failure', step: 0, phase: 'collective', error: 'ProcFailedError' },
@@ -134,16 +194,25 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       const world = new ScriptedWorld(3);
       const p = parts(world, { shards: 3 });
       world.at(1, 'allreduce', 'timeout');
-      const ok = values(await onRanks(range(3), (r) => p[r].vote.succeedsEverywhere('collective', () => p[r].membership.comm.allreduce(Float32Array.of(r)))));
+      const ok = values(
+        await onRanks(range(3), (r) =>
+          p[r].vote.succeedsEverywhere('collective', () => p[r].membership.comm.allreduce(Float32Array.of(r))),
+        ),
+      );
       assert.deepEqual([...ok.values()], [false, false, false]);
-      assert.deepEqual(range(3).map((r) => p[r].observer.named('failure')[0].error), ['RevokedError', 'CommTimeoutError', 'RevokedError']);
+      assert.deepEqual(
+        range(3).map((r) => p[r].observer.named('failure')[0].error),
+        ['RevokedError', 'CommTimeoutError', 'RevokedError'],
+      );
     });
 
     it('--on-failure none: the failure passes through, unrecorded', async () => {
       const world = new ScriptedWorld(3);
       const p = parts(world, { shards: 3, onFailure: 'none' });
       world.at(1, 'allreduce', 'kill');
-      const results = await onRanks(range(3), (r) => p[r].vote.succeedsEverywhere('collective', () => p[r].membership.comm.allreduce(Float32Array.of(r))));
+      const results = await onRanks(range(3), (r) =>
+        p[r].vote.succeedsEverywhere('collective', () => p[r].membership.comm.allreduce(Float32Array.of(r))),
+      );
       assert.ok(results.get(1)!.error instanceof RankDeadError);
       results.delete(1);
       for (const [r, error] of errors(results)) {
@@ -153,32 +222,76 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       }
       // other errors pass through under every policy
       const q = parts(new ScriptedWorld(1), { shards: 1 });
-      await assert.rejects(q[0].vote.completes('collective', async () => { throw new RangeError('a bug'); }), RangeError);
-      assert.equal(await q[0].vote.completes('collective', async () => { throw new CommTimeoutError('t', 0); }), false);
+      await assert.rejects(
+        q[0].vote.completes('collective', async () => {
+          throw new RangeError('a bug');
+        }),
+        RangeError,
+      );
+      assert.equal(
+        await q[0].vote.completes('collective', async () => {
+          throw new CommTimeoutError('t', 0);
+        }),
+        false,
+      );
     });
   });
 
   describe('Membership', () => {
-    it('without spares: every rank works, the lowest leads; a lost rank\'s shards go to the least-loaded survivors', async () => {
+    it("without spares: every rank works, the lowest leads; a lost rank's shards go to the least-loaded survivors", async () => {
       const world = new ScriptedWorld(4);
       const p = parts(world, { shards: 8 });
-      assert.deepEqual(range(4).map((r) => [p[r].membership.rank, p[r].membership.working, p[r].membership.isLeader]),
-        [[0, true, true], [1, true, false], [2, true, false], [3, true, false]]);
+      assert.deepEqual(
+        range(4).map((r) => [p[r].membership.rank, p[r].membership.working, p[r].membership.isLeader]),
+        [
+          [0, true, true],
+          [1, true, false],
+          [2, true, false],
+          [3, true, false],
+        ],
+      );
       assert.deepEqual(p[0].membership.shardMap.toJSON(), [0, 0, 1, 1, 2, 2, 3, 3]);
-      assert.deepEqual(range(4).map((r) => p[r].membership.heldShards), [[0, 1], [2, 3], [4, 5], [6, 7]]);
+      assert.deepEqual(
+        range(4).map((r) => p[r].membership.heldShards),
+        [
+          [0, 1],
+          [2, 3],
+          [4, 5],
+          [6, 7],
+        ],
+      );
       assert.deepEqual(p[0].membership.spares, []);
       world.kill(2);
       const survivors = [0, 1, 3];
-      assert.deepEqual([...values(await onRanks(survivors, (r) => p[r].repair.run(false)))], survivors.map((r) => [r, [2]]));
+      assert.deepEqual(
+        [...values(await onRanks(survivors, (r) => p[r].repair.run(false)))],
+        survivors.map((r) => [r, [2]]),
+      );
       const moved = values(await onRanks(survivors, async (r) => p[r].membership.handOver([])));
       const expected = ShardMap.initial(8, range(4)).handOver(survivors, []);
       assert.deepEqual(expected.toJSON(), [0, 0, 1, 1, 0, 1, 3, 3]);
       for (const r of survivors) {
         assert.deepEqual(p[r].membership.shardMap.toJSON(), expected.toJSON());
-        assert.deepEqual([...moved.get(r)!], [[0, [4]], [1, [5]]]);
+        assert.deepEqual(
+          [...moved.get(r)!],
+          [
+            [0, [4]],
+            [1, [5]],
+          ],
+        );
       }
-      assert.deepEqual([...values(await onRanks(survivors, (r) => p[r].membership.formWorkers(p[r].vote)))].map(([, ok]) => ok), [true, true, true]);
-      assert.deepEqual(survivors.map((r) => [p[r].membership.size, p[r].membership.rank, p[r].membership.isLeader]), [[3, 0, true], [3, 1, false], [3, 2, false]]);
+      assert.deepEqual(
+        [...values(await onRanks(survivors, (r) => p[r].membership.formWorkers(p[r].vote)))].map(([, ok]) => ok),
+        [true, true, true],
+      );
+      assert.deepEqual(
+        survivors.map((r) => [p[r].membership.size, p[r].membership.rank, p[r].membership.isLeader]),
+        [
+          [3, 0, true],
+          [3, 1, false],
+          [3, 2, false],
+        ],
+      );
     });
 
     it('the leader is the lowest live working rank: rank 0 lost, rank 1 leads', async () => {
@@ -186,27 +299,54 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       const p = parts(world, { shards: 4 });
       world.kill(0);
       await onRanks([1, 2, 3], (r) => p[r].repair.run(false));
-      assert.deepEqual([1, 2, 3].map((r) => p[r].membership.isLeader), [true, false, false]);
-      assert.deepEqual([1, 2, 3].map((r) => p[r].observer.leaders.at(-1)), [true, false, false]);
+      assert.deepEqual(
+        [1, 2, 3].map((r) => p[r].membership.isLeader),
+        [true, false, false],
+      );
+      assert.deepEqual(
+        [1, 2, 3].map((r) => p[r].observer.leaders.at(-1)),
+        [true, false, false],
+      );
     });
 
-    it('with a spare: it does not work, is fed the step\'s outcome, and takes the lost rank\'s shards whole', async () => {
+    it("with a spare: it does not work, is fed the step's outcome, and takes the lost rank's shards whole", async () => {
       const world = new ScriptedWorld(4);
       const p = parts(world, { shards: 6, spares: 1 });
-      assert.deepEqual(range(4).map((r) => p[r].membership.working), [false, false, false, false]); // until the split
+      assert.deepEqual(
+        range(4).map((r) => p[r].membership.working),
+        [false, false, false, false],
+      ); // until the split
       await onRanks(range(4), (r) => p[r].membership.splitWorkers());
-      assert.deepEqual(range(4).map((r) => [p[r].membership.rank, p[r].membership.working, p[r].membership.size, p[r].membership.isLeader]),
-        [[0, true, 3, true], [1, true, 3, false], [2, true, 3, false], [-1, false, 3, false]]);
+      assert.deepEqual(
+        range(4).map((r) => [p[r].membership.rank, p[r].membership.working, p[r].membership.size, p[r].membership.isLeader]),
+        [
+          [0, true, 3, true],
+          [1, true, 3, false],
+          [2, true, 3, false],
+          [-1, false, 3, false],
+        ],
+      );
       for (const r of range(4)) assert.deepEqual(p[r].membership.spares, [3]);
       assert.deepEqual(p[3].membership.heldShards, []);
       assert.deepEqual(p[0].membership.shardMap.toJSON(), [0, 0, 1, 1, 2, 2]);
       // the workers' sum leaves the spare out; the leader's outcome reaches it
       const sums = range(4).map((r) => Float32Array.of(r + 1));
       await onRanks([0, 1, 2], (r) => p[r].membership.allreduce(sums[r]));
-      assert.deepEqual(sums.map((s) => s[0]), [6, 6, 6, 4]);
+      assert.deepEqual(
+        sums.map((s) => s[0]),
+        [6, 6, 6, 4],
+      );
       const outcomes = range(4).map((r) => (r === 0 ? Float32Array.of(1.5, -2) : new Float32Array(2)));
       values(await onRanks(range(4), (r) => p[r].membership.feedSpares(outcomes[r])));
-      assert.deepEqual(outcomes.map((o) => [...o]), [[1.5, -2], [1.5, -2], [1.5, -2], [1.5, -2]]); // (a bcast over every live rank)
+      assert.deepEqual(
+        outcomes.map((o) => [...o]),
+        [
+          [1.5, -2],
+          [1.5, -2],
+          [1.5, -2],
+          [1.5, -2],
+        ],
+      ); // (a bcast over every live rank)
       // rank 1 dies: the spare takes its place and exactly its shards
       world.kill(1);
       const survivors = [0, 2, 3];
@@ -224,7 +364,14 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         assert.deepEqual(p[r].membership.spares, []);
       }
       values(await onRanks(survivors, (r) => p[r].membership.formWorkers(p[r].vote)));
-      assert.deepEqual(survivors.map((r) => [p[r].membership.rank, p[r].membership.working, p[r].membership.isLeader]), [[0, true, true], [1, true, false], [2, true, false]]);
+      assert.deepEqual(
+        survivors.map((r) => [p[r].membership.rank, p[r].membership.working, p[r].membership.isLeader]),
+        [
+          [0, true, true],
+          [1, true, false],
+          [2, true, false],
+        ],
+      );
       assert.deepEqual(p[3].membership.heldShards, [2, 3]);
     });
   });
@@ -242,7 +389,10 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         assert.deepEqual(p[r].history.worldHistory, [{ step: 5, world: 3, lost: [2] }]);
         assert.deepEqual(p[r].observer.named('revoke+shrink'), [{ event: 'revoke+shrink', step: 5, lost: [2], world: 3, attempts: 1 }]);
         assert.deepEqual(p[r].observer.named('agree'), [{ event: 'agree', step: 5 }]);
-        assert.deepEqual(p[r].observer.events.map((e) => e.event), ['revoke+shrink', 'agree']);
+        assert.deepEqual(
+          p[r].observer.events.map((e) => e.event),
+          ['revoke+shrink', 'agree'],
+        );
         assert.deepEqual(p[r].membership.comm.worldRanks, survivors);
       }
       // the old communicator was revoked (by every survivor) before the shrink
@@ -283,7 +433,7 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       }
     });
 
-    it('a rank\'s own error: its peers\' collective is revoked, and every rank stops for it, naming it', async () => {
+    it("a rank's own error: its peers' collective is revoked, and every rank stops for it, naming it", async () => {
       const world = new ScriptedWorld(4);
       const p = parts(world, { shards: 4, step: 2 });
       const results = await onRanks(range(4), async (r) => {
@@ -302,7 +452,8 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         assert.equal(error.message, 'rank(s) 1 stopped the job for an error');
         assert.equal(error.exitCode, 1);
       }
-      for (const r of [0, 2, 3]) assert.deepEqual(p[r].observer.named('failure'), [{ event: 'failure', step: 2, phase: 'collective', error: 'RevokedError' }]);
+      for (const r of [0, 2, 3])
+        assert.deepEqual(p[r].observer.named('failure'), [{ event: 'failure', step: 2, phase: 'collective', error: 'RevokedError' }]);
       for (const r of range(4)) assert.deepEqual(p[r].history.failures, []);
     });
 
@@ -343,17 +494,45 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       };
     }
 
-    function managers(world: ScriptedWorld, name: string, extra: Partial<ProtocolConfig> = {}): { managers: Manager[]; observers: RecordingObserver[]; config: ProtocolConfig } {
+    function managers(
+      world: ScriptedWorld,
+      name: string,
+      extra: Partial<ProtocolConfig> = {},
+    ): { managers: Manager[]; observers: RecordingObserver[]; config: ProtocolConfig } {
       const dir = path.join(scratch, name);
       fs.mkdirSync(dir);
       const config: ProtocolConfig = {
-        onFailure: 'shrink', shards: 8, minRanks: 1, maxRetries: 3, jitCheckpoint: false, checkpointEvery: 0, checkpointDir: path.join(dir, 'checkpoints'),
-        keepCheckpoints: 2, spareCheckpoint: false, identity: { seed: 1 }, commTimeoutMs, pidsDir: noPids, sumLength: 0, add: () => undefined,
-        overlap: false, spares: 0, joined: false, ...extra,
+        onFailure: 'shrink',
+        shards: 8,
+        minRanks: 1,
+        maxRetries: 3,
+        jitCheckpoint: false,
+        checkpointEvery: 0,
+        checkpointDir: path.join(dir, 'checkpoints'),
+        keepCheckpoints: 2,
+        spareCheckpoint: false,
+        identity: { seed: 1 },
+        commTimeoutMs,
+        pidsDir: noPids,
+        sumLength: 0,
+        add: () => undefined,
+        overlap: false,
+        spares: 0,
+        joined: false,
+        ...extra,
       };
       const observers = world.comms.map(() => new RecordingObserver());
-      const list = world.comms.map((comm: Communicator, r) =>
-        new Manager(config, comm, dataset, dataset.train.layout(config.shards), observers[r], new FaultInjector([], r, path.join(dir, 'drills'), noPids)));
+      const list = world.comms.map(
+        (comm: Communicator, r) =>
+          new Manager(
+            config,
+            comm,
+            dataset,
+            dataset.train.layout(config.shards),
+            observers[r],
+            new FaultInjector([], r, path.join(dir, 'drills'), noPids),
+          ),
+      );
       return { managers: list, observers, config };
     }
 
@@ -362,12 +541,32 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       const { managers: m, observers } = managers(world, 'plain');
       values(await onRanks(range(4), (r) => m[r].start(source())));
       const sums = range(4).map((r) => Float32Array.of(r + 1));
-      assert.deepEqual([...values(await onRanks(range(4), (r) => m[r].exchange(() => m[r].world.allreduce(sums[r]))))].map(([, ok]) => ok), [true, true, true, true]);
-      assert.deepEqual(sums.map((s) => s[0]), [10, 10, 10, 10]);
-      assert.deepEqual(range(4).map((r) => [m[r].step, m[r].retrying]), [[0, false], [0, false], [0, false], [0, false]]);
+      assert.deepEqual(
+        [...values(await onRanks(range(4), (r) => m[r].exchange(() => m[r].world.allreduce(sums[r]))))].map(([, ok]) => ok),
+        [true, true, true, true],
+      );
+      assert.deepEqual(
+        sums.map((s) => s[0]),
+        [10, 10, 10, 10],
+      );
+      assert.deepEqual(
+        range(4).map((r) => [m[r].step, m[r].retrying]),
+        [
+          [0, false],
+          [0, false],
+          [0, false],
+          [0, false],
+        ],
+      );
       values(await onRanks(range(4), (r) => m[r].commit()));
-      assert.deepEqual(range(4).map((r) => m[r].step), [1, 1, 1, 1]);
-      assert.deepEqual(range(4).map((r) => m[r].world.isLeader), [true, false, false, false]);
+      assert.deepEqual(
+        range(4).map((r) => m[r].step),
+        [1, 1, 1, 1],
+      );
+      assert.deepEqual(
+        range(4).map((r) => m[r].world.isLeader),
+        [true, false, false, false],
+      );
       for (const r of range(4)) assert.deepEqual(observers[r].events, []);
       values(await onRanks(range(4), (r) => m[r].finish(() => undefined)));
       values(await onRanks(range(4), (r) => m[r].close()));
@@ -382,25 +581,46 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       assert.ok(first.get(2)!.error instanceof RankDeadError);
       first.delete(2);
       const survivors = [0, 1, 3];
-      assert.deepEqual([...values(first)], [[0, false], [1, false], [3, false]]);
+      assert.deepEqual(
+        [...values(first)],
+        [
+          [0, false],
+          [1, false],
+          [3, false],
+        ],
+      );
       const expectedMap = ShardMap.initial(8, range(4)).handOver(survivors, []);
       const readBack = dataset.train.batchBytes(4, 6); // shards 4 and 5: record batches 4 and 5
       for (const r of survivors) {
         assert.equal(m[r].step, 0);
         assert.equal(m[r].retrying, true);
         assert.deepEqual(m[r].failures, [{ step: 0, lost: [2], world: 3 }]);
-        assert.deepEqual(m[r].worldHistory, [{ step: 0, world: 4, lost: [] }, { step: 0, world: 3, lost: [2] }]);
+        assert.deepEqual(m[r].worldHistory, [
+          { step: 0, world: 4, lost: [] },
+          { step: 0, world: 3, lost: [2] },
+        ]);
         assert.deepEqual(m[r].world.shardMap.toJSON(), expectedMap.toJSON());
         assert.equal(m[r].world.size, 3);
-        assert.deepEqual(observers[r].events.map((e) => e.event), ['failure', 'revoke+shrink', 'agree', 'readback']);
+        assert.deepEqual(
+          observers[r].events.map((e) => e.event),
+          ['failure', 'revoke+shrink', 'agree', 'readback'],
+        );
         assert.deepEqual(observers[r].named('failure'), [{ event: 'failure', step: 0, phase: 'collective', error: 'ProcFailedError' }]);
         assert.deepEqual(observers[r].named('readback'), [{ event: 'readback', step: 0, shards: [4, 5], bytes_before_retry: readBack }]);
       }
       assert.deepEqual([...m[0].world.shardMap.shardsOf(0)], [0, 1, 4]);
       // the retry, on the repaired world
       const sums = survivors.map((r) => Float32Array.of(r + 1));
-      assert.deepEqual([...values(await onRanks(survivors, (r) => m[r].exchange(() => m[r].world.allreduce(sums[survivors.indexOf(r)]))))].map(([, ok]) => ok), [true, true, true]);
-      assert.deepEqual(sums.map((s) => s[0]), [7, 7, 7]);
+      assert.deepEqual(
+        [...values(await onRanks(survivors, (r) => m[r].exchange(() => m[r].world.allreduce(sums[survivors.indexOf(r)]))))].map(
+          ([, ok]) => ok,
+        ),
+        [true, true, true],
+      );
+      assert.deepEqual(
+        sums.map((s) => s[0]),
+        [7, 7, 7],
+      );
       values(await onRanks(survivors, (r) => m[r].commit()));
       for (const r of survivors) {
         assert.deepEqual([m[r].step, m[r].retrying], [1, false]);
@@ -410,7 +630,10 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       const writes: number[] = [];
       values(await onRanks(survivors, (r) => m[r].finish(() => writes.push(r))));
       assert.deepEqual(writes, [0]);
-      assert.deepEqual(survivors.map((r) => m[r].bytesReadBack), [readBack, readBack, readBack]);
+      assert.deepEqual(
+        survivors.map((r) => m[r].bytesReadBack),
+        [readBack, readBack, readBack],
+      );
       values(await onRanks(survivors, (r) => m[r].close()));
     });
 
@@ -418,7 +641,15 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       const world = new ScriptedWorld(4);
       const { managers: m, observers } = managers(world, 'spare', { spares: 1 });
       values(await onRanks(range(4), (r) => m[r].start(source())));
-      assert.deepEqual(range(4).map((r) => [m[r].world.working, m[r].world.rank]), [[true, 0], [true, 1], [true, 2], [false, -1]]);
+      assert.deepEqual(
+        range(4).map((r) => [m[r].world.working, m[r].world.rank]),
+        [
+          [true, 0],
+          [true, 1],
+          [true, 2],
+          [false, -1],
+        ],
+      );
       const step = (r: number, value: Float32Array) => async (): Promise<void> => {
         if (m[r].world.working) await m[r].world.allreduce(value);
         await m[r].world.feedSpares(value);
@@ -427,19 +658,41 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       const first = await onRanks(range(4), (r) => m[r].exchange(step(r, Float32Array.of(r))));
       first.delete(1);
       const survivors = [0, 2, 3];
-      assert.deepEqual([...values(first)], [[0, false], [2, false], [3, false]]);
+      assert.deepEqual(
+        [...values(first)],
+        [
+          [0, false],
+          [2, false],
+          [3, false],
+        ],
+      );
       for (const r of survivors) {
         assert.deepEqual(m[r].world.shardMap.toJSON(), ShardMap.initial(8, [0, 1, 2]).handOver(survivors, [3]).toJSON());
         // (recorded by the repair, before the spare takes the place: 2, though the retry runs on 3
         // working ranks and contracts.ts says "working ranks after the recovery"; see the report)
         assert.deepEqual(m[r].failures, [{ step: 0, lost: [1], world: 2 }]);
-        assert.deepEqual(observers[r].named('readback'), [{ event: 'readback', step: 0, shards: [3, 4, 5], bytes_before_retry: dataset.train.batchBytes(3, 6) }]);
+        assert.deepEqual(observers[r].named('readback'), [
+          { event: 'readback', step: 0, shards: [3, 4, 5], bytes_before_retry: dataset.train.batchBytes(3, 6) },
+        ]);
       }
       assert.deepEqual(m[3].world.heldShards, [3, 4, 5]);
-      assert.deepEqual(survivors.map((r) => [m[r].world.working, m[r].world.rank, m[r].world.size]), [[true, 0, 3], [true, 1, 3], [true, 2, 3]]);
+      assert.deepEqual(
+        survivors.map((r) => [m[r].world.working, m[r].world.rank, m[r].world.size]),
+        [
+          [true, 0, 3],
+          [true, 1, 3],
+          [true, 2, 3],
+        ],
+      );
       const sums = survivors.map((r) => Float32Array.of(r + 1));
-      assert.deepEqual([...values(await onRanks(survivors, (r) => m[r].exchange(step(r, sums[survivors.indexOf(r)]))))].map(([, ok]) => ok), [true, true, true]);
-      assert.deepEqual(sums.map((s) => s[0]), [8, 8, 8]);
+      assert.deepEqual(
+        [...values(await onRanks(survivors, (r) => m[r].exchange(step(r, sums[survivors.indexOf(r)]))))].map(([, ok]) => ok),
+        [true, true, true],
+      );
+      assert.deepEqual(
+        sums.map((s) => s[0]),
+        [8, 8, 8],
+      );
       values(await onRanks(survivors, (r) => m[r].commit()));
       values(await onRanks(survivors, (r) => m[r].finish(() => undefined)));
       values(await onRanks(survivors, (r) => m[r].close()));
@@ -459,15 +712,32 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       const survivors = [0, 1];
       for (const r of survivors) {
         assert.equal(first.get(r)!.value, false);
-        assert.deepEqual(m[r].failures, [{ step: 0, lost: [2], world: 3 }, { step: 0, lost: [3], world: 2 }]);
+        assert.deepEqual(m[r].failures, [
+          { step: 0, lost: [2], world: 3 },
+          { step: 0, lost: [3], world: 2 },
+        ]);
         assert.deepEqual(m[r].world.shardMap.toJSON(), [0, 0, 1, 1, 0, 1, 0, 1]);
-        assert.deepEqual(observers[r].events.map((e) => e.event), ['failure', 'revoke+shrink', 'agree', 'revoke+shrink', 'agree', 'readback']);
+        assert.deepEqual(
+          observers[r].events.map((e) => e.event),
+          ['failure', 'revoke+shrink', 'agree', 'revoke+shrink', 'agree', 'readback'],
+        );
         // one readback event for the recovery: every shard taken over, and what both tries read first
-        assert.deepEqual(observers[r].named('readback'), [{ event: 'readback', step: 0, shards: [4, 5, 6, 7], bytes_before_retry: dataset.train.batchBytes(4, 8) }]);
+        assert.deepEqual(observers[r].named('readback'), [
+          { event: 'readback', step: 0, shards: [4, 5, 6, 7], bytes_before_retry: dataset.train.batchBytes(4, 8) },
+        ]);
       }
-      assert.deepEqual([...values(await onRanks(survivors, (r) => m[r].exchange(() => m[r].world.allreduce(Float32Array.of(r)))))].map(([, ok]) => ok), [true, true]);
+      assert.deepEqual(
+        [...values(await onRanks(survivors, (r) => m[r].exchange(() => m[r].world.allreduce(Float32Array.of(r)))))].map(([, ok]) => ok),
+        [true, true],
+      );
       values(await onRanks(survivors, (r) => m[r].commit()));
-      assert.deepEqual(survivors.map((r) => [m[r].step, observers[r].named('retry').length]), [[1, 1], [1, 1]]);
+      assert.deepEqual(
+        survivors.map((r) => [m[r].step, observers[r].named('retry').length]),
+        [
+          [1, 1],
+          [1, 1],
+        ],
+      );
       values(await onRanks(survivors, (r) => m[r].finish(() => undefined)));
       values(await onRanks(survivors, (r) => m[r].close()));
     });
@@ -485,11 +755,16 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       for (const [r, error] of errors(results)) {
         assert.ok(error instanceof ProtocolStop, `rank ${r}: ${String(error)}`);
         assert.deepEqual([error.reason, error.exitCode, error.checkpoint], ['min-ranks', 3, dir]);
-        assert.deepEqual(observers[r].named('stop'), [{ event: 'stop', step: 1, reason: 'below-min-ranks', world: 3, min_ranks: 4, checkpoint: dir }]);
+        assert.deepEqual(observers[r].named('stop'), [
+          { event: 'stop', step: 1, reason: 'below-min-ranks', world: 3, min_ranks: 4, checkpoint: dir },
+        ]);
         assert.equal(m[r].step, 1);
       }
       // rank 1 leads once rank 0 is lost: it commits the checkpoint
-      assert.deepEqual([1, 2, 3].map((r) => observers[r].named('checkpoint').length), [1, 0, 0]);
+      assert.deepEqual(
+        [1, 2, 3].map((r) => observers[r].named('checkpoint').length),
+        [1, 0, 0],
+      );
       assert.ok(fs.existsSync(path.join(dir, 'manifest.json')));
       values(await onRanks([1, 2, 3], (r) => m[r].close()));
     });
@@ -499,8 +774,14 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       const { managers: m, observers, config } = managers(world, 'sigterm');
       values(await onRanks(range(4), (r) => m[r].start(source())));
       m[1].requestStop();
-      assert.deepEqual([...values(await onRanks(range(4), (r) => m[r].exchange(() => m[r].world.allreduce(Float32Array.of(r)))))].map(([, ok]) => ok), [true, true, true, true]);
-      assert.deepEqual(range(4).map((r) => m[r].step), [0, 0, 0, 0]);
+      assert.deepEqual(
+        [...values(await onRanks(range(4), (r) => m[r].exchange(() => m[r].world.allreduce(Float32Array.of(r)))))].map(([, ok]) => ok),
+        [true, true, true, true],
+      );
+      assert.deepEqual(
+        range(4).map((r) => m[r].step),
+        [0, 0, 0, 0],
+      );
       const dir = path.join(config.checkpointDir, 'step-00000001');
       for (const [r, error] of errors(await onRanks(range(4), (r) => m[r].commit()))) {
         assert.ok(error instanceof ProtocolStop, `rank ${r}: ${String(error)}`);
@@ -508,8 +789,13 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         assert.deepEqual(observers[r].named('stop'), [{ event: 'stop', step: 1, reason: 'sigterm', checkpoint: dir }]);
       }
       // the leader commits the checkpoint (its manifest names the step)
-      assert.deepEqual(range(4).map((r) => observers[r].named('checkpoint', ['duration_ms', 'bytes']).length), [1, 0, 0, 0]);
-      assert.deepEqual(observers[0].named('checkpoint', ['duration_ms', 'bytes']), [{ event: 'checkpoint', step: 1, reason: 'sigterm', dir, stripes: 4 }]);
+      assert.deepEqual(
+        range(4).map((r) => observers[r].named('checkpoint', ['duration_ms', 'bytes']).length),
+        [1, 0, 0, 0],
+      );
+      assert.deepEqual(observers[0].named('checkpoint', ['duration_ms', 'bytes']), [
+        { event: 'checkpoint', step: 1, reason: 'sigterm', dir, stripes: 4 },
+      ]);
       assert.equal(JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')).step, 1);
       values(await onRanks(range(4), (r) => m[r].close()));
     });

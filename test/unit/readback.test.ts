@@ -15,7 +15,14 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-readback-');
 const synthetic = path.join(scratch, 'synthetic');
-const small = { ...syntheticDefaults, shape: [1, 8, 8] as [number, number, number], classes: 4, trainRows: 1000, testRows: 200, rowsPerBatch: 50 };
+const small = {
+  ...syntheticDefaults,
+  shape: [1, 8, 8] as [number, number, number],
+  classes: 4,
+  trainRows: 1000,
+  testRows: 200,
+  rowsPerBatch: 50,
+};
 
 const nextTick = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
@@ -47,7 +54,10 @@ describe('Readback', function () {
   it('ready(rows) reads exactly the record batches holding them, the background pass the rest, each batch once', async () => {
     const whole = await split.readShards(layout, [1, 2]);
     const readback = new Readback(split, layout, [2, 1]);
-    assert.deepEqual(readback.shards.map((s) => s.shard), [1, 2]);
+    assert.deepEqual(
+      readback.shards.map((s) => s.shard),
+      [1, 2],
+    );
     const before = split.bytesRead;
     // shard 2 holds batches 10..14: rows 0 and 1 lie in batch 10, 120 in 12, 249 in 14
     const rows = [249, 0, 120, 1];
@@ -86,7 +96,11 @@ describe('Readback', function () {
     assert.equal(readback.bytesRead, split.shardBytes(layout, 0) + split.batchBytes(14, 15));
     assert.equal(readback.complete, false);
     await shard2.ready(Int32Array.of(0));
-    assert.equal(readback.bytesRead, split.shardBytes(layout, 0) + split.batchBytes(10, 11) + split.batchBytes(14, 15), 'on demand after stop()');
+    assert.equal(
+      readback.bytesRead,
+      split.shardBytes(layout, 0) + split.batchBytes(10, 11) + split.batchBytes(14, 15),
+      'on demand after stop()',
+    );
   });
 
   it('a record batch that fails its checksum: kept and thrown by the next ready(), its rows loaded or not', async () => {
@@ -107,12 +121,15 @@ describe('Readback', function () {
       readback.startBackground();
       // the pass reads 11..14 at once and fails; until then, rows already loaded are ready
       let polls = 0;
-      await assert.rejects(async () => {
-        for (;; ++polls) {
-          await shard.ready(Int32Array.of(0));
-          await nextTick();
-        }
-      }, { name: 'DatasetError', message });
+      await assert.rejects(
+        async () => {
+          for (; ; ++polls) {
+            await shard.ready(Int32Array.of(0));
+            await nextTick();
+          }
+        },
+        { name: 'DatasetError', message },
+      );
       assert.ok(polls > 0);
       await assert.rejects(shard.ready(Int32Array.of(0)), { message });
       await assert.rejects(shard.ready(Int32Array.of(249)), { message });

@@ -14,11 +14,22 @@ describe('resnet8', function () {
     const net = new Net(loadSpec('models/resnet8.json'), cpu);
     const conv = (c: number, k: number, r: number): number => k * c * r * r + k;
     const bn = (c: number): number => 2 * c;
-    assert.equal(net.params.data.length, conv(3, 16, 3) + bn(16)
-      + 2 * (conv(16, 16, 3) + bn(16))
-      + conv(16, 32, 3) + conv(32, 32, 3) + conv(16, 32, 1) + 3 * bn(32)
-      + conv(32, 64, 3) + conv(64, 64, 3) + conv(32, 64, 1) + 3 * bn(64)
-      + 64 * 10 + 10); // 78,378
+    assert.equal(
+      net.params.data.length,
+      conv(3, 16, 3) +
+        bn(16) +
+        2 * (conv(16, 16, 3) + bn(16)) +
+        conv(16, 32, 3) +
+        conv(32, 32, 3) +
+        conv(16, 32, 1) +
+        3 * bn(32) +
+        conv(32, 64, 3) +
+        conv(64, 64, 3) +
+        conv(32, 64, 1) +
+        3 * bn(64) +
+        64 * 10 +
+        10,
+    ); // 78,378
     assert.equal(net.buffers.length, 2 * (3 * 16 + 3 * 32 + 3 * 64));
   });
 
@@ -38,7 +49,10 @@ describe('resnet8', function () {
     }
     assert.ok(losses[5] < losses[0] * 0.8, `losses ${losses.join(', ')}`);
     const firstVar = net.bufferViews.find((v) => v.name === 'bn1.running_var')!;
-    assert.ok(net.buffers.subarray(0, firstVar.offset).every((v) => v !== 0), 'bn1.running_mean still 0');
+    assert.ok(
+      net.buffers.subarray(0, firstVar.offset).every((v) => v !== 0),
+      'bn1.running_mean still 0',
+    );
     const evaluation = net.evaluate(x, labels, batch);
     assert.ok(Number.isFinite(evaluation.loss), `evaluation loss ${evaluation.loss}`);
   });

@@ -28,7 +28,9 @@ describe('run directory', () => {
     assert.deepEqual(fs.readdirSync(dir).sort(), [runFiles.logs, runFiles.pids]);
     createRunDir(dir); // logs/ and pids/ alone are no run
     fs.writeFileSync(path.join(dir, runFiles.metrics), '');
-    assert.throws(() => createRunDir(dir), { message: `${dir}: --run-dir already holds a run (metrics.jsonl); choose a new directory or --resume it` });
+    assert.throws(() => createRunDir(dir), {
+      message: `${dir}: --run-dir already holds a run (metrics.jsonl); choose a new directory or --resume it`,
+    });
   });
 
   it('a new leader appends the steps and events the old one did not write, each once', async () => {
@@ -57,7 +59,10 @@ describe('run directory', () => {
     fs.mkdirSync(dir);
     const metrics = path.join(dir, runFiles.metrics);
     fs.writeFileSync(metrics, `${JSON.stringify(stepRecord(0))}\n{"step":1,"lo`);
-    assert.throws(() => readLines(metrics), (error: Error) => error instanceof RunDirError && error.message === `${metrics}: half-written (its last line has no end)`);
+    assert.throws(
+      () => readLines(metrics),
+      (error: Error) => error instanceof RunDirError && error.message === `${metrics}: half-written (its last line has no end)`,
+    );
     assert.equal(lastRecord<StepRecord>(metrics), undefined);
     fs.appendFileSync(metrics, 'ss":1}\n[1]\n');
     assert.throws(() => readLines(metrics), { message: `${metrics}: line 3 is not a JSON object` });

@@ -14,21 +14,20 @@ describe('launch/setup', function () {
     const run = spawnSync('bash', [path.join(root, 'launch', 'setup')], { encoding: 'utf8' });
     assert.equal(run.status, 0, run.stderr);
     const lines = run.stdout.trim().split('\n');
-    assert.deepEqual(lines.map((l) => l.replace(/\(Open MPI v[^)]+\)/, '(Open MPI)')), [
-      '[setup] apt packages: all present',
-      `[setup] ULFM Open MPI: ${mpiHome} (Open MPI)`,
-      '[setup] done',
-    ]);
+    assert.deepEqual(
+      lines.map((l) => l.replace(/\(Open MPI v[^)]+\)/, '(Open MPI)')),
+      ['[setup] apt packages: all present', `[setup] ULFM Open MPI: ${mpiHome} (Open MPI)`, '[setup] done'],
+    );
   });
 });
 
 describe('binding/build.js', () => {
   it('names launch/setup when the ULFM Open MPI is missing', () => {
     const run = spawnSync(process.execPath, [path.join(root, 'binding', 'build.js')], {
-      encoding: 'utf8', env: { ...process.env, FT_MPI_HOME: '/nonexistent/ompi' },
+      encoding: 'utf8',
+      env: { ...process.env, FT_MPI_HOME: '/nonexistent/ompi' },
     });
     assert.equal(run.status, 1);
-    assert.equal(run.stderr,
-      'ft-train: no Open MPI with ULFM at /nonexistent/ompi (FT_MPI_HOME); run launch/setup first\n');
+    assert.equal(run.stderr, 'ft-train: no Open MPI with ULFM at /nonexistent/ompi (FT_MPI_HOME); run launch/setup first\n');
   });
 });

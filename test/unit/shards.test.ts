@@ -24,7 +24,10 @@ describe('ShardLayout', () => {
       for (let s = 0; s < S; ++s) {
         assert.equal(layout.firstRow(s), next);
         const { first, end } = layout.batches(s);
-        assert.equal(layout.rows(s), rows.slice(first, end).reduce((a, b) => a + b, 0));
+        assert.equal(
+          layout.rows(s),
+          rows.slice(first, end).reduce((a, b) => a + b, 0),
+        );
         counts.push(end - first);
         next += layout.rows(s);
       }
@@ -33,11 +36,20 @@ describe('ShardLayout', () => {
     }
   });
 
-  it('finds the record batch of a shard\'s row, and where each batch starts in the shard', () => {
+  it("finds the record batch of a shard's row, and where each batch starts in the shard", () => {
     const layout = new ShardLayout([10, 10, 5, 10, 7], 2, 'train.arrow'); // shard 1: batches 2..4, 22 rows
-    assert.deepEqual([0, 4, 5, 14, 15, 21].map((row) => layout.batchOf(1, row)), [2, 2, 3, 3, 4, 4]);
-    assert.deepEqual([0, 9, 10, 19].map((row) => layout.batchOf(0, row)), [0, 0, 1, 1]);
-    assert.deepEqual([2, 3, 4].map((b) => layout.batchRow(1, b)), [0, 5, 15]);
+    assert.deepEqual(
+      [0, 4, 5, 14, 15, 21].map((row) => layout.batchOf(1, row)),
+      [2, 2, 3, 3, 4, 4],
+    );
+    assert.deepEqual(
+      [0, 9, 10, 19].map((row) => layout.batchOf(0, row)),
+      [0, 0, 1, 1],
+    );
+    assert.deepEqual(
+      [2, 3, 4].map((b) => layout.batchRow(1, b)),
+      [0, 5, 15],
+    );
     assert.throws(() => layout.batchOf(1, 22), { message: 'batchOf: expected a row in [0, 22) of shard 1, got 22' });
     assert.throws(() => layout.batchRow(1, 1), { message: 'batchRow: shard 1 holds record batches [2, 5), not 1' });
   });
@@ -58,14 +70,28 @@ describe('ShardMap', () => {
     assert.deepEqual(ShardMap.initial(3, [0, 1, 2, 3]).toJSON(), [0, 1, 2]);
   });
 
-  it('gives only the lost ranks\' shards to survivors, balanced, whatever order the ranks are listed in', () => {
-    for (const [S, N] of [[4, 4], [8, 4], [7, 3], [64, 8], [13, 5], [16, 16], [2, 4], [3, 8]]) {
+  it("gives only the lost ranks' shards to survivors, balanced, whatever order the ranks are listed in", () => {
+    for (const [S, N] of [
+      [4, 4],
+      [8, 4],
+      [7, 3],
+      [64, 8],
+      [13, 5],
+      [16, 16],
+      [2, 4],
+      [3, 8],
+    ]) {
       const ranks = Array.from({ length: N }, (_, r) => r);
       for (let lost = 0; lost < N; ++lost) {
         const before = ShardMap.initial(S, ranks);
         const survivors = ranks.filter((r) => r !== lost);
         const after = before.without([lost], survivors);
-        assert.deepEqual(after.toJSON(), ShardMap.initial(S, [...ranks].reverse()).without([lost], [...survivors].reverse()).toJSON());
+        assert.deepEqual(
+          after.toJSON(),
+          ShardMap.initial(S, [...ranks].reverse())
+            .without([lost], [...survivors].reverse())
+            .toJSON(),
+        );
         for (let s = 0; s < S; ++s) {
           if (before.owner(s) !== lost) assert.equal(after.owner(s), before.owner(s), `S=${S} N=${N} lost ${lost}: shard ${s} moved`);
           assert.notEqual(after.owner(s), lost);
@@ -101,9 +127,15 @@ describe('ShardMap', () => {
 
   it('refuses lists that do not describe the map', () => {
     const map = ShardMap.initial(2, [0, 1]);
-    assert.throws(() => map.without([0, 1], []), { name: 'RangeError', message: 'without: losing ranks [0,1] leaves no rank to hold the shards' });
+    assert.throws(() => map.without([0, 1], []), {
+      name: 'RangeError',
+      message: 'without: losing ranks [0,1] leaves no rank to hold the shards',
+    });
     assert.throws(() => map.without([0], [0, 1]), { name: 'RangeError', message: 'without: ranks [0] are both lost and live' });
-    assert.throws(() => map.without([0], [2]), { name: 'RangeError', message: 'without: ranks [1] hold shards but are neither lost nor live' });
+    assert.throws(() => map.without([0], [2]), {
+      name: 'RangeError',
+      message: 'without: ranks [1] hold shards but are neither lost nor live',
+    });
   });
 
   it('round-trips through toJSON', () => {
@@ -116,7 +148,14 @@ describe('ShardMap', () => {
 describe('MicroBatches', () => {
   it('visits every sample of the split exactly once per epoch, for any S and global batch', () => {
     const rows = batchRows(1037, 10);
-    for (const [S, batch] of [[1, 32], [3, 32], [7, 50], [16, 16], [64, 100], [5, 1037]]) {
+    for (const [S, batch] of [
+      [1, 32],
+      [3, 32],
+      [7, 50],
+      [16, 16],
+      [64, 100],
+      [5, 1037],
+    ]) {
       const layout = new ShardLayout(rows, S, 'train.arrow');
       const plan = new MicroBatches(layout, batch, 42);
       for (const epoch of [0, 3]) {
@@ -136,8 +175,14 @@ describe('MicroBatches', () => {
         }
         assert.equal(total, 1037);
         // counting a step's samples draws no permutation: each shard's order for the epoch is computed once
-        assert.ok(orders.every((order, s) => plan.order(s, epoch) === order), `S=${S} batch=${batch} epoch ${epoch}: a permutation was drawn again`);
-        assert.ok(seen.every((n) => n === 1), `S=${S} batch=${batch}: a sample seen ${Math.max(...seen)} times or never`);
+        assert.ok(
+          orders.every((order, s) => plan.order(s, epoch) === order),
+          `S=${S} batch=${batch} epoch ${epoch}: a permutation was drawn again`,
+        );
+        assert.ok(
+          seen.every((n) => n === 1),
+          `S=${S} batch=${batch}: a sample seen ${Math.max(...seen)} times or never`,
+        );
       }
     }
   });
@@ -145,7 +190,10 @@ describe('MicroBatches', () => {
   it('splits the global batch over the shards and depends only on (seed, epoch, shard, step)', () => {
     const layout = new ShardLayout(batchRows(1000, 10), 4, 'train.arrow');
     const plan = new MicroBatches(layout, 10, 7);
-    assert.deepEqual([0, 1, 2, 3].map((s) => plan.size(s)), [3, 3, 2, 2]);
+    assert.deepEqual(
+      [0, 1, 2, 3].map((s) => plan.size(s)),
+      [3, 3, 2, 2],
+    );
     assert.equal(plan.stepsPerEpoch, 125);
     const again = new MicroBatches(new ShardLayout(batchRows(1000, 10), 4, 'other.arrow'), 10, 7);
     assert.deepEqual(again.rows(2, 5, 17), plan.rows(2, 5, 17));

@@ -36,9 +36,14 @@ describe('LeNet on Fashion-MNIST', function () {
     const testCount = 1000;
     const testX = new Float32Array(testCount * 784);
     const testLabels = new Int32Array(testCount);
-    gatherBatch(test, Int32Array.from({ length: testCount }, (_, i) => i), testX, testLabels);
+    gatherBatch(
+      test,
+      Int32Array.from({ length: testCount }, (_, i) => i),
+      testX,
+      testLabels,
+    );
     const { correct } = net.evaluate(testX, testLabels, testCount);
-    console.log(`      loss ${first.toFixed(3)} -> ${last.toFixed(3)}, test accuracy ${(correct / testCount * 100).toFixed(1)}%`);
+    console.log(`      loss ${first.toFixed(3)} -> ${last.toFixed(3)}, test accuracy ${((correct / testCount) * 100).toFixed(1)}%`);
     assert.ok(first > 1.5, `first loss ${first}`);
     assert.ok(last < 0.75, `mean loss of the last 20 steps is ${last}`);
     assert.ok(correct / testCount >= 0.7, `test accuracy ${correct / testCount}`);

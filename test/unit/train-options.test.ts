@@ -19,15 +19,37 @@ describe('ft-train settings: one table for flags and options', () => {
   });
 
   it('every setting, camelCased, is the kebab-cased flag', () => {
-    const flags = ['--steps', '7', '--weight-decay', '0.1', '--optimizer', 'adamw', '--lr-schedule', 'step:2:0.5', '--jit-checkpoint', 'off', '--drill', 'rank=1,step=2'];
-    const settings = { steps: 7, weightDecay: 0.1, optimizer: 'adamw', lrSchedule: 'step:2:0.5', jitCheckpoint: 'off', drill: ['rank=1,step=2'] as string[] } as const;
-    assert.deepEqual(parseTrainOptions(['--model', required.model, '--data', required.data, '--run-dir', required.runDir, ...flags]),
-      { ...resolveTrainOptions({ ...required, ...settings }), joinId: undefined });
+    const flags = [
+      '--steps',
+      '7',
+      '--weight-decay',
+      '0.1',
+      '--optimizer',
+      'adamw',
+      '--lr-schedule',
+      'step:2:0.5',
+      '--jit-checkpoint',
+      'off',
+      '--drill',
+      'rank=1,step=2',
+    ];
+    const settings = {
+      steps: 7,
+      weightDecay: 0.1,
+      optimizer: 'adamw',
+      lrSchedule: 'step:2:0.5',
+      jitCheckpoint: 'off',
+      drill: ['rank=1,step=2'] as string[],
+    } as const;
+    assert.deepEqual(parseTrainOptions(['--model', required.model, '--data', required.data, '--run-dir', required.runDir, ...flags]), {
+      ...resolveTrainOptions({ ...required, ...settings }),
+      joinId: undefined,
+    });
     assert.equal(flagName('respawnLimit'), 'respawn-limit');
     assert.equal(Object.keys(trainSettings).length, 35);
   });
 
-  it('a bad setting is one line in the caller\'s spelling', () => {
+  it("a bad setting is one line in the caller's spelling", () => {
     const refused = (settings: Record<string, unknown>) => {
       try {
         resolveTrainOptions({ ...required, ...settings });
@@ -43,6 +65,8 @@ describe('ft-train settings: one table for flags and options', () => {
     assert.equal(refused({ optimizer: 'adam' }), 'ft-train: optimizer expects one of sgd, adamw, got "adam"');
     assert.equal(refused({ steps: 3, epochs: 2 }), 'ft-train: give steps or epochs, not both');
     assert.equal(refused({ redundancy: 'ec:2+1' }), 'ft-train: redundancy applies to optimizerState sharded only');
-    assert.throws(() => parseTrainOptions(['--model', 'm', '--data', 'd', '--run-dir', 'r', '--lr', '-1']), { message: 'ft-train: --lr expects a number >= 0, got -1 (see --help)' });
+    assert.throws(() => parseTrainOptions(['--model', 'm', '--data', 'd', '--run-dir', 'r', '--lr', '-1']), {
+      message: 'ft-train: --lr expects a number >= 0, got -1 (see --help)',
+    });
   });
 });

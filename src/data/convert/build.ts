@@ -50,7 +50,10 @@ export class DatasetBuilder {
     fs.mkdirSync(this.temp, { recursive: true });
     const size = sampleSize(options.sampleShape);
     const valueBytes = options.dtype === 'float32' ? 4 : 1;
-    this.spills = { train: new Spill(path.join(this.temp, 'train.spill'), size, valueBytes), test: new Spill(path.join(this.temp, 'test.spill'), size, valueBytes) };
+    this.spills = {
+      train: new Spill(path.join(this.temp, 'train.spill'), size, valueBytes),
+      test: new Spill(path.join(this.temp, 'test.spill'), size, valueBytes),
+    };
     if (options.standardize) this.stats = new FeatureStats(size);
     if (options.split.method === 'stratified') this.stratified = new StratifiedSplit(options.split.test_fraction!, options.split.seed!);
   }
@@ -60,7 +63,8 @@ export class DatasetBuilder {
     const name = split ?? (this.stratified!.isTest(label) ? 'test' : 'train');
     let id = this.classIds.get(label);
     if (id === undefined) {
-      if (this.options.classNames && !this.options.classNames.includes(label)) throw new DatasetError(this.options.labelOrigin, `label "${label}" is not one of its ${this.options.classNames.length} classes`);
+      if (this.options.classNames && !this.options.classNames.includes(label))
+        throw new DatasetError(this.options.labelOrigin, `label "${label}" is not one of its ${this.options.classNames.length} classes`);
       id = this.classIds.size;
       this.classIds.set(label, id);
     }
@@ -72,15 +76,26 @@ export class DatasetBuilder {
   async finish(): Promise<Manifest> {
     const { options } = this;
     const classNames = options.classNames ?? sortedLabels([...this.classIds.keys()]);
-    if (classNames.length < 2) throw new DatasetError(options.labelOrigin, `only one class (${JSON.stringify(classNames[0] ?? '')}): a classifier needs two or more`);
+    if (classNames.length < 2)
+      throw new DatasetError(
+        options.labelOrigin,
+        `only one class (${JSON.stringify(classNames[0] ?? '')}): a classifier needs two or more`,
+      );
     const sortedId = new Int32Array(this.classIds.size);
     for (const [label, id] of this.classIds) sortedId[id] = classNames.indexOf(label);
     for (const name of splitNames) {
       this.spills[name].flush();
-      if (this.spills[name].rows === 0) throw new DatasetError(options.source, `no ${name} rows${options.split.method === 'stratified' ? ' (too few rows for --test-fraction)' : ''}`);
+      if (this.spills[name].rows === 0)
+        throw new DatasetError(
+          options.source,
+          `no ${name} rows${options.split.method === 'stratified' ? ' (too few rows for --test-fraction)' : ''}`,
+        );
     }
     const statistics = this.stats?.result();
-    const sources = Object.fromEntries(splitNames.map((name) => [name, this.source(this.spills[name], sortedId, statistics)])) as Record<SplitName, SplitSource>;
+    const sources = Object.fromEntries(splitNames.map((name) => [name, this.source(this.spills[name], sortedId, statistics)])) as Record<
+      SplitName,
+      SplitSource
+    >;
     const manifest = await writeDataset(
       this.temp,
       {

@@ -63,7 +63,8 @@ async function firstLines(file: string, count: number): Promise<string[][]> {
 async function layoutOf(file: string, mode: HeaderMode): Promise<CsvLayout> {
   const [first, second] = await firstLines(file, 2);
   if (!first) throw new DatasetError(file, 'empty: no lines');
-  const sklearnLike = second !== undefined && /^\d+$/.test(first[0]) && /^\d+$/.test(first[1] ?? '') && Number(first[1]) + 1 === second.length;
+  const sklearnLike =
+    second !== undefined && /^\d+$/.test(first[0]) && /^\d+$/.test(first[1] ?? '') && Number(first[1]) + 1 === second.length;
   const chosen = mode !== 'auto' ? mode : sklearnLike ? 'sklearn' : first.every(isNumber) ? 'none' : 'names';
   const numbered = (n: number) => Array.from({ length: n }, (_, j) => `feature_${j}`);
   switch (chosen) {
@@ -72,7 +73,8 @@ async function layoutOf(file: string, mode: HeaderMode): Promise<CsvLayout> {
     case 'none':
       return { headerLines: 0, columns: numbered(first.length) };
     case 'sklearn': {
-      if (!sklearnLike) throw new DatasetError(file, 'line 1: not a scikit-learn header "n_samples,n_features,class names..." matching line 2');
+      if (!sklearnLike)
+        throw new DatasetError(file, 'line 1: not a scikit-learn header "n_samples,n_features,class names..." matching line 2');
       const features = Number(first[1]);
       return { headerLines: 1, columns: [...numbered(features), 'target'], classNames: first.slice(2), rows: Number(first[0]) };
     }
@@ -84,11 +86,21 @@ function labelIndex(file: string, layout: CsvLayout, label: string): number {
   const named = layout.columns.indexOf(label);
   if (named >= 0) return named;
   if (/^\d+$/.test(label) && Number(label) < layout.columns.length) return Number(label);
-  throw new DatasetError(file, `no label column "${label}" (it has ${layout.columns.length} columns: ${layout.columns.slice(0, 8).join(', ')}${layout.columns.length > 8 ? ', ...' : ''}; or give a 0-based index, or "last")`);
+  throw new DatasetError(
+    file,
+    `no label column "${label}" (it has ${layout.columns.length} columns: ${layout.columns.slice(0, 8).join(', ')}${layout.columns.length > 8 ? ', ...' : ''}; or give a 0-based index, or "last")`,
+  );
 }
 
 /** Streams the data rows of one CSV file into the builder (all into `split` when given). */
-async function feed(file: string, layout: CsvLayout, labelAt: number, builder: DatasetBuilder, split: 'train' | 'test' | undefined, progress: ConversionProgress): Promise<void> {
+async function feed(
+  file: string,
+  layout: CsvLayout,
+  labelAt: number,
+  builder: DatasetBuilder,
+  split: 'train' | 'test' | undefined,
+  progress: ConversionProgress,
+): Promise<void> {
   const width = layout.columns.length;
   const values = new Float32Array(width - 1);
   const { raw, text } = open(file);
@@ -104,14 +116,18 @@ async function feed(file: string, layout: CsvLayout, labelAt: number, builder: D
     for (let j = 0; j < width; ++j) {
       if (j === labelAt) continue;
       const cell = record[j];
-      if (!isNumber(cell)) throw new DatasetError(file, `line ${line}, column ${JSON.stringify(layout.columns[j])}: ${JSON.stringify(cell)} is not a number`);
+      if (!isNumber(cell))
+        throw new DatasetError(file, `line ${line}, column ${JSON.stringify(layout.columns[j])}: ${JSON.stringify(cell)} is not a number`);
       values[k++] = Number(cell);
     }
     let label = record[labelAt];
     if (layout.classNames) {
       const index = Number(label);
       if (!(Number.isSafeInteger(index) && index >= 0 && index < layout.classNames.length)) {
-        throw new DatasetError(file, `line ${line}, column ${JSON.stringify(layout.columns[labelAt])}: ${JSON.stringify(label)} is not a class index below ${layout.classNames.length}`);
+        throw new DatasetError(
+          file,
+          `line ${line}, column ${JSON.stringify(layout.columns[labelAt])}: ${JSON.stringify(label)} is not a class index below ${layout.classNames.length}`,
+        );
       }
       label = layout.classNames[index];
     } else if (label === '') {
@@ -120,7 +136,8 @@ async function feed(file: string, layout: CsvLayout, labelAt: number, builder: D
     builder.add(label, values, split);
     if ((row & 1023) === 0) progress.update(bytes);
   }
-  if (layout.rows !== undefined && layout.rows !== row) throw new DatasetError(file, `${row} data rows, but its header says ${layout.rows}`);
+  if (layout.rows !== undefined && layout.rows !== row)
+    throw new DatasetError(file, `${row} data rows, but its header says ${layout.rows}`);
   if (row === 0) throw new DatasetError(file, 'no data rows');
 }
 
@@ -129,7 +146,10 @@ export async function convertCsv(file: string, options: CsvOptions): Promise<Man
   const labelAt = labelIndex(file, layout, options.label);
   const testLayout = options.test !== undefined ? await layoutOf(options.test, options.header) : undefined;
   if (testLayout && testLayout.columns.join(',') !== layout.columns.join(',')) {
-    throw new DatasetError(options.test!, `its columns (${testLayout.columns.join(', ')}) differ from ${file}'s (${layout.columns.join(', ')})`);
+    throw new DatasetError(
+      options.test!,
+      `its columns (${testLayout.columns.join(', ')}) differ from ${file}'s (${layout.columns.join(', ')})`,
+    );
   }
   const columns = layout.columns.filter((_, j) => j !== labelAt);
   const inputs = [file, ...(options.test !== undefined ? [options.test] : [])];
@@ -150,7 +170,10 @@ export async function convertCsv(file: string, options: CsvOptions): Promise<Man
       progress: (line) => console.error(`[ft-data] ${line}`),
     },
     async (builder) => {
-      for (const [input, split, inputLayout] of [[file, options.test !== undefined ? 'train' : undefined, layout], [options.test, 'test', testLayout]] as const) {
+      for (const [input, split, inputLayout] of [
+        [file, options.test !== undefined ? 'train' : undefined, layout],
+        [options.test, 'test', testLayout],
+      ] as const) {
         if (input === undefined) continue;
         const progress = new ConversionProgress(input, fs.statSync(input).size, 'bytes');
         try {
@@ -165,5 +188,11 @@ export async function convertCsv(file: string, options: CsvOptions): Promise<Man
 
 /** "data/iris.csv.gz" -> "iris" */
 export function baseName(file: string): string {
-  return file.replace(/\/+$/, '').split('/').pop()!.replace(/(\.(csv|parquet))?(\.gz)?$/, '') || 'dataset';
+  return (
+    file
+      .replace(/\/+$/, '')
+      .split('/')
+      .pop()!
+      .replace(/(\.(csv|parquet))?(\.gz)?$/, '') || 'dataset'
+  );
 }

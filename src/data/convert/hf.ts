@@ -34,14 +34,30 @@ interface HfSplit {
   rows: number;
 }
 
-const numericDtypes = new Set(['bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'float16', 'float32', 'float64']);
+const numericDtypes = new Set([
+  'bool',
+  'int8',
+  'int16',
+  'int32',
+  'int64',
+  'uint8',
+  'uint16',
+  'uint32',
+  'uint64',
+  'float16',
+  'float32',
+  'float64',
+]);
 
 function readJson(file: string): Record<string, unknown> {
   try {
     return JSON.parse(fs.readFileSync(file, 'utf8'));
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    throw new DatasetError(file, code === 'ENOENT' ? 'missing: not a datasets save_to_disk directory' : `not readable JSON (${code ?? (error as Error).message})`);
+    throw new DatasetError(
+      file,
+      code === 'ENOENT' ? 'missing: not a datasets save_to_disk directory' : `not readable JSON (${code ?? (error as Error).message})`,
+    );
   }
 }
 
@@ -49,14 +65,20 @@ function openSplit(dir: string): HfSplit {
   const state = readJson(path.join(dir, 'state.json'));
   const info = readJson(path.join(dir, 'dataset_info.json'));
   const dataFiles = state._data_files;
-  if (!Array.isArray(dataFiles) || dataFiles.length === 0) throw new DatasetError(path.join(dir, 'state.json'), '_data_files: expected a list of {filename}');
+  if (!Array.isArray(dataFiles) || dataFiles.length === 0)
+    throw new DatasetError(path.join(dir, 'state.json'), '_data_files: expected a list of {filename}');
   const files = dataFiles.map((entry: { filename?: unknown }) => {
-    if (typeof entry?.filename !== 'string' || entry.filename.includes('/')) throw new DatasetError(path.join(dir, 'state.json'), `_data_files: bad entry ${JSON.stringify(entry)}`);
+    if (typeof entry?.filename !== 'string' || entry.filename.includes('/'))
+      throw new DatasetError(path.join(dir, 'state.json'), `_data_files: bad entry ${JSON.stringify(entry)}`);
     return path.join(dir, entry.filename);
   });
   const features = info.features;
-  if (typeof features !== 'object' || features === null) throw new DatasetError(path.join(dir, 'dataset_info.json'), 'features: expected an object');
-  const rows = Object.values((info.splits ?? {}) as Record<string, { num_examples?: number }>).reduce((n, s) => n + (s.num_examples ?? 0), 0);
+  if (typeof features !== 'object' || features === null)
+    throw new DatasetError(path.join(dir, 'dataset_info.json'), 'features: expected an object');
+  const rows = Object.values((info.splits ?? {}) as Record<string, { num_examples?: number }>).reduce(
+    (n, s) => n + (s.num_examples ?? 0),
+    0,
+  );
   return { dir, files, features: features as Record<string, Feature>, rows };
 }
 
@@ -79,10 +101,15 @@ function columnsOf(split: HfSplit, label?: string): { label: string; names?: str
   const labelFeature = split.features[labelName];
   if (!labelFeature) throw new DatasetError(where, `no label column "${labelName}" (it has ${entries.map(([n]) => n).join(', ')})`);
   const image = entries.find(([name, f]) => name !== labelName && f._type === 'Image')?.[0];
-  const numeric = image ? [] : entries.filter(([name]) => name !== labelName).map(([name, f]) => {
-    if (f._type !== 'Value' || !numericDtypes.has(f.dtype ?? '')) throw new DatasetError(where, `column "${name}": ${f._type}${f.dtype ? ` ${f.dtype}` : ''} is neither numeric nor an Image`);
-    return name;
-  });
+  const numeric = image
+    ? []
+    : entries
+        .filter(([name]) => name !== labelName)
+        .map(([name, f]) => {
+          if (f._type !== 'Value' || !numericDtypes.has(f.dtype ?? ''))
+            throw new DatasetError(where, `column "${name}": ${f._type}${f.dtype ? ` ${f.dtype}` : ''} is neither numeric nor an Image`);
+          return name;
+        });
   return { label: labelName, names: labelFeature._type === 'ClassLabel' ? labelFeature.names : undefined, image, numeric };
 }
 
@@ -93,16 +120,24 @@ async function firstImageShape(split: HfSplit, image: string): Promise<[number, 
       if (batch.numRows === 0) continue;
       const bytes = batch.getChild(image)!.get(0)?.bytes as Uint8Array | undefined;
       if (!bytes) throw new DatasetError(file, `row 0, column "${image}": no image bytes`);
-      const meta = await sharp(bytes).metadata().catch((error: Error) => {
-        throw new DatasetError(file, `row 0, column "${image}": not a readable PNG or JPEG image (${error.message})`);
-      });
+      const meta = await sharp(bytes)
+        .metadata()
+        .catch((error: Error) => {
+          throw new DatasetError(file, `row 0, column "${image}": not a readable PNG or JPEG image (${error.message})`);
+        });
       return [meta.channels !== undefined && meta.channels <= 2 ? 1 : 3, meta.height!, meta.width!];
     }
   }
   throw new DatasetError(split.dir, 'no rows');
 }
 
-async function feed(split: HfSplit, columns: ReturnType<typeof columnsOf>, shape: number[], builder: DatasetBuilder, into: 'train' | 'test' | undefined): Promise<void> {
+async function feed(
+  split: HfSplit,
+  columns: ReturnType<typeof columnsOf>,
+  shape: number[],
+  builder: DatasetBuilder,
+  into: 'train' | 'test' | undefined,
+): Promise<void> {
   const progress = new ConversionProgress(split.dir, split.rows, 'rows');
   const values = columns.image ? new Uint8Array(shape.reduce((a, b) => a * b, 1)) : new Float32Array(columns.numeric.length);
   let done = 0;
@@ -113,13 +148,15 @@ async function feed(split: HfSplit, columns: ReturnType<typeof columnsOf>, shape
         const labels = batch.getChild(columns.label);
         const image = columns.image !== undefined ? batch.getChild(columns.image) : null;
         const numeric = columns.numeric.map((name) => batch.getChild(name));
-        if (!labels || (columns.image && !image) || numeric.some((c) => !c)) throw new DatasetError(file, `its columns (${batch.schema.fields.map((f) => f.name).join(', ')}) are not dataset_info.json's`);
+        if (!labels || (columns.image && !image) || numeric.some((c) => !c))
+          throw new DatasetError(file, `its columns (${batch.schema.fields.map((f) => f.name).join(', ')}) are not dataset_info.json's`);
         for (let i = 0; i < batch.numRows; ++i, ++row) {
           const where = (column: string) => `${file}: row ${row}, column "${column}"`;
           const raw = labels.get(i);
           if (raw === null || raw === undefined) throw new DatasetError(where(columns.label), 'missing label');
           const label = columns.names ? columns.names[Number(raw)] : String(raw);
-          if (label === undefined) throw new DatasetError(where(columns.label), `class index ${raw} outside its ${columns.names!.length} names`);
+          if (label === undefined)
+            throw new DatasetError(where(columns.label), `class index ${raw} outside its ${columns.names!.length} names`);
           if (image) {
             const bytes = image.get(i)?.bytes as Uint8Array | undefined;
             if (!bytes) throw new DatasetError(where(columns.image!), 'no image bytes');

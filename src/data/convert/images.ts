@@ -50,17 +50,29 @@ function listClasses(dir: string): { name: string; files: string[] }[] {
   } catch (error) {
     throw new DatasetError(dir, `cannot read (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
   }
-  const classes = entries.filter((e) => e.isDirectory()).map((e) => e.name).sort();
+  const classes = entries
+    .filter((e) => e.isDirectory())
+    .map((e) => e.name)
+    .sort();
   if (classes.length === 0) throw new DatasetError(dir, 'no class folders (expected DIR/<class>/<image>.png|jpg)');
   return classes.map((name) => {
     const folder = path.join(dir, name);
-    const files = fs.readdirSync(folder).filter((f) => imageFile.test(f)).sort().map((f) => path.join(folder, f));
+    const files = fs
+      .readdirSync(folder)
+      .filter((f) => imageFile.test(f))
+      .sort()
+      .map((f) => path.join(folder, f));
     if (files.length === 0) throw new DatasetError(folder, 'an empty class folder: no .png, .jpg or .jpeg images');
     return { name, files };
   });
 }
 
-async function feed(dir: string, shape: [number, number, number], builder: DatasetBuilder, split: 'train' | 'test' | undefined): Promise<void> {
+async function feed(
+  dir: string,
+  shape: [number, number, number],
+  builder: DatasetBuilder,
+  split: 'train' | 'test' | undefined,
+): Promise<void> {
   const classes = listClasses(dir);
   const total = classes.reduce((n, c) => n + c.files.length, 0);
   const progress = new ConversionProgress(dir, total, 'images');

@@ -52,10 +52,17 @@ async function openTable(file: string, label: string): Promise<Table> {
   }
   const fields = parquetSchema(metadata).children;
   const columns = fields.map((f) => f.element.name);
-  if (!columns.includes(label)) throw new DatasetError(file, `no label column "${label}" (it has ${columns.length} columns: ${columns.slice(0, 8).join(', ')}${columns.length > 8 ? ', ...' : ''})`);
+  if (!columns.includes(label))
+    throw new DatasetError(
+      file,
+      `no label column "${label}" (it has ${columns.length} columns: ${columns.slice(0, 8).join(', ')}${columns.length > 8 ? ', ...' : ''})`,
+    );
   for (const field of fields) {
     if (field.element.name !== label && (field.children.length > 0 || !numericTypes.has(field.element.type ?? ''))) {
-      throw new DatasetError(file, `column "${field.element.name}": ${field.element.type ?? 'a nested group'} is not numeric (features must be numbers)`);
+      throw new DatasetError(
+        file,
+        `column "${field.element.name}": ${field.element.type ?? 'a nested group'} is not numeric (features must be numbers)`,
+      );
     }
   }
   return { file, buffer, metadata, columns };
@@ -78,11 +85,13 @@ async function feed(table: Table, label: string, builder: DatasetBuilder, split:
         for (let j = 0; j < row.length; ++j) {
           if (j === labelAt) continue;
           const cell = row[j];
-          if (cell === null || cell === undefined) throw new DatasetError(table.file, `row ${rowStart + r}, column "${table.columns[j]}": missing value`);
+          if (cell === null || cell === undefined)
+            throw new DatasetError(table.file, `row ${rowStart + r}, column "${table.columns[j]}": missing value`);
           values[k++] = Number(cell);
         }
         const name = row[labelAt];
-        if (name === null || name === undefined || name === '') throw new DatasetError(table.file, `row ${rowStart + r}, column "${label}": missing label`);
+        if (name === null || name === undefined || name === '')
+          throw new DatasetError(table.file, `row ${rowStart + r}, column "${label}": missing label`);
         builder.add(String(name), values, split);
       });
       rowStart = rowEnd;
@@ -97,7 +106,10 @@ export async function convertParquet(file: string, options: ParquetOptions): Pro
   const table = await openTable(file, options.label);
   const testTable = options.test !== undefined ? await openTable(options.test, options.label) : undefined;
   if (testTable && testTable.columns.join(',') !== table.columns.join(',')) {
-    throw new DatasetError(options.test!, `its columns (${testTable.columns.join(', ')}) differ from ${file}'s (${table.columns.join(', ')})`);
+    throw new DatasetError(
+      options.test!,
+      `its columns (${testTable.columns.join(', ')}) differ from ${file}'s (${table.columns.join(', ')})`,
+    );
   }
   const columns = table.columns.filter((name) => name !== options.label);
   return buildDataset(

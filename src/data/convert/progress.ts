@@ -7,9 +7,18 @@ export class ConversionProgress {
   private lastLine = 0;
 
   /** `total` units of `unit` (bytes, rows, images) are to be read. */
-  constructor(private readonly what: string, private readonly total: number, private readonly unit: string, private readonly everyMs = 3000) {
+  constructor(
+    private readonly what: string,
+    private readonly total: number,
+    private readonly unit: string,
+    private readonly everyMs = 3000,
+  ) {
     if (process.stderr.isTTY) {
-      this.bar = new SingleBar({ stream: process.stderr, format: `[ft-data] ${what} [{bar}] {percentage}% {value}/{total} ${unit} eta {eta_formatted}`, etaBuffer: 50 });
+      this.bar = new SingleBar({
+        stream: process.stderr,
+        format: `[ft-data] ${what} [{bar}] {percentage}% {value}/{total} ${unit} eta {eta_formatted}`,
+        etaBuffer: 50,
+      });
       this.bar.start(total, 0);
     }
   }

@@ -13,7 +13,11 @@ export class Spill {
   private used = 0;
   private readonly recordBytes: number;
 
-  constructor(readonly file: string, readonly sampleSize: number, readonly valueBytes: number) {
+  constructor(
+    readonly file: string,
+    readonly sampleSize: number,
+    readonly valueBytes: number,
+  ) {
     this.recordBytes = 4 + sampleSize * valueBytes;
     this.buffer = Buffer.alloc(Math.max(bufferBytes, this.recordBytes));
     this.fd = namingFile(file, () => fs.openSync(file, 'w+'));
@@ -30,7 +34,9 @@ export class Spill {
   }
 
   flush(): void {
-    namingFile(this.file, () => fs.writeSync(this.fd, this.buffer, 0, this.used, (this.rows - this.used / this.recordBytes) * this.recordBytes));
+    namingFile(this.file, () =>
+      fs.writeSync(this.fd, this.buffer, 0, this.used, (this.rows - this.used / this.recordBytes) * this.recordBytes),
+    );
     this.used = 0;
   }
 

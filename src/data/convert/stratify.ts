@@ -23,8 +23,12 @@ interface ClassState {
 export class StratifiedSplit {
   private readonly classes = new Map<string, ClassState>();
 
-  constructor(readonly fraction: number, readonly seed: number) {
-    if (!(fraction > 0 && fraction <= maxTestFraction)) throw new RangeError(`test fraction: expected a number in (0, ${maxTestFraction}], got ${fraction}`);
+  constructor(
+    readonly fraction: number,
+    readonly seed: number,
+  ) {
+    if (!(fraction > 0 && fraction <= maxTestFraction))
+      throw new RangeError(`test fraction: expected a number in (0, ${maxTestFraction}], got ${fraction}`);
   }
 
   /** Whether the next row of class `label` goes to test. */

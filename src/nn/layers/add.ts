@@ -6,7 +6,12 @@ export class Add implements MergeLayer {
   private readonly scratch = new Scratch();
   private readonly dxs: Float32Array[];
 
-  constructor(readonly name: string, readonly outShape: number[], inputs: number, private readonly ctx: LayerContext) {
+  constructor(
+    readonly name: string,
+    readonly outShape: number[],
+    inputs: number,
+    private readonly ctx: LayerContext,
+  ) {
     this.dxs = new Array<Float32Array>(inputs);
   }
 

@@ -36,8 +36,14 @@ export class BatchNorm implements Layer {
   /** x normalised, [batch, ...outShape], of the last training forward. */
   private xhat?: Float32Array;
 
-  constructor(readonly name: string, readonly outShape: number[], private readonly momentum: number,
-    private readonly eps: number, private readonly ctx: LayerContext, private readonly layout: Layout) {
+  constructor(
+    readonly name: string,
+    readonly outShape: number[],
+    private readonly momentum: number,
+    private readonly eps: number,
+    private readonly ctx: LayerContext,
+    private readonly layout: Layout,
+  ) {
     this.channels = outShape[0];
     this.spatial = outShape.length === 3 ? outShape[1] * outShape[2] : 1;
     this.weight = ctx.params.reserve(`${name}.weight`, [this.channels]);
@@ -63,7 +69,17 @@ export class BatchNorm implements Layer {
     const y = this.scratch.get('y', x.length);
     const shape: NormShape = [batch, this.channels, this.spatial];
     if (!train) {
-      backend.batchnormForwardEval(x, w, b, buffers.param(this.runningMean), buffers.param(this.runningVar), y, this.eps, shape, this.layout);
+      backend.batchnormForwardEval(
+        x,
+        w,
+        b,
+        buffers.param(this.runningMean),
+        buffers.param(this.runningVar),
+        y,
+        this.eps,
+        shape,
+        this.layout,
+      );
       return y;
     }
     this.xhat = this.scratch.get('xhat', x.length);
@@ -75,8 +91,17 @@ export class BatchNorm implements Layer {
   backward(dy: Float32Array, batch: number, needInputGrad: boolean): Float32Array | null {
     const { backend, params } = this.ctx;
     const dx = needInputGrad ? this.scratch.get('dx', dy.length) : null;
-    backend.batchnormBackward(dy, this.xhat!, params.param(this.weight), this.invStd, dx, params.grad(this.weight),
-      params.grad(this.bias), [batch, this.channels, this.spatial], this.layout);
+    backend.batchnormBackward(
+      dy,
+      this.xhat!,
+      params.param(this.weight),
+      this.invStd,
+      dx,
+      params.grad(this.weight),
+      params.grad(this.bias),
+      [batch, this.channels, this.spatial],
+      this.layout,
+    );
     return dx;
   }
 

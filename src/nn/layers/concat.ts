@@ -11,7 +11,10 @@ export class Concat implements MergeLayer {
   private readonly scratch = new Scratch();
   private readonly dxs: Float32Array[];
 
-  constructor(readonly name: string, inShapes: number[][]) {
+  constructor(
+    readonly name: string,
+    inShapes: number[][],
+  ) {
     this.sizes = inShapes.map(product);
     this.total = this.sizes.reduce((a, b) => a + b, 0);
     const channels = inShapes.reduce((sum, shape) => sum + shape[0], 0);

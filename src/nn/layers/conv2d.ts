@@ -12,12 +12,18 @@ export class Conv2d implements Layer {
   private readonly scratch = new Scratch();
   private input?: Float32Array;
 
-  constructor(readonly name: string, private readonly inShape: number[], filters: number,
-    private readonly kernel: number, private readonly stride: number, private readonly pad: number,
-    private readonly ctx: LayerContext, private readonly layouts: { x: Layout; y: Layout }) {
+  constructor(
+    readonly name: string,
+    private readonly inShape: number[],
+    filters: number,
+    private readonly kernel: number,
+    private readonly stride: number,
+    private readonly pad: number,
+    private readonly ctx: LayerContext,
+    private readonly layouts: { x: Layout; y: Layout },
+  ) {
     const [c, h, w] = inShape;
-    this.outShape = [filters, Math.floor((h + 2 * pad - kernel) / stride) + 1,
-      Math.floor((w + 2 * pad - kernel) / stride) + 1];
+    this.outShape = [filters, Math.floor((h + 2 * pad - kernel) / stride) + 1, Math.floor((w + 2 * pad - kernel) / stride) + 1];
     this.weight = ctx.params.reserve(`${name}.weight`, [filters, c, kernel, kernel]);
     this.bias = ctx.params.reserve(`${name}.bias`, [filters]);
   }

@@ -7,8 +7,12 @@ export class Dropout implements Layer {
   private readonly scratch = new Scratch();
   private mask?: Float32Array;
 
-  constructor(readonly name: string, readonly outShape: number[], private readonly p: number,
-    private readonly ctx: LayerContext) {}
+  constructor(
+    readonly name: string,
+    readonly outShape: number[],
+    private readonly p: number,
+    private readonly ctx: LayerContext,
+  ) {}
 
   forward(x: Float32Array, _batch: number, train: boolean, key: BatchKey): Float32Array {
     if (!train || this.p === 0) {

@@ -4,7 +4,10 @@ import { type Layer, product } from '../layer';
 export class Flatten implements Layer {
   readonly outShape: number[];
 
-  constructor(readonly name: string, inShape: number[]) {
+  constructor(
+    readonly name: string,
+    inShape: number[],
+  ) {
     this.outShape = [product(inShape)];
   }
 

@@ -8,8 +8,12 @@ export class GlobalAvgPool implements Layer {
   private readonly scratch = new Scratch();
   private readonly area: number;
 
-  constructor(readonly name: string, private readonly inShape: number[], private readonly ctx: LayerContext,
-    private readonly layout: Layout) {
+  constructor(
+    readonly name: string,
+    private readonly inShape: number[],
+    private readonly ctx: LayerContext,
+    private readonly layout: Layout,
+  ) {
     this.outShape = [inShape[0]];
     this.area = inShape[1] * inShape[2];
   }

@@ -17,8 +17,12 @@ export class LayerNorm implements Layer {
   private invStd: Float64Array = new Float64Array(0);
   private xhat?: Float32Array;
 
-  constructor(readonly name: string, readonly outShape: number[], private readonly eps: number,
-    private readonly ctx: LayerContext) {
+  constructor(
+    readonly name: string,
+    readonly outShape: number[],
+    private readonly eps: number,
+    private readonly ctx: LayerContext,
+  ) {
     this.size = product(outShape);
     this.weight = ctx.params.reserve(`${name}.weight`, outShape);
     this.bias = ctx.params.reserve(`${name}.bias`, outShape);
@@ -37,7 +41,10 @@ export class LayerNorm implements Layer {
       this.invStd = this.invStds.get(batch) ?? new Float64Array(batch);
       this.invStds.set(batch, this.invStd);
     }
-    backend.layernormForward(x, params.param(this.weight), params.param(this.bias), y, this.xhat, this.invStd, this.eps, [batch, this.size]);
+    backend.layernormForward(x, params.param(this.weight), params.param(this.bias), y, this.xhat, this.invStd, this.eps, [
+      batch,
+      this.size,
+    ]);
     return y;
   }
 
@@ -45,8 +52,16 @@ export class LayerNorm implements Layer {
   backward(dy: Float32Array, batch: number, needInputGrad: boolean): Float32Array | null {
     const { backend, params } = this.ctx;
     const dx = needInputGrad ? this.scratch.get('dx', dy.length) : null;
-    backend.layernormBackward(dy, this.xhat!, params.param(this.weight), this.invStd, dx, params.grad(this.weight),
-      params.grad(this.bias), [batch, this.size]);
+    backend.layernormBackward(
+      dy,
+      this.xhat!,
+      params.param(this.weight),
+      this.invStd,
+      dx,
+      params.grad(this.weight),
+      params.grad(this.bias),
+      [batch, this.size],
+    );
     return dx;
   }
 }

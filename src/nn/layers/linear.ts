@@ -11,7 +11,12 @@ export class Linear implements Layer {
   private readonly scratch = new Scratch();
   private input?: Float32Array;
 
-  constructor(readonly name: string, inShape: number[], outputs: number, private readonly ctx: LayerContext) {
+  constructor(
+    readonly name: string,
+    inShape: number[],
+    outputs: number,
+    private readonly ctx: LayerContext,
+  ) {
     this.inputs = product(inShape);
     this.outShape = [outputs];
     this.weight = ctx.params.reserve(`${name}.weight`, [outputs, this.inputs]);
@@ -27,16 +32,18 @@ export class Linear implements Layer {
     const { backend, params } = this.ctx;
     this.input = x;
     const y = this.scratch.get('y', batch * this.outShape[0]);
-    backend.linearForward(x, params.param(this.weight), params.param(this.bias), y,
-      [batch, this.inputs, this.outShape[0]]);
+    backend.linearForward(x, params.param(this.weight), params.param(this.bias), y, [batch, this.inputs, this.outShape[0]]);
     return y;
   }
 
   backward(dy: Float32Array, batch: number, needInputGrad: boolean): Float32Array | null {
     const { backend, params } = this.ctx;
     const dx = needInputGrad ? this.scratch.get('dx', this.input!.length) : null;
-    backend.linearBackward(this.input!, params.param(this.weight), dy, dx, params.grad(this.weight),
-      params.grad(this.bias), [batch, this.inputs, this.outShape[0]]);
+    backend.linearBackward(this.input!, params.param(this.weight), dy, dx, params.grad(this.weight), params.grad(this.bias), [
+      batch,
+      this.inputs,
+      this.outShape[0],
+    ]);
     return dx;
   }
 }

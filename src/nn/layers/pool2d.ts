@@ -9,12 +9,18 @@ export class Pool2d implements Layer {
   private readonly workspaces = new Map<number, Uint8Array>();
   private inputLength = 0;
 
-  constructor(readonly name: string, private readonly kind: PoolKind, private readonly inShape: number[],
-    private readonly kernel: number, private readonly stride: number, private readonly pad: number,
-    private readonly ctx: LayerContext, private readonly layout: Layout) {
+  constructor(
+    readonly name: string,
+    private readonly kind: PoolKind,
+    private readonly inShape: number[],
+    private readonly kernel: number,
+    private readonly stride: number,
+    private readonly pad: number,
+    private readonly ctx: LayerContext,
+    private readonly layout: Layout,
+  ) {
     const [c, h, w] = inShape;
-    this.outShape = [c, Math.floor((h + 2 * pad - kernel) / stride) + 1,
-      Math.floor((w + 2 * pad - kernel) / stride) + 1];
+    this.outShape = [c, Math.floor((h + 2 * pad - kernel) / stride) + 1, Math.floor((w + 2 * pad - kernel) / stride) + 1];
   }
 
   private shape(batch: number): PoolShape {

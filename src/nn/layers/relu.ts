@@ -5,7 +5,11 @@ export class Relu implements Layer {
   private readonly scratch = new Scratch();
   private input?: Float32Array;
 
-  constructor(readonly name: string, readonly outShape: number[], private readonly ctx: LayerContext) {}
+  constructor(
+    readonly name: string,
+    readonly outShape: number[],
+    private readonly ctx: LayerContext,
+  ) {}
 
   forward(x: Float32Array, _batch: number, _train: boolean, _key: BatchKey): Float32Array {
     this.input = x;

@@ -47,11 +47,21 @@ async function main(): Promise<void> {
   const failed = await world.getFailed();
 
   report({
-    rank, size, worldRanks: world.worldRanks,
-    sumF32: [...sumF32], sumF64: [...sumF64], maxI32: [...maxI32], minI32: [...minI32],
+    rank,
+    size,
+    worldRanks: world.worldRanks,
+    sumF32: [...sumF32],
+    sumF64: [...sumF64],
+    maxI32: [...maxI32],
+    minI32: [...minI32],
     sumsAround: sumsAround.map((v) => v.reduce((acc, x, i) => acc + x * ((i % 89) + 1), 0)),
-    bcast: [...bcast], gathered: [...gathered], gatheredV: [...gatheredV], alltoallv: [...recv],
-    agreed, revoked, failed,
+    bcast: [...bcast],
+    gathered: [...gathered],
+    gatheredV: [...gatheredV],
+    alltoallv: [...recv],
+    agreed,
+    revoked,
+    failed,
   });
   await world.free();
   await finalize();

@@ -6,7 +6,7 @@ import { report } from './report';
 async function main(): Promise<void> {
   const victims = process.argv[2].split(',').map(Number);
   const { world } = await init();
-  await world.barrier();  // everybody is alive and in MPI here
+  await world.barrier(); // everybody is alive and in MPI here
   if (victims.includes(world.rank)) process.kill(process.pid, 'SIGKILL');
 
   let failure: { name: string; errorClass: number } | null = null;
@@ -25,7 +25,11 @@ async function main(): Promise<void> {
   const check = new Float64Array(8).fill(world.rank + 1);
   await shrunk.allreduce(check);
   report({
-    worldRank: world.rank, failure, revoked, failed, agreed,
+    worldRank: world.rank,
+    failure,
+    revoked,
+    failed,
+    agreed,
     shrunk: { rank: shrunk.rank, size: shrunk.size, worldRanks: shrunk.worldRanks },
     sum: [...check],
   });

@@ -10,7 +10,9 @@ async function main(): Promise<void> {
   await world.barrier();
   if (world.rank === 1) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, holdMs);
   let ticks = 0;
-  const timer = setInterval(() => { ticks += 1; }, 5);
+  const timer = setInterval(() => {
+    ticks += 1;
+  }, 5);
   const start = process.hrtime.bigint();
   await world.allreduce(new Float32Array(16).fill(1));
   const waitedMs = Number(process.hrtime.bigint() - start) / 1e6;

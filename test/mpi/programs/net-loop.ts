@@ -31,30 +31,50 @@ const lr = Number(flags.lr);
 const seed = Number(flags.seed);
 const tensors = Object.fromEntries(net.params.views.map((view) => [view.name, view.shape]));
 
-exitWhenDone(elastic({
-  data: flags.data, runDir: flags['run-dir']!, steps: Number(flags.steps), batch: Number(flags.batch),
-  shards: flags.shards === undefined ? undefined : Number(flags.shards), seed, hangTimeout: Number(flags['hang-timeout']), drill: flags.drill,
-  onFailure: flags['on-failure'] as FailurePolicy, optimizerState: flags['optimizer-state'] as 'replicated' | 'sharded',
-  spares: Number(flags.spares), respawn: flags.respawn,
-  // the trainer's defaults for sgd
-  optimizer: 'sgd', momentum: 0.9, weightDecay: 5e-4,
-  model: net.spec.name, tensors, identity: { lr },
-}, {
-  init(loop) {
-    net.init(seed);
-    loop.state.set(net.params.data);
-  },
-  async train(loop) {
-    while (!loop.done) {
-      await loop.update((batch) => {
+exitWhenDone(
+  elastic(
+    {
+      data: flags.data,
+      runDir: flags['run-dir']!,
+      steps: Number(flags.steps),
+      batch: Number(flags.batch),
+      shards: flags.shards === undefined ? undefined : Number(flags.shards),
+      seed,
+      hangTimeout: Number(flags['hang-timeout']),
+      drill: flags.drill,
+      onFailure: flags['on-failure'] as FailurePolicy,
+      optimizerState: flags['optimizer-state'] as 'replicated' | 'sharded',
+      spares: Number(flags.spares),
+      respawn: flags.respawn,
+      // the trainer's defaults for sgd
+      optimizer: 'sgd',
+      momentum: 0.9,
+      weightDecay: 5e-4,
+      model: net.spec.name,
+      tensors,
+      identity: { lr },
+    },
+    {
+      init(loop) {
+        net.init(seed);
+        loop.state.set(net.params.data);
+      },
+      async train(loop) {
+        while (!loop.done) {
+          await loop.update(
+            (batch) => {
+              net.params.data.set(loop.state);
+              const { loss } = net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples);
+              loop.gradient.set(net.params.gradients);
+              return loss;
+            },
+            { lr },
+          );
+          await loop.commit();
+        }
         net.params.data.set(loop.state);
-        const { loss } = net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples);
-        loop.gradient.set(net.params.gradients);
-        return loss;
-      }, { lr });
-      await loop.commit();
-    }
-    net.params.data.set(loop.state);
-    await loop.evaluate((x, labels, rows) => net.evaluate(x, labels, rows));
-  },
-}));
+        await loop.evaluate((x, labels, rows) => net.evaluate(x, labels, rows));
+      },
+    },
+  ),
+);

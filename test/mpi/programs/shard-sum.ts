@@ -18,7 +18,10 @@ function vector(shard: number, step: number, length: number): Float32Array {
   return Float32Array.from({ length }, () => (next() - 0.5) * 10 ** Math.floor(next() * 6 - 3));
 }
 
-const sha256 = (values: Float32Array): string => createHash('sha256').update(Buffer.from(values.buffer, values.byteOffset, values.byteLength)).digest('hex');
+const sha256 = (values: Float32Array): string =>
+  createHash('sha256')
+    .update(Buffer.from(values.buffer, values.byteOffset, values.byteLength))
+    .digest('hex');
 
 async function main(): Promise<void> {
   const { world } = await init();
