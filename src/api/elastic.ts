@@ -350,6 +350,7 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
   let loop: ElasticLoop | undefined;
   return {
     label: options.model,
+    title: `${options.model} (custom loop)`,
     checkModel: () => undefined,
     check: () => undefined,
     identity: (dataset, shards, isa) => ({

@@ -67,8 +67,10 @@ export interface RunResult {
 
 /** What a front door's loop is, for the wiring. */
 export interface RankDoor<Result extends RunResult> {
-  /** the model's name in lines and the summary */
+  /** the model's name in the summary */
   label: string;
+  /** what the start line says is trained (the label, and how) */
+  title: string;
   /** checks of the door's own inputs (the model), before the dataset opens (throw: one line) */
   checkModel(): void;
   /** checks of the door's own inputs against the dataset, before MPI starts (throw: one line) */
@@ -245,7 +247,7 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
       isa: level,
     });
     job.progress.line(
-      `training ${door.label} on ${options.data}: ${working} ranks${spares}, ${shards} shards, global batch ${options.batch}, ` +
+      `training ${door.title} on ${options.data}: ${working} ranks${spares}, ${shards} shards, global batch ${options.batch}, ` +
         `on failure: ${options.onFailure}, kernels at ${level}; run dir ${options.runDir}`,
     );
     for (const reason of resume?.skipped ?? []) job.progress.line(`${reason}; using ${resume!.dir}`);

@@ -34,6 +34,9 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
     get label() {
       return label();
     },
+    get title() {
+      return label();
+    },
     checkModel() {
       spec = modelSpec(options.model);
     },
