@@ -18,29 +18,17 @@ import type { ShardData } from '../data/split';
 import { withDeadline } from '../liveness/deadline';
 import type { FaultInjector, Phase } from '../liveness/drills';
 import { beat } from '../liveness/hangs';
-import type { JoinMeta, ShardedState } from '../sharding/sharded-state';
+import type { ShardedState } from '../sharding/sharded-state';
 import { Checkpointing } from './checkpointing';
-import type { Failure, LoopPosition, ProtocolConfig, ProtocolObserver, ResumePoint, StateSource, StepPosition } from './contracts';
-import { Membership, type WorldJoinFields, type WorldView } from './membership';
+import type { Failure, ProtocolConfig, ProtocolObserver, ResumePoint, StateSource, StepPosition } from './contracts';
+import { Join } from './join';
+import { Membership, type WorldView } from './membership';
 import { WorldRepair } from './repair';
 import type { ShardSum } from '../sharding/shard-sum';
 import { HeldShards } from './shards';
 import { ProtocolStop } from '../liveness/stop';
 import { SumAndState } from './sum-and-state';
 import { CARRY_ON, OK, Vote } from './vote';
-
-/** What the ranks already in the run tell the ones joining it. */
-interface JoinMessage extends WorldJoinFields {
-  step: number;
-  joiners: number[];
-  failures: Failure[];
-  worldHistory: CheckpointMeta['world_history'];
-  bytesReadBack: number;
-  lastCheckpoint: string | null;
-  sumInBuckets: boolean;
-  position: LoopPosition;
-  sharded?: JoinMeta;
-}
 
 const now = (): number => performance.now();
 
@@ -56,8 +44,7 @@ export class Manager implements StepPosition {
   private readonly checkpoints: Checkpointing;
   private readonly sumState: SumAndState;
   private source?: StateSource;
-  /** a spawned rank that has not yet received the run's state: it leaves if the join fails */
-  private awaitingJoin: boolean;
+  private readonly joining: Join;
   /** this rank asks to stop (SIGTERM), and the ranks agreed to stop after the step being committed */
   private stopRequested = false;
   private stopAgreed = false;
@@ -78,7 +65,16 @@ export class Manager implements StepPosition {
     this.shards = new HeldShards(dataset, layout);
     this.checkpoints = new Checkpointing(config, this.membership, this.vote, this, this, observer, this.enter);
     this.sumState = new SumAndState(config, this.membership, observer);
-    this.awaitingJoin = config.joined;
+    this.joining = new Join(config.joined, {
+      world: this.membership,
+      vote: this.vote,
+      shards: this.shards,
+      checkpoints: this.checkpoints,
+      sumState: this.sumState,
+      history: this,
+      observer,
+      enter: this.enter,
+    });
   }
 
   /** The step being worked on: the protocol's, which only commit() advances (and a join sets). */
@@ -241,14 +237,14 @@ export class Manager implements StepPosition {
     const world = this.membership;
     this.sumState.rollback();
     this.enter('recovery');
-    if (!this.awaitingJoin && !this.vote.retrying) this.vote.noteFailure(new Error('agreed failure'), 'agree', 0);
+    if (!this.joining.awaiting && !this.vote.retrying) this.vote.noteFailure(new Error('agreed failure'), 'agree', 0);
     const lostShards = new Set<number>();
     const lost: number[] = [];
     let readMs = 0;
     let readBeforeRetry = 0;
     for (;;) {
       let joiners: number[] = [];
-      if (!this.awaitingJoin) {
+      if (!this.joining.awaiting) {
         lost.push(...(await this.repairs.run(false)));
         if (this.config.sharded && !this.done && world.liveWorkers.length === 0) {
           throw new ProtocolStop(
@@ -260,10 +256,12 @@ export class Manager implements StepPosition {
         if (grown === null) continue;
         joiners = grown;
       }
-      if (joiners.length > 0 || this.awaitingJoin) {
-        const message = await this.join(joiners);
-        if (!message) continue;
-        joiners = message.joiners;
+      if (joiners.length > 0 || this.joining.awaiting) {
+        const joined = await this.joining.run(joiners, this.currentStep, this.source!, (step) => {
+          this.currentStep = step;
+        });
+        if (!joined) continue;
+        joiners = joined;
       }
       const moved = world.handOver(joiners);
       if (!(await world.formWorkers(this.vote))) continue;
@@ -324,61 +322,6 @@ export class Manager implements StepPosition {
       this.tryStarted = now();
       return;
     }
-  }
-
-  /**
-   * The join, on every live rank: the leader (a rank that holds the run's state) sends where the
-   * run stands and the state at the step's start; the joining ranks take it up. The message, or
-   * null when a failure interrupted it (a spawned rank that got nothing then leaves: it is lost).
-   */
-  private async join(joiners: number[]): Promise<JoinMessage | null> {
-    const started = now();
-    const world = this.membership;
-    const sent: JoinMessage = {
-      step: this.currentStep,
-      joiners,
-      ...world.joinFields(),
-      failures: this.failures,
-      worldHistory: this.worldHistory,
-      bytesReadBack: this.shards.bytesReadBack,
-      lastCheckpoint: this.lastCheckpoint,
-      sumInBuckets: this.sumState.inBuckets,
-      position: this.awaitingJoin ? { epoch: 0 } : this.source!.position(),
-      sharded: this.sumState.joinMeta(),
-    };
-    const buffers = this.source!.joinBuffers();
-    const message = await world.transferJoin(this.vote, sent, buffers, (received) => {
-      if (this.awaitingJoin) this.currentStep = received.step; // the drill point names it
-      this.enter('join');
-    });
-    if (!message) {
-      if (this.awaitingJoin) this.leave('the join failed');
-      return null;
-    }
-    if (this.awaitingJoin) {
-      this.awaitingJoin = false;
-      this.currentStep = message.step;
-      this.vote.joinRecoveryAt(message.step);
-      world.takeJoinFields(message);
-      this.failures.push(...message.failures);
-      this.worldHistory.push(...message.worldHistory);
-      this.shards.bytesReadBack = message.bytesReadBack;
-      this.checkpoints.lastCheckpoint = message.lastCheckpoint;
-      this.sumState.inBuckets = message.sumInBuckets;
-      this.source!.joinAt(message.position);
-    }
-    if (message.joiners.includes(world.worldRank))
-      this.sumState.makeShardedState(this.source!.initialState.bind(this.source), message.sharded);
-    const bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);
-    this.observer.event({ event: 'join', step: this.currentStep, ranks: message.joiners, bytes, duration_ms: now() - started });
-    return message;
-  }
-
-  /** A spawned rank that could not join: it leaves as a failure (the others recover without it). */
-  private leave(why: string): never {
-    this.observer.log(`rank ${this.membership.worldRank}: ${why}; leaving`);
-    process.kill(process.pid, 'SIGKILL');
-    throw new Error('unreachable');
   }
 
   /** A checkpoint of the current step's start that survives failures while it is written. */

@@ -1,0 +1,138 @@
+// What is checked before MPI starts, alike on every rank, for both front doors: the launcher's
+// flags, the dataset, the door's own inputs, a resume (its checkpoint's settings must match), and
+// the shard count; then the run directory is made. Bad input is one InputError line, exit code 2.
+import { checkConfig, findCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
+import { ulfm } from '../comm';
+import { Dataset } from '../data/dataset';
+import { DatasetError } from '../data/errors';
+import { levelAsked, type LevelAsked } from '../rank/kernel-level';
+import { launcherWorldSize, mpiFaultToleranceOn, underMpirun } from '../rank/launcher-env';
+import { createRunDir } from '../run/writer';
+import type { TrainOptions } from './train-settings';
+
+/** Bad input, found before MPI starts, alike on every rank: one line, exit code 2. */
+export class InputError extends Error {
+  override name = 'InputError';
+  /** The exit code it ends the process with. */
+  readonly exitCode = 2;
+}
+
+/** The checkpoint a run resumes from. */
+export interface Resume {
+  dir: string;
+  manifest: CheckpointManifest;
+  /** the kernels' level the resumed run asks for */
+  isa: LevelAsked;
+  /** why newer checkpoints were passed over */
+  skipped: string[];
+}
+
+/** What a front door checks of its own inputs, and what fixes its result. */
+export interface RunInputs {
+  /** checks of the door's own inputs (the model), before the dataset opens (throw: one line) */
+  checkModel(): void;
+  /** checks of the door's own inputs against the dataset, before MPI starts (throw: one line) */
+  check(dataset: Dataset): void;
+  /** the settings that fix the result, at `shards` and the kernels' level `isa` (a resume must match the checkpoint's) */
+  identity(dataset: Dataset, shards: number, isa: string): Record<string, unknown>;
+}
+
+/** The flags that need the world size: fault tolerance on in MPI, --spares, --min-ranks, --drill. */
+function checkLauncher(options: TrainOptions, worldSize: number): void {
+  if (options.onFailure !== 'none' && underMpirun()) {
+    if (!ulfm)
+      throw new Error(
+        `--on-failure ${options.onFailure} needs MPI fault tolerance, but the addon was built against an MPI without ULFM: run launch/setup and npm run build, or use --on-failure none`,
+      );
+    if (!mpiFaultToleranceOn())
+      throw new Error(
+        `--on-failure ${options.onFailure} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`,
+      );
+  }
+  if (options.spares >= worldSize) throw new Error(`--spares ${options.spares} leaves no working rank in the world size ${worldSize}`);
+  const working =
+    options.spares > 0 ? `working world size ${worldSize - options.spares} (--spares ${options.spares})` : `world size ${worldSize}`;
+  if (options.minRanks > worldSize - options.spares) throw new Error(`--min-ranks ${options.minRanks} is above the ${working}`);
+  // spawned ranks take the ids after the launch's
+  const ids = worldSize + (options.respawnLimit ?? 0);
+  const absent = options.drills.find((d) => d.rank >= ids);
+  if (absent)
+    throw new Error(
+      `--drill names rank ${absent.rank}, but the world size is ${worldSize}${ids > worldSize ? ` and ranks up to ${ids - 1} may be spawned` : ''}`,
+    );
+}
+
+function checkResume(options: TrainOptions, dataset: Dataset, door: RunInputs): Resume {
+  const found = findCheckpoint(options.resume!);
+  const { manifest } = found;
+  if (options.shards !== undefined && options.shards !== manifest.shards) {
+    throw new Error(`${found.dir}: written with --shards ${manifest.shards}, this run asks for ${options.shards}`);
+  }
+  // --isa auto resumes at the level the checkpoint was computed at
+  const isa = levelAsked(options.isa, { dir: found.dir, level: manifest.config.isa });
+  checkConfig(found.dir, manifest, door.identity(dataset, manifest.shards, isa.level));
+  return { ...found, isa };
+}
+
+/**
+ * Checks the shard count S (as the run will take it) against the batch and the dataset; returns
+ * the per-rank batch of shrink and none modes (undefined in exact mode).
+ */
+function checkShards(options: TrainOptions, dataset: Dataset, worldSize: number, resume?: Resume): number | undefined {
+  const shards = resume?.manifest.shards ?? options.shards ?? worldSize;
+  const origin = resume
+    ? `the checkpoint's, ${resume.dir}`
+    : options.shards !== undefined
+      ? '--shards'
+      : 'the world size by default; see --shards';
+  if (options.batch < shards) {
+    throw new Error(
+      `--batch ${options.batch} is smaller than the ${shards} shards (${origin}): every shard takes at least one sample per step`,
+    );
+  }
+  try {
+    dataset.train.layout(shards);
+  } catch (error) {
+    if (!(error instanceof DatasetError)) throw error;
+    throw new Error(`${error.message} (${shards} shards: ${origin})`, { cause: error });
+  }
+  if (options.onFailure === 'exact') return undefined;
+  // the per-rank batch is the initial world's share, so a resume at any world size keeps it
+  const initialWorld = resume ? resume.manifest.world_history[0]?.world : worldSize;
+  if (!Number.isSafeInteger(initialWorld) || initialWorld < 1)
+    throw new Error(`${resume!.dir}: its manifest has no initial world size (world_history)`);
+  if (options.batch % initialWorld !== 0) {
+    const world = resume ? `${initialWorld}, the initial world size of ${resume.dir}` : `the world size ${initialWorld}`;
+    throw new Error(
+      `--batch ${options.batch} is not a multiple of ${world}: with --on-failure ${options.onFailure} every rank takes --batch / initial world size samples per step`,
+    );
+  }
+  return options.batch / initialWorld;
+}
+
+/**
+ * Everything checked before MPI starts, alike on every rank (bad input rejects with one InputError
+ * line): the launcher's flags, the dataset, the door's own checks, a resume, the shards; then the
+ * run directory is made. A spawned rank skips what its job's ranks checked already.
+ */
+export async function openRun(options: TrainOptions, door: RunInputs): Promise<{ dataset: Dataset; resume?: Resume }> {
+  const joining = options.joinId !== undefined;
+  let dataset: Dataset | undefined;
+  try {
+    // --respawn's default limit: the initial working size (a spawned rank learns what is left at the join)
+    if (options.respawn) options.respawnLimit ??= launcherWorldSize() - options.spares;
+    if (!joining) checkLauncher(options, launcherWorldSize());
+    door.checkModel();
+    dataset = await Dataset.open(options.data);
+    door.check(dataset);
+    const resume = options.resume !== undefined && !joining ? checkResume(options, dataset, door) : undefined;
+    options.rankBatch = checkShards(options, dataset, launcherWorldSize() - options.spares, resume);
+    if (!joining) createRunDir(options.runDir, resume !== undefined);
+    return { dataset, resume };
+  } catch (error) {
+    // its file handles would otherwise be closed by the garbage collector, with a warning on stderr
+    await dataset?.close();
+    if (error instanceof InputError) throw error;
+    throw new InputError(`ft-train: ${(error as Error).message}`);
+  }
+}

@@ -1,0 +1,112 @@
+// The join, part of a recovery that grew the world: on every live rank, the leader (a rank that
+// holds the run's state) sends the ranks joining the run where it stands (the step, the world, the
+// failures so far, the readback count, the newest checkpoint, the sum's form, the data position,
+// the sharded state's layout) and then the state at the step's start, in place; the joining ranks
+// take it all up. A spawned rank starts its life here: if its join fails it leaves, as a failure
+// the others recover from without it.
+import type { CheckpointMeta } from '../checkpoint/checkpoint';
+import type { Phase } from '../liveness/drills';
+import type { JoinMeta } from '../sharding/sharded-state';
+import type { Checkpointing } from './checkpointing';
+import type { Failure, LoopPosition, ProtocolObserver, RunHistory, StateSource } from './contracts';
+import type { Membership, WorldJoinFields } from './membership';
+import type { HeldShards } from './shards';
+import type { SumAndState } from './sum-and-state';
+import type { Vote } from './vote';
+
+/** What the ranks already in the run tell the ones joining it. */
+interface JoinMessage extends WorldJoinFields {
+  step: number;
+  joiners: number[];
+  failures: Failure[];
+  worldHistory: CheckpointMeta['world_history'];
+  bytesReadBack: number;
+  lastCheckpoint: string | null;
+  sumInBuckets: boolean;
+  position: LoopPosition;
+  sharded?: JoinMeta;
+}
+
+/** The Manager's parts a join reads and, on a joining rank, fills. */
+export interface JoinParts {
+  world: Membership;
+  vote: Vote;
+  shards: HeldShards;
+  checkpoints: Checkpointing;
+  sumState: SumAndState;
+  history: RunHistory;
+  observer: ProtocolObserver;
+  enter(phase: Phase): void;
+}
+
+const now = (): number => performance.now();
+
+export class Join {
+  /** a spawned rank that has not yet received the run's state */
+  private waiting: boolean;
+
+  constructor(
+    joined: boolean,
+    private readonly parts: JoinParts,
+  ) {
+    this.waiting = joined;
+  }
+
+  /** This rank was spawned and has not joined yet. */
+  get awaiting(): boolean {
+    return this.waiting;
+  }
+
+  /**
+   * The join of `joiners` at `step` (on a joining rank: whatever step it holds; `takeStep` gives it
+   * the run's). The joiners as the leader named them, or null when a failure interrupted it.
+   */
+  async run(joiners: number[], step: number, source: StateSource, takeStep: (step: number) => void): Promise<number[] | null> {
+    const { world, vote, shards, checkpoints, sumState, history, observer } = this.parts;
+    const started = now();
+    const sent: JoinMessage = {
+      step,
+      joiners,
+      ...world.joinFields(),
+      failures: history.failures,
+      worldHistory: history.worldHistory,
+      bytesReadBack: shards.bytesReadBack,
+      lastCheckpoint: checkpoints.lastCheckpoint,
+      sumInBuckets: sumState.inBuckets,
+      position: this.waiting ? { epoch: 0 } : source.position(),
+      sharded: sumState.joinMeta(),
+    };
+    const buffers = source.joinBuffers();
+    const message = await world.transferJoin(vote, sent, buffers, (received) => {
+      if (this.waiting) takeStep(received.step); // the drill point names it
+      this.parts.enter('join');
+    });
+    if (!message) {
+      if (this.waiting) this.leave('the join failed');
+      return null;
+    }
+    if (this.waiting) {
+      this.waiting = false;
+      takeStep(message.step);
+      vote.joinRecoveryAt(message.step);
+      world.takeJoinFields(message);
+      history.failures.push(...message.failures);
+      history.worldHistory.push(...message.worldHistory);
+      shards.bytesReadBack = message.bytesReadBack;
+      checkpoints.lastCheckpoint = message.lastCheckpoint;
+      sumState.inBuckets = message.sumInBuckets;
+      source.joinAt(message.position);
+    }
+    if (message.joiners.includes(world.worldRank)) sumState.makeShardedState(source.initialState.bind(source), message.sharded);
+    const bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);
+    observer.event({ event: 'join', step: message.step, ranks: message.joiners, bytes, duration_ms: now() - started });
+    return message.joiners;
+  }
+
+  /** A spawned rank that could not join: it leaves as a failure (the others recover without it). */
+  private leave(why: string): never {
+    this.parts.observer.log(`rank ${this.parts.world.worldRank}: ${why}; leaving`);
+    process.kill(process.pid, 'SIGKILL');
+    throw new Error('unreachable');
+  }
+}
