@@ -44,6 +44,7 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
   return {
     label: options.model,
     title: `${options.model} (custom loop)`,
+    optimizer: options.updates ? options.optimizer.name : 'custom',
     checkModel: () => undefined,
     check: () => undefined,
     identity: (dataset, shards, isa) => ({
@@ -54,9 +55,10 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
       batch: options.batch,
       seed: options.seed,
       shards,
-      on_failure: options.onFailure,
       steps: options.steps ?? null,
-      epochs: options.epochs ?? null,
+      epochs: options.epochsNamed,
+      // beyond the defaults only, so that a checkpoint of a plain exact loop keeps its identity
+      ...(options.onFailure !== 'exact' ? { on_failure: options.onFailure } : {}),
       ...(options.onFailure === 'shrink' ? { lr_rescale: options.lrRescale } : {}),
       ...(options.updates ? { optimizer: optimizerIdentity(options.optimizer) } : {}),
       user: options.identity,

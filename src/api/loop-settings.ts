@@ -55,6 +55,8 @@ export type LoopOptions = TrainOptions &
   Required<Pick<LoopSettings, 'tensors' | 'slots' | 'identity' | 'model'>> & {
     /** ft-train's optimizer makes the update (settings.optimizer given, or sharded state) */
     updates: boolean;
+    /** the epochs the settings name (null: none named), as the identity records them */
+    epochsNamed: number | null;
   };
 
 /** The loop's settings with defaults, or one InputError line. */
@@ -91,5 +93,13 @@ export function resolveLoopSettings(settings: LoopSettings): LoopOptions {
   const optimizerSlots = updates ? new Optimizer(options.optimizer, cpu).slots : [];
   const clash = slots.find((s) => optimizerSlots.includes(s));
   if (clash) fail(`slots: "${clash}" is ${options.optimizer.name}'s own state (ft-train's optimizer keeps it); register other names`);
-  return { ...options, tensors: settings.tensors, slots, identity: settings.identity ?? {}, model: settings.model ?? 'custom', updates };
+  return {
+    ...options,
+    tensors: settings.tensors,
+    slots,
+    identity: settings.identity ?? {},
+    model: settings.model ?? 'custom',
+    updates,
+    epochsNamed: settings.epochs ?? null,
+  };
 }

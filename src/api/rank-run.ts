@@ -55,6 +55,10 @@ export interface RankDoor<Result extends RunResult> extends RunInputs {
   label: string;
   /** what the start line says is trained (the label, and how) */
   title: string;
+  /** the compute kernels' threads per rank (absent: left as the program set them) */
+  threads?: number;
+  /** the optimizer the summary names */
+  optimizer: string;
   /** the loop, once the job has started (the kernels are pinned) */
   loop(options: TrainOptions, dataset: Dataset, shards: number): RankLoop<Result>;
 }
@@ -84,10 +88,11 @@ export interface RankLoop<Result extends RunResult> {
 /** One rank's whole run with resolved options, through `door`'s loop. */
 export async function runRank<Result extends RunResult>(options: TrainOptions, door: RankDoor<Result>): Promise<TrainOutcome<Result>> {
   const started = Date.now();
-  const spawned = spawnedAs(process.argv);
+  // a rank spawned to replace a lost one runs this program again, told its place on the command line
+  const spawned = options.respawn ? spawnedAs(process.argv) : undefined;
   if (spawned) Object.assign(options, spawned);
   const { dataset, resume } = await openRun(options, door);
-  cpu.setThreads(options.threads);
+  if (door.threads !== undefined) cpu.setThreads(door.threads);
   const job = new RankJob({
     runDir: options.runDir,
     hangTimeout: options.hangTimeout,
@@ -134,7 +139,7 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     await manager.finish(() => {
       const final = loop.result(manager);
       loop.writeModel(final);
-      writeSummary(options.runDir, summaryOf(options, door.label, shards, final, manager.bytesReadBack, started, identity, job.kernels));
+      writeSummary(options.runDir, summaryOf(options, door, shards, final, manager.bytesReadBack, started, identity, job.kernels));
     });
     result = loop.result(manager);
     if (manager.world.isLeader) {
@@ -193,7 +198,7 @@ function newManager(
 /** summary.json of a run that reached its end; `bytesReadBack`: what every rank read back, summed. */
 function summaryOf(
   options: TrainOptions,
-  model: string,
+  door: Pick<RankDoor<RunResult>, 'label' | 'optimizer'>,
   shards: number,
   result: RunResult,
   bytesReadBack: number,
@@ -214,18 +219,18 @@ function summaryOf(
     world_initial: result.worldInitial,
     world_final: result.worldFinal,
     params_sha256: result.paramsSha256,
-    model,
+    model: door.label,
     data: options.data,
     shards,
     on_failure: options.onFailure,
     batch: options.batch,
     seed: options.seed,
-    optimizer: options.optimizer.name,
+    optimizer: door.optimizer,
     optimizer_state: options.optimizerState,
     redundancy: options.optimizerState === 'sharded' ? formatRedundancy(options.redundancy) : null,
     optimizer_state_bytes_per_rank: result.optimizerBytes.state,
     redundancy_bytes_per_rank: result.optimizerBytes.redundancy,
-    settings: runSettings(identity),
+    settings: runSettings({ ...identity, on_failure: options.onFailure }),
     kernels,
   };
 }

@@ -37,6 +37,8 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
     get title() {
       return label();
     },
+    threads: options.threads,
+    optimizer: options.optimizer.name,
     checkModel() {
       spec = modelSpec(options.model);
     },

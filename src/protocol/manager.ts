@@ -48,7 +48,7 @@ export class Manager implements StepPosition {
   /** this rank asks to stop (SIGTERM), and the ranks agreed to stop after the step being committed */
   private stopRequested = false;
   private stopAgreed = false;
-  /** when the current try at the step began (a retried step's duration is reported) */
+  /** when the current try at the step began its computation (a retried step's duration is reported) */
   private tryStarted = now();
 
   constructor(
@@ -134,6 +134,8 @@ export class Manager implements StepPosition {
 
   /** The current step enters `phase`: a drill point, and a sign of life for the watchdog. */
   readonly enter = (phase: Phase): void => {
+    // a try at the step begins with its computation (a retried step's event reports the try's time)
+    if (phase === 'compute') this.tryStarted = now();
     beat();
     this.faults.at(this.currentStep, phase);
   };
@@ -171,7 +173,6 @@ export class Manager implements StepPosition {
     this.worldHistory.push({ step: this.currentStep, world: this.membership.size, lost: [] });
     this.checkpoints.ready(source, true);
     if (resume) while (!(await this.agreeOn('resume', async () => undefined)));
-    this.tryStarted = now();
   }
 
   /**
@@ -219,11 +220,13 @@ export class Manager implements StepPosition {
       this.observer.event({ event: 'stop', step: this.currentStep, reason: 'sigterm', checkpoint: this.lastCheckpoint });
       throw new ProtocolStop('sigterm', `stopped (SIGTERM) at step ${this.currentStep}`, this.lastCheckpoint);
     }
-    const last = this.source!.done();
     const every = this.config.checkpointEvery;
-    if (every > 0 && this.currentStep % every === 0 && !last) await this.checkpoint('periodic');
-    if (last) this.done = true;
-    this.tryStarted = now();
+    if (every > 0 && this.currentStep % every === 0 && !this.source!.done()) await this.checkpoint('periodic');
+  }
+
+  /** The trainer's last step is committed: a recovery during what follows (the final evaluation) no longer reads back or checkpoints. */
+  endTraining(): void {
+    this.done = true;
   }
 
   /**
@@ -319,7 +322,6 @@ export class Manager implements StepPosition {
           `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retrying on ${world.size} ranks${spares}`,
       );
       if (this.config.jitCheckpoint && !(await this.checkpoints.write(this.source!, 'jit'))) continue;
-      this.tryStarted = now();
       return;
     }
   }

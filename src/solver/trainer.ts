@@ -144,6 +144,7 @@ export class Trainer implements StateSource {
     await this.manager.start(this, from);
     this.test = await this.dataset.test.readAll();
     while (!this.done()) await this.trainStep();
+    this.manager.endTraining();
     return this.result(await this.evaluate());
   }
 
