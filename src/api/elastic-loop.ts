@@ -11,9 +11,8 @@ import { MicroBatches } from '../data/micro-batches';
 import type { ShardMap } from '../data/shard-map';
 import type { ShardData } from '../data/split';
 import { cpu } from '../nn/cpu';
-import type { Failure, LoopPosition, ResumePoint, StateSource } from '../protocol/contracts';
+import type { Failure, LoopPosition, ProtocolObserver, ResumePoint, StateSource } from '../protocol/contracts';
 import type { Manager } from '../protocol/manager';
-import type { RankObserver } from '../rank/job';
 import { DataPosition } from '../solver/data-position';
 import { Optimizer } from '../solver/optimizer';
 import { BatchBuffers, evaluateSplit, type Evaluation, type GradientFn, type GradientTarget, type ScoreFn } from '../solver/shard-steps';
@@ -82,7 +81,7 @@ export class ElasticLoop {
     private readonly manager: Manager,
     private readonly dataset: Dataset,
     shards: number,
-    private readonly observer: RankObserver,
+    private readonly observer: ProtocolObserver,
     /** the state, then one element: the sharded update's result lands here with the step's loss after it */
     stateWithTail: Float32Array,
   ) {

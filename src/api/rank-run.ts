@@ -7,10 +7,10 @@ import { canOverlap, type Communicator } from '../comm';
 import type { Dataset } from '../data/dataset';
 import type { CpuLevel, KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
-import type { Failure } from '../protocol/contracts';
+import type { Failure, ProtocolObserver } from '../protocol/contracts';
 import { Manager } from '../protocol/manager';
 import { levelAsked } from '../rank/kernel-level';
-import { lossesText, RankJob, type RankObserver } from '../rank/job';
+import { lossesText, RankJob } from '../rank/job';
 import { launcherWorldRank } from '../rank/launcher-env';
 import type { Summary } from '../run/records';
 import { runSettings } from '../run/settings';
@@ -72,7 +72,7 @@ export interface RankLoop<Result extends RunResult> {
   /** exact mode: the sum can overlap the backward pass, where the computation reports its progress */
   overlaps: boolean;
   /** the loop under `manager`, reporting to `observer` (before anything else is asked of it) */
-  attach(manager: Manager, observer: RankObserver): void;
+  attach(manager: Manager, observer: ProtocolObserver): void;
   /** the run's steps, for the progress bar */
   totalSteps: number;
   /** trains to the end, from `resume` or the start */

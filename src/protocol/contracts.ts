@@ -4,7 +4,7 @@
 // part imports the Manager.
 import type { CheckpointMeta, TrainingState } from '../checkpoint/checkpoint';
 import type { ShardMap } from '../data/shard-map';
-import type { RunEvent } from '../run/records';
+import type { RunEvent, StepRecord } from '../run/records';
 import type { ShardedStateConfig } from '../sharding/sharded-state';
 
 /** What a failure does: exact (bit-identical result), shrink (survivors keep their batch), none (the job ends). */
@@ -49,8 +49,10 @@ export interface ProtocolConfig {
   joined: boolean;
 }
 
-/** What the protocol reports to the run directory and the console. */
+/** What the protocol and the training loops report to the run directory and the console (one observer for all). */
 export interface ProtocolObserver {
+  /** a committed step's record (the training loops' report) */
+  step(record: StepRecord): void;
   event(record: RunEvent): void;
   /** the lowest live rank leads (logs, metrics, the final write) */
   leader(isLeader: boolean): void;

@@ -20,17 +20,11 @@ import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../liveness/stop';
 import { runFiles } from '../run/files';
 import { processStat, rankList, readPid } from '../run/pids';
-import type { StepRecord } from '../run/records';
 import { RunLog } from '../run/writer';
 import { agreeKernelLevel, KernelLevelRefusal, type LevelAsked } from './kernel-level';
 import { launcherWorldRank } from './launcher-env';
 import { closeLogger, rankLogger } from './logger';
 import { Progress } from './progress';
-
-/** What a rank's reports go to: the run directory, its log, and the leader's console. */
-export interface RankObserver extends ProtocolObserver {
-  step(record: StepRecord): void;
-}
 
 export interface JobSettings {
   runDir: string;
@@ -85,7 +79,7 @@ export class RankJob {
   readonly logger: winston.Logger;
   readonly faults: FaultInjector;
   readonly progress: Progress;
-  readonly observer: RankObserver;
+  readonly observer: ProtocolObserver;
   private world?: Communicator;
   private pinned?: KernelSettings;
   private joinedRun = false;

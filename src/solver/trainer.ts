@@ -46,11 +46,6 @@ export interface TrainConfig {
   checkpointEvery: number;
 }
 
-/** What the trainer reports to the run directory and the console. */
-export interface TrainObserver extends ProtocolObserver {
-  step(record: StepRecord): void;
-}
-
 /** A training run's outcome, as summary.json records it. */
 export interface TrainResult {
   /** steps trained */
@@ -90,7 +85,7 @@ export class Trainer implements StateSource {
     private readonly dataset: Dataset,
     private readonly net: Net,
     backend: Backend,
-    private readonly observer: TrainObserver,
+    private readonly observer: ProtocolObserver,
   ) {
     const plan = new MicroBatches(dataset.train.layout(config.shards), config.batch, config.seed);
     this.data = new DataPosition(

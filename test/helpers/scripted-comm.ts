@@ -14,6 +14,7 @@
 // rendezvous that cannot complete rejects after a deadline: no test can hang on it.
 import type { CommBuffer, Communicator, ReduceOp } from '../../src/comm/communicator';
 import { CommTimeoutError, NotSupportedError, ProcFailedError, RevokedError } from '../../src/comm/errors';
+import type { StepRecord } from '../../src/run/records';
 
 /** Open MPI's error classes, for the errors the scripted calls reject with. */
 export const MPIX_ERR_PROC_FAILED = 75;
@@ -421,9 +422,14 @@ export class ScriptedComm implements Communicator {
 
 /** The protocol's observer, kept: events, leader calls, log lines. */
 export class RecordingObserver {
+  readonly steps: StepRecord[] = [];
   readonly events: Record<string, unknown>[] = [];
   readonly leaders: boolean[] = [];
   readonly lines: string[] = [];
+
+  step(record: StepRecord): void {
+    this.steps.push(record);
+  }
 
   event(record: Record<string, unknown>): void {
     this.events.push(record);
