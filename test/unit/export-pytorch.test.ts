@@ -3,15 +3,18 @@
 // (written as .npy by src/data/npy.ts): the same correct count and the same loss within 1e-4.
 import { strict as assert } from 'node:assert';
 import { execFileSync, spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Dataset } from '../../src/data/dataset';
 import { gatherBatch } from '../../src/data/micro-batches';
 import { writeSplitNpy } from '../../src/data/npy';
 import type { ShardData } from '../../src/data/split';
 import { cpu } from '../../src/nn/cpu';
-import { exportModel } from '../../src/nn/export';
+import { encodeSafetensors } from '../../src/checkpoint/safetensors';
+import { modelSpecJson, namedTensors } from '../../src/nn/export';
 import { Net } from '../../src/nn/net';
 import { loadSpec } from '../../src/nn/spec';
+import { writeModel } from '../../src/run/writer';
 import { Optimizer } from '../../src/solver/optimizer';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -86,7 +89,8 @@ describe('Exported models in PyTorch', function () {
         const test = firstRows(await dataset.test.readAll(), rows);
         const ours = evaluate(net, test);
         const [modelDir, dataDir] = [path.join(scratch, model), path.join(scratch, `${model}-data`)];
-        exportModel(net, modelDir);
+        fs.mkdirSync(modelDir, { recursive: true });
+        writeModel(modelDir, encodeSafetensors(namedTensors(net), { model: net.spec.name }), modelSpecJson(net));
         writeSplitNpy(test, dataset.sampleShape, dataDir);
         const theirs = JSON.parse(execFileSync(python, ['examples/pytorch/load_model.py', modelDir, dataDir], { encoding: 'utf8' }));
         assert.equal(theirs.samples, rows);
