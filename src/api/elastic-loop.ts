@@ -108,14 +108,7 @@ export class ElasticLoop {
       dataset.sampleShape.reduce((a, b) => a * b, 1),
     );
     const parameters = { withTail: stateWithTail, buffers: new Float32Array(0), updateBuffers: () => undefined };
-    this.steps = new DataParallelStep(
-      { ...settings, shardedState: settings.optimizerState === 'sharded' },
-      manager,
-      this.data,
-      this.buffers,
-      parameters,
-      cpu,
-    );
+    this.steps = new DataParallelStep(settings, manager, this.data, this.buffers, parameters, cpu);
   }
 
   /** The step about to be computed (steps done so far). */

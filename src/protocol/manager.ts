@@ -62,7 +62,7 @@ export class Manager implements StepPosition {
     this.membership = new Membership(config, world, this, observer, this.enter);
     this.vote = new Vote(config.onFailure, () => this.membership.comm, this, observer);
     this.repairs = new WorldRepair(config, this.membership, this.vote, this, this, observer);
-    this.shards = new HeldShards(dataset, layout);
+    this.shards = new HeldShards(dataset, layout, () => this.membership.worldRank);
     this.checkpoints = new Checkpointing(config, this.membership, this.vote, this, this, observer, this.enter);
     this.sumState = new SumAndState(config, this.membership, observer);
     this.joining = new Join(config.joined, {
@@ -124,12 +124,12 @@ export class Manager implements StepPosition {
 
   /** Shard s, which this rank holds. */
   shard(s: number): ShardData {
-    return this.shards.shard(s, this.membership.worldRank);
+    return this.shards.shard(s);
   }
 
   /** Resolves once `rows` of shard s are in memory (a shard being read back reads them first); rejects on bad data. */
   ready(s: number, rows: Int32Array): Promise<void> {
-    return this.shards.ready(s, rows, this.membership.worldRank);
+    return this.shards.ready(s, rows);
   }
 
   /** The current step enters `phase`: a drill point, and a sign of life for the watchdog. */
@@ -274,8 +274,7 @@ export class Manager implements StepPosition {
         // taken over now, before anything below can fail and repair again with a newer map
         this.enter('readback');
         const readStart = now();
-        if (mine.length > 0)
-          readBeforeRetry += await this.shards.readBackFirst(mine, this.source!.stepRows(world.shardMap, mine), world.worldRank);
+        if (mine.length > 0) readBeforeRetry += await this.shards.readBackFirst(mine, this.source!.stepRows(world.shardMap, mine));
         readMs += now() - readStart;
       }
       for (const shards of moved.values()) for (const s of shards) lostShards.add(s);

@@ -21,12 +21,14 @@ export class HeldShards {
   constructor(
     private readonly dataset: Dataset,
     private readonly layout: ShardLayout,
+    /** this rank's id in the job, for the error of a shard it does not hold (read only then: it is off the step's path) */
+    private readonly worldRank: () => number,
   ) {}
 
   /** Shard s, which this rank holds. */
-  shard(s: number, worldRank: number): ShardData {
+  shard(s: number): ShardData {
     const data = this.held.get(s);
-    if (!data) throw new Error(`shard ${s} is not held by rank ${worldRank}`);
+    if (!data) throw new Error(`shard ${s} is not held by rank ${this.worldRank()}`);
     return data;
   }
 
@@ -34,8 +36,8 @@ export class HeldShards {
    * Resolves once `rows` of shard s are in memory: a shard being read back reads their record
    * batches ahead of the rest. Rejects when a read failed (bad data: the caller's error path).
    */
-  ready(s: number, rows: Int32Array, worldRank: number): Promise<void> {
-    const data = this.shard(s, worldRank);
+  ready(s: number, rows: Int32Array): Promise<void> {
+    const data = this.shard(s);
     return data instanceof LazyShard ? data.ready(rows) : Promise.resolve();
   }
 
@@ -49,12 +51,12 @@ export class HeldShards {
    * the retried step needs of them); the rest follows in the background once a collective has
    * committed. The bytes read from disk before returning.
    */
-  async readBackFirst(shards: number[], rows: Map<number, Int32Array>, worldRank: number): Promise<number> {
+  async readBackFirst(shards: number[], rows: Map<number, Int32Array>): Promise<number> {
     if (shards.length === 0) return 0;
     const readback = new Readback(this.dataset.train, this.layout, shards);
     for (const shard of readback.shards) this.held.set(shard.shard, shard);
     this.readbacks.push(readback);
-    await Promise.all([...rows].map(([s, r]) => this.ready(s, r, worldRank)));
+    await Promise.all([...rows].map(([s, r]) => this.ready(s, r)));
     const bytes = readback.bytesRead;
     this.awaitingCommit.push(readback);
     return bytes;

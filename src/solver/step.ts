@@ -24,8 +24,8 @@ export interface StepSettings {
   /** the global batch at the start (shrink mode's rate scales with the step's share of it) */
   batch: number;
   lrRescale: 'linear' | 'none';
-  /** the optimizer state is sharded: the protocol's chunks, updated inside the collective */
-  shardedState: boolean;
+  /** sharded: the optimizer state is the protocol's, in chunks, updated inside the collective */
+  optimizerState: 'replicated' | 'sharded';
 }
 
 /** What a step updates: the parameters, [P | the loss] (sharded state returns the updated parameters with the loss), and the buffers. */
@@ -117,7 +117,7 @@ export class DataParallelStep {
 
     manager.enter('update');
     const { P, B } = this;
-    if (!working && this.settings.shardedState) {
+    if (!working && this.settings.optimizerState === 'sharded') {
       this.params.withTail.set(this.contribution);
       this.lastLoss = this.contribution[P];
     } else if (sharded) {

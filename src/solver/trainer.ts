@@ -112,14 +112,7 @@ export class Trainer implements StateSource {
       buffers: net.buffers,
       updateBuffers: (statistics: Float32Array) => net.updateBuffers(statistics),
     };
-    this.steps = new DataParallelStep(
-      { ...config, shardedState: config.optimizerState === 'sharded' },
-      manager,
-      this.data,
-      this.buffers,
-      parameters,
-      backend,
-    );
+    this.steps = new DataParallelStep(config, manager, this.data, this.buffers, parameters, backend);
   }
 
   /** The run's length in steps (with --epochs and a shrinking world, the plan's estimate). */
