@@ -14,7 +14,7 @@ import { cpu } from '../nn/cpu';
 import type { Failure, LoopPosition, ProtocolObserver, ResumePoint, StateSource } from '../protocol/contracts';
 import type { Manager } from '../protocol/manager';
 import { DataPosition } from '../solver/data-position';
-import { Optimizer } from '../solver/optimizer';
+import { matrixRanges, Optimizer } from '../solver/optimizer';
 import { BatchBuffers, evaluateSplit, type Evaluation, type GradientFn, type GradientTarget, type ScoreFn } from '../solver/shard-steps';
 import { DataParallelStep, type PreparedStep, type StepUpdate } from '../solver/step';
 import type { LoopOptions } from './loop-settings';
@@ -97,7 +97,7 @@ export class ElasticLoop {
     this.target = { gradient: this.gradient, statistics: new Float32Array(0) };
     this.slotData = new Map(settings.slots.map((name) => [name, new Float32Array(size)]));
     if (settings.updates) {
-      const optimizer = new Optimizer(settings.optimizer, cpu);
+      const optimizer = new Optimizer(settings.optimizer, cpu, matrixRanges(this.views));
       this.optimizer = { optimizer, slots: settings.optimizerState === 'sharded' ? [] : optimizer.slots.map(() => new Float32Array(size)) };
     }
     const plan = new MicroBatches(dataset.train.layout(shards), settings.batch, settings.seed);

@@ -20,7 +20,7 @@
 //   }));
 import { encodeSafetensors } from '../checkpoint/safetensors';
 import { writeModel } from '../run/writer';
-import { optimizerIdentity } from '../solver/optimizer';
+import { matrixRanges, optimizerIdentity } from '../solver/optimizer';
 import { ElasticLoop, type LoopResult } from './elastic-loop';
 import { resolveLoopSettings, type LoopOptions, type LoopSettings } from './loop-settings';
 import { runRank, type RankDoor, type RunResult, type TrainOutcome } from './rank-run';
@@ -61,6 +61,7 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
       ...(options.onFailure !== 'exact' ? { on_failure: options.onFailure } : {}),
       ...(options.onFailure === 'shrink' ? { lr_rescale: options.lrRescale } : {}),
       ...(options.updates ? { optimizer: optimizerIdentity(options.optimizer) } : {}),
+      ...(options.clipNorm > 0 ? { clip_norm: options.clipNorm } : {}),
       user: options.identity,
       // the kernels' level user code computes at, if it uses ft-train's
       isa,
@@ -71,6 +72,7 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
         // the user's gradient is copied into the sum once computed: nothing to overlap
         sumLength: size + 1,
         paramsWithTail: stateWithTail,
+        decayed: matrixRanges(tensorViews(options.tensors)),
         overlaps: false,
         attach(manager, observer) {
           loop = new ElasticLoop(options, manager, dataset, shards, observer, stateWithTail);
@@ -124,4 +126,14 @@ export async function elastic(settings: LoopSettings, program: LoopProgram): Pro
   const options = resolveLoopSettings(settings);
   const outcome = await runRank(options, loopDoor(options, program));
   return { exitCode: outcome.exitCode, result: outcome.result?.loop };
+}
+
+/** The registered tensors' places in the flat state, in order. */
+function tensorViews(tensors: Record<string, number[]>): { offset: number; shape: number[] }[] {
+  let offset = 0;
+  return Object.values(tensors).map((shape) => {
+    const view = { offset, shape };
+    offset += shape.reduce((a, b) => a * b, 1);
+    return view;
+  });
 }

@@ -37,6 +37,7 @@ const loopKeys = [
   'eps',
   'optimizerState',
   'redundancy',
+  'clipNorm',
 ] as const;
 
 /** The settings of a custom loop: ft-train's own where they mean the same, and the state to keep. */

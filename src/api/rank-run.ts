@@ -16,7 +16,7 @@ import type { Summary } from '../run/records';
 import { runSettings } from '../run/settings';
 import { writeSummary } from '../run/writer';
 import { formatRedundancy } from '../sharding/placement';
-import { Optimizer } from '../solver/optimizer';
+import { type Ranges, Optimizer } from '../solver/optimizer';
 import { respawnCommand, spawnedAs } from './respawn';
 import { InputError, openRun, type Resume, type RunInputs } from './run-checks';
 import type { TrainOptions } from './train-settings';
@@ -69,6 +69,8 @@ export interface RankLoop<Result extends RunResult> {
   sumLength: number;
   /** sharded state: the parameters with one element after them (see solver/step.ts) */
   paramsWithTail: Float32Array;
+  /** Where AdamW's weight decay applies (the trainer's matrices); absent: everywhere. */
+  decayed?: Ranges;
   /** exact mode: the sum can overlap the backward pass, where the computation reports its progress */
   overlaps: boolean;
   /** the loop under `manager`, reporting to `observer` (before anything else is asked of it) */
@@ -182,7 +184,7 @@ function newManager(
       overlap: loop.overlaps && canOverlap(options.threads),
       sharded:
         options.optimizerState === 'sharded'
-          ? { optimizer: new Optimizer(options.optimizer, cpu), params: loop.paramsWithTail, redundancy: options.redundancy }
+          ? { optimizer: new Optimizer(options.optimizer, cpu, loop.decayed), params: loop.paramsWithTail, redundancy: options.redundancy }
           : undefined,
       respawn: options.respawn ? { limit: options.respawnLimit!, ...respawnCommand(shards, level) } : undefined,
       joined: job.joined,

@@ -8,7 +8,7 @@ import { parseRedundancy, type RedundancySpec } from '../sharding/placement';
 import { cpuLevels } from '../nn/backend';
 import type { ModelSpec } from '../nn/spec';
 import type { LevelRequest } from '../rank/kernel-level';
-import { parseLrSchedule, type LrSchedule } from '../solver/lr-schedule';
+import { parseLrSchedule, withWarmup, type LrSchedule } from '../solver/lr-schedule';
 import { optimizerNames, type OptimizerName, type OptimizerSettings } from '../solver/optimizer';
 import type { FailurePolicy } from '../protocol/contracts';
 
@@ -52,6 +52,10 @@ export interface TrainSettings {
   redundancy?: string;
   /** constant (default) | cosine | step:EVERY:GAMMA */
   lrSchedule?: string;
+  /** Steps of linear warm-up before the schedule (default 0). */
+  warmupSteps?: number;
+  /** Scale the summed gradient down to this global norm where it is larger (default 0: off). */
+  clipNorm?: number;
   /** Seed of init, shuffles and dropout (default 1). */
   seed?: number;
   /** Logical shards S (default: the initial world size). */
@@ -86,6 +90,8 @@ export interface TrainSettings {
   resume?: string;
   /** Test-set evaluation every K steps (default 0: at the end only). */
   evalEvery?: number;
+  /** A language model: tokens of text it writes after training, into the run's sample.txt (default 200; 0: none). */
+  sampleTokens?: number;
   /** Compute threads per rank (default 1; the result depends on it). */
   threads?: number;
   /** The CPU kernels' instruction-set level: 'auto' (default: the best every rank's host runs; a resume: the checkpoint's), a level, or 'native'. */
@@ -108,6 +114,7 @@ export interface TrainOptions {
   optimizerState: 'replicated' | 'sharded';
   redundancy: RedundancySpec;
   lrSchedule: LrSchedule;
+  clipNorm: number;
   seed: number;
   shards?: number;
   onFailure: FailurePolicy;
@@ -125,6 +132,7 @@ export interface TrainOptions {
   keepCheckpoints: number;
   resume?: string;
   evalEvery: number;
+  sampleTokens: number;
   threads: number;
   isa: LevelRequest;
   /** set on a rank the job's ranks spawned: its id is joinId + its rank among those spawned with it */
@@ -164,6 +172,13 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   steps: { kind: 'integer', min: 1, describe: 'steps to train (or --epochs; default: one epoch)', group: 'Job' },
   epochs: { kind: 'integer', min: 1, describe: 'epochs to train (default 1 when --steps is absent)', group: 'Job' },
   evalEvery: { kind: 'integer', min: 0, default: 0, describe: 'test-set evaluation every K steps (0: at the end only)', group: 'Job' },
+  sampleTokens: {
+    kind: 'integer',
+    min: 0,
+    default: 200,
+    describe: 'a language model: tokens of text it writes after training, into sample.txt (0: none)',
+    group: 'Job',
+  },
   threads: {
     kind: 'integer',
     min: 1,
@@ -202,6 +217,20 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     group: 'Optimizer',
   },
   lrSchedule: { kind: 'string', default: 'constant', describe: 'constant | cosine | step:EVERY:GAMMA', group: 'Optimizer' },
+  warmupSteps: {
+    kind: 'integer',
+    min: 0,
+    default: 0,
+    describe: 'steps of linear warm-up to --lr, the schedule running over the steps after them',
+    group: 'Optimizer',
+  },
+  clipNorm: {
+    kind: 'number',
+    min: 0,
+    default: 0,
+    describe: "clip the summed gradient to this global norm (PyTorch's clip_grad_norm_; 0: off)",
+    group: 'Optimizer',
+  },
   seed: { kind: 'integer', min: 0, default: 1, describe: 'seed of init, shuffles and dropout', group: 'Optimizer' },
   redundancy: {
     kind: 'string',
@@ -367,6 +396,8 @@ export function resolveTrainOptions(
   if (a.steps !== undefined && a.epochs !== undefined) fail(`give ${label('steps')} or ${label('epochs')}, not both`);
   if (a.optimizerState === 'sharded' && a.onFailure !== 'exact')
     fail(`${label('optimizerState')} sharded needs ${label('onFailure')} exact, got ${a.onFailure}`);
+  if (a.clipNorm > 0 && a.optimizerState === 'sharded')
+    fail(`${label('clipNorm')} needs the whole summed gradient on each rank: use ${label('optimizerState')} replicated`);
   if (a.redundancy !== undefined && a.optimizerState !== 'sharded')
     fail(`${label('redundancy')} applies to ${label('optimizerState')} sharded only`);
   if (a.spares > 0 && a.onFailure === 'none') fail(`${label('spares')} needs fault tolerance: ${label('onFailure')} exact or shrink`);
@@ -398,7 +429,8 @@ export function resolveTrainOptions(
     },
     optimizerState: a.optimizerState,
     redundancy: parsed(() => parseRedundancy(a.redundancy ?? (a.optimizerState === 'sharded' ? 'replicate:2' : 'none'))),
-    lrSchedule: parsed(() => parseLrSchedule(a.lrSchedule)),
+    lrSchedule: parsed(() => withWarmup(parseLrSchedule(a.lrSchedule), a.warmupSteps)),
+    clipNorm: a.clipNorm,
     seed: a.seed,
     shards: a.shards,
     onFailure: a.onFailure,
@@ -416,6 +448,7 @@ export function resolveTrainOptions(
     keepCheckpoints: a.keepCheckpoints,
     resume: a.resume,
     evalEvery: a.evalEvery,
+    sampleTokens: a.sampleTokens,
     threads: a.threads,
     isa: a.isa,
   };

@@ -8,11 +8,14 @@
 import { encodeSafetensors } from '../checkpoint/safetensors';
 import type { Dataset } from '../data/dataset';
 import { cpu } from '../nn/cpu';
-import { modelSpecJson, namedTensors } from '../nn/export';
+import type { TextInfo } from '../data/manifest';
+import { decodeTokens, encodeText, vocabularySize } from '../data/text-tokens';
+import { modelSpecJson, namedTensors, textMetadataKey } from '../nn/export';
+import { sampleTokens } from '../nn/sample';
 import { Net } from '../nn/net';
 import { loadSpec, parseSpec, type ModelSpec } from '../nn/spec';
-import { writeModel } from '../run/writer';
-import { optimizerIdentity } from '../solver/optimizer';
+import { writeModel, writeSample } from '../run/writer';
+import { matrixRanges, optimizerIdentity } from '../solver/optimizer';
 import { Trainer, type TrainResult } from '../solver/trainer';
 import { InputError, runRank, type RankDoor, type TrainOutcome } from './rank-run';
 import { resolveTrainOptions, SettingsError, type TrainOptions, type TrainSettings } from './train-settings';
@@ -23,6 +26,24 @@ export { exitWhenDone, InputError, type TrainOutcome } from './rank-run';
 /** The model spec the settings name: a JSON file, or an object given in code. */
 function modelSpec(model: TrainOptions['model']): ModelSpec {
   return typeof model === 'string' ? loadSpec(model) : parseSpec('model', JSON.stringify(model));
+}
+
+/** Refuses, in one line, a dataset the model cannot read. */
+function checkData(label: string, spec: ModelSpec, dataset: Dataset, data: string): void {
+  const [shape, input] = [dataset.sampleShape.join('x'), spec.input.join('x')];
+  const { language } = spec;
+  if (language) {
+    if (shape !== input) {
+      throw new Error(
+        `${label}: a language model of context ${language.context} reads windows of ${language.context + 1} tokens, but ${data} holds ${shape} values per sample (make one with ft-data text --context ${language.context})`,
+      );
+    }
+    if (dataset.classes > language.vocab)
+      throw new Error(`${label}: embeds ${language.vocab} tokens, but ${data} has a vocabulary of ${dataset.classes}`);
+    return;
+  }
+  if (shape !== input) throw new Error(`${label}: takes ${input} inputs, but ${data} holds ${shape} samples`);
+  if (spec.classes !== dataset.classes) throw new Error(`${label}: has ${spec.classes} classes, but ${data} has ${dataset.classes}`);
 }
 
 /** The trainer as a front door: a model spec trained by ft-train's Net and optimizer. */
@@ -43,10 +64,7 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
       spec = modelSpec(options.model);
     },
     check(dataset: Dataset) {
-      const [shape, input] = [dataset.sampleShape.join('x'), spec!.input.join('x')];
-      if (shape !== input) throw new Error(`${label()}: takes ${input} inputs, but ${options.data} holds ${shape} samples`);
-      if (spec!.classes !== dataset.classes)
-        throw new Error(`${label()}: has ${spec!.classes} classes, but ${options.data} has ${dataset.classes}`);
+      checkData(label(), spec!, dataset, options.data);
       net = new Net(spec!, cpu);
       if (net.buffers.length > 0 && options.optimizerState === 'sharded') {
         throw new Error(
@@ -61,6 +79,7 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
       lr: options.lr,
       optimizer: optimizerIdentity(options.optimizer),
       lr_schedule: options.lrSchedule,
+      ...(options.clipNorm > 0 ? { clip_norm: options.clipNorm } : {}),
       seed: options.seed,
       shards,
       on_failure: options.onFailure,
@@ -78,6 +97,7 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
       return {
         sumLength: model.params.data.length + model.buffers.length + 1,
         paramsWithTail: model.params.dataWithTail,
+        decayed: matrixRanges(model.params.views),
         overlaps: true,
         attach(manager, observer) {
           trainer = new Trainer({ ...options, shards }, manager, dataset, model, cpu, observer);
@@ -91,20 +111,41 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
         // a failure during the final write changes the world the results report
         result: (manager) => ({ ...trained!, worldFinal: manager.world.size, failures: manager.failures }),
         writeModel(result) {
+          const text = model.spec.language ? dataset.manifest.text : undefined;
           writeModel(
             options.runDir,
             encodeSafetensors(namedTensors(model), {
               model: model.spec.name,
               steps: String(result.steps),
               params_sha256: result.paramsSha256,
+              ...(text ? { [textMetadataKey]: JSON.stringify(text) } : {}),
             }),
             modelSpecJson(model),
           );
+          if (text && options.sampleTokens > 0) writeSample(options.runDir, finalSample(model, text, options));
         },
         hashName: 'params_sha256',
       };
     },
   };
+}
+
+/** The text a trained language model writes after a new line (its first token where a new line is no token), drawn at temperature 1 with the run's seed. */
+function finalSample(net: Net, text: TextInfo, options: TrainOptions): string {
+  let prompt: number[];
+  try {
+    prompt = encodeText(text, '\n');
+  } catch {
+    prompt = [0];
+  }
+  const ids = sampleTokens(net, {
+    prompt,
+    tokens: options.sampleTokens,
+    temperature: 1,
+    seed: options.seed,
+    vocabulary: vocabularySize(text),
+  });
+  return decodeTokens(text, ids);
 }
 
 /** One rank's whole run with resolved options: the ft-train program's and `train()`'s body. */

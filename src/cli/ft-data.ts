@@ -1,15 +1,16 @@
 // ft-data: converts the data people bring (CSV, image folders, Parquet, Hugging Face save_to_disk
-// directories) into ft-train dataset directories. Usage errors exit 2, bad input exits 1, each with
-// one line on stderr; progress goes to stderr.
+// directories, UTF-8 text for language models) into ft-train dataset directories. Usage errors exit
+// 2, bad input exits 1, each with one line on stderr; progress goes to stderr.
 import type { Argv } from 'yargs';
 import { maxTestFraction } from '../data/convert/stratify';
 import { convertCsv, headerModes, type HeaderMode } from '../data/convert/csv';
 import { convertHf } from '../data/convert/hf';
 import { convertImages, parseImageShape } from '../data/convert/images';
 import { convertParquet } from '../data/convert/parquet';
-import { commandLine, runMain } from './command';
+import { convertText, fortunesDir, TextDatasetRefusal, textOptionProblem } from '../data/convert/text';
+import { textTokenKinds, type Manifest, type TextInfo } from '../data/manifest';
+import { commandLine, runMain, UsageError } from './command';
 import type { CommonOptions } from '../data/convert/build';
-import type { Manifest } from '../data/manifest';
 
 /** 100 rows per record batch: shards are whole record batches, so small datasets still shard. */
 const defaultRowsPerBatch = 100;
@@ -56,6 +57,47 @@ function commonOf(a: CommonOptions): CommonOptions {
     seed: a.seed,
     rowsPerBatch: a.rowsPerBatch,
   };
+}
+
+/** ft-data text's flags: its own, not the class-stratified converters' (its split is by position). */
+function textOptions(args: Argv) {
+  return args
+    .option('out', { type: 'string', demandOption: true, describe: 'dataset directory to write (written atomically)' })
+    .option('from', {
+      type: 'string',
+      array: true,
+      default: [fortunesDir],
+      describe: `UTF-8 text files or directories (their regular files but *.dat and *.u8, sorted), concatenated in order; repeatable. Default: Debian's fortunes. A line holding only '%' (a fortune separator) becomes an empty line`,
+    })
+    .option('tokens', {
+      choices: textTokenKinds,
+      default: 'char' as TextInfo['tokens'],
+      describe: "char: the text's distinct code points, sorted (the vocabulary goes in the manifest); byte: UTF-8 bytes (256 tokens)",
+    })
+    .option('context', {
+      type: 'number',
+      default: 256,
+      describe: 'T: each sample is T + 1 consecutive token ids (the label: the last), consecutive samples sharing one token',
+    })
+    .option('test-fraction', {
+      type: 'number',
+      default: 0.1,
+      describe: 'the fraction of the tokens, at the end of the text, that make the test split, in (0, 1)',
+    })
+    .option('force', { type: 'boolean', default: false, describe: 'replace --out if it exists' })
+    .option('name', { type: 'string', describe: "dataset name in the manifest (default: --out's base name)" })
+    .option('rows-per-batch', {
+      type: 'number',
+      default: defaultRowsPerBatch,
+      describe: 'samples per Arrow record batch (shards are whole batches)',
+    })
+    .check((a) => {
+      const problem = textOptionProblem(a.context, a['test-fraction']);
+      if (problem) throw new Error(problem);
+      if (!Number.isSafeInteger(a['rows-per-batch']) || a['rows-per-batch'] < 1)
+        throw new Error(`--rows-per-batch expects an integer >= 1, got ${a['rows-per-batch']}`);
+      return true;
+    });
 }
 
 function report(manifest: Manifest, out: string): void {
@@ -128,7 +170,31 @@ async function main(): Promise<void> {
         );
       },
     )
-    .demandCommand(1, 'expected a command: csv, images, parquet or hf')
+    .command(
+      'text',
+      "UTF-8 text (default: Debian's fortunes) as windows of --context + 1 char or byte token ids, for language models",
+      textOptions,
+      (a) => {
+        work = convertText({
+          out: a.out,
+          force: a.force,
+          name: a.name,
+          from: a.from,
+          tokens: a.tokens,
+          context: a.context,
+          testFraction: a.testFraction,
+          rowsPerBatch: a.rowsPerBatch,
+          progress: (line) => console.error(`[ft-data] ${line}`),
+        }).then(
+          (m) => report(m, a.out),
+          (error: unknown) => {
+            // no dataset can come of these flags and this text: bad usage, as a flag out of range is
+            throw error instanceof TextDatasetRefusal ? new UsageError(`ft-data: ${error.message}`) : error;
+          },
+        );
+      },
+    )
+    .demandCommand(1, 'expected a command: csv, images, parquet, hf or text')
     .parseSync();
   await work;
 }

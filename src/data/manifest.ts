@@ -3,6 +3,7 @@
 // and of each record batch, so a rank that reads only its shards still verifies every byte it uses.
 // Format /3 holds any fixed-size feature vector (`features`: uint8 or float32, divided by `divisor`
 // when batched); format /2, the image datasets written before it, is read as uint8 images / 255.
+// A text dataset (ft-data text) is format /3 with a `text` field: its tokens, context and vocabulary.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DatasetError } from './errors';
@@ -34,10 +35,13 @@ export interface SplitEntry {
   record_batches: RecordBatchEntry[];
 }
 
-/** How the test split was made: read from its own file, or drawn from the input (class-stratified). */
+/**
+ * How the test split was made: read from its own file, drawn from the input (class-stratified), or
+ * cut by position (text: the last test_fraction of the tokens).
+ */
 export interface SplitMethod {
-  method: 'given' | 'stratified';
-  /** the fraction of each class drawn into test (stratified only) */
+  method: 'given' | 'stratified' | 'position';
+  /** stratified: the fraction of each class drawn into test; position: the fraction of the input at its end */
   test_fraction?: number;
   seed?: number;
 }
@@ -47,6 +51,20 @@ export interface Standardization {
   columns: string[];
   mean: number[];
   std: number[];
+}
+
+/** Token kinds of text datasets: Unicode code points, or the bytes of the UTF-8 text. */
+export const textTokenKinds = ['char', 'byte'] as const;
+
+/**
+ * What a text dataset's samples are: windows of `context` + 1 token ids (the last one also the
+ * label). `vocab` (char only) holds each token's one-code-point string, in id order (sorted by code
+ * point); byte tokens are the 256 byte values.
+ */
+export interface TextInfo {
+  tokens: 'char' | 'byte';
+  context: number;
+  vocab?: string[];
 }
 
 export interface Manifest {
@@ -63,6 +81,8 @@ export interface Manifest {
   class_names: string[];
   split?: SplitMethod;
   standardization?: Standardization;
+  /** text datasets only (ft-data text): tokens, context, vocabulary */
+  text?: TextInfo;
   /** Arrow field name -> Arrow type, as the files must hold them */
   schema: Record<string, string>;
   splits: Record<SplitName, SplitEntry>;
@@ -148,12 +168,13 @@ function validate(file: string, json: unknown): Manifest {
   names.forEach((n, i) => text(n, `class_names[${i}]`));
   if (top.split !== undefined) {
     const split = object(top.split, 'split');
-    if (split.method !== 'given' && split.method !== 'stratified') fail('split.method', '"given" or "stratified"', split.method);
-    if (split.method === 'stratified') {
+    if (split.method !== 'given' && split.method !== 'stratified' && split.method !== 'position')
+      fail('split.method', '"given", "stratified" or "position"', split.method);
+    if (split.method !== 'given') {
       const f = split.test_fraction;
       if (!(typeof f === 'number' && f > 0 && f < 1)) fail('split.test_fraction', 'a number in (0, 1)', f);
-      count(split.seed, 'split.seed');
     }
+    if (split.method === 'stratified') count(split.seed, 'split.seed');
   }
   if (top.standardization !== undefined) {
     const standardization = object(top.standardization, 'standardization');
@@ -164,6 +185,7 @@ function validate(file: string, json: unknown): Manifest {
     numbers(standardization.mean, 'standardization.mean', columns.length);
     numbers(standardization.std, 'standardization.std', columns.length);
   }
+  if (top.text !== undefined) validateText(object(top.text, 'text'), top, classes, fail);
   const schema = object(top.schema, 'schema');
   const expected = expectedSchema(format as string, shape as number[], top.dtype as FeatureType);
   if (JSON.stringify(schema) !== JSON.stringify(expected)) fail('schema', JSON.stringify(expected), schema);
@@ -194,4 +216,39 @@ function validate(file: string, json: unknown): Manifest {
     if (total !== rows) fail(`${at}.record_batches`, `rows summing to ${rows}`, total);
   }
   return top as unknown as Manifest;
+}
+
+/**
+ * A text dataset's `text` field against the rest of the manifest: every sample is context + 1 exact
+ * token ids (divisor 1, uint8 only while the ids fit), one class per token.
+ */
+function validateText(
+  text: Record<string, unknown>,
+  top: Record<string, unknown>,
+  classes: number,
+  fail: (field: string, what: string, got: unknown) => never,
+): void {
+  if (top.format !== manifestFormat) fail('format', `"${manifestFormat}" for a text dataset`, top.format);
+  if (!textTokenKinds.includes(text.tokens as TextInfo['tokens'])) fail('text.tokens', '"char" or "byte"', text.tokens);
+  const context = text.context;
+  if (!(Number.isSafeInteger(context) && (context as number) >= 1)) fail('text.context', 'an integer >= 1', context);
+  if (JSON.stringify(top.sample_shape) !== JSON.stringify([(context as number) + 1]))
+    fail('sample_shape', `[${(context as number) + 1}] (text.context + 1)`, top.sample_shape);
+  if (top.divisor !== 1) fail('divisor', '1 (token ids stored exactly)', top.divisor);
+  if (text.tokens === 'byte') {
+    if (text.vocab !== undefined) fail('text.vocab', 'nothing for byte tokens', text.vocab);
+    if (classes !== 256) fail('classes', '256 (byte tokens)', classes);
+  } else {
+    const vocab = text.vocab;
+    if (!Array.isArray(vocab) || vocab.length !== classes) fail('text.vocab', `a list of ${classes} characters (one per class)`, vocab);
+    let previous = -1;
+    (vocab as unknown[]).forEach((token, i) => {
+      // one code point each, in increasing code point order: ids follow the sorted vocabulary
+      const codePoint = typeof token === 'string' && [...token].length === 1 ? token.codePointAt(0)! : -1;
+      if (codePoint <= previous)
+        fail(`text.vocab[${i}]`, i === 0 ? 'one character' : `one character after ${JSON.stringify((vocab as string[])[i - 1])}`, token);
+      previous = codePoint;
+    });
+  }
+  if (top.dtype === 'uint8' && classes > 256) fail('dtype', `"float32" for ${classes} token ids`, top.dtype);
 }

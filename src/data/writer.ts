@@ -37,6 +37,7 @@ import {
   type SplitMethod,
   type SplitName,
   type Standardization,
+  type TextInfo,
 } from './manifest';
 import { crc64 } from '../base/checksum';
 
@@ -57,6 +58,8 @@ export interface DatasetInfo {
   features?: { dtype: FeatureType; divisor: number };
   split?: SplitMethod;
   standardization?: Standardization;
+  /** a text dataset's tokens, context and vocabulary (ft-data text) */
+  text?: TextInfo;
 }
 
 /** Progress lines go here (for example console.log); called about every two seconds. */
@@ -89,6 +92,7 @@ export async function writeDataset(
     class_names: info.classNames,
     ...(info.split ? { split: info.split } : {}),
     ...(info.standardization ? { standardization: info.standardization } : {}),
+    ...(info.text ? { text: info.text } : {}),
     schema: expectedSchema(format, info.sampleShape, dtype),
     splits,
   };

@@ -12,6 +12,10 @@ export type PoolShape = [number, number, number, number, number, number, number]
 /** `[N, I, O]`: N samples, I inputs, O outputs. */
 export type LinearShape = [number, number, number];
 export type PoolKind = 'max' | 'avg';
+/** `[N, T, H, D]`: N sequences of T positions, H heads of D values each (the model width C = H D). */
+export type AttentionShape = [number, number, number, number];
+/** `[N, T, C, V]`: N sequences of T positions, C values per position, a vocabulary of V tokens. */
+export type EmbeddingShape = [number, number, number, number];
 /** `[N, C, S]`: N samples of C channels of S values each (S = H x W, or 1 for features [C]). */
 export type NormShape = [number, number, number];
 /**
@@ -173,6 +177,42 @@ export interface Backend {
   globalAvgPoolBackward(dy: Float32Array, dx: Float32Array, shape: NormShape, layout?: Layout): void;
   reluForward(x: Float32Array, y: Float32Array): void;
   reluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array): void;
+  /**
+   * Causal multi-head self-attention. qkv[N, T, 3C] holds each position's query, key and value side
+   * by side ([0, C), [C, 2C), [2C, 3C)), head h's D values at [h D, (h + 1) D) of each. att[N, H, T, T]
+   * = softmax(q k^T / sqrt(D)) over positions <= the row's (the rest 0), the max subtracted first;
+   * y[N, T, C] = att v, heads side by side. Each (sequence, head) is computed alone in a fixed order:
+   * the bits do not depend on the thread count.
+   */
+  attentionForward(qkv: Float32Array, att: Float32Array, y: Float32Array, shape: AttentionShape): void;
+  /** dqkv (overwritten) for dy, from the forward's qkv and att. */
+  attentionBackward(qkv: Float32Array, att: Float32Array, dy: Float32Array, dqkv: Float32Array, shape: AttentionShape): void;
+  /** y = GELU(x) = x Phi(x) (the exact one, with erf), each value in double then rounded. */
+  geluForward(x: Float32Array, y: Float32Array): void;
+  /** dx = dy GELU'(x). */
+  geluBackward(x: Float32Array, dy: Float32Array, dx: Float32Array): void;
+  /**
+   * y[N, T, C] = wte[token] + wpe[t], token = x[n stride + t] (a float holding an integer in [0, V);
+   * anything else is refused naming the sequence and position).
+   */
+  embeddingForward(x: Float32Array, stride: number, wte: Float32Array, wpe: Float32Array, y: Float32Array, shape: EmbeddingShape): void;
+  /**
+   * dwpe (overwritten) = the sum over sequences of dy, in sequence order; dwte: zeroed first unless
+   * `accumulate`, then dy[n, t] added into its token's row, n then t in order.
+   */
+  embeddingBackward(
+    x: Float32Array,
+    stride: number,
+    dy: Float32Array,
+    dwte: Float32Array,
+    dwpe: Float32Array,
+    shape: EmbeddingShape,
+    accumulate: boolean,
+  ): void;
+  /** The sum of x's squares in double, in a fixed order (blocks of 2^16 in order, each in order): the same bits at any thread count. */
+  sumOfSquares(x: Float32Array): number;
+  /** x *= scale, element-wise (in float32). */
+  scaleInPlace(x: Float32Array, scale: number): void;
   /** acc += x, element-wise. */
   addInPlace(acc: Float32Array, x: Float32Array): void;
   /** Mean cross-entropy of softmax(logits) against labels; dlogits = (softmax - onehot) / N. */

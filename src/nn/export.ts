@@ -5,6 +5,9 @@
 import type { NamedTensor } from '../checkpoint/safetensors';
 import type { Net } from './net';
 
+/** The model.safetensors metadata key of a language model's tokenisation (the dataset's `text`, as JSON): ft-sample decodes with it. */
+export const textMetadataKey = 'text';
+
 /** Every tensor of the net: parameters, then buffers, each in layer order (views, not copies). */
 export function namedTensors(net: Net): NamedTensor[] {
   return [
@@ -19,6 +22,7 @@ export function namedTensors(net: Net): NamedTensor[] {
 
 /** The spec as model.json holds it: every default filled in. */
 export function modelSpecJson(net: Net): string {
-  const { name, input, classes, layers } = net.spec;
-  return `${JSON.stringify({ name, input, classes, layers }, null, 1)}\n`;
+  const { name, input, classes, layers, language } = net.spec;
+  const shape = language ? { context: language.context, vocab: language.vocab } : { input, classes };
+  return `${JSON.stringify({ name, ...shape, layers }, null, 1)}\n`;
 }

@@ -8,9 +8,15 @@
 // inputs in one layout) keep their input's, and global average pooling reads either, so a residual
 // network never leaves it; the net reorders a blocked output to plain once for the layers (and the
 // loss) that read plain, and their input gradients back to blocked.
+// A language model (spec.language) reads windows of T + 1 tokens and scores its [T, V] logits at
+// each position against the window's next token: its loss is the mean over the batch's positions.
 import type { Backend, Layout } from './backend';
 import { type BatchKey, type Layer, type LayerContext, type MergeLayer, Scratch, activationLength, product } from './layer';
 import { Add } from './layers/add';
+import { Attention } from './layers/attention';
+import { Embedding } from './layers/embedding';
+import { Gelu } from './layers/gelu';
+import { LmHead } from './layers/lm-head';
 import { BatchNorm } from './layers/batchnorm';
 import { Concat } from './layers/concat';
 import { Conv2d } from './layers/conv2d';
@@ -34,9 +40,9 @@ export interface GradientProgress {
 }
 
 export interface StepResult {
-  /** Mean cross-entropy over the batch. */
+  /** Mean cross-entropy over the batch (a language model's: over its positions). */
   loss: number;
-  /** Samples whose largest logit is their label. */
+  /** Samples whose largest logit is their label (a language model's: positions predicting their next token right, over T). */
   correct: number;
 }
 
@@ -55,16 +61,28 @@ function outputLayout(spec: LayerSpec, inLayout: Layout): Layout {
   return spec.type === 'globalavgpool' ? 'plain' : inLayout;
 }
 
+/** What a layer is built from beside its own spec: the model's, its inputs', and the layers before it. */
+interface BuildContext {
+  model: ModelSpec;
+  inShapes: number[][];
+  inNames: string[];
+  /** A layer built earlier, by name. */
+  earlier(name: string): Layer | MergeLayer | undefined;
+}
+
 function buildLayer(
   spec: LayerSpec,
-  inShapes: number[][],
-  inNames: string[],
+  { model, inShapes, inNames, earlier }: BuildContext,
   ctx: LayerContext,
   inLayout: Layout,
   outLayout: Layout,
   fail: (problem: string) => never,
 ): Layer | MergeLayer {
   const inShape = inShapes[0];
+  const sequence = (what: string): [number, number] => {
+    if (inShape.length !== 2) fail(`expects a sequence [T, ${what}] input, got ${shapeText(inShape)}`);
+    return inShape as [number, number];
+  };
   const image = (): void => {
     if (inShape.length !== 3) fail(`expects a [C, H, W] input, got ${shapeText(inShape)}`);
   };
@@ -93,6 +111,25 @@ function buildLayer(
       return new BatchNorm(spec.name, inShape, spec.momentum, spec.eps, ctx, inLayout);
     case 'layernorm':
       return new LayerNorm(spec.name, inShape, spec.eps, ctx);
+    case 'embedding': {
+      const { context, vocab } = model.language!;
+      if (inNames[0] !== modelInput) fail(`reads "${inNames[0]}", but an embedding reads the model input (the token windows)`);
+      return new Embedding(spec.name, context, vocab, spec.dim, ctx);
+    }
+    case 'attention': {
+      const [T, width] = sequence('3C');
+      if (width % 3 !== 0) fail(`expects queries, keys and values side by side ([T, 3C]), got ${width} values per position`);
+      if ((width / 3) % spec.heads !== 0) fail(`${spec.heads} heads do not divide the width ${width / 3}`);
+      return new Attention(spec.name, T, width / 3, spec.heads, ctx);
+    }
+    case 'gelu':
+      return new Gelu(spec.name, inShape, ctx);
+    case 'lmhead': {
+      const [T, width] = sequence('C');
+      const embedding = earlier(spec.embedding) as Embedding;
+      if (width !== embedding.dim) fail(`reads ${width} values per position, but "${spec.embedding}" embeds ${embedding.dim}`);
+      return new LmHead(spec.name, T, width, embedding.tie(), ctx);
+    }
     case 'globalavgpool':
       image();
       return new GlobalAvgPool(spec.name, inShape, ctx, inLayout);
@@ -146,6 +183,8 @@ export class Net {
   /** Per merge layer: the arrays of its inputs, filled at each forward. */
   private readonly mergeInputs: Float32Array[][];
   private readonly scratch = new Scratch();
+  /** A language model's next tokens, for the largest batch seen. */
+  private targets = new Int32Array(0);
 
   constructor(
     readonly spec: ModelSpec,
@@ -167,7 +206,13 @@ export class Net {
       const takesLayout = layoutTaking.has(layerSpec.type) && sourceLayouts.every((layout) => layout === sourceLayouts[0]);
       const inLayout = takesLayout ? sourceLayouts[0] : 'plain';
       const outLayout = outputLayout(layerSpec, inLayout);
-      const layer = buildLayer(layerSpec, sources.map(shapeOf), sources.map(nameOf), context, inLayout, outLayout, fail);
+      const build = {
+        model: spec,
+        inShapes: sources.map(shapeOf),
+        inNames: sources.map(nameOf),
+        earlier: (name: string) => this.layers[spec.layers.findIndex((l) => l.name === name)],
+      };
+      const layer = buildLayer(layerSpec, build, context, inLayout, outLayout, fail);
       if (layer.outShape.some((d) => d < 1)) fail(`output shape [${layer.outShape.join(', ')}] is empty`);
       this.layers.push(layer);
       this.sources.push(sources);
@@ -180,7 +225,15 @@ export class Net {
       shapes.push(layer.outShape);
     });
     const shape = shapes[shapes.length - 1];
-    if (product(shape) !== spec.classes) {
+    if (spec.language) {
+      const { context, vocab } = spec.language;
+      if (shapeText(shape) !== shapeText([context, vocab])) {
+        const last = spec.layers[spec.layers.length - 1];
+        throw new SpecError(
+          `${spec.file}: layer ${spec.layers.length} (${last.name}): outputs ${shapeText(shape)} but a language model outputs [context, vocab] = ${shapeText([context, vocab])}`,
+        );
+      }
+    } else if (product(shape) !== spec.classes) {
       const last = spec.layers[spec.layers.length - 1];
       throw new SpecError(
         `${spec.file}: layer ${spec.layers.length} (${last.name}): outputs ${product(shape)} values but the model has ${spec.classes} classes`,
@@ -294,7 +347,7 @@ export class Net {
     progress?: GradientProgress,
   ): StepResult {
     const logits = this.forward(x, batch, true, key);
-    const result = this.score(logits, labels, batch);
+    const result = this.score(logits, x, labels, batch);
     const dy = this.scratch.get('dlogits', logits.length);
     if (normalizer !== batch) {
       const scale = batch / normalizer;
@@ -316,7 +369,7 @@ export class Net {
 
   /** Loss and correct count in evaluation mode (dropout off, batchnorm on running statistics), no gradients. */
   evaluate(x: Float32Array, labels: Int32Array, batch: number): StepResult {
-    return this.score(this.forward(x, batch, false, { seed: 0, epoch: 0, step: 0, shard: 0 }), labels, batch);
+    return this.score(this.forward(x, batch, false, { seed: 0, epoch: 0, step: 0, shard: 0 }), x, labels, batch);
   }
 
   /** Reverse spec order, from the logits' gradient; skips what no parameter needs. */
@@ -362,11 +415,26 @@ export class Net {
     }
   }
 
-  /** Loss and correct count of `logits`; leaves the loss gradient in the 'dlogits' scratch. */
-  private score(logits: Float32Array, labels: Int32Array, batch: number): StepResult {
+  /** Loss and correct count of `logits` for inputs x; leaves the loss gradient in the 'dlogits' scratch. */
+  private score(logits: Float32Array, x: Float32Array, labels: Int32Array, batch: number): StepResult {
     const dlogits = this.scratch.get('dlogits', logits.length);
-    const loss = this.backend.softmaxCrossEntropy(logits, labels, dlogits, [batch, this.spec.classes]);
-    return { loss, correct: countCorrect(logits, labels, this.spec.classes) };
+    const { classes, language } = this.spec;
+    if (!language) {
+      const loss = this.backend.softmaxCrossEntropy(logits, labels, dlogits, [batch, classes]);
+      return { loss, correct: countCorrect(logits, labels, classes) };
+    }
+    const T = language.context;
+    const targets = this.nextTokens(x, batch, T);
+    const loss = this.backend.softmaxCrossEntropy(logits, targets, dlogits, [batch * T, classes]);
+    return { loss, correct: countCorrect(logits, targets, classes) / T };
+  }
+
+  /** targets[n T + t] = token t + 1 of window n: what position t predicts. */
+  private nextTokens(x: Float32Array, batch: number, T: number): Int32Array {
+    if (this.targets.length < batch * T) this.targets = new Int32Array(batch * T);
+    const targets = this.targets.subarray(0, batch * T);
+    for (let n = 0; n < batch; ++n) for (let t = 0; t < T; ++t) targets[n * T + t] = x[n * (T + 1) + t + 1];
+    return targets;
   }
 }
 

@@ -4,6 +4,9 @@
 // only earlier layers may be named, so the list order is a topological order and cycles cannot be
 // written. The model's output is the last layer. Every problem is reported before any work, as one
 // line naming the file, the layer and the problem.
+// A language model names its "context" T and "vocab" V instead of "input" and "classes": its input
+// is a window of T + 1 token ids, its output [T, V] logits, the loss the mean cross-entropy of each
+// position's logits against the next token.
 import * as fs from 'node:fs';
 
 /** Set only where the spec file names the inputs: a chain spec parses to the same objects as before graphs. */
@@ -21,7 +24,19 @@ export type LayerSpec = Inputs &
     | { type: 'dropout'; name: string; p: number }
     | { type: 'batchnorm'; name: string; momentum: number; eps: number }
     | { type: 'layernorm'; name: string; eps: number }
+    | { type: 'embedding'; name: string; dim: number }
+    | { type: 'attention'; name: string; heads: number }
+    | { type: 'gelu'; name: string }
+    | { type: 'lmhead'; name: string; embedding: string }
   );
+
+/** What a language model's spec names instead of an input shape and classes. */
+export interface LanguageModel {
+  /** T: positions each sequence predicts (its window holds T + 1 tokens). */
+  context: number;
+  /** V: the token ids the model embeds and predicts, [0, V). */
+  vocab: number;
+}
 
 /** A model: the input shape, the classes and the layers (a graph in topological order). */
 export interface ModelSpec {
@@ -31,9 +46,11 @@ export interface ModelSpec {
   name: string;
   /** Per-sample input shape: [F] or [C, H, W]. */
   input: number[];
-  /** Classes of the softmax cross-entropy on top. */
+  /** Classes of the softmax cross-entropy on top (a language model's: its vocabulary). */
   classes: number;
   layers: LayerSpec[];
+  /** Set for a language model: input is then [context + 1] and classes the vocabulary. */
+  language?: LanguageModel;
 }
 
 /** The name by which layers take the model input. */
@@ -63,6 +80,10 @@ const fields: Record<LayerSpec['type'], Record<string, [Check, number | undefine
   dropout: { p: [probability, undefined] },
   batchnorm: { momentum: [fraction, 0.1], eps: [positiveNumber, 1e-5] },
   layernorm: { eps: [positiveNumber, 1e-5] },
+  embedding: { dim: [positive, undefined] },
+  attention: { heads: [positive, undefined] },
+  gelu: {},
+  lmhead: {},
   globalavgpool: {},
   add: {},
   concat: {},
@@ -91,13 +112,16 @@ export function parseSpec(file: string, text: string): ModelSpec {
   }
   if (!isObject(raw)) return fail('expected a JSON object with "input", "classes" and "layers"');
   for (const key of Object.keys(raw)) {
-    if (!['name', 'input', 'classes', 'layers'].includes(key)) fail(`unknown field "${key}"`);
+    if (!['name', 'input', 'classes', 'context', 'vocab', 'layers'].includes(key)) fail(`unknown field "${key}"`);
   }
-  const input = raw.input;
-  if (!Array.isArray(input) || (input.length !== 1 && input.length !== 3) || !input.every(positiveInt)) {
-    fail('"input" must be [F] or [C, H, W], positive integers');
+  const language = parseLanguage(raw, fail);
+  const input = language ? [language.context + 1] : raw.input;
+  if (!language) {
+    if (!Array.isArray(input) || (input.length !== 1 && input.length !== 3) || !input.every(positiveInt)) {
+      fail('"input" must be [F] or [C, H, W], positive integers (or a language model\'s "context" and "vocab")');
+    }
+    if (!positiveInt(raw.classes) || raw.classes < 2) fail('"classes" must be an integer >= 2');
   }
-  if (!positiveInt(raw.classes) || raw.classes < 2) fail('"classes" must be an integer >= 2');
   if (!Array.isArray(raw.layers) || raw.layers.length === 0) fail('"layers" must be a non-empty array');
   const position = new Map<string, number>(); // layer name -> index
   const names = (raw.layers as unknown[]).map((entry, index) =>
@@ -118,9 +142,13 @@ export function parseSpec(file: string, text: string): ModelSpec {
     if (position.get(name) !== index) fail(`${where}: the name is already layer ${position.get(name)! + 1}'s`);
     const layer: Raw = { type, name };
     for (const key of Object.keys(entry)) {
-      if (key !== 'type' && key !== 'name' && key !== 'inputs' && !(key in fields[type]))
+      if (key !== 'type' && key !== 'name' && key !== 'inputs' && !(key in fields[type]) && !(type === 'lmhead' && key === 'embedding'))
         fail(`${where}: unknown field "${key}" for ${type}`);
     }
+    if (type === 'lmhead')
+      layer.embedding = embeddingName(entry.embedding, names.slice(0, index), raw.layers as Raw[], (p) => fail(`${where}: ${p}`));
+    if (!language && (type === 'embedding' || type === 'lmhead'))
+      fail(`${where}: ${type} belongs to a language model (a spec with "context" and "vocab")`);
     for (const [key, [check, fallback]] of Object.entries(fields[type])) {
       const value = entry[key] ?? (key === 'stride' && fallback === undefined ? entry.kernel : fallback);
       if (value === undefined) fail(`${where}: missing field "${key}"`);
@@ -135,7 +163,28 @@ export function parseSpec(file: string, text: string): ModelSpec {
     return layer as unknown as LayerSpec;
   });
   checkAllUsed(layers, (p) => fail(p));
-  return { file, name: typeof raw.name === 'string' ? raw.name : file, input: input as number[], classes: raw.classes as number, layers };
+  const name = typeof raw.name === 'string' ? raw.name : file;
+  if (language) return { file, name, input: input as number[], classes: language.vocab, layers, language };
+  return { file, name, input: input as number[], classes: raw.classes as number, layers };
+}
+
+/** A language model's context and vocabulary, or undefined for a spec that names neither. */
+function parseLanguage(raw: Raw, fail: (problem: string) => never): LanguageModel | undefined {
+  if (raw.context === undefined && raw.vocab === undefined) return undefined;
+  if (raw.input !== undefined || raw.classes !== undefined)
+    fail('a language model names "context" and "vocab" instead of "input" and "classes", not both');
+  if (!positiveInt(raw.context)) fail('"context" must be a positive integer (the positions a sequence predicts)');
+  if (!positiveInt(raw.vocab) || raw.vocab < 2) fail('"vocab" must be an integer >= 2 (the token ids, 0 to vocab - 1)');
+  return { context: raw.context as number, vocab: raw.vocab as number };
+}
+
+/** The lmhead's "embedding": the name of an earlier embedding layer, whose token table it shares. */
+function embeddingName(value: unknown, earlier: string[], layers: Raw[], fail: (problem: string) => never): string {
+  if (typeof value !== 'string') return fail('missing field "embedding" (the name of the embedding layer whose token table it shares)');
+  const at = earlier.indexOf(value);
+  if (at < 0) return fail(`"embedding": "${value}" is no earlier layer's name`);
+  if (layers[at].type !== 'embedding') return fail(`"embedding": "${value}" is a ${String(layers[at].type)} layer, not an embedding`);
+  return value;
 }
 
 function parseInputs(value: unknown, index: number, position: Map<string, number>, fail: (problem: string) => never): string[] {

@@ -1,7 +1,7 @@
 // The report's charts as vega-lite specs, rendered to SVG in Node by vega (no browser, no
 // canvas) and, in a browser, by the page's inlined vega (tooltips, zoom and pan, a run picked in
 // the legend): loss against step and wall time with failures marked, loss minus the baseline's,
-// step time, throughput, world size, learning rate, test accuracy. Runs share colours and dashes.
+// step time, throughput, world size, learning rate, test accuracy and loss. Runs share colours and dashes.
 import * as vega from 'vega';
 import * as vl from 'vega-lite';
 import type { TopLevelSpec } from 'vega-lite';
@@ -48,11 +48,11 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
   const evaluations = runs.flatMap((run, i) => {
     const points = run.steps
       .filter((s) => typeof s.test_accuracy === 'number')
-      .map((s) => ({ run: labels[i], step: s.step, accuracy: s.test_accuracy! }));
+      .map((s) => ({ run: labels[i], step: s.step, accuracy: s.test_accuracy!, loss: s.test_loss ?? null }));
     // the final evaluation follows the last step's metrics line; summary.json has it
     const summary = run.summary;
     if (summary !== undefined && summary.test_accuracy !== null && points.at(-1)?.step !== summary.steps - 1)
-      points.push({ run: labels[i], step: summary.steps - 1, accuracy: summary.test_accuracy });
+      points.push({ run: labels[i], step: summary.steps - 1, accuracy: summary.test_accuracy, loss: summary.test_loss });
     return points;
   });
   const differences = runs.flatMap((run, i) => {
@@ -315,6 +315,28 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
         },
       },
     });
+    const losses = evaluations.filter((e) => e.loss !== null);
+    if (losses.length > 0) {
+      charts.push({
+        title: 'Test loss',
+        caption: "Mean cross-entropy on the whole test split (a language model's validation loss, per token), at each evaluation step.",
+        spec: {
+          width,
+          height,
+          data: { values: losses },
+          params,
+          mark: { type: 'line', point: true, strokeWidth: 2 },
+          encoding: {
+            x: step,
+            y: { field: 'loss', type: 'quantitative', title: 'test loss', scale: { zero: false }, axis: { format: '.3~g' } },
+            color,
+            strokeDash,
+            opacity: faded(1),
+            tooltip: tooltip(['run', 'run'], ['step', 'step'], ['loss', 'test loss', '.4f']),
+          },
+        },
+      });
+    }
   }
   return charts;
 }

@@ -32,6 +32,7 @@ body { font: 14px/1.45 "DejaVu Sans", Helvetica, Arial, sans-serif; color: #222;
 h1 { font-size: 22px; margin-bottom: 4px; }
 h2 { font-size: 17px; margin-top: 28px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
 .meta, figcaption, .note { color: #555; font-size: 13px; }
+pre.sample { white-space: pre-wrap; background: #f6f6f6; padding: 8px 10px; font-size: 13px; max-height: 320px; overflow: auto; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { border-bottom: 1px solid #e4e4e4; padding: 5px 8px; text-align: right; white-space: nowrap; }
 th { background: #f5f5f5; white-space: normal; vertical-align: bottom; }
@@ -82,6 +83,14 @@ function vegaRuntime(): string {
 /** JSON safe inside a script element. */
 function scriptJson(value: unknown): string {
   return JSON.stringify(value).replace(/</g, '\\u003c');
+}
+
+/** The text each language model wrote at the end of its run (sample.txt); nothing without any. */
+function samplesSection(content: ReportContent): string {
+  const samples = content.runs.flatMap((run, i) => (run.sample === undefined ? [] : [{ label: content.labels[i], text: run.sample }]));
+  if (samples.length === 0) return '';
+  const blocks = samples.map(({ label, text }) => `<h3>${escape(label)}</h3>\n<pre class="sample">${escape(text)}</pre>`);
+  return `<h2>Samples</h2>\n<p class="note">What each language model wrote after training, after a new line, at temperature 1 with the run's seed (ft-sample writes more).</p>\n${blocks.join('\n')}\n`;
 }
 
 function escape(text: string): string {
@@ -292,7 +301,7 @@ ${settingsTable(content)}
 <div class="charts">
 ${figures.join('\n')}
 </div>
-<h2>Recoveries</h2>
+${samplesSection(content)}<h2>Recoveries</h2>
 ${recoveriesTable(content)}
 <h2>What failures would cost at scale</h2>
 ${costSection(content)}

@@ -51,6 +51,8 @@ export interface Run {
   checkpoints: CheckpointWrite[];
   /** the steps where a run resumed into this directory continued it (--resume into the same --run-dir) */
   resumes: number[];
+  /** a language model's text at the end of training (sample.txt), if it wrote one */
+  sample?: string;
 }
 
 export function readRun(dir: string): Run {
@@ -70,7 +72,9 @@ export function readRun(dir: string): Run {
   const checkpoints = events
     .filter((e) => e.event === 'checkpoint' && typeof e.duration_ms === 'number')
     .map((e) => ({ reason: String(e.reason), durationMs: e.duration_ms as number }));
-  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes };
+  const sampleFile = path.join(dir, runFiles.sample);
+  const sample = fs.existsSync(sampleFile) ? fs.readFileSync(sampleFile, 'utf8') : undefined;
+  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes, sample };
 }
 
 /**

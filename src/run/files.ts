@@ -10,6 +10,8 @@ export const runFiles = {
   model: 'model.safetensors',
   /** the model's spec beside them, every default filled in (examples/pytorch/load_model.py reads the pair) */
   modelSpec: 'model.json',
+  /** a language model's text at the end of training (ft-train --sample-tokens) */
+  sample: 'sample.txt',
   /** one log per rank */
   logs: 'logs',
   /** each rank's pid, for launch/drill */

@@ -135,6 +135,11 @@ export function writeModel(dir: string, safetensors: Uint8Array, spec?: string):
   writeAtomically(path.join(dir, runFiles.model), safetensors);
 }
 
+/** A language model's text at the end of training, atomically. */
+export function writeSample(dir: string, text: string): void {
+  writeAtomically(path.join(dir, runFiles.sample), text);
+}
+
 export function writeSummary(dir: string, summary: Summary): void {
   writeAtomically(path.join(dir, runFiles.summary), JSON.stringify(summary, null, 2) + '\n');
 }

@@ -25,7 +25,8 @@ import { ProtocolStop } from '../liveness/stop';
 /** What sharded state needs of an optimizer (solver/optimizer.ts). */
 export interface StateOptimizer {
   readonly slots: readonly string[];
-  update(params: Float32Array, grads: Float32Array, state: readonly Float32Array[], lr: number, step: number): void;
+  /** `from`: where params[0] lies in the flat parameters */
+  update(params: Float32Array, grads: Float32Array, state: readonly Float32Array[], lr: number, step: number, from: number): void;
   stateInput(params: Float32Array, grads: Float32Array, input: Float32Array): void;
   replay(state: readonly Float32Array[], input: Float32Array): void;
 }
@@ -179,7 +180,7 @@ export class ShardedState {
     const grads = chunk.subarray(0, L);
     if (this.plan.kind !== 'none') this.config.optimizer.stateInput(updated, grads, this.input.subarray(0, L));
     this.scratch.set(this.live);
-    this.config.optimizer.update(updated, grads, this.slotViews(this.scratch, L), lr, step);
+    this.config.optimizer.update(updated, grads, this.slotViews(this.scratch, L), lr, step, from);
     if (chunk.length > L) this.send[L] = chunk[L]; // the loss: the last chunk's last element
     this.previous.set(params);
     this.paramsTouched = true;

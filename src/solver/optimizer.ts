@@ -4,7 +4,10 @@
 // advance into an input worked out with the parameters (stateInput) and a step that needs nothing
 // else (replay): a lost chunk's state is rebuilt from a peer's copy of its previous state and the
 // input the owner sent before the vote.
+// AdamW's decoupled weight decay applies to the matrices only (weights of linear and convolution
+// layers, embedding tables), never to biases and normalisation scales, as transformers are trained.
 import type { Backend } from '../nn/backend';
+import type { ParamView } from '../nn/params';
 
 export const optimizerNames = ['sgd', 'adamw'] as const;
 export type OptimizerName = (typeof optimizerNames)[number];
@@ -21,22 +24,71 @@ export interface OptimizerSettings {
   eps: number;
 }
 
+/** [from, to) ranges of the flat parameters. */
+export type Ranges = readonly (readonly [number, number])[];
+
+/** Where the tensors of two or more dimensions lie in the flat parameters (adjacent ones merged). */
+export function matrixRanges(views: readonly Pick<ParamView, 'offset' | 'shape'>[]): Ranges {
+  const ranges: [number, number][] = [];
+  for (const { offset, shape } of views) {
+    if (shape.length < 2) continue;
+    const end = offset + shape.reduce((a, b) => a * b, 1);
+    const last = ranges[ranges.length - 1];
+    if (last && last[1] === offset) last[1] = end;
+    else ranges.push([offset, end]);
+  }
+  return ranges;
+}
+
 export class Optimizer {
   /** the state tensors per parameter, in checkpoint order (PyTorch's names) */
   readonly slots: readonly string[];
 
+  /** `decayed`: where AdamW's weight decay applies (matrixRanges; absent: everywhere, for parameters of unknown shapes). */
   constructor(
     readonly settings: OptimizerSettings,
     private readonly backend: Backend,
+    private readonly decayed?: Ranges,
   ) {
     this.slots = settings.name === 'sgd' ? ['velocity'] : ['exp_avg', 'exp_avg_sq'];
   }
 
-  /** Applies step `step`'s update (0-based) to `params` from `grads`; `state[k]` is slot k over the same elements. */
-  update(params: Float32Array, grads: Float32Array, state: readonly Float32Array[], lr: number, step: number): void {
+  /**
+   * Applies step `step`'s update (0-based) to `params` from `grads`; `state[k]` is slot k over the
+   * same elements, which start at element `from` of the flat parameters.
+   */
+  update(params: Float32Array, grads: Float32Array, state: readonly Float32Array[], lr: number, step: number, from = 0): void {
     const s = this.settings;
-    if (s.name === 'sgd') this.backend.sgdUpdate(params, grads, state[0], lr, s.momentum, s.weightDecay);
-    else this.backend.adamwUpdate(params, grads, state[0], state[1], lr, s.beta1, s.beta2, s.eps, s.weightDecay, step + 1);
+    if (s.name === 'sgd') {
+      this.backend.sgdUpdate(params, grads, state[0], lr, s.momentum, s.weightDecay);
+      return;
+    }
+    const adamw = (a: number, b: number, weightDecay: number): void => {
+      const part = (x: Float32Array): Float32Array => x.subarray(a, b);
+      this.backend.adamwUpdate(
+        part(params),
+        part(grads),
+        part(state[0]),
+        part(state[1]),
+        lr,
+        s.beta1,
+        s.beta2,
+        s.eps,
+        weightDecay,
+        step + 1,
+      );
+    };
+    if (!this.decayed || s.weightDecay === 0) return adamw(0, params.length, s.weightDecay);
+    // pieces of [from, from + length): decayed or not, in order
+    let at = 0;
+    for (const [start, end] of this.decayed) {
+      const [a, b] = [Math.max(start - from, at), Math.min(end - from, params.length)];
+      if (b <= a) continue;
+      if (a > at) adamw(at, a, 0);
+      adamw(a, b, s.weightDecay);
+      at = b;
+    }
+    if (at < params.length) adamw(at, params.length, 0);
   }
 
   /** What the update adds into the state besides the state itself (SGD: g + wd p; AdamW: g). */

@@ -26,6 +26,8 @@ export interface StepSettings {
   lrRescale: 'linear' | 'none';
   /** sharded: the optimizer state is the protocol's, in chunks, updated inside the collective */
   optimizerState: 'replicated' | 'sharded';
+  /** scale the summed gradient down to this global norm where it is larger (0: off; replicated state) */
+  clipNorm: number;
 }
 
 /** What a step updates: the parameters, [P | the loss] (sharded state returns the updated parameters with the loss), and the buffers. */
@@ -61,6 +63,8 @@ export class DataParallelStep {
   private total?: Float32Array;
   /** the last committed step's loss (mean over its global batch) */
   lastLoss = NaN;
+  /** the last clipped step's gradient norm before clipping (NaN: no clipping) */
+  gradientNorm = NaN;
 
   constructor(
     private readonly settings: StepSettings,
@@ -68,7 +72,7 @@ export class DataParallelStep {
     private readonly data: DataPosition,
     private readonly buffers: BatchBuffers,
     private readonly params: StepParameters,
-    private readonly backend: Pick<Backend, 'addInPlace'>,
+    private readonly backend: Pick<Backend, 'addInPlace' | 'sumOfSquares' | 'scaleInPlace'>,
   ) {
     this.P = params.withTail.length - 1;
     this.B = params.buffers.length;
@@ -126,12 +130,26 @@ export class DataParallelStep {
     } else {
       const total = sum ? sum.total : this.contribution;
       this.total = total;
-      if (update) update.optimizer.update(this.params.withTail.subarray(0, P), total.subarray(0, P), update.slots, lr, step);
+      if (update) {
+        if (this.settings.clipNorm > 0) this.clip(total.subarray(0, P));
+        update.optimizer.update(this.params.withTail.subarray(0, P), total.subarray(0, P), update.slots, lr, step);
+      }
       if (B > 0) this.params.updateBuffers(total.subarray(P, P + B));
       this.lastLoss = total[P + B];
     }
     this.data.shrink?.commit(this.shrinkStep!);
     return true;
+  }
+
+  /**
+   * PyTorch's clip_grad_norm_ on the summed gradient: scaled by clipNorm / (norm + 1e-6) where that
+   * is below 1. The norm is of the exact sum, in double in a fixed order: every rank, at any world
+   * size, scales by the same bits.
+   */
+  private clip(gradient: Float32Array): void {
+    this.gradientNorm = Math.sqrt(this.backend.sumOfSquares(gradient));
+    const scale = this.settings.clipNorm / (this.gradientNorm + 1e-6);
+    if (scale < 1) this.backend.scaleInPlace(gradient, scale);
   }
 
   /** The committed step's summed gradient (replicated state; valid until the next run()). */

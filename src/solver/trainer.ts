@@ -16,7 +16,7 @@ import type { Net } from '../nn/net';
 import { Stream, streamVector } from '../nn/stream-memory';
 import type { StepRecord } from '../run/records';
 import { learningRate, type LrSchedule } from './lr-schedule';
-import { Optimizer, type OptimizerSettings } from './optimizer';
+import { matrixRanges, Optimizer, type OptimizerSettings } from './optimizer';
 import { BatchBuffers, evaluateSplit, type Evaluation, type GradientTarget, type MicroBatch } from './shard-steps';
 import { DataPosition } from './data-position';
 import { DataParallelStep } from './step';
@@ -36,6 +36,8 @@ export interface TrainConfig {
   /** replicated: every rank holds the whole optimizer state; sharded: one chunk each (the Manager's) */
   optimizerState: 'replicated' | 'sharded';
   lrSchedule: LrSchedule;
+  /** clip the summed gradient to this global norm (0: off) */
+  clipNorm: number;
   seed: number;
   shards: number;
   onFailure: FailurePolicy;
@@ -94,7 +96,7 @@ export class Trainer implements StateSource {
       config.onFailure === 'exact' ? undefined : (config.rankBatch ?? config.batch / manager.world.size),
     );
     const P = net.params.data.length;
-    this.optimizer = new Optimizer(config.optimizer, backend);
+    this.optimizer = new Optimizer(config.optimizer, backend, matrixRanges(net.params.views));
     this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => plan.size(s)));
     this.buffers = new BatchBuffers(largest, net.inputSize);

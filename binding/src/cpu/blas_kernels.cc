@@ -1,5 +1,6 @@
 // Fully connected layers: y[N,O] = x[N,I] w[O,I]^T + b[O], and its gradients, as matrix
-// products on oneDNN's JIT sgemm or OpenBLAS (both at the pinned level: kernel_level.h).
+// products on oneDNN's JIT sgemm or OpenBLAS (both at the pinned level: kernel_level.h); and
+// OpenBlasGemm, OpenBLAS's alone, for products inside a kernel's OpenMP loop (transformer.cc).
 #include <oneapi/dnnl/dnnl.h>
 
 #include <string>
@@ -9,6 +10,12 @@
 #include "tensor_args.h"
 
 namespace ft::cpu {
+
+void OpenBlasGemm(char transA, char transB, size_t m, size_t n, size_t k, float alpha, const float* a, size_t lda,
+                  const float* b, size_t ldb, float beta, float* c, size_t ldc) {
+  auto op = [](char trans) { return trans == 'T' ? CblasTrans : CblasNoTrans; };
+  OpenBlasSgemm()(CblasRowMajor, op(transA), op(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
 
 namespace {
 // Below this many multiply-adds OpenBLAS's small-matrix kernels win: oneDNN's sgemm has a fixed
@@ -21,8 +28,7 @@ constexpr double kSmallProduct = 1 << 20;
 void Gemm(Napi::Env env, const char* method, char transA, char transB, size_t m, size_t n, size_t k, const float* a,
           size_t lda, const float* b, size_t ldb, float beta, float* c, size_t ldc) {
   if (static_cast<double>(m) * n * k < kSmallProduct) {
-    auto op = [](char trans) { return trans == 'T' ? CblasTrans : CblasNoTrans; };
-    OpenBlasSgemm()(CblasRowMajor, op(transA), op(transB), m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    OpenBlasGemm(transA, transB, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   dnnl_status_t status = dnnl_sgemm(transA, transB, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);

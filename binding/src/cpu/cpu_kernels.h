@@ -34,6 +34,19 @@ Napi::Value SgdStateInput(const Napi::CallbackInfo& info);
 Napi::Value SgdReplay(const Napi::CallbackInfo& info);
 Napi::Value AdamwUpdate(const Napi::CallbackInfo& info);
 Napi::Value AdamwReplay(const Napi::CallbackInfo& info);
+Napi::Value AttentionForward(const Napi::CallbackInfo& info);
+Napi::Value AttentionBackward(const Napi::CallbackInfo& info);
+Napi::Value GeluForward(const Napi::CallbackInfo& info);
+Napi::Value GeluBackward(const Napi::CallbackInfo& info);
+Napi::Value EmbeddingForward(const Napi::CallbackInfo& info);
+Napi::Value EmbeddingBackward(const Napi::CallbackInfo& info);
+Napi::Value SumOfSquares(const Napi::CallbackInfo& info);
+Napi::Value ScaleInPlace(const Napi::CallbackInfo& info);
+
+// Row-major c[m,n] = alpha op(a) op(b) + beta c on OpenBLAS alone (op transposing where `trans*` is
+// 'T'; blas_kernels.cc): single-threaded, so it may run inside an OpenMP loop, one call per thread.
+void OpenBlasGemm(char transA, char transB, size_t m, size_t n, size_t k, float alpha, const float* a, size_t lda,
+                  const float* b, size_t ldb, float beta, float* c, size_t ldc);
 
 // The `cpu` object: the kernels above, channelBlock and setThreads(n).
 Napi::Object Exports(Napi::Env env);

@@ -104,6 +104,14 @@ Napi::Object Exports(Napi::Env env) {
   add("sgdReplay", SgdReplay);
   add("adamwUpdate", AdamwUpdate);
   add("adamwReplay", AdamwReplay);
+  add("attentionForward", AttentionForward);
+  add("attentionBackward", AttentionBackward);
+  add("geluForward", GeluForward);
+  add("geluBackward", GeluBackward);
+  add("embeddingForward", EmbeddingForward);
+  add("embeddingBackward", EmbeddingBackward);
+  add("sumOfSquares", SumOfSquares);
+  add("scaleInPlace", ScaleInPlace);
   return cpu;
 }
 

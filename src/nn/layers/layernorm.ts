@@ -1,13 +1,16 @@
 // LayerNorm, PyTorch's nn.LayerNorm(normalized_shape = the per-sample shape): each sample is
 // normalised over all of its values with its own mean and biased variance,
 // y = (x - mean) / sqrt(var + eps) * w + b, with element-wise affine weight (init 1) and bias
-// (init 0) of the per-sample shape. Same in training and evaluation. The backend's kernels sum in
+// (init 0) of the per-sample shape. A sequence [T, C] is normalised position by position
+// (nn.LayerNorm(C), as in a transformer), with weight and bias [C]. Same in training and evaluation. The backend's kernels sum in
 // float64 in a fixed order.
 import { type BatchKey, type Layer, type LayerContext, Scratch, product } from '../layer';
 import type { ParamView, ParameterStore } from '../params';
 
 export class LayerNorm implements Layer {
   private readonly size: number;
+  /** Rows per sample: a sequence's positions, else 1. */
+  private readonly positions: number;
   private readonly weight: ParamView;
   private readonly bias: ParamView;
   private readonly scratch = new Scratch();
@@ -23,9 +26,12 @@ export class LayerNorm implements Layer {
     private readonly eps: number,
     private readonly ctx: LayerContext,
   ) {
-    this.size = product(outShape);
-    this.weight = ctx.params.reserve(`${name}.weight`, outShape);
-    this.bias = ctx.params.reserve(`${name}.bias`, outShape);
+    const sequence = outShape.length === 2;
+    this.positions = sequence ? outShape[0] : 1;
+    const normalized = sequence ? [outShape[1]] : outShape;
+    this.size = product(normalized);
+    this.weight = ctx.params.reserve(`${name}.weight`, normalized);
+    this.bias = ctx.params.reserve(`${name}.bias`, normalized);
   }
 
   init(params: ParameterStore): void {
@@ -33,8 +39,9 @@ export class LayerNorm implements Layer {
     params.param(this.bias).fill(0);
   }
 
-  forward(x: Float32Array, batch: number, _train: boolean, _key: BatchKey): Float32Array {
+  forward(x: Float32Array, samples: number, _train: boolean, _key: BatchKey): Float32Array {
     const { backend, params } = this.ctx;
+    const batch = samples * this.positions;
     const y = this.scratch.get('y', x.length);
     this.xhat = this.scratch.get('xhat', x.length);
     if (this.invStd.length !== batch) {
@@ -49,8 +56,9 @@ export class LayerNorm implements Layer {
   }
 
   /** Per sample, with g = dy w: dx = invStd (g - mean(g) - xhat mean(g xhat)); dw = sum_n dy xhat, db = sum_n dy. */
-  backward(dy: Float32Array, batch: number, needInputGrad: boolean): Float32Array | null {
+  backward(dy: Float32Array, samples: number, needInputGrad: boolean): Float32Array | null {
     const { backend, params } = this.ctx;
+    const batch = samples * this.positions;
     const dx = needInputGrad ? this.scratch.get('dx', dy.length) : null;
     backend.layernormBackward(
       dy,
