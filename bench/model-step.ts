@@ -1,10 +1,15 @@
 // A shipped model's kernel-only training step (forward, backward, SGD update) on a fixed batch, warmed
-// up: what the throughput and kernel-level benchmarks time.
+// up: what the throughput and kernel-level benchmarks time. A language model's: AdamW (decay on
+// matrices only) on fixed token windows.
 import * as path from 'node:path';
 import { cpu } from '../src/nn/cpu';
 import { Net } from '../src/nn/net';
 import { loadSpec } from '../src/nn/spec';
 import { Stream, streamVector } from '../src/nn/stream-memory';
+import { matrixRanges, Optimizer } from '../src/solver/optimizer';
+
+/** The AdamW settings both sides of the language-model benchmark train with. */
+export const languageModelAdamw = { lr: 3e-4, weightDecay: 0.1 };
 
 export const benchRoot = path.resolve(__dirname, '..', '..');
 
@@ -19,5 +24,30 @@ export function modelStep(name: string, batch: number): { net: Net; step: () => 
     cpu.sgdUpdate(net.params.data, net.params.gradients, velocity, 0.01, 0.9, 5e-4);
   };
   for (let i = 0; i < 10; ++i) step();
+  return { net, step };
+}
+
+export function languageModelStep(name: string, batch: number): { net: Net; step: () => void } {
+  const net = new Net(loadSpec(path.join(benchRoot, 'models', `${name}.json`)), cpu);
+  net.init(1);
+  const P = net.params.data.length;
+  const settings = {
+    name: 'adamw' as const,
+    momentum: 0,
+    weightDecay: languageModelAdamw.weightDecay,
+    beta1: 0.9,
+    beta2: 0.999,
+    eps: 1e-8,
+  };
+  const optimizer = new Optimizer(settings, cpu, matrixRanges(net.params.views));
+  const state = [streamVector(P, Stream.state), streamVector(P, Stream.state + 1)];
+  const x = Float32Array.from({ length: batch * net.inputSize }, (_, i) => (i * 7919) % net.spec.classes);
+  const labels = new Int32Array(batch);
+  let t = 0;
+  const step = (): void => {
+    net.lossAndGradient(x, labels, batch, { seed: 1, epoch: 0, step: t, shard: 0 });
+    optimizer.update(net.params.data, net.params.gradients, state, languageModelAdamw.lr, t++);
+  };
+  for (let i = 0; i < 3; ++i) step();
   return { net, step };
 }

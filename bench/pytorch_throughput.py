@@ -2,7 +2,9 @@
 in short rounds: each line on stdin is a request {"spec": <a model spec, every default filled in>,
 "batch": B, "seconds": S}; the answer is one line {"model", "images_per_s", "steps"}: full SGD
 training steps (forward, backward, update, like ft-train's) of that model on one thread, timed for
-S seconds. The model is built once per spec name, by examples/pytorch/load_model.py's SpecModel (the
+S seconds. A language model's spec ("context", "vocab") trains on random token windows with AdamW
+(decay on matrices only, as ft-train's: {"lr", "weight_decay"} in the request) and answers
+"tokens_per_s" beside "images_per_s" (windows per second). The model is built once per spec name, by examples/pytorch/load_model.py's SpecModel (the
 one rebuilder of ft-train specs in PyTorch), and warmed up on first use."""
 import json
 import sys
@@ -10,14 +12,38 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / 'examples' / 'pytorch'))
 from load_model import SpecModel  # noqa: E402
 
 
-def trainer(spec, batch):
+def language_trainer(spec, batch, request):
+    """One training step of a language model on fixed random windows: AdamW, cross-entropy at every position."""
+    model = SpecModel(spec)
+    model.train()
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    others = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{'params': matrices, 'weight_decay': request['weight_decay']}, {'params': others, 'weight_decay': 0.0}],
+                                  lr=request['lr'], betas=(0.9, 0.999), eps=1e-8)
+    windows = torch.randint(0, spec['vocab'], (batch, spec['context'] + 1)).float()
+    targets = windows[:, 1:].reshape(-1).long()
+
+    def step():
+        optimizer.zero_grad()
+        F.cross_entropy(model(windows).reshape(-1, spec['vocab']), targets).backward()
+        optimizer.step()
+
+    for _ in range(3):
+        step()
+    return step
+
+
+def trainer(spec, batch, request):
     """One training step of the spec's model on a fixed random batch."""
+    if 'context' in spec:
+        return language_trainer(spec, batch, request)
     model = SpecModel(spec)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
@@ -44,14 +70,17 @@ def main():
         spec, batch, seconds = request['spec'], request['batch'], request['seconds']
         key = (spec['name'], batch)
         if key not in steps_of:
-            steps_of[key] = trainer(spec, batch)
+            steps_of[key] = trainer(spec, batch, request)
         step = steps_of[key]
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             step()
             steps += 1
         elapsed = time.perf_counter() - start
-        print(json.dumps({'model': spec['name'], 'images_per_s': steps * batch / elapsed, 'steps': steps}), flush=True)
+        answer = {'model': spec['name'], 'images_per_s': steps * batch / elapsed, 'steps': steps}
+        if 'context' in spec:
+            answer['tokens_per_s'] = steps * batch * spec['context'] / elapsed
+        print(json.dumps(answer), flush=True)
 
 
 main()

@@ -6,8 +6,11 @@
 // --threads 2 against --threads 1 (alternating, per round), and real ft-train runs of each model
 // that has a dataset here at 1 rank (the whole step: batch, sum, vote, update, records, progress),
 // each run's wall-clock time per step set against the kernel-only step's measured beside it
-// (alternating order, per round; the median of the rounds' ratios). Last line JSON:
-//   lenet_vs_pytorch (target >= 1.5), min_model_vs_pytorch (the worst model; target >= 1.3),
+// (alternating order, per round; the median of the rounds' ratios). The language models (specs with
+// a context: gpt-small) are timed the same way in tokens/s at batch 8 x their context, with AdamW
+// on both sides (bench/model-step.ts's settings). Last line JSON:
+//   gpt_vs_pytorch (gpt-small's tokens/s over PyTorch's; target >= 1.0),
+//   lenet_vs_pytorch (target >= 1.5), min_model_vs_pytorch (the worst image model; target >= 1.3),
 //   <model>_vs_pytorch, threads2_speedup (the worse of lenet and cifarnet; target >= 1.6),
 //   step_vs_kernels_1rank (the worst model's real step / kernel-only step; target <= 1.1), models.
 import { spawn, spawnSync } from 'node:child_process';
@@ -16,7 +19,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
 import { median } from './median';
-import { modelStep } from './model-step';
+import { languageModelAdamw, languageModelStep, modelStep } from './model-step';
 import { cpu } from '../src/nn/cpu';
 import { modelSpecJson } from '../src/nn/export';
 import { Net } from '../src/nn/net';
@@ -26,11 +29,19 @@ const seconds = Number(process.env.BENCH_SECONDS ?? 0.5);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const root = path.resolve(__dirname, '..', '..');
 const python = process.env.BENCH_PYTHON ?? '/usr/bin/python3';
-const models = fs
+const specNames = fs
   .readdirSync(path.join(root, 'models'))
   .filter((f) => f.endsWith('.json'))
   .map((f) => f.slice(0, -5))
   .sort();
+const isLanguageModel = (name: string): boolean =>
+  'context' in JSON.parse(fs.readFileSync(path.join(root, 'models', `${name}.json`), 'utf8'));
+/** The image models; of the language models, the one the issue's target names. */
+const models = specNames.filter((name) => !isLanguageModel(name));
+const languageModel = 'gpt-small';
+const languageBatch = Number(process.env.BENCH_GPT_BATCH ?? 8);
+/** At least a few of gpt-small's steps (about a second each) per side and round. */
+const languageSeconds = Math.max(seconds, Number(process.env.BENCH_GPT_SECONDS ?? 5));
 const threadModels = ['lenet', 'cifarnet'];
 /** The dataset a real run of a model with this input shape trains on. */
 const datasets: Record<string, string> = { '1,28,28': 'fashion-mnist', '3,32,32': 'synthetic-cifar' };
@@ -60,8 +71,21 @@ function imagesPerS(step: () => void): number {
   return (steps * batch) / elapsed;
 }
 
-/** The PyTorch child: times a model for `seconds` when asked. */
-function startPytorch(): { imagesPerS: (net: Net) => Promise<number>; stop: () => void } {
+/** Steps/s of `step` over at least `duration` seconds. */
+function stepsPerS(step: () => void, duration: number): number {
+  let steps = 0;
+  const start = process.hrtime.bigint();
+  let elapsed = 0;
+  while (elapsed < duration) {
+    step();
+    steps += 1;
+    elapsed = Number(process.hrtime.bigint() - start) / 1e9;
+  }
+  return steps / elapsed;
+}
+
+/** The PyTorch child: times a model for `seconds` when asked (a language model: tokens/s). */
+function startPytorch(): { imagesPerS: (net: Net) => Promise<number>; tokensPerS: (net: Net) => Promise<number>; stop: () => void } {
   const child = spawn(python, [path.join(root, 'bench', 'pytorch_throughput.py')], {
     stdio: ['pipe', 'pipe', 'inherit'],
     env: { ...process.env, OMP_NUM_THREADS: '1' },
@@ -73,6 +97,19 @@ function startPytorch(): { imagesPerS: (net: Net) => Promise<number>; stop: () =
       const answer = await lines.next();
       if (answer.done) throw new Error(`the PyTorch child (${python}) ended without answering for ${net.spec.name}`);
       return (JSON.parse(answer.value) as { images_per_s: number }).images_per_s;
+    },
+    tokensPerS: async (net) => {
+      const request = {
+        spec: JSON.parse(modelSpecJson(net)),
+        batch: languageBatch,
+        seconds: languageSeconds,
+        lr: languageModelAdamw.lr,
+        weight_decay: languageModelAdamw.weightDecay,
+      };
+      child.stdin.write(`${JSON.stringify(request)}\n`);
+      const answer = await lines.next();
+      if (answer.done) throw new Error(`the PyTorch child (${python}) ended without answering for ${net.spec.name}`);
+      return (JSON.parse(answer.value) as { tokens_per_s: number }).tokens_per_s;
     },
     stop: () => child.stdin.end(),
   };
@@ -143,7 +180,24 @@ async function main(): Promise<void> {
       ratios.get(model)!.push(mine / peer);
     }
   }
+  // the language model: tokens/s of a whole training step, alternating with PyTorch per round
+  const gpt = languageModelStep(languageModel, languageBatch);
+  const tokensPerStep = languageBatch * gpt.net.spec.language!.context;
+  const gptOurs: number[] = [];
+  const gptTheirs: number[] = [];
+  for (let round = 0; round < rounds; ++round) {
+    process.stderr.write(`[bench] round ${round + 1}/${rounds}: ${languageModel} in ft-train and PyTorch, alternating ...\n`);
+    const mine = (): number => tokensPerStep * stepsPerS(gpt.step, languageSeconds);
+    if (round % 2 === 0) {
+      gptOurs.push(mine());
+      gptTheirs.push(await pytorch.tokensPerS(gpt.net));
+    } else {
+      gptTheirs.push(await pytorch.tokensPerS(gpt.net));
+      gptOurs.push(mine());
+    }
+  }
   pytorch.stop();
+  const gptRatios = gptOurs.map((mine, k) => mine / gptTheirs[k]);
 
   // threads: real 1-rank runs (ft-run places a rank's threads on cores of their own), 1 and 2 alternating
   const threadRatios = new Map<string, number[]>(threadModels.map((m) => [m, []]));
@@ -224,10 +278,14 @@ async function main(): Promise<void> {
         `${ratio.toFixed(3).padStart(6)} ${kernelMs.toFixed(2).padStart(10)} ${(realMs?.toFixed(2) ?? '-').padStart(13)}`,
     );
   }
+  console.log(
+    `${languageModel}: ft-train ${median(gptOurs).toFixed(0)} tokens/s, PyTorch ${median(gptTheirs).toFixed(0)} tokens/s, ratio ${median(gptRatios).toFixed(3)} (batch ${languageBatch} x context ${tokensPerStep / languageBatch})`,
+  );
   const threads2 = Object.fromEntries(threadModels.map((m) => [m, +median(threadRatios.get(m)!).toFixed(3)]));
   console.log(`2 threads / 1 thread: ${threadModels.map((m) => `${m} ${threads2[m]}x`).join(', ')}`);
   console.log(
     JSON.stringify({
+      gpt_vs_pytorch: +median(gptRatios).toFixed(3),
       lenet_vs_pytorch: summary.lenet_vs_pytorch,
       min_model_vs_pytorch: Math.min(...models.map((m) => summary[`${m}_vs_pytorch`] as number)),
       threads2_speedup: Math.min(...Object.values(threads2)),
@@ -239,6 +297,13 @@ async function main(): Promise<void> {
       seconds_per_round: seconds,
       threads2_speedup_by_model: threads2,
       models: perModel,
+      [languageModel]: {
+        batch: languageBatch,
+        context: tokensPerStep / languageBatch,
+        tokens_per_s: +median(gptOurs).toFixed(1),
+        pytorch_tokens_per_s: +median(gptTheirs).toFixed(1),
+        vs_pytorch_rounds: gptRatios.map((r) => +r.toFixed(3)),
+      },
     }),
   );
 }

@@ -1,4 +1,4 @@
-// Exported models in PyTorch: lenet and resnet8, trained a few steps in TS, exported with
+// Exported models in PyTorch: lenet, resnet8 and gpt-tiny, trained a few steps in TS, exported with
 // src/nn/export.ts, rebuilt and evaluated by examples/pytorch/load_model.py on the same test samples
 // (written as .npy by src/data/npy.ts): the same correct count and the same loss within 1e-4.
 import { strict as assert } from 'node:assert';
@@ -76,9 +76,11 @@ describe('Exported models in PyTorch', function () {
     if (scratch) removeScratch(scratch);
   });
 
-  for (const [model, data, rows] of [
-    ['lenet', 'fashion-mnist', 2000],
-    ['resnet8', 'synthetic-cifar', 2000],
+  // the least accuracy at which a comparison means much: well above chance (1/10; gpt-tiny's 1/113 per position)
+  for (const [model, data, rows, least] of [
+    ['lenet', 'fashion-mnist', 2000, 0.2],
+    ['resnet8', 'synthetic-cifar', 2000, 0.2],
+    ['gpt-tiny', 'text-char', 100, 0.1],
   ] as const) {
     it(`${model} on ${data}: PyTorch counts the same correct samples and the same loss`, async () => {
       const dataset = await Dataset.open(`datasets/${data}`);
@@ -96,7 +98,7 @@ describe('Exported models in PyTorch', function () {
         assert.equal(theirs.samples, rows);
         assert.equal(theirs.correct, ours.correct, `PyTorch ${theirs.correct} correct, ft-train ${ours.correct}`);
         assert.ok(Math.abs(theirs.loss - ours.loss) < 1e-4, `PyTorch loss ${theirs.loss}, ft-train ${ours.loss}`);
-        assert.ok(ours.correct > rows / 5, `accuracy ${ours.correct / rows}: too close to chance for the comparison to mean much`);
+        assert.ok(ours.correct > rows * least, `accuracy ${ours.correct / rows}: too close to chance for the comparison to mean much`);
       } finally {
         await dataset.close();
       }
