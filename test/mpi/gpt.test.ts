@@ -3,7 +3,8 @@
 // fortunes, 4 ranks with rank 1 killed with kill -9 mid-step (the survivors write a JIT checkpoint
 // and carry on), then every rank killed, then a resume on 3 ranks: the same params_sha256 as a
 // 2-rank run that never failed. And gpt-tiny learns: its validation loss after a fixed budget is
-// below what any model that ignores the earlier positions can reach.
+// below what any model that ignores the earlier positions can reach. ft-sample writes the same text
+// for a seed from a trained run.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -14,6 +15,14 @@ const scratch = makeScratch('ft-gpt-');
 const data = path.join(scratch, 'text');
 const training = ['--optimizer', 'adamw', '--lr', '3e-3', '--warmup-steps', '3', '--lr-schedule', 'cosine', '--clip-norm', '1'];
 const common = ['--model', 'models/gpt-tiny.json', '--data', data, '--steps', '12', '--batch', '8', '--shards', '4', ...training];
+const sample = (dir: string, ...flags: string[]) =>
+  runCommand(
+    'node',
+    [path.join(repoRoot, 'launch', 'ft-sample.js'), '--model', path.join(dir, 'model.safetensors'), ...flags],
+    process.env,
+    60_000,
+    'ft-sample',
+  );
 const sha = (dir: string): string => JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')).params_sha256;
 
 describe('gpt-tiny under mpirun', function () {
@@ -30,9 +39,9 @@ describe('gpt-tiny under mpirun', function () {
     assert.equal(made.code, 0, made.stderr);
   });
   after(() => removeScratch(scratch));
+  const baseline = path.join(scratch, 'baseline');
 
   it('killed mid-step at 4 ranks, every rank killed later, resumed on 3 from the JIT checkpoint: the bits of an unfailed 2-rank run', async () => {
-    const baseline = path.join(scratch, 'baseline');
     const clean = await runTrain(2, [...common, '--run-dir', baseline], 180_000);
     assert.equal(clean.code, 0, clean.stderr);
 
@@ -52,5 +61,19 @@ describe('gpt-tiny under mpirun', function () {
     assert.equal(sha(resumedDir), sha(baseline));
     // the sample a language model writes at the end: the same text for the same bits
     assert.equal(fs.readFileSync(path.join(resumedDir, 'sample.txt'), 'utf8'), fs.readFileSync(path.join(baseline, 'sample.txt'), 'utf8'));
+  });
+
+  it('ft-sample: the same text for a seed, another for another seed; a character outside the vocabulary refused in one line', async () => {
+    const first = await sample(baseline, '--prompt', 'The ', '--tokens', '40', '--seed', '3');
+    assert.equal(first.code, 0, first.stderr);
+    assert.equal(first.stdout.length, 41, JSON.stringify(first.stdout)); // 40 characters (char tokens) and a new line
+    assert.equal((await sample(baseline, '--prompt', 'The ', '--tokens', '40', '--seed', '3')).stdout, first.stdout);
+    assert.notEqual((await sample(baseline, '--prompt', 'The ', '--tokens', '40', '--seed', '4')).stdout, first.stdout);
+    const refused = await sample(baseline, '--prompt', 'price: 5€');
+    assert.equal(refused.code, 1);
+    assert.equal(refused.stderr, 'ft-sample: the prompt has "€" (U+20AC), which is not in the dataset\'s vocabulary\n');
+    const usage = await sample(baseline, '--tokens', '-1');
+    assert.equal(usage.code, 2);
+    assert.equal(usage.stderr, 'ft-sample: --tokens expects a non-negative integer, got -1 (see --help)\n');
   });
 });
