@@ -76,4 +76,21 @@ describe('gpt-tiny under mpirun', function () {
     assert.equal(usage.code, 2);
     assert.equal(usage.stderr, 'ft-sample: --tokens expects a non-negative integer, got -1 (see --help)\n');
   });
+
+  it('the report: the test-loss curve of each run and the text each wrote at the end', async () => {
+    const html = path.join(scratch, 'report.html');
+    const made = await runCommand(
+      process.execPath,
+      [path.join(repoRoot, 'launch', 'ft-report.js'), baseline, path.join(scratch, 'resumed'), '-o', html],
+      process.env,
+      60_000,
+      'ft-report',
+    );
+    assert.equal(made.code, 0, made.stderr);
+    const page = fs.readFileSync(html, 'utf8');
+    assert.ok(page.includes('Test loss'), 'no test-loss chart');
+    const text = fs.readFileSync(path.join(baseline, 'sample.txt'), 'utf8');
+    const escaped = text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+    assert.equal(page.split(`<pre class="sample">${escaped}</pre>`).length - 1, 2, "both runs' samples, escaped");
+  });
 });
