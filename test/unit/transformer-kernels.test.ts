@@ -1,9 +1,13 @@
 // The transformer's CPU kernels (binding/src/cpu/transformer.cc): causal attention against a
 // double-precision reference and finite differences, its causality, the same bits at any thread
-// count; GELU at known values and its derivative; the embedding's exact values and its refusal of a
-// bad token; the sum of squares' fixed order; the scale in place.
+// count; GELU at known values and its derivative, both against a double-precision reference over
+// [-10, 10] and beyond; the same bits from each build of the softmax and GELU loops (fast_math.h's exp
+// and erfc); the embedding's exact values and its refusal of a bad token; the sum of squares' fixed
+// order; the scale in place.
 import { strict as assert } from 'node:assert';
-import type { AttentionShape, EmbeddingShape } from '../../src/nn/backend';
+import { spawnSync } from 'node:child_process';
+import * as path from 'node:path';
+import { cpuLevels, type AttentionShape, type EmbeddingShape } from '../../src/nn/backend';
 import { cpu } from '../../src/nn/cpu';
 import { checkGradient, dot, randomTensor } from '../helpers/gradcheck';
 
@@ -43,6 +47,84 @@ function referenceAttention(qkv: Float32Array, [n, t, h, d]: AttentionShape): { 
         }
       }
   return { att, y };
+}
+
+/**
+ * The standard normal distribution's cdf Phi(x) in double, for the kernels' float x: the tail
+ * Phi(-|x|) = erfc(|x| / sqrt 2) / 2 by erf's series of positive terms below |x| / sqrt 2 = 1 and by
+ * Laplace's continued fraction for erfc (300 terms) from there (relative error below 1e-14 against
+ * mpmath over [-12, 12]); exp(-x^2 / 2) with its argument exact (x^2 of a float is a double).
+ */
+function normalCdf(x: number): number {
+  const z = Math.abs(x) / Math.SQRT2;
+  const gauss = Math.exp(-0.5 * x * x);
+  let tail: number;
+  if (z < 1) {
+    // erf(z) = 2 / sqrt(pi) exp(-z^2) sum over n of z (2 z^2)^n / (1 3 5 ... (2n + 1))
+    let term = z;
+    let sum = z;
+    for (let n = 1; term > 1e-17 * sum; ++n) {
+      term *= (2 * z * z) / (2 * n + 1);
+      sum += term;
+    }
+    tail = (1 - (2 / Math.sqrt(Math.PI)) * gauss * sum) / 2;
+  } else {
+    // erfc(z) = exp(-z^2) / sqrt(pi) / (z + (1/2) / (z + 1 / (z + (3/2) / (z + 2 / (z + ...)))))
+    let f = z;
+    for (let k = 300; k >= 1; --k) f = z + k / 2 / f;
+    tail = gauss / Math.sqrt(Math.PI) / f / 2;
+  }
+  return x < 0 ? tail : 1 - tail;
+}
+
+/** GELU(x) = x Phi(x) and GELU'(x) = Phi(x) + x phi(x), in double. */
+function referenceGelu(x: number): { y: number; slope: number } {
+  const cdf = normalCdf(x);
+  return { y: x * cdf, slope: cdf + (x * Math.exp(-0.5 * x * x)) / Math.sqrt(2 * Math.PI) };
+}
+
+/** The float ulp at v: the gap between the float32 nearest |v| and the next one above it. */
+function floatUlp(v: number): number {
+  const f = new Float32Array([Math.abs(v)]);
+  const at = f[0];
+  new Uint32Array(f.buffer)[0] += 1;
+  return f[0] - at;
+}
+
+/**
+ * In a child process that pins `level` (a process runs one build of fast_math's loops for its life):
+ * sha256 of GELU and its derivative over [-20, 20] and of attention's probabilities on scores that
+ * every product computes exactly (halves in [-4, 4], D = 16: sums of quarters below 2^8), so that
+ * only the softmax's build, not OpenBLAS's kernels of the level, could change a bit. Rounded to
+ * float, these would seldom show a difference in a double's last bit (a build that fused multiply-adds
+ * gave the same floats here): what they catch is a build that computes something else.
+ */
+function fastMathBits(level: string): string {
+  const code = `
+    const { createHash } = require('node:crypto');
+    const { cpu } = require('./dist/src/nn/cpu');
+    cpu.pinLevel(process.argv[1]);
+    const hash = createHash('sha256');
+    const add = (a) => hash.update(Buffer.from(a.buffer, a.byteOffset, a.byteLength));
+    const x = Float32Array.from({ length: 40_001 }, (_, i) => i / 1000 - 20 + (i % 7) * 1e-4);
+    const y = new Float32Array(x.length);
+    const dx = new Float32Array(x.length);
+    cpu.geluForward(x, y);
+    cpu.geluBackward(x, x.map((v, i) => 1 + (i % 3)), dx);
+    [y, dx].forEach(add);
+    const shape = [2, 150, 3, 16];
+    const qkv = Float32Array.from({ length: 2 * 150 * 3 * 48 }, (_, i) => (((i * 37) % 17) - 8) / 2);
+    const att = new Float32Array(2 * 3 * 150 * 150);
+    cpu.attentionForward(qkv, att, new Float32Array(2 * 150 * 48), shape);
+    add(att);
+    process.stdout.write(hash.digest('hex'));`;
+  const run = spawnSync(process.execPath, ['-e', code, level], {
+    encoding: 'utf8',
+    timeout: 60_000,
+    cwd: path.join(__dirname, '..', '..', '..'),
+  });
+  assert.equal(run.status, 0, `fast_math bits at ${level}: ${run.stderr}`);
+  return run.stdout;
 }
 
 function attention(shape: AttentionShape, seed: number) {
@@ -204,6 +286,58 @@ describe('transformer kernels', () => {
       },
       { eps: 1e-2, tolerance: 1e-3, samples: 500 },
     );
+  });
+
+  it('GELU and its derivative are within 2 float ulps of a double-precision reference over [-10, 10] (seen: 0.5, the nearest floats; 0.501 for the derivative by its zero), and exact far out', () => {
+    // a sweep in steps of 1e-3, 20000 random floats, and floats around GELU'(x) = 0 (x = -0.7518)
+    const points: number[] = [];
+    for (let i = 0; i <= 20_000; ++i) points.push(Math.fround(i / 1000 - 10));
+    const random = randomTensor(20_000, 31);
+    random.forEach((v) => points.push(Math.fround(10 * v)));
+    for (let i = -500; i <= 500; ++i) points.push(Math.fround(-0.7517916 + i * 6e-8));
+    const x = Float32Array.from(points);
+    const dy = new Float32Array(x.length).fill(1);
+    const y = new Float32Array(x.length);
+    const dx = new Float32Array(x.length);
+    cpu.geluForward(x, y);
+    cpu.geluBackward(x, dy, dx);
+    // the worst error in float ulps of GELU and of GELU'
+    const worst = [0, 0];
+    x.forEach((v, i) => {
+      const expected = referenceGelu(v);
+      const ulps = [Math.abs(y[i] - expected.y) / floatUlp(expected.y), Math.abs(dx[i] - expected.slope) / floatUlp(expected.slope)];
+      assert.ok(ulps[0] <= 2, `GELU(${v}) = ${y[i]}, expected ${expected.y} (${ulps[0]} ulps)`);
+      assert.ok(ulps[1] <= 2, `GELU'(${v}) = ${dx[i]}, expected ${expected.slope} (${ulps[1]} ulps)`);
+      ulps.forEach((u, k) => (worst[k] = Math.max(worst[k], u)));
+    });
+    // GELU is the nearest float everywhere (within the reference's 1e-14); GELU' too but by its zero,
+    // where Phi(x) + x phi(x) cancels to about 1e-6 of its terms, so a double's last bits reach the float's
+    assert.ok(worst[0] <= 0.5 + 1e-6, `GELU: worst error ${worst[0]} float ulps, not the nearest float everywhere`);
+    // the tail keeps its relative accuracy: GELU(-10) = -10 Phi(-10) = -7.6e-23 (by mpmath), not 0
+    assert.equal(y[0], Math.fround(-7.619853024160526e-23));
+    assert.equal(y[20_000], 10);
+    // far out: GELU(x) = x, GELU'(x) = 1 above; GELU(x) = -0 (x times a tail of 0), GELU'(x) = 0 below; a denormal
+    // float from -13.15; at the infinities x Phi(x) is inf and -inf * 0 = NaN
+    const far = Float32Array.from([20, 1e4, 1e30, 3.4e38, -20, -1e4, -1e30, -3.4e38, -13.5]);
+    const farY = new Float32Array(far.length);
+    const farDx = new Float32Array(far.length);
+    cpu.geluForward(far, farY);
+    cpu.geluBackward(far, new Float32Array(far.length).fill(1), farDx);
+    for (let i = 0; i < 4; ++i) assert.deepEqual([farY[i], farDx[i]], [far[i], 1], `GELU(${far[i]})`);
+    for (let i = 4; i < 8; ++i) assert.ok(Object.is(farY[i], -0) && farDx[i] === 0, `GELU(${far[i]}) = ${farY[i]}, GELU' ${farDx[i]}`);
+    assert.equal(farY[8], Math.fround(-1.0555389862638154e-40)); // -13.5 Phi(-13.5), by mpmath
+    assert.ok(Math.abs(farY[8]) < 2 ** -126, `GELU(-13.5) = ${farY[8]}: a denormal`);
+    const edge = new Float32Array(3);
+    cpu.geluForward(Float32Array.of(Infinity, -Infinity, NaN), edge);
+    assert.deepEqual([...edge], [Infinity, NaN, NaN]);
+  });
+
+  it('the builds of the softmax and GELU loops for each level give the same bits (the lowest level runs the baseline build)', function () {
+    this.timeout(120_000);
+    const host = cpu.hostLevel();
+    const lowest = cpuLevels[0];
+    if (host === lowest) this.skip();
+    assert.equal(fastMathBits(lowest), fastMathBits(host));
   });
 
   describe('embedding', () => {

@@ -5,6 +5,9 @@
 // its (sequence, head) pairs over setThreads()'s OpenMP threads, each pair computed alone by one
 // thread with single-threaded OpenBLAS products; the element-wise kernels split their range (each
 // element computed alone); the sum of squares splits its fixed blocks.
+// exp() and erfc() are fast_math.h's, not the C library's (whose code, and so bits, the CPU picks):
+// the softmax and GELU loops that call them are built for three levels and run the one the pinned
+// level allows (LevelBuild below), all three giving the same bits.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -14,6 +17,8 @@
 
 #include "args.h"
 #include "cpu_kernels.h"
+#include "fast_math.h"
+#include "kernel_level.h"
 #include "tensor_args.h"
 
 namespace ft::cpu {
@@ -68,6 +73,56 @@ void ForEachPair(size_t pairs, size_t t, Pair pair) {
 
 // The first position after row i's causal block: rows of a block share their keys 0..BlockEnd.
 size_t BlockEnd(size_t i, size_t t) { return std::min(t, (i / kCausalBlock + 1) * kCausalBlock); }
+
+// The loops that call fast_math's functions are built three times: for the baseline (SSE2: two
+// doubles a vector), x86-64-v3 (AVX2: four) and x86-64-v4 (AVX-512: eight), flatten inlining the loop
+// and its math into each. The three give the same bits: an element's operations are the same IEEE
+// operations at any vector width, and CMakeLists.txt builds this file with -ffp-contract=off, so the
+// v3 and v4 builds, whose targets have FMA, never fuse a multiply and an add.
+#define FT_LEVEL_BUILDS(Name, Params, Args)                                                \
+  __attribute__((target("arch=x86-64-v4"), flatten)) void Name##V4 Params { Name Args; } \
+  __attribute__((target("arch=x86-64-v3"), flatten)) void Name##V3 Params { Name Args; } \
+  __attribute__((flatten)) void Name##Baseline Params { Name Args; }                      \
+  auto Name##Build() { return LevelBuild(Name##V4, Name##V3, Name##Baseline); }
+
+// The build the pinned level allows (kernel_level.h): the x86-64-v4 one where the addon's vector
+// kernels run at v4, the v3 one at v3 (or, unpinned, on a CPU that has it), else the baseline's.
+template <typename Fn>
+Fn LevelBuild(Fn v4, Fn v3, Fn baseline) {
+  if (VectorKernelsV4()) return v4;
+  Level level = KernelLevel();
+  if (level == Level::kV3 || (level == Level::kNative && __builtin_cpu_supports("x86-64-v3"))) return v3;
+  return baseline;
+}
+
+// Runs range(begin, count) over [0, n) in chunks of 4096 elements split over the OpenMP threads (from
+// kParallelFrom elements): for element-wise loops, whose bits do not depend on the split.
+template <typename Range>
+void InChunks(size_t n, Range range) {
+  constexpr size_t kChunk = 4096;
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
+  for (size_t c = 0; c < chunks; ++c) range(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+// Softmax of row i of s[T, T] over keys 0..i into row i of a, for every row, zeros after key i; in
+// double: the max subtracted first keeps exp() in range, the scale applied to the difference (the
+// same value as scaling the scores first). The exps are computed apart from their sum, so that they
+// vectorise; the sum adds them in order. e: T doubles of scratch.
+inline void CausalSoftmax(const float* s, float* a, double* e, size_t t, double scale) {
+  for (size_t i = 0; i < t; ++i) {
+    const float* row = s + i * t;
+    float* probs = a + i * t;
+    float max = row[0];
+    for (size_t j = 1; j <= i; ++j) max = std::max(max, row[j]);
+    for (size_t j = 0; j <= i; ++j) e[j] = fast_math::Exp((static_cast<double>(row[j]) - max) * scale);
+    double sum = 0.0;
+    for (size_t j = 0; j <= i; ++j) sum += e[j];
+    for (size_t j = 0; j <= i; ++j) probs[j] = static_cast<float>(e[j] / sum);
+    std::fill(probs + i + 1, probs + t, 0.0f);
+  }
+}
+FT_LEVEL_BUILDS(CausalSoftmax, (const float* s, float* a, double* e, size_t t, double scale), (s, a, e, t, scale))
 }  // namespace
 
 // attentionForward(qkv, att, y, [N, T, H, D]): qkv[N, T, 3C] (query, key, value side by side, head h
@@ -82,6 +137,7 @@ Napi::Value AttentionForward(const Napi::CallbackInfo& info) {
   float* y = FloatArg(info, 2, m, "y", n * t * c);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const size_t ld = 3 * c;
+  const auto softmax = CausalSoftmaxBuild();
   ForEachPair(n * h, t, [&](size_t p, PairScratch& scratch) {
     size_t seq = p / h, head = p % h;
     const float* q = qkv + seq * t * ld + head * d;  // [T, D], ld 3C
@@ -95,21 +151,7 @@ Napi::Value AttentionForward(const Napi::CallbackInfo& info) {
       size_t i1 = BlockEnd(i0, t);
       OpenBlasGemm('N', 'T', i1 - i0, i1, d, 1.0f, q + i0 * ld, ld, k, ld, 0.0f, s + i0 * t, t);
     }
-    // Softmax of row i over keys 0..i, in double: the max subtracted first keeps exp() in range,
-    // the scale applied to the difference (the same value as scaling the scores first).
-    for (size_t i = 0; i < t; ++i) {
-      const float* row = s + i * t;
-      float* probs = a + i * t;
-      float max = row[0];
-      for (size_t j = 1; j <= i; ++j) max = std::max(max, row[j]);
-      double sum = 0.0;
-      for (size_t j = 0; j <= i; ++j) {
-        e[j] = std::exp((static_cast<double>(row[j]) - max) * scale);
-        sum += e[j];
-      }
-      for (size_t j = 0; j <= i; ++j) probs[j] = static_cast<float>(e[j] / sum);
-      std::fill(probs + i + 1, probs + t, 0.0f);
-    }
+    softmax(s, a, e, t, scale);
     // y = att v, row block [i0, i1) over values 0..i1 (att is 0 beyond)
     for (size_t i0 = 0; i0 < t; i0 += kCausalBlock) {
       size_t i1 = BlockEnd(i0, t);
@@ -176,19 +218,35 @@ Napi::Value AttentionBackward(const Napi::CallbackInfo& info) {
 }
 
 namespace {
-constexpr double kSqrt2 = 1.4142135623730951;       // sqrt(2)
-constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+// GELU and its derivative at n elements: y = x Phi(x); dx = dy (Phi(x) + x phi(x)); each in double,
+// rounded once.
+inline void GeluForwardAt(const float* x, float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    double v = x[i];
+    y[i] = static_cast<float>(v * fast_math::NormalAt(v).cdf);
+  }
+}
+FT_LEVEL_BUILDS(GeluForwardAt, (const float* x, float* y, size_t n), (x, y, n))
+
+inline void GeluBackwardAt(const float* x, const float* dy, float* dx, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    double v = x[i];
+    fast_math::Normal normal = fast_math::NormalAt(v);
+    dx[i] = static_cast<float>(dy[i] * (normal.cdf + v * normal.pdf));
+  }
+}
+FT_LEVEL_BUILDS(GeluBackwardAt, (const float* x, const float* dy, float* dx, size_t n), (x, dy, dx, n))
 }  // namespace
 
-// geluForward(x, y): y = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), in double, rounded once.
+// geluForward(x, y): y = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), in double, rounded once. Phi(x) is
+// fast_math's: for x < 0 the tail erfc(-x / sqrt 2) / 2 itself, not 1 + erf(x / sqrt 2), so tiny
+// values keep their relative accuracy (GELU(-10) = -7.6e-23, not 0); the float result is a denormal
+// from x = -13.15 and -0 from -14.36.
 Napi::Value GeluForward(const Napi::CallbackInfo& info) {
   auto [x, n] = FloatSpanArg(info, 0, "geluForward", "x");
   float* y = FloatArg(info, 1, "geluForward", "y", n);
-#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
-  for (size_t i = 0; i < n; ++i) {
-    double v = x[i];
-    y[i] = static_cast<float>(0.5 * v * (1.0 + std::erf(v / kSqrt2)));
-  }
+  const auto gelu = GeluForwardAtBuild();
+  InChunks(n, [&](size_t begin, size_t count) { gelu(x + begin, y + begin, count); });
   return info.Env().Undefined();
 }
 
@@ -197,13 +255,8 @@ Napi::Value GeluBackward(const Napi::CallbackInfo& info) {
   auto [x, n] = FloatSpanArg(info, 0, "geluBackward", "x");
   const float* dy = FloatArg(info, 1, "geluBackward", "dy", n);
   float* dx = FloatArg(info, 2, "geluBackward", "dx", n);
-#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
-  for (size_t i = 0; i < n; ++i) {
-    double v = x[i];
-    double cdf = 0.5 * (1.0 + std::erf(v / kSqrt2));
-    double pdf = kInvSqrt2Pi * std::exp(-0.5 * v * v);
-    dx[i] = static_cast<float>(dy[i] * (cdf + v * pdf));
-  }
+  const auto gelu = GeluBackwardAtBuild();
+  InChunks(n, [&](size_t begin, size_t count) { gelu(x + begin, dy + begin, dx + begin, count); });
   return info.Env().Undefined();
 }
 
