@@ -1,4 +1,4 @@
-// bench/kernel-level: what pinning the CPU kernels' level costs. Every shipped model's kernel-only
+// bench/kernel-level: what pinning the CPU kernels' level costs. Every shipped image model's kernel-only
 // training step (forward, backward, SGD update; batch 64, one thread) is timed in a child process
 // pinned at the host's level (what --isa auto gives a job of alike hosts) and in one left to choose
 // ('native': oneDNN and OpenBLAS pick by the CPU and the environment), the order alternating from
@@ -6,22 +6,15 @@
 //   level, onednn_isa {pinned, native}, openblas_core {pinned, native},
 //   pinned_vs_native (the worst model: pinned step speed / native; 1 = pinning costs nothing), models.
 import { spawnSync } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { median } from './median';
-import { modelStep } from './model-step';
+import { modelStep, shippedModels } from './model-step';
 import type { CpuLevel, KernelSettings } from '../src/nn/backend';
 import { cpu } from '../src/nn/cpu';
 
 const batch = 64;
 const seconds = Number(process.env.BENCH_SECONDS ?? 0.5);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
-const root = path.resolve(__dirname, '..', '..');
-const models = fs
-  .readdirSync(path.join(root, 'models'))
-  .filter((f) => f.endsWith('.json'))
-  .map((f) => f.slice(0, -5))
-  .sort();
+const models = shippedModels().image;
 
 interface Timing {
   kernels: KernelSettings;

@@ -1,6 +1,7 @@
 // A shipped model's kernel-only training step (forward, backward, SGD update) on a fixed batch, warmed
 // up: what the throughput and kernel-level benchmarks time. A language model's: AdamW (decay on
 // matrices only) on fixed token windows.
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { cpu } from '../src/nn/cpu';
 import { Net } from '../src/nn/net';
@@ -12,6 +13,18 @@ import { matrixRanges, Optimizer } from '../src/solver/optimizer';
 export const languageModelAdamw = { lr: 3e-4, weightDecay: 0.1 };
 
 export const benchRoot = path.resolve(__dirname, '..', '..');
+
+/** The shipped specs (models/*.json) by name, sorted: image models, and language models (a "context"). */
+export function shippedModels(): { image: string[]; language: string[] } {
+  const names = fs
+    .readdirSync(path.join(benchRoot, 'models'))
+    .filter((f) => f.endsWith('.json'))
+    .map((f) => f.slice(0, -5))
+    .sort();
+  const isLanguage = (name: string): boolean =>
+    'context' in JSON.parse(fs.readFileSync(path.join(benchRoot, 'models', `${name}.json`), 'utf8'));
+  return { image: names.filter((name) => !isLanguage(name)), language: names.filter(isLanguage) };
+}
 
 export function modelStep(name: string, batch: number): { net: Net; step: () => void } {
   const net = new Net(loadSpec(path.join(benchRoot, 'models', `${name}.json`)), cpu);

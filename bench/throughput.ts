@@ -19,7 +19,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
 import { median } from './median';
-import { languageModelAdamw, languageModelStep, modelStep } from './model-step';
+import { languageModelAdamw, languageModelStep, modelStep, shippedModels } from './model-step';
 import { cpu } from '../src/nn/cpu';
 import { modelSpecJson } from '../src/nn/export';
 import { Net } from '../src/nn/net';
@@ -29,15 +29,8 @@ const seconds = Number(process.env.BENCH_SECONDS ?? 0.5);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
 const root = path.resolve(__dirname, '..', '..');
 const python = process.env.BENCH_PYTHON ?? '/usr/bin/python3';
-const specNames = fs
-  .readdirSync(path.join(root, 'models'))
-  .filter((f) => f.endsWith('.json'))
-  .map((f) => f.slice(0, -5))
-  .sort();
-const isLanguageModel = (name: string): boolean =>
-  'context' in JSON.parse(fs.readFileSync(path.join(root, 'models', `${name}.json`), 'utf8'));
-/** The image models; of the language models, the one the issue's target names. */
-const models = specNames.filter((name) => !isLanguageModel(name));
+/** The image models; of the language models, the one the target names. */
+const models = shippedModels().image;
 const languageModel = 'gpt-small';
 const languageBatch = Number(process.env.BENCH_GPT_BATCH ?? 8);
 /** At least a few of gpt-small's steps (about a second each) per side and round. */
