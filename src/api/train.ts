@@ -12,6 +12,7 @@ import type { TextInfo } from '../data/manifest';
 import { decodeTokens, encodeText, vocabularySize } from '../data/text-tokens';
 import { modelSpecJson, namedTensors, textMetadataKey } from '../nn/export';
 import { sampleTokens } from '../nn/sample';
+import { beat } from '../liveness/hangs';
 import { Net } from '../nn/net';
 import { loadSpec, parseSpec, type ModelSpec } from '../nn/spec';
 import { writeModel, writeSample } from '../run/writer';
@@ -94,6 +95,8 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
       const model = net!;
       let trainer: Trainer | undefined;
       let trained: TrainResult | undefined;
+      const text = model.spec.language ? dataset.manifest.text : undefined;
+      let sample: string | undefined;
       return {
         sumLength: model.params.data.length + model.buffers.length + 1,
         paramsWithTail: model.params.dataWithTail,
@@ -107,11 +110,12 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
         },
         async train(resume) {
           trained = await trainer!.run(resume);
+          // every rank writes it (the same bits), so that none waits on the leader's final write for it
+          if (text && options.sampleTokens > 0) sample = finalSample(model, text, options);
         },
         // a failure during the final write changes the world the results report
         result: (manager) => ({ ...trained!, worldFinal: manager.world.size, failures: manager.failures }),
         writeModel(result) {
-          const text = model.spec.language ? dataset.manifest.text : undefined;
           writeModel(
             options.runDir,
             encodeSafetensors(namedTensors(model), {
@@ -122,7 +126,7 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
             }),
             modelSpecJson(model),
           );
-          if (text && options.sampleTokens > 0) writeSample(options.runDir, finalSample(model, text, options));
+          if (sample !== undefined) writeSample(options.runDir, sample);
         },
         hashName: 'params_sha256',
       };
@@ -144,6 +148,7 @@ function finalSample(net: Net, text: TextInfo, options: TrainOptions): string {
     temperature: 1,
     seed: options.seed,
     vocabulary: vocabularySize(text),
+    afterToken: beat, // a long sample must not read as a stuck rank
   });
   return decodeTokens(text, ids);
 }

@@ -15,6 +15,8 @@ export interface SampleSettings {
   seed: number;
   /** only ids below this are drawn (the dataset's vocabulary, where the model embeds more) */
   vocabulary: number;
+  /** called after each token (a training rank tells its watchdog that it is alive) */
+  afterToken?: () => void;
 }
 
 /** The prompt's continuation: `tokens` ids. */
@@ -35,6 +37,7 @@ export function sampleTokens(net: Net, settings: SampleSettings): number[] {
     const logits = net.forward(window, 1, false, { seed: 0, epoch: 0, step: 0, shard: 0 });
     const row = logits.subarray((seen.length - 1) * V, (seen.length - 1) * V + drawable);
     tokens.push(draw(row, settings.temperature, next, probabilities));
+    settings.afterToken?.();
   }
   return tokens.slice(settings.prompt.length);
 }
