@@ -63,6 +63,20 @@ describe('gpt-tiny under mpirun', function () {
     assert.equal(fs.readFileSync(path.join(resumedDir, 'sample.txt'), 'utf8'), fs.readFileSync(path.join(baseline, 'sample.txt'), 'utf8'));
   });
 
+  it("sharded optimizer state with redundancy in peers' memory and a hot spare: a kill -9 ends with the bits of a replicated run", async () => {
+    // sharded state cannot clip (the norm needs the whole sum on a rank): both runs leave it off
+    const plain = [...common.filter((flag, i, all) => flag !== '--clip-norm' && all[i - 1] !== '--clip-norm')];
+    const replicated = path.join(scratch, 'replicated');
+    const clean = await runTrain(2, [...plain, '--run-dir', replicated], 180_000);
+    assert.equal(clean.code, 0, clean.stderr);
+    const sharded = path.join(scratch, 'sharded');
+    const flags = ['--optimizer-state', 'sharded', '--redundancy', 'ec:2+1', '--spares', '1', '--drill', 'rank=1,step=5'];
+    const job = await runTrain(5, [...plain, '--run-dir', sharded, ...flags], 180_000);
+    assert.equal(job.code, 0, job.stderr);
+    assert.match(job.stdout, /lost rank\(s\) 1/);
+    assert.equal(sha(sharded), sha(replicated));
+  });
+
   it('ft-sample: the same text for a seed, another for another seed; a character outside the vocabulary refused in one line', async () => {
     const first = await sample(baseline, '--prompt', 'The ', '--tokens', '40', '--seed', '3');
     assert.equal(first.code, 0, first.stderr);
