@@ -233,7 +233,10 @@ describe('Graph specs and their layers', function () {
         { ...base, layers: [conv('a'), { type: 'layernorm', name: 'ln', eps: 0 }, ...tail] },
         'g.json: layer 2 (ln): "eps" must be a positive number, got 0',
       ],
-      [{ ...base, input: [0], layers: tail }, 'g.json: "input" must be [F] or [C, H, W], positive integers'],
+      [
+        { ...base, input: [0], layers: tail },
+        'g.json: "input" must be [F] or [C, H, W], positive integers (or a language model\'s "context" and "vocab")',
+      ],
     ];
     for (const [spec, message] of cases) assert.throws(() => netOf(spec), { name: 'SpecError', message });
   });

@@ -105,7 +105,7 @@ describe('Net', function () {
     const cases: Array<[object | string, string]> = [
       [
         { ...base, layers: [{ type: 'convolution', filters: 2, kernel: 3 }] },
-        'm.json: layer 1 (convolution1): unknown type "convolution"; expected one of conv, maxpool, avgpool, linear, relu, flatten, dropout, batchnorm, layernorm, globalavgpool, add, concat',
+        'm.json: layer 1 (convolution1): unknown type "convolution"; expected one of conv, maxpool, avgpool, linear, relu, flatten, dropout, batchnorm, layernorm, embedding, attention, gelu, lmhead, globalavgpool, add, concat',
       ],
       [{ ...base, layers: [{ type: 'conv', name: 'c1', kernel: 3 }] }, 'm.json: layer 1 (c1): missing field "filters"'],
       [
@@ -125,7 +125,10 @@ describe('Net', function () {
         { ...base, layers: [{ type: 'linear', name: 'out', outputs: 12 }] },
         'm.json: layer 1 (out): outputs 12 values but the model has 10 classes',
       ],
-      [{ ...base, input: [28, 28], layers: [] }, 'm.json: "input" must be [F] or [C, H, W], positive integers'],
+      [
+        { ...base, input: [28, 28], layers: [] },
+        'm.json: "input" must be [F] or [C, H, W], positive integers (or a language model\'s "context" and "vocab")',
+      ],
     ];
     for (const [spec, message] of cases) assert.throws(() => build(spec as object), { name: 'SpecError', message });
     assert.throws(() => parseSpec('m.json', '{"input": [1,'), { name: 'SpecError', message: /^m\.json: not valid JSON/ });

@@ -46,7 +46,7 @@ describe('ft-train settings: one table for flags and options', () => {
       joinId: undefined,
     });
     assert.equal(flagName('respawnLimit'), 'respawn-limit');
-    assert.equal(Object.keys(trainSettings).length, 35);
+    assert.equal(Object.keys(trainSettings).length, 38);
   });
 
   it("a bad setting is one line in the caller's spelling", () => {
