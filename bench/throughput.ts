@@ -53,15 +53,7 @@ function forwardFlops(net: Net): number {
 
 /** Images/s of `step` over `seconds`. */
 function imagesPerS(step: () => void): number {
-  let steps = 0;
-  const start = process.hrtime.bigint();
-  let elapsed = 0;
-  while (elapsed < seconds) {
-    step();
-    steps += 1;
-    elapsed = Number(process.hrtime.bigint() - start) / 1e9;
-  }
-  return (steps * batch) / elapsed;
+  return stepsPerS(step, seconds) * batch;
 }
 
 /** Steps/s of `step` over at least `duration` seconds. */

@@ -12,10 +12,10 @@
 // each position against the window's next token: its loss is the mean over the batch's positions.
 import type { Backend, Layout } from './backend';
 import { type BatchKey, type Layer, type LayerContext, type MergeLayer, Scratch, activationLength, product } from './layer';
+import { Activation } from './layers/activation';
 import { Add } from './layers/add';
 import { Attention } from './layers/attention';
 import { Embedding } from './layers/embedding';
-import { Gelu } from './layers/gelu';
 import { LmHead } from './layers/lm-head';
 import { BatchNorm } from './layers/batchnorm';
 import { Concat } from './layers/concat';
@@ -26,7 +26,6 @@ import { GlobalAvgPool } from './layers/global-avg-pool';
 import { LayerNorm } from './layers/layernorm';
 import { Linear } from './layers/linear';
 import { Pool2d } from './layers/pool2d';
-import { Relu } from './layers/relu';
 import { type ParamView, ParameterStore } from './params';
 import { stream } from '../base/random';
 import { type LayerSpec, type ModelSpec, SpecError, inputIndices, modelInput } from './spec';
@@ -102,7 +101,7 @@ function buildLayer(
     case 'linear':
       return new Linear(spec.name, inShape, spec.outputs, ctx);
     case 'relu':
-      return new Relu(spec.name, inShape, ctx);
+      return new Activation(spec.name, inShape, 'relu', ctx);
     case 'flatten':
       return new Flatten(spec.name, inShape);
     case 'dropout':
@@ -123,7 +122,7 @@ function buildLayer(
       return new Attention(spec.name, T, width / 3, spec.heads, ctx);
     }
     case 'gelu':
-      return new Gelu(spec.name, inShape, ctx);
+      return new Activation(spec.name, inShape, 'gelu', ctx);
     case 'lmhead': {
       const [T, width] = sequence('C');
       const embedding = earlier(spec.embedding) as Embedding;
