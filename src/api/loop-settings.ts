@@ -91,6 +91,8 @@ export function resolveLoopSettings(settings: LoopSettings): LoopOptions {
   const updates = settings.optimizer !== undefined || options.optimizerState === 'sharded';
   if (options.optimizerState === 'sharded' && slots.length > 0)
     fail("slots: with optimizerState sharded the optimizer's state is the protocol's, in chunks; register no slots of your own");
+  if (options.clipNorm > 0 && !updates)
+    fail("clipNorm: clips the gradient before ft-train's update; give optimizer (or clip the sum yourself before your update)");
   const optimizerSlots = updates ? new Optimizer(options.optimizer, cpu).slots : [];
   const clash = slots.find((s) => optimizerSlots.includes(s));
   if (clash) fail(`slots: "${clash}" is ${options.optimizer.name}'s own state (ft-train's optimizer keeps it); register other names`);

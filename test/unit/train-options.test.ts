@@ -1,6 +1,7 @@
 // The settings table behind both front doors: the command line and the library's options object
 // resolve to the same options with the same defaults, and each names a bad setting its own way.
 import { strict as assert } from 'node:assert';
+import { resolveLoopSettings } from '../../src/api/loop-settings';
 import { parseTrainOptions } from '../../src/cli/train-flags';
 import { flagName, resolveTrainOptions, trainSettings } from '../../src/api/train-settings';
 
@@ -65,6 +66,18 @@ describe('ft-train settings: one table for flags and options', () => {
     assert.equal(refused({ optimizer: 'adam' }), 'ft-train: optimizer expects one of sgd, adamw, got "adam"');
     assert.equal(refused({ steps: 3, epochs: 2 }), 'ft-train: give steps or epochs, not both');
     assert.equal(refused({ redundancy: 'ec:2+1' }), 'ft-train: redundancy applies to optimizerState sharded only');
+    assert.equal(
+      refused({ clipNorm: 1, optimizerState: 'sharded' }),
+      'ft-train: clipNorm needs the whole summed gradient on each rank: use optimizerState replicated',
+    );
+    assert.equal(refused({ warmupSteps: -1 }), 'ft-train: warmupSteps expects an integer >= 0, got -1');
+    // the custom loop clips only before ft-train's own update
+    const loop = { data: 'd', runDir: 'r', tensors: { w: [2, 2] }, clipNorm: 1 };
+    assert.throws(() => resolveLoopSettings(loop), {
+      message:
+        "ft-train: clipNorm: clips the gradient before ft-train's update; give optimizer (or clip the sum yourself before your update)",
+    });
+    assert.equal(resolveLoopSettings({ ...loop, optimizer: 'adamw' }).clipNorm, 1);
     assert.throws(() => parseTrainOptions(['--model', 'm', '--data', 'd', '--run-dir', 'r', '--lr', '-1']), {
       message: 'ft-train: --lr expects a number >= 0, got -1 (see --help)',
     });
