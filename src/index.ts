@@ -16,12 +16,24 @@ export {
   type Score,
   type Evaluation,
 } from './api/elastic';
-export type { ModelSpec, LayerSpec, Inputs } from './nn/spec';
+export type { ModelSpec, LayerSpec, Inputs, LanguageModel } from './nn/spec';
 export type { BatchKey, Layer, MergeLayer } from './nn/layer';
 export type { ParameterStore, ParamView } from './nn/params';
 export type { Failure, FailurePolicy } from './protocol/contracts';
 export { Net, type StepResult, type GradientProgress } from './nn/net';
 export { loadSpec, parseSpec, SpecError } from './nn/spec';
 export { cpu } from './nn/cpu';
-export type { Backend, ConvShape, CpuLevel, KernelSettings, Layout, LinearShape, NormShape, PoolKind, PoolShape } from './nn/backend';
+export type {
+  AttentionShape,
+  Backend,
+  ConvShape,
+  CpuLevel,
+  EmbeddingShape,
+  KernelSettings,
+  Layout,
+  LinearShape,
+  NormShape,
+  PoolKind,
+  PoolShape,
+} from './nn/backend';
 export type { LevelRequest } from './rank/kernel-level';
