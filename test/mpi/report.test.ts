@@ -492,7 +492,7 @@ describe('reports', function () {
       });
       await page.setViewport({ width: 1280, height: 900 });
       await page.goto(`file://${path.join(compared, 'report.html')}`, { waitUntil: 'load' });
-      // loss by step, loss minus the baseline's, loss by time, step time, throughput, world size, learning rate, test accuracy
+      // loss by step, loss minus the baseline's, loss by time, step time, throughput, world size, learning rate, test accuracy and loss
       const titles = await page.evaluate(
         'Array.from(document.querySelectorAll("figure img")).map((img) => img.complete && img.naturalWidth > 0 && img.alt)',
       );
@@ -505,9 +505,10 @@ describe('reports', function () {
         'World size over time',
         'Learning rate',
         'Test accuracy',
+        'Test loss',
       ]);
       // the inlined vega draws each chart again, live, in place of its image
-      await page.waitForFunction('document.querySelectorAll("figure.interactive svg.marks").length === 8', { timeout: 30_000 });
+      await page.waitForFunction('document.querySelectorAll("figure.interactive svg.marks").length === 9', { timeout: 30_000 });
       const figures = await page.$$('figure');
       for (const figure of figures) {
         const drawn = ink(Buffer.from(await figure.screenshot({ type: 'png' })));
