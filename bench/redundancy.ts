@@ -11,6 +11,9 @@
 //   ec_encode_gbps_per_core                  GB of data encoded per second (ec:2+1, 64 MiB fragments)
 //   memory_vs_disk_recovery_speedup          disk load ms / memory rebuild ms (4 ranks, mlp-wide)
 //   optimizer_bytes_per_rank                 by mode: the leader's state and redundancy bytes
+//   phases                                   per model, rank count and sharded mode: the leader's mean ms
+//                                            per step in each part of the sharded update (summary.json's
+//                                            sharded_state_phase_ms), medians over rounds; the table too
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -21,6 +24,7 @@ import { trainCommand } from '../src/cli/mpirun';
 import { loadSpec } from '../src/nn/spec';
 import { Net } from '../src/nn/net';
 import { cpu } from '../src/nn/cpu';
+import { updatePhases } from '../src/sharding/sharded-state';
 import { median } from './median';
 
 const root = path.resolve(__dirname, '..', '..');
@@ -33,7 +37,11 @@ const warmup = 10;
 
 interface Run {
   stepMs: number;
-  summary: { optimizer_state_bytes_per_rank: number; redundancy_bytes_per_rank: number };
+  summary: {
+    optimizer_state_bytes_per_rank: number;
+    redundancy_bytes_per_rank: number;
+    sharded_state_phase_ms?: Record<string, number>;
+  };
   runDir: string;
 }
 
@@ -108,21 +116,37 @@ function recoveryTimes(model: string, scratch: string): { memoryMs: number; disk
   return { memoryMs, diskMs: performance.now() - started };
 }
 
+/** The phases summary.json names, in the sharded update's order. */
+const phaseNames: readonly string[] = updatePhases;
+
+/** Per phase, the median over rounds. */
+function medianPhases(rounds: Record<string, number>[]): Record<string, number> {
+  return Object.fromEntries(phaseNames.map((p) => [p, median(rounds.map((r) => r[p]))]));
+}
+
 function main(): void {
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-redundancy-'));
-  const rows: { model: string; ranks: number; ms: Record<string, number>; overhead: Record<string, number> }[] = [];
+  const rows: {
+    model: string;
+    ranks: number;
+    ms: Record<string, number>;
+    overhead: Record<string, number>;
+    phases: Record<string, Record<string, number>>;
+  }[] = [];
   const bytes: Record<string, { state: number; redundancy: number }> = {};
   let recovery: { memoryMs: number; diskMs: number };
   try {
     for (const model of models) {
       for (const ranks of rankCounts) {
         const perRound: Record<string, number[]> = Object.fromEntries(modes.map((m) => [m, []]));
+        const phaseRounds: Record<string, Record<string, number>[]> = Object.fromEntries(modes.map((m) => [m, []]));
         for (let round = 1; round <= rounds; ++round) {
           process.stderr.write(`[bench] ${model}, ${ranks} ranks, round ${round}/${rounds}:`);
           for (const mode of modes) {
             process.stderr.write(` ${mode} ...`);
             const run = train(model, ranks, mode, scratch);
             perRound[mode].push(run.stepMs);
+            if (run.summary.sharded_state_phase_ms) phaseRounds[mode].push(run.summary.sharded_state_phase_ms);
             if (model === models[models.length - 1] && ranks === 4) {
               bytes[mode] = { state: run.summary.optimizer_state_bytes_per_rank, redundancy: run.summary.redundancy_bytes_per_rank };
             }
@@ -136,6 +160,7 @@ function main(): void {
           ranks,
           ms: Object.fromEntries(modes.map((m) => [m, median(perRound[m])])),
           overhead: Object.fromEntries(modes.map((m) => [m, overhead(m)])),
+          phases: Object.fromEntries(modes.slice(1).map((m) => [m, medianPhases(phaseRounds[m])])),
         });
       }
     }
@@ -165,6 +190,16 @@ function main(): void {
         .join('')}`,
     );
   }
+  console.log(`\nthe sharded update's parts, the leader's mean ms per step (median over rounds): ${phaseNames.join(', ')}`);
+  console.log('model      ranks  mode           ' + phaseNames.map((p) => p.padStart(11)).join('') + '   replicated step ms');
+  for (const r of rows) {
+    for (const mode of modes.slice(1)) {
+      const cells = phaseNames.map((p) => (r.phases[mode][p] ?? NaN).toFixed(2).padStart(11)).join('');
+      console.log(
+        `${r.model.padEnd(10)} ${String(r.ranks).padStart(5)}  ${mode.padEnd(13)}  ${cells}   ${r.ms.replicated.toFixed(2).padStart(18)}`,
+      );
+    }
+  }
   console.log(
     `recovery of rank 1's state at 4 ranks (${models[models.length - 1]}): from peers' memory ${recovery.memoryMs.toFixed(1)} ms, from the disk checkpoint ${recovery.diskMs.toFixed(1)} ms`,
   );
@@ -181,6 +216,9 @@ function main(): void {
         ranks: r.ranks,
         step_ms: Object.fromEntries(modes.map((m) => [m, round3(r.ms[m])])),
         overhead: Object.fromEntries(modes.slice(1).map((m) => [m, round3(r.overhead[m])])),
+        phases: Object.fromEntries(
+          modes.slice(1).map((m) => [m, Object.fromEntries(Object.entries(r.phases[m]).map(([p, ms]) => [p, round3(ms)]))]),
+        ),
       })),
     }),
   );

@@ -141,7 +141,9 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     await manager.finish(() => {
       const final = loop.result(manager);
       loop.writeModel(final);
-      writeSummary(options.runDir, summaryOf(options, door, shards, final, manager.bytesReadBack, started, identity, job.kernels));
+      const summary = summaryOf(options, door, shards, final, manager.bytesReadBack, started, identity, job.kernels);
+      const phases = manager.shardedState?.phaseMs;
+      writeSummary(options.runDir, phases ? { ...summary, sharded_state_phase_ms: roundedMs(phases) } : summary);
     });
     result = loop.result(manager);
     if (manager.world.isLeader) {
@@ -198,6 +200,11 @@ function newManager(
 }
 
 /** summary.json of a run that reached its end; `bytesReadBack`: what every rank read back, summed. */
+/** ms to the microsecond, for the summary. */
+function roundedMs(phases: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(Object.entries(phases).map(([phase, ms]) => [phase, Math.round(ms * 1000) / 1000]));
+}
+
 function summaryOf(
   options: TrainOptions,
   door: Pick<RankDoor<RunResult>, 'label' | 'optimizer'>,

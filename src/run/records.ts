@@ -64,6 +64,8 @@ export interface Summary {
   optimizer_state_bytes_per_rank: number;
   /** what the leader keeps for peers (replicas, parities, their previous generation and buffers) */
   redundancy_bytes_per_rank: number;
+  /** sharded state: the leader's mean ms per committed step in each part of the sharded update (sharding/sharded-state.ts, updatePhases); absent otherwise */
+  sharded_state_phase_ms?: Record<string, number>;
   /** every setting that changes the result (src/run/settings.ts); absent in summaries written before it */
   settings?: RunSettings;
   /** the CPU kernels' level (also in settings, as isa) and the libraries' versions and kernels at it; absent before */

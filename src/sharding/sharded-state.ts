@@ -77,6 +77,14 @@ export interface JoinMeta {
   baseHasInput: boolean;
 }
 
+/**
+ * The parts of a step's update(), timed: the reduce-scatter (with the wait for the slowest rank's
+ * gradient), this chunk's update (state input, copies, the optimizer), the allgather of the
+ * parameters, the input's send to the peers, and the wait for the state's send begun at the step's start.
+ */
+export const updatePhases = ['reduce', 'update', 'allgather', 'input', 'state_wait'] as const;
+export type UpdatePhase = (typeof updatePhases)[number];
+
 /** What a recovery builds, put in place once its vote commits. */
 interface Next {
   layout: Layout;
@@ -114,6 +122,10 @@ export class ShardedState {
   private readonly previous: Float32Array;
   private paramsTouched = false;
   private next?: Next;
+  /** ms per phase of the current step's update, and summed over the committed steps */
+  private readonly stepPhases = Object.fromEntries(updatePhases.map((p) => [p, 0])) as Record<UpdatePhase, number>;
+  private readonly phaseTotals = Object.fromEntries(updatePhases.map((p) => [p, 0])) as Record<UpdatePhase, number>;
+  private committedSteps = 0;
 
   /** The state at the run's start over `comm`; or, given `joining`, an empty one that takes part in the next rebuild. */
   constructor(
@@ -171,7 +183,14 @@ export class ShardedState {
    * the wait for the state's. `beforeRedundancy` marks the drill point.
    */
   async update(sum: ShardSum, lr: number, step: number, beforeRedundancy: () => void): Promise<void> {
+    let last = performance.now();
+    const timed = (phase: UpdatePhase): void => {
+      const now = performance.now();
+      this.stepPhases[phase] = now - last;
+      last = now;
+    };
     const chunk = await sum.reduce();
+    timed('reduce');
     const c = this.comm!.rank;
     const [from, L] = [this.layout.from(c), this.length(this.layout, c)];
     const params = this.config.params;
@@ -184,16 +203,28 @@ export class ShardedState {
     if (chunk.length > L) this.send[L] = chunk[L]; // the loss: the last chunk's last element
     this.previous.set(params);
     this.paramsTouched = true;
+    timed('update');
     await this.comm!.allgatherv(this.send.subarray(0, chunk.length), params, sum.chunkLengths);
+    timed('allgather');
     if (this.plan.kind !== 'none') {
       beforeRedundancy();
       await this.store.exchange('input', this.input);
     }
+    timed('input');
     await this.stateSending;
+    timed('state_wait');
+  }
+
+  /** Mean ms per committed step of each phase of update() on this rank (undefined before any commit). */
+  get phaseMs(): Record<UpdatePhase, number> | undefined {
+    if (this.committedSteps === 0) return undefined;
+    return Object.fromEntries(updatePhases.map((p) => [p, this.phaseTotals[p] / this.committedSteps])) as Record<UpdatePhase, number>;
   }
 
   /** The step's vote committed: the updated chunk becomes the state, and the copies sent become the ones to recover from. */
   commit(step: number): void {
+    for (const phase of updatePhases) this.phaseTotals[phase] += this.stepPhases[phase];
+    this.committedSteps += 1;
     if (this.stateSending) [this.base, this.live, this.scratch] = [this.live, this.scratch, this.base];
     else [this.live, this.scratch] = [this.scratch, this.live];
     [this.input, this.baseInput] = [this.baseInput, this.input];
