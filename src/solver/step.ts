@@ -63,8 +63,6 @@ export class DataParallelStep {
   private total?: Float32Array;
   /** the last committed step's loss (mean over its global batch) */
   lastLoss = NaN;
-  /** the last clipped step's gradient norm before clipping (NaN: no clipping) */
-  gradientNorm = NaN;
 
   constructor(
     private readonly settings: StepSettings,
@@ -147,8 +145,8 @@ export class DataParallelStep {
    * size, scales by the same bits.
    */
   private clip(gradient: Float32Array): void {
-    this.gradientNorm = Math.sqrt(this.backend.sumOfSquares(gradient));
-    const scale = this.settings.clipNorm / (this.gradientNorm + 1e-6);
+    const norm = Math.sqrt(this.backend.sumOfSquares(gradient));
+    const scale = this.settings.clipNorm / (norm + 1e-6);
     if (scale < 1) this.backend.scaleInPlace(gradient, scale);
   }
 
