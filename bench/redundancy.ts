@@ -4,12 +4,14 @@
 // replicate:2 and ec:2+1, alternating rounds so a shared machine's drift hits all, on lenet and on
 // mlp-wide (11.6 M parameters: about 93 MB of AdamW state), at 2 and 4 ranks. Step time = median
 // step_ms after warm-up; each overhead is the median over rounds of that round's ratio to the
-// baseline. In the same run: ISA-L's encode rate on one core, and a recovery of a killed rank's
-// state from peers' memory (the redundancy-rebuild event) against loading the newest disk
-// checkpoint of the same state (verify + load, as --resume does). Prints a table, then one JSON line:
+// baseline. In the same run: ISA-L's encode rate on one core, and the rate of a recovery of a
+// killed rank's state from peers' memory (the redundancy-rebuild event: the lost chunk rebuilt and
+// the whole state redistributed over the survivors, its redundancy remade) against a plain
+// single-core memcpy of the same bytes. Prints a table, then one JSON line:
 //   replicate_overhead, ec_overhead          sharded + redundancy / replicated - 1, worst case
 //   ec_encode_gbps_per_core                  GB of data encoded per second (ec:2+1, 64 MiB fragments)
-//   memory_vs_disk_recovery_speedup          disk load ms / memory rebuild ms (4 ranks, mlp-wide)
+//   rebuild_vs_memcpy                        by mode (replicate:2, ec:2+1; 4 ranks, mlp-wide): the whole
+//                                            state's bytes per second of the rebuild over memcpy's
 //   optimizer_bytes_per_rank                 by mode: the leader's state and redundancy bytes
 //   phases                                   per model, rank count and sharded mode: the leader's mean ms
 //                                            per step in each part of the sharded update (summary.json's
@@ -18,7 +20,6 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { findCheckpoint, loadCheckpoint } from '../src/checkpoint/checkpoint';
 import { ecEncode } from '../src/checkpoint/erasure';
 import { trainCommand } from '../src/cli/mpirun';
 import { loadSpec } from '../src/nn/spec';
@@ -93,27 +94,31 @@ function encodeRate(): number {
   return (2 * bytes) / 1e9 / (median(times) / 1000);
 }
 
-/** A kill at 4 ranks: the memory rebuild's duration, and loading the same state from the newest disk checkpoint. */
-function recoveryTimes(model: string, scratch: string): { memoryMs: number; diskMs: number } {
-  const run = train(model, 4, 'replicate:2', scratch, [
-    '--checkpoint-every',
-    String(steps / 2),
-    '--drill',
-    `rank=1,step=${steps / 2 + 5},phase=update`,
-  ]);
+/** GB per second of one core's memcpy (TypedArray.set) of `bytes`, median of 7. */
+function memcpyRate(bytes: number): number {
+  const [from, to] = [new Uint8Array(bytes).fill(3), new Uint8Array(bytes)];
+  const times: number[] = [];
+  for (let i = 0; i < 7; ++i) {
+    const started = performance.now();
+    to.set(from);
+    times.push(performance.now() - started);
+  }
+  return bytes / 1e9 / (median(times) / 1000);
+}
+
+/** A kill at 4 ranks under `mode`: the memory rebuild's rate (the whole state's bytes over its duration) against memcpy's. */
+function rebuildRate(model: string, mode: string, scratch: string): { ms: number; bytes: number; gbps: number; memcpyGbps: number } {
+  const run = train(model, 4, mode, scratch, ['--drill', `rank=1,step=${steps / 2},phase=update`]);
   const events = fs
     .readFileSync(path.join(run.runDir, 'events.jsonl'), 'utf8')
     .trim()
     .split('\n')
     .map((l) => JSON.parse(l) as { event: string; duration_ms: number });
-  const memoryMs = events.find((e) => e.event === 'redundancy-rebuild')!.duration_ms;
-  const net = new Net(loadSpec(path.join(root, 'models', `${model}.json`)), cpu);
-  const P = net.params.data.length;
-  const slots = ['exp_avg', 'exp_avg_sq'].map((name) => ({ name, data: new Float32Array(P) }));
-  const started = performance.now();
-  const found = findCheckpoint(path.join(run.runDir, 'ckpt', `step-${String(steps / 2).padStart(8, '0')}`));
-  loadCheckpoint(found.dir, found.manifest, net.params.views, net.params.data, slots);
-  return { memoryMs, diskMs: performance.now() - started };
+  const ms = events.find((e) => e.event === 'redundancy-rebuild')!.duration_ms;
+  fs.rmSync(run.runDir, { recursive: true, force: true });
+  const P = new Net(loadSpec(path.join(root, 'models', `${model}.json`)), cpu).params.data.length;
+  const bytes = 4 * P * 2; // AdamW's two slots, exp_avg and exp_avg_sq
+  return { ms, bytes, gbps: bytes / 1e9 / (ms / 1000), memcpyGbps: memcpyRate(bytes) };
 }
 
 /** The phases summary.json names, in the sharded update's order. */
@@ -134,7 +139,7 @@ function main(): void {
     phases: Record<string, Record<string, number>>;
   }[] = [];
   const bytes: Record<string, { state: number; redundancy: number }> = {};
-  let recovery: { memoryMs: number; diskMs: number };
+  const rebuilds: Record<string, ReturnType<typeof rebuildRate>> = {};
   try {
     for (const model of models) {
       for (const ranks of rankCounts) {
@@ -164,8 +169,10 @@ function main(): void {
         });
       }
     }
-    process.stderr.write('[bench] recovery from memory vs disk ...\n');
-    recovery = recoveryTimes(models[models.length - 1], scratch);
+    for (const mode of ['replicate:2', 'ec:2+1']) {
+      process.stderr.write(`[bench] rebuild after a kill, ${mode} ...\n`);
+      rebuilds[mode] = rebuildRate(models[models.length - 1], mode, scratch);
+    }
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
@@ -200,16 +207,19 @@ function main(): void {
       );
     }
   }
-  console.log(
-    `recovery of rank 1's state at 4 ranks (${models[models.length - 1]}): from peers' memory ${recovery.memoryMs.toFixed(1)} ms, from the disk checkpoint ${recovery.diskMs.toFixed(1)} ms`,
-  );
+  for (const [mode, r] of Object.entries(rebuilds)) {
+    console.log(
+      `rebuild after a kill of rank 1 at 4 ranks (${models[models.length - 1]}, ${mode}): ${(r.bytes / 1e6).toFixed(1)} MB of state in ${r.ms.toFixed(1)} ms = ` +
+        `${r.gbps.toFixed(2)} GB/s; one core's memcpy of as many bytes ${r.memcpyGbps.toFixed(2)} GB/s`,
+    );
+  }
   const round3 = (x: number) => Math.round(x * 1000) / 1000;
   console.log(
     JSON.stringify({
       replicate_overhead: round3(Math.max(...rows.map((r) => r.overhead['replicate:2']))),
       ec_overhead: round3(Math.max(...rows.map((r) => r.overhead['ec:2+1']))),
       ec_encode_gbps_per_core: round3(gbps),
-      memory_vs_disk_recovery_speedup: round3(recovery.diskMs / recovery.memoryMs),
+      rebuild_vs_memcpy: Object.fromEntries(Object.entries(rebuilds).map(([mode, r]) => [mode, round3(r.gbps / r.memcpyGbps)])),
       optimizer_bytes_per_rank: bytes,
       by_model: rows.map((r) => ({
         model: r.model,

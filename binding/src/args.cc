@@ -1,6 +1,7 @@
 // Argument checks for the communicator's methods.
 #include "args.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 
@@ -125,6 +126,29 @@ std::vector<int> Displacements(Napi::Env env, const std::vector<int>& counts, in
                                          " has " + std::to_string(total));
   }
   return displs;
+}
+
+void CheckDisplacements(Napi::Env env, const std::vector<int>& counts, const std::vector<int>& displs,
+                        int total, bool disjoint, const char* method, const char* displsName,
+                        const char* bufferName) {
+  std::vector<std::pair<long long, long long>> blocks;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    long long end = static_cast<long long>(displs[i]) + counts[i];
+    if (end > total) {
+      throw Napi::RangeError::New(env, std::string(method) + ": " + displsName + "[" + std::to_string(i) + "] + its count is " +
+                                           std::to_string(end) + " elements but " + bufferName + " has " +
+                                           std::to_string(total));
+    }
+    if (counts[i] > 0) blocks.emplace_back(displs[i], end);
+  }
+  if (!disjoint) return;
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    if (blocks[i].first < blocks[i - 1].second) {
+      throw Napi::RangeError::New(env, std::string(method) + ": the blocks " + displsName + " places in " + bufferName +
+                                           " overlap");
+    }
+  }
 }
 
 }  // namespace ft

@@ -43,4 +43,10 @@ MPI_Op ReduceOpArg(const Napi::CallbackInfo& info, size_t index, const char* met
 std::vector<int> Displacements(Napi::Env env, const std::vector<int>& counts, int total,
                                const char* method, const char* countsName, const char* bufferName);
 
+// Given displacements (element offsets, one per rank): each block [displs[i], displs[i] + counts[i])
+// must lie within the buffer's `total` elements; receive blocks (`disjoint`) must not overlap.
+void CheckDisplacements(Napi::Env env, const std::vector<int>& counts, const std::vector<int>& displs,
+                        int total, bool disjoint, const char* method, const char* displsName,
+                        const char* bufferName);
+
 }  // namespace ft

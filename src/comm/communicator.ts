@@ -30,9 +30,18 @@ export interface Communicator {
   allgatherv(sendbuf: CommBuffer, recvbuf: CommBuffer, counts: ArrayLike<number>): Promise<void>;
   /**
    * sendbuf holds sendCounts[d] elements for each rank d, packed in rank order; recvbuf receives
-   * recvCounts[s] elements from each rank s, likewise.
+   * recvCounts[s] elements from each rank s, likewise. Given sendDispls and recvDispls (element
+   * offsets, both or neither), the blocks lie there instead: send blocks may overlap (one buffer to
+   * several ranks, no copy), receive blocks may not.
    */
-  alltoallv(sendbuf: CommBuffer, sendCounts: ArrayLike<number>, recvbuf: CommBuffer, recvCounts: ArrayLike<number>): Promise<void>;
+  alltoallv(
+    sendbuf: CommBuffer,
+    sendCounts: ArrayLike<number>,
+    recvbuf: CommBuffer,
+    recvCounts: ArrayLike<number>,
+    sendDispls?: ArrayLike<number>,
+    recvDispls?: ArrayLike<number>,
+  ): Promise<void>;
   /** MPIX_Comm_revoke: every pending and future call on it, on every rank, fails. Runs ahead of queued calls and while one waits. */
   revoke(): Promise<void>;
   isRevoked(): Promise<boolean>;

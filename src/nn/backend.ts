@@ -217,8 +217,21 @@ export interface Backend {
   addInPlace(acc: Float32Array, x: Float32Array): void;
   /** Mean cross-entropy of softmax(logits) against labels; dlogits = (softmax - onehot) / N. */
   softmaxCrossEntropy(logits: Float32Array, labels: Int32Array, dlogits: Float32Array, shape: [number, number]): number;
-  /** v = momentum v + (g + weightDecay p); p -= lr v. */
-  sgdUpdate(params: Float32Array, grads: Float32Array, velocity: Float32Array, lr: number, momentum: number, weightDecay: number): void;
+  /**
+   * v = momentum v + (g + weightDecay p); p -= lr v. Given paramsOut and velocityOut, the updated
+   * values go there and params and velocity stay as they were (an output is its input or does not
+   * overlap it).
+   */
+  sgdUpdate(
+    params: Float32Array,
+    grads: Float32Array,
+    velocity: Float32Array,
+    lr: number,
+    momentum: number,
+    weightDecay: number,
+    paramsOut?: Float32Array,
+    velocityOut?: Float32Array,
+  ): void;
   /** input = g + weightDecay p: what sgdUpdate adds to the momentum (the same bits). */
   sgdStateInput(params: Float32Array, grads: Float32Array, weightDecay: number, input: Float32Array): void;
   /** v = momentum v + input: sgdUpdate's momentum step alone. */
@@ -226,6 +239,7 @@ export interface Backend {
   /**
    * PyTorch's AdamW, in float32: p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g g;
    * p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps). `step` counts from 1.
+   * Given paramsOut, mOut and vOut, the updated values go there, as in sgdUpdate.
    */
   adamwUpdate(
     params: Float32Array,
@@ -238,6 +252,9 @@ export interface Backend {
     eps: number,
     weightDecay: number,
     step: number,
+    paramsOut?: Float32Array,
+    mOut?: Float32Array,
+    vOut?: Float32Array,
   ): void;
   /** adamwUpdate's moment updates alone (the same bits). */
   adamwReplay(m: Float32Array, v: Float32Array, grads: Float32Array, beta1: number, beta2: number): void;

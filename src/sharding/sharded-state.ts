@@ -1,14 +1,17 @@
 // Sharded optimizer state (ZeRO-1) kept alive in peers' memory. Comm rank c owns the optimizer
 // state of parameter chunk c, the chunk of the shard-ordered sum it adds: right after the
-// reduce-scatter it works out c's update (into a scratch copy: nothing changes before the vote),
-// and the updated chunks are allgathered into the parameters, with the step's loss riding along.
-// Redundancy (placement.ts, redundancy.ts), two kinds of fragment per chunk:
-//  - the state at the step's start, sent while the step computes (queued at its start on the comm
-//    thread), when the peers' copy is of an older step;
-//  - the step's state input (SGD: g + wd p; AdamW: g), sent before the vote.
-// So at every vote the peers hold the state at step b and the input of step b, b = the last
-// committed step: a chunk lost later is rebuilt as replay(copy of state_b, input_b), the same bits
-// its owner had. A rank that dies after the vote takes nothing that exists only with it.
+// reduce-scatter it works out c's update (out of place, into the send buffer and a scratch state:
+// nothing changes before the vote), and the updated chunks are allgathered into the parameters,
+// with the step's loss riding along.
+// Redundancy (placement.ts, redundancy.ts) costs each step the step's state input (SGD: g + wd p;
+// AdamW: g, the summed gradient itself), sent before the vote:
+//  - replicate: the holders replay it into their replicas at the commit, so that a replica is the
+//    owner's state as of the last commit, the same bits;
+//  - ec: parities cannot be replayed, so the state at the step's start also goes out, while the
+//    step computes (queued at its start on the comm thread). At every vote the parity holders hold
+//    the state at step b and the input of step b, b = the last committed step: a chunk lost later
+//    is rebuilt as replay(decoded state_b, decoded input_b).
+// Either way a rank that dies after the vote takes nothing that exists only with it.
 // Recovery: lost chunks are rebuilt (from a replica, or decoded from parities gathered to one
 // survivor of the group), the whole state is redistributed to the new world's chunks, and the
 // redundancy is rebuilt for the new world before training resumes. Nothing is replaced until the
@@ -25,9 +28,20 @@ import { ProtocolStop } from '../liveness/stop';
 /** What sharded state needs of an optimizer (solver/optimizer.ts). */
 export interface StateOptimizer {
   readonly slots: readonly string[];
-  /** `from`: where params[0] lies in the flat parameters */
-  update(params: Float32Array, grads: Float32Array, state: readonly Float32Array[], lr: number, step: number, from: number): void;
-  stateInput(params: Float32Array, grads: Float32Array, input: Float32Array): void;
+  /** whether stateInput() is the gradient itself (nothing to keep of it) */
+  readonly inputIsGradient: boolean;
+  /** `from`: where params[0] lies in the flat parameters; `out`: where the updated parameters and state go */
+  update(
+    params: Float32Array,
+    grads: Float32Array,
+    state: readonly Float32Array[],
+    lr: number,
+    step: number,
+    from: number,
+    out: { params: Float32Array; state: readonly Float32Array[] },
+  ): void;
+  /** into `scratch`, or `grads` itself where the input is the gradient */
+  stateInput(params: Float32Array, grads: Float32Array, scratch: Float32Array): Float32Array;
   replay(state: readonly Float32Array[], input: Float32Array): void;
 }
 
@@ -104,16 +118,16 @@ export class ShardedState {
   private live!: Float32Array;
   /** the state the current step's update goes into, swapped in at the commit */
   private scratch!: Float32Array;
-  /** this rank's chunk at step baseStep: its data fragment for parities that peers hold (empty without redundancy) */
+  /** ec: this rank's chunk at step baseStep, its data fragment for the parities that peers hold (else empty) */
   private base!: Float32Array;
-  /** this rank's state input of the current step, and of step baseStep (empty without redundancy) */
+  /** this rank's state input of the current step where it is not the gradient itself (redundancy only), and ec's of step baseStep */
   private input!: Float32Array;
   private baseInput!: Float32Array;
   /** no step has committed yet: any rank can refill any chunk from the initial state */
   private pristine = true;
-  /** the step whose state the committed redundancy holds */
+  /** the step whose state at its start the committed redundancy holds */
   private baseStep = -1;
-  /** whether the committed redundancy also holds step baseStep's input (it then stands for step baseStep + 1) */
+  /** ec: whether the committed redundancy also holds step baseStep's input (it then stands for step baseStep + 1) */
   private baseHasInput = false;
   private stateSending?: Promise<void>;
   /** the updated chunk (and the loss, on the last rank): the allgather's contribution */
@@ -145,7 +159,10 @@ export class ShardedState {
     this.layout = new Layout(this.comm.worldRanks, P);
     const live = this.allocate(this.layout);
     this.fillInitial(this.layout, this.comm.rank, live);
-    this.install({ layout: this.layout, comm: this.comm, ...this.redundancyFor(this.comm, this.layout), live });
+    const redundancy = this.redundancyFor(this.comm, this.layout);
+    // every rank can make any chunk's initial state: the replicas start from it without a send
+    if (redundancy.plan.kind === 'replicate') for (const c of redundancy.store.sources) this.fillInitial(this.layout, c, redundancy.store.replica(c));
+    this.install({ layout: this.layout, comm: this.comm, ...redundancy, live });
   }
 
   /** What a rank joining at this point needs to take part in the rebuild. */
@@ -169,9 +186,9 @@ export class ShardedState {
     return { from: this.layout.from(c), to: this.layout.to(c), slots: this.slotViews(this.live, this.length(this.layout, c)) };
   }
 
-  /** At a step's start: when the peers' copy is of an older state, this one goes out while the step computes. */
+  /** At a step's start: ec sends the state while the step computes, when its parities are of an older one. */
   beginStep(step: number): void {
-    if (this.plan.kind === 'none' || this.baseStep === step) return;
+    if (this.plan.kind !== 'ec' || this.baseStep === step) return;
     const sending = this.store.exchange('state', this.live);
     sending.catch(() => undefined); // awaited in update(); a failure before then fails the step anyway
     this.stateSending = sending;
@@ -194,21 +211,26 @@ export class ShardedState {
     const c = this.comm!.rank;
     const [from, L] = [this.layout.from(c), this.length(this.layout, c)];
     const params = this.config.params;
-    const updated = this.send.subarray(0, L);
-    updated.set(params.subarray(from, from + L));
+    const own = params.subarray(from, from + L);
     const grads = chunk.subarray(0, L);
-    if (this.plan.kind !== 'none') this.config.optimizer.stateInput(updated, grads, this.input.subarray(0, L));
-    this.scratch.set(this.live);
-    this.config.optimizer.update(updated, grads, this.slotViews(this.scratch, L), lr, step, from);
+    let input: Float32Array | undefined;
+    if (this.plan.kind !== 'none') input = this.config.optimizer.stateInput(own, grads, this.input.subarray(0, L));
+    if (this.plan.kind === 'ec' && input) {
+      // kept as the data fragment of the input's parities until the next commit, padded to the fragment's length
+      if (input !== this.input.subarray(0, L)) this.input.set(input);
+      input = this.input;
+    }
+    const out = { params: this.send.subarray(0, L), state: this.slotViews(this.scratch, L) };
+    this.config.optimizer.update(own, grads, this.slotViews(this.live, L), lr, step, from, out);
     if (chunk.length > L) this.send[L] = chunk[L]; // the loss: the last chunk's last element
     this.previous.set(params);
     this.paramsTouched = true;
     timed('update');
     await this.comm!.allgatherv(this.send.subarray(0, chunk.length), params, sum.chunkLengths);
     timed('allgather');
-    if (this.plan.kind !== 'none') {
+    if (input) {
       beforeRedundancy();
-      await this.store.exchange('input', this.input);
+      await this.store.exchange('input', input);
     }
     timed('input');
     await this.stateSending;
@@ -227,9 +249,11 @@ export class ShardedState {
     this.committedSteps += 1;
     if (this.stateSending) [this.base, this.live, this.scratch] = [this.live, this.scratch, this.base];
     else [this.live, this.scratch] = [this.scratch, this.live];
-    [this.input, this.baseInput] = [this.baseInput, this.input];
+    if (this.plan.kind === 'ec') [this.input, this.baseInput] = [this.baseInput, this.input];
     this.store.commit();
-    if (this.plan.kind !== 'none') [this.baseStep, this.baseHasInput] = [step, true];
+    // the replicas were replayed to the new state; ec's parities hold the step's start and its input
+    if (this.plan.kind === 'replicate') [this.baseStep, this.baseHasInput] = [step + 1, false];
+    if (this.plan.kind === 'ec') [this.baseStep, this.baseHasInput] = [step, true];
     this.stateSending = undefined;
     this.paramsTouched = false;
     this.pristine = false;
@@ -282,7 +306,7 @@ export class ShardedState {
     this.install(this.next);
     this.next = undefined;
     this.store.commit();
-    if (this.plan.kind !== 'none') this.base.set(this.live);
+    if (this.plan.kind === 'ec') this.base.set(this.live);
     [this.baseStep, this.baseHasInput] = [step, false];
   }
 
@@ -292,10 +316,11 @@ export class ShardedState {
     [this.layout, this.comm, this.plan, this.store, this.live] = [next.layout, next.comm, next.plan, next.store, next.live];
     this.scratch = new Float32Array(fragment);
     this.send = new Float32Array(longest + 1);
-    const redundant = next.plan.kind !== 'none';
-    this.base = new Float32Array(redundant ? fragment : 0);
-    this.input = new Float32Array(redundant ? longest : 0);
-    this.baseInput = new Float32Array(redundant ? longest : 0);
+    const ec = next.plan.kind === 'ec';
+    const ownInput = ec || (next.plan.kind === 'replicate' && !this.config.optimizer.inputIsGradient);
+    this.base = new Float32Array(ec ? fragment : 0);
+    this.input = new Float32Array(ownInput ? longest : 0);
+    this.baseInput = new Float32Array(ec ? longest : 0);
     this.stateSending = undefined;
   }
 
@@ -307,10 +332,14 @@ export class ShardedState {
   private redundancyFor(comm: Communicator, layout: Layout): { plan: RedundancyPlan; store: PeerRedundancy } {
     const { plan, degraded } = planRedundancy(this.config.redundancy, comm.size);
     if (degraded) this.config.log(`redundancy: ${degraded}`);
-    return {
-      plan,
-      store: new PeerRedundancy(plan, comm, { state: this.fragmentLength(layout, 'state'), input: this.fragmentLength(layout, 'input') }),
+    const lengths = {
+      state: this.fragmentLength(layout, 'state'),
+      // ec's code needs equal lengths; replicas take each chunk's input as it is
+      input: (c: number) => (plan.kind === 'ec' ? layout.longest : this.length(layout, c)),
     };
+    const replay = (c: number, state: Float32Array, input: Float32Array) =>
+      this.config.optimizer.replay(this.slotViews(state, this.length(layout, c)), input);
+    return { plan, store: new PeerRedundancy(plan, comm, lengths, replay) };
   }
 
   private length(layout: Layout, c: number): number {
@@ -365,7 +394,7 @@ export class ShardedState {
     for (const task of tasks.filter((t) => t.rebuilder === me)) {
       const plan = this.plan;
       const pieces = (item: Item): Float32Array[] => {
-        if (plan.kind === 'replicate') return task.chunks.map((c) => this.store.replica(item, c));
+        if (plan.kind === 'replicate') return task.chunks.map((c) => this.store.replica(c));
         if (plan.kind !== 'ec') throw new Error('rebuildLost: no redundancy');
         const fragments = task.fragments.map((f) => gathered.get(item)!.get(`${task.group}:${f.index}`)!);
         const outputs = task.chunks.map(() => new Float32Array(this.fragmentLength(this.layout, item)));

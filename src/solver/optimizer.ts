@@ -55,16 +55,26 @@ export class Optimizer {
 
   /**
    * Applies step `step`'s update (0-based) to `params` from `grads`; `state[k]` is slot k over the
-   * same elements, which start at element `from` of the flat parameters.
+   * same elements, which start at element `from` of the flat parameters. Given `out`, the updated
+   * parameters and state go there instead and the inputs stay as they were.
    */
-  update(params: Float32Array, grads: Float32Array, state: readonly Float32Array[], lr: number, step: number, from = 0): void {
+  update(
+    params: Float32Array,
+    grads: Float32Array,
+    state: readonly Float32Array[],
+    lr: number,
+    step: number,
+    from = 0,
+    out?: { params: Float32Array; state: readonly Float32Array[] },
+  ): void {
     const s = this.settings;
     if (s.name === 'sgd') {
-      this.backend.sgdUpdate(params, grads, state[0], lr, s.momentum, s.weightDecay);
+      this.backend.sgdUpdate(params, grads, state[0], lr, s.momentum, s.weightDecay, out?.params, out?.state[0]);
       return;
     }
     const adamw = (a: number, b: number, weightDecay: number): void => {
       const part = (x: Float32Array): Float32Array => x.subarray(a, b);
+      const into = out && { params: part(out.params), m: part(out.state[0]), v: part(out.state[1]) };
       this.backend.adamwUpdate(
         part(params),
         part(grads),
@@ -76,6 +86,9 @@ export class Optimizer {
         s.eps,
         weightDecay,
         step + 1,
+        into?.params,
+        into?.m,
+        into?.v,
       );
     };
     if (!this.decayed || s.weightDecay === 0) return adamw(0, params.length, s.weightDecay);
@@ -91,10 +104,19 @@ export class Optimizer {
     if (at < params.length) adamw(at, params.length, 0);
   }
 
-  /** What the update adds into the state besides the state itself (SGD: g + wd p; AdamW: g). */
-  stateInput(params: Float32Array, grads: Float32Array, input: Float32Array): void {
-    if (this.settings.name === 'sgd') this.backend.sgdStateInput(params, grads, this.settings.weightDecay, input);
-    else input.set(grads);
+  /** Whether stateInput() is the gradient itself (AdamW): a peer replaying the update needs nothing else. */
+  get inputIsGradient(): boolean {
+    return this.settings.name === 'adamw';
+  }
+
+  /**
+   * What the update adds into the state besides the state itself: SGD's g + wd p, worked out into
+   * `scratch` (as long as grads); AdamW's g, which is `grads` itself (no copy).
+   */
+  stateInput(params: Float32Array, grads: Float32Array, scratch: Float32Array): Float32Array {
+    if (this.settings.name === 'adamw') return grads;
+    this.backend.sgdStateInput(params, grads, this.settings.weightDecay, scratch);
+    return scratch;
   }
 
   /** Advances `state` by one update from its input alone: the same bits as update() gives it. */

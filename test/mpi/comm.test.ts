@@ -16,6 +16,7 @@ interface Collectives {
   gathered: number[];
   gatheredV: number[];
   alltoallv: number[];
+  alltoallvPlaced: number[];
   agreed: number;
   revoked: boolean;
   failed: number[];
@@ -86,6 +87,10 @@ describe('Communicator collectives', function () {
         assert.deepEqual(
           r.alltoallv,
           ranks.flatMap((s) => Array(r.rank + 1).fill(1000 * s + r.rank)),
+        );
+        assert.deepEqual(
+          r.alltoallvPlaced,
+          [...ranks].reverse().flatMap((s) => [10 * s, 10 * s + 1, -1]),
         );
         assert.equal(r.agreed, ~ranks.reduce((acc, k) => acc | (1 << k), 0));
         assert.equal(r.revoked, false);
@@ -186,6 +191,7 @@ describe('Comm thread', function () {
       'negative count':
         'TypeError: alltoallv: expected sendCounts to be an Array or Int32Array of 1 non-negative integers (one per rank), got number -1',
       'counts sum': 'RangeError: alltoallv: sendCounts add up to 1 elements but sendbuf has 2',
+      'block past the end': 'RangeError: alltoallv: recvDispls[0] + its count is 3 elements but recvbuf has 2',
       'agree flag': 'TypeError: agree: expected flag to be an integer from -2147483648 to 2147483647, got number 1.5',
       'init twice': 'Error: init: MPI was already initialized',
       construct: 'TypeError: Communicator: not constructible; use init(), shrink(), split() or spawn()',

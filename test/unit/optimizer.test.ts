@@ -82,13 +82,35 @@ describe('optimizers', () => {
       const state = opt.slots.map((_, k) => randomTensor(n, 20 + k).map(Math.abs));
       const replayed = state.map((s) => s.slice());
       const g = randomTensor(n, 5);
-      const input = new Float32Array(n);
-      opt.stateInput(p, g, input);
+      const input = opt.stateInput(p, g, new Float32Array(n)).slice();
       opt.update(p, g, state, 0.05, 3);
       opt.replay(replayed, input);
       assert.deepEqual(replayed, state);
     });
+
+    it(`${settings.name}: the update out of place gives the in-place bits and leaves its inputs as they were`, () => {
+      // decayed ranges too: AdamW's update goes piece by piece there
+      const opt = new Optimizer(settings, cpu, [[100, 700]]);
+      const p = randomTensor(n, 6);
+      const g = randomTensor(n, 7);
+      const state = opt.slots.map((_, k) => randomTensor(n, 30 + k).map(Math.abs));
+      const [pBefore, stateBefore] = [p.slice(), state.map((s) => s.slice())];
+      const out = { params: new Float32Array(n), state: opt.slots.map(() => new Float32Array(n)) };
+      opt.update(p, g, state, 0.05, 3, 0, out);
+      assert.deepEqual([p, state], [pBefore, stateBefore]);
+      opt.update(p, g, state, 0.05, 3);
+      assert.deepEqual([out.params, out.state], [p, state]);
+      assert.notDeepEqual(p, pBefore);
+    });
   }
+
+  it('an out-of-place update takes all its outputs or none', () => {
+    const a = new Float32Array(4);
+    assert.throws(() => cpu.sgdUpdate(a, a, a, 0.1, 0.9, 0, a), { message: 'sgdUpdate: expected all 2 output arrays or none, got 1' });
+    assert.throws(() => cpu.adamwUpdate(a, a, a, a, 0.1, 0.9, 0.999, 1e-8, 0, 1, a, new Float32Array(3), a), {
+      message: 'adamwUpdate: expected mOut to be a Float32Array of 4 elements, got Float32Array of 3',
+    });
+  });
 
   it('AdamW refuses a step below 1 and betas outside [0, 1)', () => {
     const a = new Float32Array(4);

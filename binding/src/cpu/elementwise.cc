@@ -16,6 +16,17 @@ namespace ft::cpu {
 namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr size_t kParallelFrom = size_t{1} << 15;
+
+// Whether a kernel's `count` optional output arrays, from argument `index` on, are given: all or none.
+bool OutputsGiven(const Napi::CallbackInfo& info, size_t index, size_t count, const char* method) {
+  size_t given = 0;
+  for (size_t i = index; i < index + count; ++i) given += i < info.Length() && !info[i].IsUndefined() ? 1 : 0;
+  if (given != 0 && given != count) {
+    throw Napi::TypeError::New(info.Env(), std::string(method) + ": expected all " + std::to_string(count) +
+                                               " output arrays or none, got " + std::to_string(given));
+  }
+  return given == count;
+}
 }  // namespace
 
 // reluForward(x, y): y = max(x, 0).
@@ -85,8 +96,11 @@ Napi::Value SoftmaxCrossEntropy(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), loss / n);
 }
 
-// sgdUpdate(params, grads, velocity, lr, momentum, weightDecay):
+// sgdUpdate(params, grads, velocity, lr, momentum, weightDecay[, paramsOut, velocityOut]):
 //   v = momentum * v + (g + weightDecay * p);  p -= lr * v   (Caffe's and PyTorch's SGD).
+// Given the outputs, the updated values go there and the inputs stay as they were (sharded state
+// updates before the step's vote, into buffers that only the commit adopts); an output is either
+// its input or does not overlap it.
 Napi::Value SgdUpdate(const Napi::CallbackInfo& info) {
   const char* m = "sgdUpdate";
   auto [p, n] = FloatSpanArg(info, 0, m, "params");
@@ -95,10 +109,14 @@ Napi::Value SgdUpdate(const Napi::CallbackInfo& info) {
   float lr = static_cast<float>(NumberArg(info, 3, m, "lr"));
   float momentum = static_cast<float>(NumberArg(info, 4, m, "momentum"));
   float decay = static_cast<float>(NumberArg(info, 5, m, "weightDecay"));
+  bool outOfPlace = OutputsGiven(info, 6, 2, m);
+  float* pOut = outOfPlace ? FloatArg(info, 6, m, "paramsOut", n) : p;
+  float* vOut = outOfPlace ? FloatArg(info, 7, m, "velocityOut", n) : v;
 #pragma omp parallel for schedule(static) if (n >= kParallelFrom)
   for (size_t i = 0; i < n; ++i) {
-    v[i] = momentum * v[i] + (g[i] + decay * p[i]);
-    p[i] -= lr * v[i];
+    float velocity = momentum * v[i] + (g[i] + decay * p[i]);
+    vOut[i] = velocity;
+    pOut[i] = p[i] - lr * velocity;
   }
   return info.Env().Undefined();
 }
@@ -148,10 +166,11 @@ double BetaArg(const Napi::CallbackInfo& info, size_t i, const char* method, con
 }
 }  // namespace
 
-// adamwUpdate(params, grads, m, v, lr, beta1, beta2, eps, weightDecay, step), PyTorch's AdamW
-// (decoupled weight decay, bias correction; step counts from 1), in float32 like PyTorch's CPU
-// kernels, with the scalars worked out in double first as PyTorch does:
+// adamwUpdate(params, grads, m, v, lr, beta1, beta2, eps, weightDecay, step[, paramsOut, mOut,
+// vOut]), PyTorch's AdamW (decoupled weight decay, bias correction; step counts from 1), in
+// float32 like PyTorch's CPU kernels, with the scalars worked out in double first as PyTorch does:
 //   p *= 1 - lr wd;  moments;  p += -(lr / (1 - beta1^t)) * (m / (sqrt(v) / sqrt(1 - beta2^t) + eps)).
+// Outputs as in sgdUpdate.
 Napi::Value AdamwUpdate(const Napi::CallbackInfo& info) {
   const char* name = "adamwUpdate";
   auto [p, n] = FloatSpanArg(info, 0, name, "params");
@@ -168,14 +187,21 @@ Napi::Value AdamwUpdate(const Napi::CallbackInfo& info) {
   if (!(step >= 1.0 && step == std::floor(step))) {
     throw Napi::RangeError::New(info.Env(), std::string(name) + ": expected step to be an integer >= 1, got " + std::to_string(step));
   }
+  bool outOfPlace = OutputsGiven(info, 10, 3, name);
+  float* pOut = outOfPlace ? FloatArg(info, 10, name, "paramsOut", n) : p;
+  float* mOut = outOfPlace ? FloatArg(info, 11, name, "mOut", n) : m;
+  float* vOut = outOfPlace ? FloatArg(info, 12, name, "vOut", n) : v;
   float keep = static_cast<float>(1.0 - lr * decay);
   float stepSize = static_cast<float>(-(lr / (1.0 - std::pow(beta1, step))));
   float correction2Sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, step)));
   for (size_t i = 0; i < n; ++i) {
-    p[i] *= keep;
-    moments.Advance(m[i], v[i], g[i]);
-    float denom = std::sqrt(v[i]) / correction2Sqrt + eps;
-    p[i] += stepSize * (m[i] / denom);
+    float param = p[i] * keep;
+    float first = m[i], second = v[i];
+    moments.Advance(first, second, g[i]);
+    float denom = std::sqrt(second) / correction2Sqrt + eps;
+    pOut[i] = param + stepSize * (first / denom);
+    mOut[i] = first;
+    vOut[i] = second;
   }
   return info.Env().Undefined();
 }

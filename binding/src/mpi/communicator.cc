@@ -277,7 +277,9 @@ Napi::Value Communicator::Allgatherv(const Napi::CallbackInfo& info) {
       Undefined);
 }
 
-// alltoallv(sendbuf, sendCounts, recvbuf, recvCounts): blocks packed in rank order on both sides.
+// alltoallv(sendbuf, sendCounts, recvbuf, recvCounts[, sendDispls, recvDispls]): blocks packed in
+// rank order on both sides, or where the displacements (element offsets) put them: send blocks
+// may overlap (one fragment to several ranks, no copies), receive blocks may not.
 Napi::Value Communicator::Alltoallv(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   MPI_Comm comm = Handle(env, "alltoallv");
@@ -286,10 +288,17 @@ Napi::Value Communicator::Alltoallv(const Napi::CallbackInfo& info) {
   Buffer recv = BufferArg(info, 2, "alltoallv", "recvbuf");
   std::vector<int> recvCounts = CountsArg(info, 3, "alltoallv", "recvCounts", info_.size);
   RequireSameType(env, "alltoallv", send, recv);
-  std::vector<int> sendDispls =
-      Displacements(env, sendCounts, send.count, "alltoallv", "sendCounts", "sendbuf");
-  std::vector<int> recvDispls =
-      Displacements(env, recvCounts, recv.count, "alltoallv", "recvCounts", "recvbuf");
+  bool placed = info.Length() > 4 && !(info[4].IsUndefined() && info[5].IsUndefined());
+  std::vector<int> sendDispls, recvDispls;
+  if (placed) {
+    sendDispls = CountsArg(info, 4, "alltoallv", "sendDispls", info_.size);
+    recvDispls = CountsArg(info, 5, "alltoallv", "recvDispls", info_.size);
+    CheckDisplacements(env, sendCounts, sendDispls, send.count, false, "alltoallv", "sendDispls", "sendbuf");
+    CheckDisplacements(env, recvCounts, recvDispls, recv.count, true, "alltoallv", "recvDispls", "recvbuf");
+  } else {
+    sendDispls = Displacements(env, sendCounts, send.count, "alltoallv", "sendCounts", "sendbuf");
+    recvDispls = Displacements(env, recvCounts, recv.count, "alltoallv", "recvCounts", "recvbuf");
+  }
   return CommThread::Get().Submit(
       env, {send.value, recv.value},
       [comm, send, recv, sendCounts = std::move(sendCounts), recvCounts = std::move(recvCounts),

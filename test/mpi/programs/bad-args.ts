@@ -30,6 +30,7 @@ async function main(): Promise<void> {
     ['counts vs sendbuf', () => comm.allgatherv(f32, new Float32Array(3), [3])],
     ['negative count', () => comm.alltoallv(f32, [-1], f32, [2])],
     ['counts sum', () => comm.alltoallv(f32, [1], f32, [2])],
+    ['block past the end', () => comm.alltoallv(f32, [2], f32, [2], [0], [1])],
     ['agree flag', () => comm.agree(1.5)],
     ['init twice', () => init()],
     ['construct', () => new (addonPart<{ Communicator: new () => Communicator }>().Communicator)()],

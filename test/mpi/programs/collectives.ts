@@ -40,6 +40,18 @@ async function main(): Promise<void> {
   const recv = new Float32Array(size * (rank + 1));
   await world.alltoallv(send, sendCounts, recv, recvCounts);
 
+  // Placed blocks: one buffer [10 r, 10 r + 1] to every rank (send blocks overlap); the block from
+  // rank s lands at offset 3 (size - 1 - s), the gaps untouched (-1).
+  const placed = new Float32Array(3 * size).fill(-1);
+  await world.alltoallv(
+    Float32Array.of(10 * rank, 10 * rank + 1),
+    Array(size).fill(2),
+    placed,
+    Array(size).fill(2),
+    Array(size).fill(0),
+    Array.from({ length: size }, (_, s) => 3 * (size - 1 - s)),
+  );
+
   await world.barrier();
   // Every rank clears its own bit: the agreed AND has all rank bits cleared.
   const agreed = await world.agree(~(1 << rank));
@@ -59,6 +71,7 @@ async function main(): Promise<void> {
     gathered: [...gathered],
     gatheredV: [...gatheredV],
     alltoallv: [...recv],
+    alltoallvPlaced: [...placed],
     agreed,
     revoked,
     failed,
