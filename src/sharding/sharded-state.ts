@@ -161,7 +161,8 @@ export class ShardedState {
     this.fillInitial(this.layout, this.comm.rank, live);
     const redundancy = this.redundancyFor(this.comm, this.layout);
     // every rank can make any chunk's initial state: the replicas start from it without a send
-    if (redundancy.plan.kind === 'replicate') for (const c of redundancy.store.sources) this.fillInitial(this.layout, c, redundancy.store.replica(c));
+    if (redundancy.plan.kind === 'replicate')
+      for (const c of redundancy.store.sources) this.fillInitial(this.layout, c, redundancy.store.replica(c));
     this.install({ layout: this.layout, comm: this.comm, ...redundancy, live });
   }
 
@@ -411,8 +412,9 @@ export class ShardedState {
       };
       const states = pieces('state');
       const inputs = this.baseHasInput ? pieces('input') : [];
+      // a replica is current (only read from here, so a retried rebuild finds it as it was); a decoded state is a new buffer, advanced in place
       task.chunks.forEach((c, i) => {
-        const state = states[i].slice();
+        const state = states[i];
         const L = this.length(this.layout, c);
         if (this.baseHasInput) this.config.optimizer.replay(this.slotViews(state, L), inputs[i].subarray(0, L));
         rebuilt.set(c, state);

@@ -1,7 +1,7 @@
 // Sharded optimizer state under mpirun: the same parameters as replicated state (SGD and AdamW, at
 // 1 to 4 ranks, S = 4), with P/N of the state per rank; real kill -9s in every phase of a step and
-// during the state's rebuild, under replicate:2, ec:2+1 and ec:2+2 at 4 and 6 ranks, end with the
-// bits of the run without failure; losing more than the redundancy covers stops with exit 3 and
+// during the state's rebuild, under replicate:2, ec:2+1 and ec:2+2 at 4 and 6 ranks, and after a
+// resume (replicas made from the checkpoint's state), end with the bits of the run without failure; losing more than the redundancy covers stops with exit 3 and
 // one line naming the lost chunks, writing nothing.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
@@ -126,6 +126,35 @@ describe('sharded optimizer state', function () {
       assert.ok(rebuilds.length >= new Set(d.kills.map((k) => k.match(/step=(\d+)/)![1])).size, JSON.stringify(rebuilds));
     });
   }
+
+  it("replicas made from a checkpoint's state: resumed on 3 ranks (replicate:2 on a ring), a kill -9 three steps on ends with the bits of the run without failure", async () => {
+    const stopped = await train(
+      4,
+      '--optimizer',
+      'adamw',
+      '--optimizer-state',
+      'sharded',
+      '--checkpoint-every',
+      '6',
+      ...[0, 1, 2, 3].flatMap((r) => ['--drill', `rank=${r},step=8`]),
+    );
+    assert.ok(fs.existsSync(path.join(stopped.dir, 'ckpt', 'step-00000006')), stopped.stderr);
+    const resumed = summaryOf(
+      await train(
+        3,
+        '--optimizer',
+        'adamw',
+        '--optimizer-state',
+        'sharded',
+        '--resume',
+        stopped.dir,
+        '--drill',
+        'rank=1,step=9,phase=compute',
+      ),
+    );
+    assert.equal(resumed.params_sha256, reference.get('adamw'));
+    assert.equal(resumed.world_final, 2);
+  });
 
   it('losing both copies of a chunk (replicate:2, group placement) stops with exit 3 and one line, writing no checkpoint or summary', async () => {
     const run = await train(4, '--optimizer-state', 'sharded', '--drill', 'rank=2,step=5', '--drill', 'rank=3,step=5');
