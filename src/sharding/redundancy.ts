@@ -10,7 +10,7 @@
 //    last committed step left (committed) and those the current step is sending (pending),
 //    promoted only when the step's vote commits, so that a failure mid-send never leaves a parity
 //    of a state that no survivor agreed on.
-import type { Communicator } from '../comm';
+import { receiveBuffer, type Communicator } from '../comm';
 import { ecEncode } from '../checkpoint/erasure';
 import { heldBy, type RedundancyPlan } from './placement';
 
@@ -67,15 +67,15 @@ export class PeerRedundancy {
     if (this.destinations.some((d) => d < 0 || d >= n)) throw new Error(`PeerRedundancy: a plan for more than ${n} ranks`);
     const ec = plan.kind === 'ec';
     const replicate = plan.kind === 'replicate';
-    this.replicas = new Float32Array(replicate ? this.sources.length * lengths.state : 0);
-    this.inputs = new Float32Array(replicate ? this.sources.reduce((n, c) => n + lengths.input(c), 0) : 0);
+    this.replicas = receiveBuffer(replicate ? this.sources.length * lengths.state : 0);
+    this.inputs = receiveBuffer(replicate ? this.sources.reduce((n, c) => n + lengths.input(c), 0) : 0);
     const generation = (f: number): Float32Array[] => (ec ? this.parities.map(() => new Float32Array(f)) : []);
     const inputLength = lengths.input(0);
     this.committed = { state: generation(lengths.state), input: generation(inputLength) };
     this.pending = { state: generation(lengths.state), input: generation(inputLength) };
     this.received = {
-      state: new Float32Array(ec ? this.sources.length * lengths.state : 0),
-      input: new Float32Array(ec ? this.sources.length * inputLength : 0),
+      state: receiveBuffer(ec ? this.sources.length * lengths.state : 0),
+      input: receiveBuffer(ec ? this.sources.length * inputLength : 0),
     };
   }
 

@@ -17,7 +17,7 @@
 // redundancy is rebuilt for the new world before training resumes. Nothing is replaced until the
 // recovery's vote: a failure during it starts again from the same old layout. Ranks that join (a
 // spare, a respawned rank) hold no chunk of the old layout: they only receive in the redistribution.
-import type { Communicator } from '../comm';
+import { receiveBuffer, type Communicator } from '../comm';
 import { ecDecode } from '../checkpoint/erasure';
 import { parameterChunks } from '../base/chunks';
 import { planRedundancy, unrecoverableChunks, type RedundancyPlan, type RedundancySpec } from './placement';
@@ -347,8 +347,9 @@ export class ShardedState {
     return layout.to(c) - layout.from(c);
   }
 
+  /** A chunk's state for `layout`: the redistribution receives straight into it. */
   private allocate(layout: Layout): Float32Array {
-    return new Float32Array(this.fragmentLength(layout, 'state'));
+    return receiveBuffer(this.fragmentLength(layout, 'state'));
   }
 
   private slotViews(fragment: Float32Array, L: number): Float32Array[] {
@@ -442,7 +443,7 @@ export class ShardedState {
     }
     const send = new Float32Array(sendTo.flat().length * f);
     sendTo.flat().forEach((bytes, i) => send.set(bytes, i * f));
-    const receive = new Float32Array(receiveFrom.flat().length * f);
+    const receive = receiveBuffer(receiveFrom.flat().length * f);
     await comm.alltoallv(
       send,
       sendTo.map((list) => list.length * f),
@@ -463,7 +464,7 @@ export class ShardedState {
 
   /**
    * Every survivor sends the pieces of the chunks it has (its own and those it rebuilt) that fall
-   * in each new rank's chunk; every new rank places what it receives by element.
+   * in each new rank's chunk, into their place there.
    */
   private async redistribute(
     comm: Communicator,
@@ -482,36 +483,37 @@ export class ShardedState {
     };
     const me = comm.rank;
     const chunkState = (c: number) => (c === oldIndex(me) ? this.live : rebuilt.get(c)!);
-    // the pieces between (old chunk c, held by `holder`) and new rank d, in a fixed order on both sides
-    const pieces = (holder: number, d: number) => {
-      const list: { c: number; k: number; from: number; to: number }[] = [];
-      for (let k = 0; k < this.slots; ++k) {
-        for (const c of holdings(holder)) {
-          const from = Math.max(old.from(c), layout.from(d));
-          const to = Math.min(old.to(c), layout.to(d));
-          if (from < to) list.push({ c, k, from, to });
-        }
-      }
-      return list;
-    };
-    const outgoing = Array.from({ length: comm.size }, (_, d) => pieces(me, d));
-    const incoming = Array.from({ length: comm.size }, (_, s) => pieces(s, me));
-    const count = (list: { from: number; to: number }[]) => list.reduce((n, p) => n + p.to - p.from, 0);
-    const send = new Float32Array(outgoing.reduce((n, list) => n + count(list), 0));
-    let at = 0;
-    for (const p of outgoing.flat()) {
-      const L = this.length(old, p.c);
-      const start = p.k * L + p.from - old.from(p.c);
-      send.set(chunkState(p.c).subarray(start, start + p.to - p.from), at);
-      at += p.to - p.from;
-    }
-    const receive = new Float32Array(incoming.reduce((n, list) => n + count(list), 0));
-    await comm.alltoallv(send, outgoing.map(count), receive, incoming.map(count));
+    // one alltoallv per slot and per held chunk (a survivor holds its own and those it rebuilt),
+    // straight from the held states into the new chunk: no send or receive buffer, no copy
     const mine = this.length(layout, me);
-    at = 0;
-    for (const p of incoming.flat()) {
-      live.set(receive.subarray(at, at + p.to - p.from), p.k * mine + p.from - layout.from(me));
-      at += p.to - p.from;
+    const rounds = Math.max(...Array.from({ length: comm.size }, (_, r) => holdings(r).length));
+    const overlap = (c: number, d: number) => [Math.max(old.from(c), layout.from(d)), Math.min(old.to(c), layout.to(d))];
+    for (let k = 0; k < this.slots; ++k) {
+      for (let j = 0; j < rounds; ++j) {
+        const c = holdings(me)[j];
+        const sendCounts = new Array<number>(comm.size).fill(0);
+        const sendDispls = new Array<number>(comm.size).fill(0);
+        if (c !== undefined) {
+          for (let d = 0; d < comm.size; ++d) {
+            const [from, to] = overlap(c, d);
+            if (from >= to) continue;
+            sendCounts[d] = to - from;
+            sendDispls[d] = k * this.length(old, c) + from - old.from(c);
+          }
+        }
+        const recvCounts = new Array<number>(comm.size).fill(0);
+        const recvDispls = new Array<number>(comm.size).fill(0);
+        for (let s = 0; s < comm.size; ++s) {
+          const held = holdings(s)[j];
+          if (held === undefined) continue;
+          const [from, to] = overlap(held, me);
+          if (from >= to) continue;
+          recvCounts[s] = to - from;
+          recvDispls[s] = k * mine + from - layout.from(me);
+        }
+        const send = c === undefined ? new Float32Array(0) : chunkState(c);
+        await comm.alltoallv(send, sendCounts, live, recvCounts, sendDispls, recvDispls);
+      }
     }
   }
 }
