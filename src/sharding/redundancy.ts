@@ -1,15 +1,17 @@
 // Peers' copies of the sharded optimizer state, placed by placement.ts. Every rank sends its
 // fragment (the raw Float32 bytes of its chunk's state, or of the step's state input: no
 // serialization) in one alltoallv to the ranks that keep it, the same buffer to each (no copies).
-//  - replicate: a holder keeps the chunk's state itself, current: it receives the whole state once
-//    (when the layout is made) and from then on only each step's input, which it replays into its
-//    replica when the step's vote commits (the same bits the owner's update gives). A step that
-//    fails leaves the replica as it was.
-//  - ec: a parity holder encodes what the group's members send with ISA-L. Parities cannot be
-//    replayed (GF(2^8) arithmetic is not float arithmetic), so two generations: the parities the
-//    last committed step left (committed) and those the current step is sending (pending),
-//    promoted only when the step's vote commits, so that a failure mid-send never leaves a parity
-//    of a state that no survivor agreed on.
+//  - A copy (a replica, or under ec the parity of a group of one chunk, which a repetition code
+//    makes the chunk itself) is the owner's state, current: its holder receives the whole state
+//    once (seed(), when the layout is made) and from then on only each step's input, which it
+//    replays into the copy when the step's vote commits (the same bits the owner's update gives).
+//    A step that fails leaves the copy as it was.
+//  - A parity of a group of several chunks is encoded with ISA-L from what the members send: their
+//    state at the step's start and their step's input. Parities cannot be replayed (GF(2^8)
+//    arithmetic is not float arithmetic), so two generations: the parities the last committed step
+//    left (committed) and those the current step is sending (pending), promoted only when the
+//    step's vote commits, so that a failure mid-send never leaves a parity of a state that no
+//    survivor agreed on.
 import { receiveBuffer, type Communicator } from '../comm';
 import { ecEncode } from '../checkpoint/erasure';
 import { heldBy, type RedundancyPlan } from './placement';
@@ -17,7 +19,7 @@ import { heldBy, type RedundancyPlan } from './placement';
 /** What a fragment holds: a chunk's state (every slot), or the step's input to it (one slot). */
 export type Item = 'state' | 'input';
 
-/** How a replica holder advances chunk c's replica by one step from that step's input. */
+/** How a holder advances its copy of chunk c's state by one step from that step's input. */
 export type Replay = (chunk: number, state: Float32Array, input: Float32Array) => void;
 
 export interface FragmentLengths {
@@ -30,18 +32,21 @@ export interface FragmentLengths {
 export class PeerRedundancy {
   /** comm ranks this rank's fragment goes to, ascending */
   private readonly destinations: number[];
-  /** comm ranks whose fragments this rank receives, ascending */
+  /** whether this rank's state goes to its keepers each step (it is coded with others'), not only when seeded */
+  private readonly sendsStateEachStep: boolean;
+  /** comm ranks whose fragments this rank receives, ascending: those it keeps copies of, and those it encodes */
   readonly sources: number[];
-  readonly parities: { group: number; row: number }[];
-  /** replicate: the replicas of `sources`' chunks, current as of the last commit, one state fragment each, packed in `sources`' order */
-  private readonly replicas: Float32Array;
-  /** replicate: the inputs of the step under way, likewise */
+  private readonly copied: number[];
+  private readonly coded: number[];
+  /** the parity rows of groups of several chunks this rank holds */
+  private readonly parities: { group: number; row: number }[];
+  /** [the copies of `copied`' chunks, current as of the last commit | the state fragments of `coded` as received, for the encoder], one state fragment each */
+  private readonly stateArea: Float32Array;
+  /** every source's input of the step under way, packed in `sources`' order */
   private readonly inputs: Float32Array;
-  /** ec: per item, one fragment per parity row this rank holds (in the order of `parities`), committed and pending */
+  /** per item, one fragment per row of `parities`, committed and pending */
   private committed: Record<Item, Float32Array[]>;
   private pending: Record<Item, Float32Array[]>;
-  /** ec: per item, the fragments of `sources` as received, for the encoder */
-  private readonly received: Record<Item, Float32Array>;
   private readonly exchanged = new Set<Item>();
 
   constructor(
@@ -53,71 +58,80 @@ export class PeerRedundancy {
     const n = comm.size;
     const me = comm.rank;
     const held = plan.kind === 'none' ? { replicas: [], parities: [] } : heldBy(plan, me);
-    this.parities = held.parities;
     if (plan.kind === 'replicate') {
       this.destinations = plan.holders[me];
-      this.sources = held.replicas;
+      this.sendsStateEachStep = false;
+      this.copied = held.replicas;
+      this.coded = [];
+      this.parities = [];
     } else if (plan.kind === 'ec') {
-      this.destinations = plan.groups.find((g) => g.data.includes(me))!.parity.filter((r) => r !== me);
-      this.sources = [...new Set(held.parities.flatMap((p) => plan.groups[p.group].data))].sort((a, b) => a - b);
+      const mine = plan.groups.find((g) => g.data.includes(me))!;
+      this.destinations = mine.parity.filter((r) => r !== me);
+      this.sendsStateEachStep = mine.data.length > 1;
+      const single = (p: { group: number }) => plan.groups[p.group].data.length === 1;
+      this.copied = held.parities.filter(single).map((p) => plan.groups[p.group].data[0]);
+      this.parities = held.parities.filter((p) => !single(p));
+      this.coded = [...new Set(this.parities.flatMap((p) => plan.groups[p.group].data))];
     } else {
-      this.destinations = [];
-      this.sources = [];
+      [this.destinations, this.sendsStateEachStep, this.copied, this.coded, this.parities] = [[], false, [], [], []];
     }
+    this.copied.sort((a, b) => a - b);
+    this.coded.sort((a, b) => a - b);
+    this.sources = [...this.copied, ...this.coded].sort((a, b) => a - b);
     if (this.destinations.some((d) => d < 0 || d >= n)) throw new Error(`PeerRedundancy: a plan for more than ${n} ranks`);
-    const ec = plan.kind === 'ec';
-    const replicate = plan.kind === 'replicate';
-    this.replicas = receiveBuffer(replicate ? this.sources.length * lengths.state : 0);
-    this.inputs = receiveBuffer(replicate ? this.sources.reduce((n, c) => n + lengths.input(c), 0) : 0);
-    const generation = (f: number): Float32Array[] => (ec ? this.parities.map(() => new Float32Array(f)) : []);
-    const inputLength = lengths.input(0);
-    this.committed = { state: generation(lengths.state), input: generation(inputLength) };
-    this.pending = { state: generation(lengths.state), input: generation(inputLength) };
-    this.received = {
-      state: receiveBuffer(ec ? this.sources.length * lengths.state : 0),
-      input: receiveBuffer(ec ? this.sources.length * inputLength : 0),
-    };
+    this.stateArea = receiveBuffer(this.sources.length * lengths.state);
+    this.inputs = receiveBuffer(this.sources.reduce((sum, c) => sum + lengths.input(c), 0));
+    const generation = (f: number): Float32Array[] => this.parities.map(() => new Float32Array(f));
+    this.committed = { state: generation(lengths.state), input: generation(lengths.input(0)) };
+    this.pending = { state: generation(lengths.state), input: generation(lengths.input(0)) };
   }
 
-  /** Bytes this rank keeps for others: replicas and inputs, or both generations of parities and the receive buffers. */
+  /** Whether the parities need each step's state at its start (groups of several chunks exist). */
+  get needsStateEachStep(): boolean {
+    return this.plan.kind === 'ec' && this.plan.groups.some((g) => g.data.length > 1);
+  }
+
+  /** Bytes this rank keeps for others: copies, inputs, both generations of parities and their receive buffers. */
   get bytes(): number {
     const total = (list: Float32Array[]) => list.reduce((sum, a) => sum + a.byteLength, 0);
     const items = ['state', 'input'] as const;
     return (
-      this.replicas.byteLength +
+      this.stateArea.byteLength +
       this.inputs.byteLength +
-      items.reduce((sum, item) => sum + total(this.committed[item]) + total(this.pending[item]) + this.received[item].byteLength, 0)
+      items.reduce((sum, item) => sum + total(this.committed[item]) + total(this.pending[item]), 0)
     );
   }
 
-  /** The floats of `item`'s fragment from chunk c. */
-  private fragmentLength(item: Item, c: number): number {
-    return item === 'state' ? this.lengths.state : this.lengths.input(c);
+  /** The layout is made: this rank's whole state goes to every keeper of it, copies included. */
+  seed(state: Float32Array): Promise<void> {
+    return this.send('state', state, this.destinations.length > 0, this.sources);
   }
 
   /**
-   * Sends this rank's fragment of `item` to its keepers and takes in what it receives: a state
-   * into the replicas (only while the layout is made, before any step), an input or an ec
-   * fragment as pending until commit().
+   * The step's fragment of `item`: its input goes to every keeper, its state at the step's start
+   * only to the parities that code it with others' (copies replay the input instead). What it
+   * brings counts once the step commits.
    */
-  async exchange(item: Item, fragment: Float32Array): Promise<void> {
+  exchange(item: Item, fragment: Float32Array): Promise<void> {
+    if (item === 'input') return this.send('input', fragment, true, this.sources);
+    return this.send('state', fragment, this.sendsStateEachStep, this.coded);
+  }
+
+  private async send(item: Item, fragment: Float32Array, sends: boolean, from: readonly number[]): Promise<void> {
     const me = this.comm.rank;
     const f = this.fragmentLength(item, me);
     if (fragment.length !== f)
       throw new RangeError(`PeerRedundancy.exchange: a ${item} fragment of ${fragment.length} floats, expected ${f}`);
     const n = this.comm.size;
-    const sendCounts = Array.from({ length: n }, (_, r) => (this.destinations.includes(r) ? f : 0));
-    const recvCounts = Array.from({ length: n }, (_, r) => (this.sources.includes(r) ? this.fragmentLength(item, r) : 0));
-    // packed in `sources`' order: straight into the replicas or inputs, or ec's receive buffer
-    const into = this.plan.kind === 'replicate' ? (item === 'state' ? this.replicas : this.inputs) : this.received[item];
-    const sendDispls = new Array<number>(n).fill(0); // one buffer to every keeper
-    const recvDispls: number[] = [];
-    recvCounts.reduce((at, count) => (recvDispls.push(at), at + count), 0);
-    await this.comm.alltoallv(fragment, sendCounts, into, recvCounts, sendDispls, recvDispls);
-    if (this.plan.kind === 'ec') {
-      const plan = this.plan;
+    const sendCounts = Array.from({ length: n }, (_, r) => (sends && this.destinations.includes(r) ? f : 0));
+    const recvCounts = Array.from({ length: n }, (_, r) => (from.includes(r) ? this.fragmentLength(item, r) : 0));
+    const into = item === 'state' ? this.stateArea : this.inputs;
+    const recvDispls = Array.from({ length: n }, (_, r) => (from.includes(r) ? this.offset(item, r) : 0));
+    await this.comm.alltoallv(fragment, sendCounts, into, recvCounts, new Array<number>(n).fill(0), recvDispls);
+    const plan = this.plan;
+    if (plan.kind === 'ec') {
       this.parities.forEach(({ group, row }, i) => {
-        const data = plan.groups[group].data.map((c) => fragmentOf(this.received[item], this.sources.indexOf(c), f));
+        const data = plan.groups[group].data.map((c) => this.fragment(item, c));
         ecEncode(data.length, plan.parity, data, [this.pending[item][i]], [row]);
       });
     }
@@ -125,16 +139,12 @@ export class PeerRedundancy {
   }
 
   /**
-   * The step committed: replicate replays the step's inputs into the replicas; ec promotes what the
-   * step sent to what survives a failure.
+   * The step committed: the copies replay the step's inputs; the parities it sent become what
+   * survives a failure.
    */
   commit(): void {
-    if (this.plan.kind === 'replicate' && this.exchanged.has('input')) {
-      this.sources.forEach((c, i) => this.replay(c, this.replica(c), this.inputOf(i)));
-    }
-    if (this.plan.kind === 'ec') {
-      for (const item of this.exchanged) [this.committed[item], this.pending[item]] = [this.pending[item], this.committed[item]];
-    }
+    if (this.exchanged.has('input')) for (const c of this.copied) this.replay(c, this.replica(c), this.fragment('input', c));
+    for (const item of this.exchanged) [this.committed[item], this.pending[item]] = [this.pending[item], this.committed[item]];
     this.exchanged.clear();
   }
 
@@ -143,27 +153,40 @@ export class PeerRedundancy {
     this.exchanged.clear();
   }
 
-  /** replicate: the replica of chunk c kept here, as of the last commit. */
+  /** Whether this rank keeps a copy of chunk c's state (a replica, or a group of one chunk's parity). */
+  keepsCopyOf(c: number): boolean {
+    return this.copied.includes(c);
+  }
+
+  /** The copy of chunk c's state kept here, as of the last commit. */
   replica(c: number): Float32Array {
-    const i = this.sources.indexOf(c);
-    if (this.plan.kind !== 'replicate' || i < 0) throw new Error(`no replica of chunk ${c} is kept on rank ${this.comm.rank}`);
-    return fragmentOf(this.replicas, i, this.lengths.state);
+    if (!this.copied.includes(c)) throw new Error(`no copy of chunk ${c} is kept on rank ${this.comm.rank}`);
+    return this.fragment('state', c);
   }
 
-  /** replicate: the pending input of the i-th source. */
-  private inputOf(i: number): Float32Array {
-    const from = this.sources.slice(0, i).reduce((n, c) => n + this.lengths.input(c), 0);
-    return this.inputs.subarray(from, from + this.lengths.input(this.sources[i]));
-  }
-
-  /** ec: the committed parity row `row` of group `group` kept here. */
+  /** ec: the committed parity row `row` of group `group` (of several chunks) kept here. */
   parity(item: Item, group: number, row: number): Float32Array {
     const i = this.parities.findIndex((p) => p.group === group && p.row === row);
-    if (this.plan.kind !== 'ec' || i < 0) throw new Error(`no parity ${row} of group ${group} is kept on rank ${this.comm.rank}`);
+    if (i < 0) throw new Error(`no parity ${row} of group ${group} is kept on rank ${this.comm.rank}`);
     return this.committed[item][i];
   }
-}
 
-function fragmentOf(buffer: Float32Array, i: number, f: number): Float32Array {
-  return buffer.subarray(i * f, (i + 1) * f);
+  /** The floats of `item`'s fragment from chunk c. */
+  private fragmentLength(item: Item, c: number): number {
+    return item === 'state' ? this.lengths.state : this.lengths.input(c);
+  }
+
+  /** Where source c's fragment of `item` lies: states with the copies first, inputs in `sources`' order. */
+  private offset(item: Item, c: number): number {
+    if (item === 'state') {
+      const i = this.copied.includes(c) ? this.copied.indexOf(c) : this.copied.length + this.coded.indexOf(c);
+      return i * this.lengths.state;
+    }
+    return this.sources.slice(0, this.sources.indexOf(c)).reduce((sum, s) => sum + this.lengths.input(s), 0);
+  }
+
+  private fragment(item: Item, c: number): Float32Array {
+    const at = this.offset(item, c);
+    return (item === 'state' ? this.stateArea : this.inputs).subarray(at, at + this.fragmentLength(item, c));
+  }
 }

@@ -10,7 +10,9 @@
 //  - ec: parities cannot be replayed, so the state at the step's start also goes out, while the
 //    step computes (queued at its start on the comm thread). At every vote the parity holders hold
 //    the state at step b and the input of step b, b = the last committed step: a chunk lost later
-//    is rebuilt as replay(decoded state_b, decoded input_b).
+//    is rebuilt as replay(decoded state_b, decoded input_b). A group of one chunk (a world too small
+//    for K, or the last group) has a repetition code: its parity holders keep the chunk itself and
+//    replay its input, as replicas do.
 // Either way a rank that dies after the vote takes nothing that exists only with it.
 // Recovery: lost chunks are rebuilt (from a replica, or decoded from parities gathered to one
 // survivor of the group), the whole state is redistributed to the new world's chunks, and the
@@ -161,8 +163,8 @@ export class ShardedState {
     this.fillInitial(this.layout, this.comm.rank, live);
     const redundancy = this.redundancyFor(this.comm, this.layout);
     // every rank can make any chunk's initial state: the replicas start from it without a send
-    if (redundancy.plan.kind === 'replicate')
-      for (const c of redundancy.store.sources) this.fillInitial(this.layout, c, redundancy.store.replica(c));
+    for (const c of redundancy.store.sources)
+      if (redundancy.store.keepsCopyOf(c)) this.fillInitial(this.layout, c, redundancy.store.replica(c));
     this.install({ layout: this.layout, comm: this.comm, ...redundancy, live });
   }
 
@@ -187,9 +189,9 @@ export class ShardedState {
     return { from: this.layout.from(c), to: this.layout.to(c), slots: this.slotViews(this.live, this.length(this.layout, c)) };
   }
 
-  /** At a step's start: ec sends the state while the step computes, when its parities are of an older one. */
+  /** At a step's start: ec sends the state while the step computes, when its parities are of an older one (copies need no state). */
   beginStep(step: number): void {
-    if (this.plan.kind !== 'ec' || this.baseStep === step) return;
+    if (!this.store.needsStateEachStep || this.baseStep === step) return;
     const sending = this.store.exchange('state', this.live);
     sending.catch(() => undefined); // awaited in update(); a failure before then fails the step anyway
     this.stateSending = sending;
@@ -297,7 +299,7 @@ export class ShardedState {
     const rebuilt = this.pristine ? this.initialChunks(comm, tasks) : await this.rebuildLost(comm, tasks);
     await this.redistribute(comm, layout, live, tasks, rebuilt);
     const next: Next = { layout, comm, ...this.redundancyFor(comm, layout), live };
-    await next.store.exchange('state', live);
+    await next.store.seed(live);
     this.next = next;
   }
 
@@ -338,8 +340,9 @@ export class ShardedState {
       // ec's code needs equal lengths; replicas take each chunk's input as it is
       input: (c: number) => (plan.kind === 'ec' ? layout.longest : this.length(layout, c)),
     };
+    // ec's inputs are padded to the longest chunk
     const replay = (c: number, state: Float32Array, input: Float32Array) =>
-      this.config.optimizer.replay(this.slotViews(state, this.length(layout, c)), input);
+      this.config.optimizer.replay(this.slotViews(state, this.length(layout, c)), input.subarray(0, this.length(layout, c)));
     return { plan, store: new PeerRedundancy(plan, comm, lengths, replay) };
   }
 
@@ -389,15 +392,22 @@ export class ShardedState {
    */
   private async rebuildLost(comm: Communicator, tasks: RebuildTask[]): Promise<Map<number, Float32Array>> {
     const me = this.layout.worldRanks.indexOf(comm.worldRanks[comm.rank]);
+    const plan = this.plan;
+    // a replica, or a group of one chunk (its parity holders keep the chunk itself): a current copy on the rebuilder
+    const fromCopy = (task: RebuildTask) => plan.kind === 'replicate' || (plan.kind === 'ec' && plan.groups[task.group].data.length === 1);
     const items: Item[] = this.baseHasInput ? ['state', 'input'] : ['state'];
+    const decoded = tasks.filter((t) => !fromCopy(t));
     const gathered = new Map<Item, Map<string, Float32Array>>();
-    if (this.plan.kind === 'ec') for (const item of items) gathered.set(item, await this.gatherFragments(comm, tasks, item, me));
+    if (plan.kind === 'ec') for (const item of items) gathered.set(item, await this.gatherFragments(comm, decoded, item, me));
     const rebuilt = new Map<number, Float32Array>();
     for (const task of tasks.filter((t) => t.rebuilder === me)) {
-      const plan = this.plan;
-      const pieces = (item: Item): Float32Array[] => {
-        if (plan.kind === 'replicate') return task.chunks.map((c) => this.store.replica(c));
-        if (plan.kind !== 'ec') throw new Error('rebuildLost: no redundancy');
+      // a copy is only read from here, so a retried rebuild finds it as it was
+      if (fromCopy(task)) {
+        for (const c of task.chunks) rebuilt.set(c, this.store.replica(c));
+        continue;
+      }
+      if (plan.kind !== 'ec') throw new Error('rebuildLost: no redundancy');
+      const decode = (item: Item): Float32Array[] => {
         const fragments = task.fragments.map((f) => gathered.get(item)!.get(`${task.group}:${f.index}`)!);
         const outputs = task.chunks.map(() => new Float32Array(this.fragmentLength(this.layout, item)));
         const kg = plan.groups[task.group].data.length;
@@ -411,14 +421,13 @@ export class ShardedState {
         );
         return outputs;
       };
-      const states = pieces('state');
-      const inputs = this.baseHasInput ? pieces('input') : [];
-      // a replica is current (only read from here, so a retried rebuild finds it as it was); a decoded state is a new buffer, advanced in place
+      // the parities hold the state at step baseStep, and its input where baseHasInput: replayed in place
+      const states = decode('state');
+      const inputs = this.baseHasInput ? decode('input') : [];
       task.chunks.forEach((c, i) => {
-        const state = states[i];
         const L = this.length(this.layout, c);
-        if (this.baseHasInput) this.config.optimizer.replay(this.slotViews(state, L), inputs[i].subarray(0, L));
-        rebuilt.set(c, state);
+        if (this.baseHasInput) this.config.optimizer.replay(this.slotViews(states[i], L), inputs[i].subarray(0, L));
+        rebuilt.set(c, states[i]);
       });
     }
     return rebuilt;

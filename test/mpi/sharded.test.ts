@@ -76,6 +76,10 @@ describe('sharded optimizer state', function () {
       world: 2,
     },
     { ranks: 4, redundancy: 'ec:2+1', optimizer: 'adamw', kills: ['rank=2,step=4,phase=update'], world: 3 },
+    // groups [0, 1] and [2]: rank 2's chunk is a copy on rank 0, replayed
+    { ranks: 3, redundancy: 'ec:2+1', optimizer: 'adamw', kills: ['rank=2,step=4,phase=compute'], world: 2 },
+    // ec:1+1 on 2 ranks: each chunk a copy on the other rank
+    { ranks: 2, redundancy: 'ec:2+1', optimizer: 'sgd', kills: ['rank=0,step=5,phase=redundancy'], world: 1 },
     {
       ranks: 4,
       redundancy: 'ec:2+2',
