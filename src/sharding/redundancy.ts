@@ -22,10 +22,15 @@ export type Item = 'state' | 'input';
 /** How a holder advances its copy of chunk c's state by one step from that step's input. */
 export type Replay = (chunk: number, state: Float32Array, input: Float32Array) => void;
 
+/** Whether chunk c is coded with others' (ec, a group of several chunks) rather than kept as copies. */
+export function isCoded(plan: RedundancyPlan, c: number): boolean {
+  return plan.kind === 'ec' && plan.groups.find((g) => g.data.includes(c))!.data.length > 1;
+}
+
 export interface FragmentLengths {
   /** floats of one state fragment (equal on every rank: padded to the longest chunk) */
   state: number;
-  /** floats of chunk c's input fragment: ec pads them all to the longest (the code needs equal lengths), replicate sends them as they are */
+  /** floats of chunk c's input fragment: a coded chunk's are padded to the longest (the code needs equal lengths), a copied one's are as they are */
   input: (chunk: number) => number;
 }
 
@@ -67,7 +72,7 @@ export class PeerRedundancy {
     } else if (plan.kind === 'ec') {
       const mine = plan.groups.find((g) => g.data.includes(me))!;
       this.destinations = mine.parity.filter((r) => r !== me);
-      this.sendsStateEachStep = mine.data.length > 1;
+      this.sendsStateEachStep = isCoded(plan, me);
       const single = (p: { group: number }) => plan.groups[p.group].data.length === 1;
       this.copied = held.parities.filter(single).map((p) => plan.groups[p.group].data[0]);
       this.parities = held.parities.filter((p) => !single(p));

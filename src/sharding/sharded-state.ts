@@ -23,7 +23,7 @@ import { receiveBuffer, type Communicator } from '../comm';
 import { ecDecode } from '../checkpoint/erasure';
 import { parameterChunks } from '../base/chunks';
 import { planRedundancy, unrecoverableChunks, type RedundancyPlan, type RedundancySpec } from './placement';
-import { PeerRedundancy, type Item } from './redundancy';
+import { isCoded, PeerRedundancy, type Item } from './redundancy';
 import type { ShardSum } from './shard-sum';
 import { ProtocolStop } from '../liveness/stop';
 
@@ -120,9 +120,11 @@ export class ShardedState {
   private live!: Float32Array;
   /** the state the current step's update goes into, swapped in at the commit */
   private scratch!: Float32Array;
-  /** ec: this rank's chunk at step baseStep, its data fragment for the parities that peers hold (else empty) */
+  /** whether this rank's chunk is coded with others' (ec, a group of several chunks), not kept as copies */
+  private coded = false;
+  /** coded: this rank's chunk at step baseStep, its data fragment for the parities that peers hold (else empty) */
   private base!: Float32Array;
-  /** this rank's state input of the current step where it is not the gradient itself (redundancy only), and ec's of step baseStep */
+  /** this rank's state input of the current step where it is coded or not the gradient itself (redundancy only), and a coded one's of step baseStep */
   private input!: Float32Array;
   private baseInput!: Float32Array;
   /** no step has committed yet: any rank can refill any chunk from the initial state */
@@ -218,7 +220,7 @@ export class ShardedState {
     const grads = chunk.subarray(0, L);
     let input: Float32Array | undefined;
     if (this.plan.kind !== 'none') input = this.config.optimizer.stateInput(own, grads, this.input.subarray(0, L));
-    if (this.plan.kind === 'ec' && input) {
+    if (this.coded && input) {
       // kept as the data fragment of the input's parities until the next commit, padded to the fragment's length
       if (input !== this.input.subarray(0, L)) this.input.set(input);
       input = this.input;
@@ -250,9 +252,9 @@ export class ShardedState {
   commit(step: number): void {
     for (const phase of updatePhases) this.phaseTotals[phase] += this.stepPhases[phase];
     this.committedSteps += 1;
-    if (this.stateSending) [this.base, this.live, this.scratch] = [this.live, this.scratch, this.base];
+    if (this.coded && this.stateSending) [this.base, this.live, this.scratch] = [this.live, this.scratch, this.base];
     else [this.live, this.scratch] = [this.scratch, this.live];
-    if (this.plan.kind === 'ec') [this.input, this.baseInput] = [this.baseInput, this.input];
+    if (this.coded) [this.input, this.baseInput] = [this.baseInput, this.input];
     this.store.commit();
     // the replicas were replayed to the new state; ec's parities hold the step's start and its input
     if (this.plan.kind === 'replicate') [this.baseStep, this.baseHasInput] = [step + 1, false];
@@ -309,7 +311,7 @@ export class ShardedState {
     this.install(this.next);
     this.next = undefined;
     this.store.commit();
-    if (this.plan.kind === 'ec') this.base.set(this.live);
+    if (this.coded) this.base.set(this.live);
     [this.baseStep, this.baseHasInput] = [step, false];
   }
 
@@ -319,11 +321,11 @@ export class ShardedState {
     [this.layout, this.comm, this.plan, this.store, this.live] = [next.layout, next.comm, next.plan, next.store, next.live];
     this.scratch = new Float32Array(fragment);
     this.send = new Float32Array(longest + 1);
-    const ec = next.plan.kind === 'ec';
-    const ownInput = ec || (next.plan.kind === 'replicate' && !this.config.optimizer.inputIsGradient);
-    this.base = new Float32Array(ec ? fragment : 0);
+    this.coded = isCoded(next.plan, next.comm.rank);
+    const ownInput = this.coded || (next.plan.kind !== 'none' && !this.config.optimizer.inputIsGradient);
+    this.base = new Float32Array(this.coded ? fragment : 0);
     this.input = new Float32Array(ownInput ? longest : 0);
-    this.baseInput = new Float32Array(ec ? longest : 0);
+    this.baseInput = new Float32Array(this.coded ? longest : 0);
     this.stateSending = undefined;
   }
 
@@ -337,12 +339,11 @@ export class ShardedState {
     if (degraded) this.config.log(`redundancy: ${degraded}`);
     const lengths = {
       state: this.fragmentLength(layout, 'state'),
-      // ec's code needs equal lengths; replicas take each chunk's input as it is
-      input: (c: number) => (plan.kind === 'ec' ? layout.longest : this.length(layout, c)),
+      // a code needs equal lengths; copies take each chunk's input as it is
+      input: (c: number) => (isCoded(plan, c) ? layout.longest : this.length(layout, c)),
     };
-    // ec's inputs are padded to the longest chunk
     const replay = (c: number, state: Float32Array, input: Float32Array) =>
-      this.config.optimizer.replay(this.slotViews(state, this.length(layout, c)), input.subarray(0, this.length(layout, c)));
+      this.config.optimizer.replay(this.slotViews(state, this.length(layout, c)), input);
     return { plan, store: new PeerRedundancy(plan, comm, lengths, replay) };
   }
 
