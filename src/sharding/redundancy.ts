@@ -87,8 +87,10 @@ export class PeerRedundancy {
     this.stateArea = receiveBuffer(this.sources.length * lengths.state);
     this.inputs = receiveBuffer(this.sources.reduce((sum, c) => sum + lengths.input(c), 0));
     const generation = (f: number): Float32Array[] => this.parities.map(() => new Float32Array(f));
-    this.committed = { state: generation(lengths.state), input: generation(lengths.input(0)) };
-    this.pending = { state: generation(lengths.state), input: generation(lengths.input(0)) };
+    // a code's inputs all have one length (padded to the longest chunk)
+    const codedInput = this.coded.length > 0 ? lengths.input(this.coded[0]) : 0;
+    this.committed = { state: generation(lengths.state), input: generation(codedInput) };
+    this.pending = { state: generation(lengths.state), input: generation(codedInput) };
   }
 
   /** Whether the parities need each step's state at its start (groups of several chunks exist). */

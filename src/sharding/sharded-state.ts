@@ -218,11 +218,12 @@ export class ShardedState {
     const params = this.config.params;
     const own = params.subarray(from, from + L);
     const grads = chunk.subarray(0, L);
+    const scratchInput = this.input.subarray(0, L);
     let input: Float32Array | undefined;
-    if (this.plan.kind !== 'none') input = this.config.optimizer.stateInput(own, grads, this.input.subarray(0, L));
+    if (this.plan.kind !== 'none') input = this.config.optimizer.stateInput(own, grads, scratchInput);
     if (this.coded && input) {
       // kept as the data fragment of the input's parities until the next commit, padded to the fragment's length
-      if (input !== this.input.subarray(0, L)) this.input.set(input);
+      if (input !== scratchInput) scratchInput.set(input);
       input = this.input;
     }
     const out = { params: this.send.subarray(0, L), state: this.slotViews(this.scratch, L) };
@@ -395,7 +396,7 @@ export class ShardedState {
     const me = this.layout.worldRanks.indexOf(comm.worldRanks[comm.rank]);
     const plan = this.plan;
     // a replica, or a group of one chunk (its parity holders keep the chunk itself): a current copy on the rebuilder
-    const fromCopy = (task: RebuildTask) => plan.kind === 'replicate' || (plan.kind === 'ec' && plan.groups[task.group].data.length === 1);
+    const fromCopy = (task: RebuildTask) => !isCoded(plan, task.chunks[0]);
     const items: Item[] = this.baseHasInput ? ['state', 'input'] : ['state'];
     const decoded = tasks.filter((t) => !fromCopy(t));
     const gathered = new Map<Item, Map<string, Float32Array>>();
@@ -496,11 +497,12 @@ export class ShardedState {
     // one alltoallv per slot and per held chunk (a survivor holds its own and those it rebuilt),
     // straight from the held states into the new chunk: no send or receive buffer, no copy
     const mine = this.length(layout, me);
-    const rounds = Math.max(...Array.from({ length: comm.size }, (_, r) => holdings(r).length));
+    const held = Array.from({ length: comm.size }, (_, r) => holdings(r));
+    const rounds = Math.max(...held.map((chunks) => chunks.length));
     const overlap = (c: number, d: number) => [Math.max(old.from(c), layout.from(d)), Math.min(old.to(c), layout.to(d))];
     for (let k = 0; k < this.slots; ++k) {
       for (let j = 0; j < rounds; ++j) {
-        const c = holdings(me)[j];
+        const c = held[me][j];
         const sendCounts = new Array<number>(comm.size).fill(0);
         const sendDispls = new Array<number>(comm.size).fill(0);
         if (c !== undefined) {
@@ -514,9 +516,9 @@ export class ShardedState {
         const recvCounts = new Array<number>(comm.size).fill(0);
         const recvDispls = new Array<number>(comm.size).fill(0);
         for (let s = 0; s < comm.size; ++s) {
-          const held = holdings(s)[j];
-          if (held === undefined) continue;
-          const [from, to] = overlap(held, me);
+          const theirs = held[s][j];
+          if (theirs === undefined) continue;
+          const [from, to] = overlap(theirs, me);
           if (from >= to) continue;
           recvCounts[s] = to - from;
           recvDispls[s] = k * mine + from - layout.from(me);
