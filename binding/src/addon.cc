@@ -1,12 +1,15 @@
 // The addon's entry: init()/finalize() of MPI on the comm thread, the Communicator class, the
 // deadline of every wait, the registration of the JS error types, the progress watchdog, the
-// CPU kernels, CRC-64, erasure coding and the checkpoint file writer.
+// CPU kernels (and the GPU backend's, where it was built), CRC-64, erasure coding and the checkpoint file writer.
 #include <napi.h>
 
 #include <cstdlib>
 #include <string>
 
 #include "coding/checksum.h"
+#ifdef FT_HAVE_CUDA
+#include "cuda/cuda_module.h"
+#endif
 #include "mpi/comm_thread.h"
 #include "cpu/cpu_kernels.h"
 #include "mpi/communicator.h"
@@ -136,6 +139,9 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("ulfm", Napi::Boolean::New(env, kUlfm));
   Communicator::Init(env, exports);
   exports.Set("cpu", cpu::Exports(env));
+#ifdef FT_HAVE_CUDA
+  exports.Set("cuda", cuda::Exports(env));
+#endif
   exports.Set("crc64", Napi::Function::New(env, Crc64, "crc64"));
   exports.Set("gatherRows", Napi::Function::New(env, GatherRows, "gatherRows"));
   exports.Set("adviseRandomRows", Napi::Function::New(env, AdviseRandomRows, "adviseRandomRows"));

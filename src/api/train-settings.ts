@@ -5,7 +5,7 @@
 import * as path from 'node:path';
 import { parseDrill, phases, type Drill } from '../liveness/drills';
 import { parseRedundancy, type RedundancySpec } from '../sharding/placement';
-import { cpuLevels } from '../nn/backend';
+import { cpuLevels, type Device } from '../nn/backend';
 import type { ModelSpec } from '../nn/spec';
 import type { LevelRequest } from '../rank/kernel-level';
 import { parseLrSchedule, withWarmup, type LrSchedule } from '../solver/lr-schedule';
@@ -94,6 +94,8 @@ export interface TrainSettings {
   sampleTokens?: number;
   /** Compute threads per rank (default 1; the result depends on it). */
   threads?: number;
+  /** Where the net computes: 'cpu' (default) or 'cuda' (an NVIDIA GPU per rank; the result depends on it). */
+  device?: Device;
   /** The CPU kernels' instruction-set level: 'auto' (default: the best every rank's host runs; a resume: the checkpoint's), a level, or 'native'. */
   isa?: LevelRequest;
 }
@@ -134,6 +136,7 @@ export interface TrainOptions {
   evalEvery: number;
   sampleTokens: number;
   threads: number;
+  device: Device;
   isa: LevelRequest;
   /** set on a rank the job's ranks spawned: its id is joinId + its rank among those spawned with it */
   joinId?: number;
@@ -184,6 +187,14 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     min: 1,
     default: 1,
     describe: 'compute threads per rank (the result depends on it: a resume must keep it)',
+    group: 'Job',
+  },
+  device: {
+    kind: 'choice',
+    choices: ['cpu', 'cuda'],
+    default: 'cpu',
+    describe:
+      "where the net's layers compute: cpu, or cuda (cuDNN and cuBLAS on the rank's GPU, Open MPI's local rank modulo the GPUs; conv, pooling, linear and relu layers; the optimizer, collectives and checkpoints stay on the host). The result depends on it: a resume must keep it",
     group: 'Job',
   },
   isa: {
@@ -450,6 +461,7 @@ export function resolveTrainOptions(
     evalEvery: a.evalEvery,
     sampleTokens: a.sampleTokens,
     threads: a.threads,
+    device: a.device,
     isa: a.isa,
   };
 }

@@ -8,6 +8,7 @@
 import { encodeSafetensors } from '../checkpoint/safetensors';
 import type { Dataset } from '../data/dataset';
 import { cpu } from '../nn/cpu';
+import { cudaBackend } from '../nn/cuda';
 import type { TextInfo } from '../data/manifest';
 import { decodeTokens, encodeText, vocabularySize } from '../data/text-tokens';
 import { modelSpecJson, namedTensors, textMetadataKey } from '../nn/export';
@@ -66,7 +67,7 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
     },
     check(dataset: Dataset) {
       checkData(label(), spec!, dataset, options.data);
-      net = new Net(spec!, cpu);
+      net = new Net(spec!, options.device === 'cuda' ? cudaBackend() : cpu);
       if (net.buffers.length > 0 && options.optimizerState === 'sharded') {
         throw new Error(
           `${label()}: has batchnorm running statistics, which --optimizer-state sharded does not carry yet; use --optimizer-state replicated`,
@@ -89,6 +90,8 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
       epochs: options.epochs ?? null,
       // the CPU kernels' reductions are split by thread: another count gives other bits
       threads: options.threads,
+      // the GPU's kernels give other bits than the CPU's (absent: the CPU, as before the option)
+      ...(options.device === 'cpu' ? {} : { device: options.device }),
       isa,
     }),
     loop(_options, dataset, shards) {

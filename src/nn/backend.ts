@@ -1,5 +1,5 @@
 // The compute backend that layers call, one implementation per device. Shapes are plain tuples so
-// that a GPU backend (cuDNN, cuBLAS) can slot in beside the CPU one without touching the layers.
+// that the GPU backend (cuDNN, cuBLAS; src/nn/cuda.ts) slots in beside the CPU one without touching the layers.
 // All tensors are row-major Float32Arrays: activations NCHW, convolution weights OIHW
 // (out, in, kh, kw), linear weights [out, in]. Convolutions, poolings, batchnorm and global average
 // pooling also take activations in the backend's blocked layout (see channelBlock), so that a run of
@@ -43,7 +43,20 @@ export interface KernelSettings {
   vectorKernels: string;
 }
 
+/** Where a backend's kernels compute: the CPU, or an NVIDIA GPU (binding/src/cuda). */
+export type Device = 'cpu' | 'cuda';
+
 export interface Backend {
+  /**
+   * Where the kernels compute. On 'cuda' every array a kernel takes names its device copy (its
+   * mirror): kernels read and write device memory only, and values cross between host and device
+   * only through upload and download.
+   */
+  readonly device: Device;
+  /** The values of host into the kernels' copy of `mirrored` (same length): on the CPU, a copy unless they are the same array. */
+  upload(host: Float32Array, mirrored: Float32Array): void;
+  /** The kernels' copy of `mirrored` into host's values (same length): on the CPU, a copy unless they are the same array. */
+  download(mirrored: Float32Array, host: Float32Array): void;
   /** The highest level this process may pin: its CPU's (or lower, FT_CPU_LEVEL_MAX's, to act as a host of that level). */
   hostLevel(): CpuLevel;
   /**

@@ -8,6 +8,10 @@
 // inputs in one layout) keep their input's, and global average pooling reads either, so a residual
 // network never leaves it; the net reorders a blocked output to plain once for the layers (and the
 // loss) that read plain, and their input gradients back to blocked.
+// On a GPU backend (backend.device 'cuda') the layers' arrays name device memory: before each pass
+// the net uploads its parameters and input, after it downloads the gradients (into the placed slot)
+// and the logits; everything between stays on the GPU, in the plain layout (the GPU's blocked one).
+// It builds only nets of the layer types the GPU computes, each read by one layer.
 // A language model (spec.language) reads windows of T + 1 tokens and scores its [T, V] logits at
 // each position against the window's next token: its loss is the mean over the batch's positions.
 import type { Backend, Layout } from './backend';
@@ -26,6 +30,7 @@ import { GlobalAvgPool } from './layers/global-avg-pool';
 import { LayerNorm } from './layers/layernorm';
 import { Linear } from './layers/linear';
 import { Pool2d } from './layers/pool2d';
+import { gpuLayerTypes } from './cuda';
 import { type ParamView, ParameterStore } from './params';
 import { stream } from '../base/random';
 import { type LayerSpec, type ModelSpec, SpecError, inputIndices, modelInput } from './spec';
@@ -184,11 +189,16 @@ export class Net {
   private readonly scratch = new Scratch();
   /** A language model's next tokens, for the largest batch seen. */
   private targets = new Int32Array(0);
+  /** The backend computes on a GPU (see the top of this file). */
+  private readonly onDevice: boolean;
+  /** On a GPU: where the gradients go after each pass (placeGradients), else params.gradients. */
+  private gradientTarget?: Float32Array;
 
   constructor(
     readonly spec: ModelSpec,
     private readonly backend: Backend,
   ) {
+    this.onDevice = backend.device !== 'cpu';
     const shapes = this.shapes;
     const shapeOf = (node: number): number[] => (node < 0 ? spec.input : shapes[node]);
     const nameOf = (node: number): string => (node < 0 ? modelInput : spec.layers[node].name);
@@ -199,12 +209,23 @@ export class Net {
         throw new SpecError(`${spec.file}: layer ${index + 1} (${layerSpec.name}): ${problem}`);
       };
       const sources = inputIndices(spec, index);
+      if (this.onDevice && !gpuLayerTypes.has(layerSpec.type)) {
+        fail(
+          `a ${layerSpec.type} layer has no GPU kernels yet (--device ${backend.device} computes ${[...gpuLayerTypes].join(', ')} layers)`,
+        );
+      }
+      if (this.onDevice) {
+        for (const j of sources) {
+          if (j >= 0 && this.readers[j] > 0)
+            fail(`reads "${spec.layers[j].name}", which another layer reads too: the GPU backend computes chains of layers only`);
+        }
+      }
       const reserved = this.params.views.length;
       const context = { backend, params: this.params, buffers: this.state, index };
       const sourceLayouts = sources.map((j): Layout => (j >= 0 ? this.layouts[j] : 'plain'));
       const takesLayout = layoutTaking.has(layerSpec.type) && sourceLayouts.every((layout) => layout === sourceLayouts[0]);
       const inLayout = takesLayout ? sourceLayouts[0] : 'plain';
-      const outLayout = outputLayout(layerSpec, inLayout);
+      const outLayout = this.onDevice ? 'plain' : outputLayout(layerSpec, inLayout);
       const build = {
         model: spec,
         inShapes: sources.map(shapeOf),
@@ -285,6 +306,11 @@ export class Net {
    */
   placeGradients(vector: Float32Array): void {
     const P = this.params.data.length;
+    if (this.onDevice) {
+      // the layers keep computing into the store's gradients on the GPU; each pass downloads them here
+      this.gradientTarget = vector.subarray(0, P);
+      return;
+    }
     this.params.placeGradients(vector.subarray(0, P));
     this.state.placeGradients(vector.subarray(P, P + this.buffers.length));
   }
@@ -295,8 +321,30 @@ export class Net {
     for (const layer of this.layers) if (!('merge' in layer)) layer.init?.(this.params, next);
   }
 
-  /** logits[batch, classes]. */
+  /** logits[batch, classes] (in host memory on any backend). */
   forward(x: Float32Array, batch: number, train: boolean, key: BatchKey): Float32Array {
+    if (!this.onDevice) return this.run(x, batch, train, key);
+    const logits = this.run(this.toDevice(x), batch, train, key);
+    return this.toHost(logits, 'hostLogits');
+  }
+
+  /** On a GPU: uploads the parameters and x, and returns the array naming x's device copy. */
+  private toDevice(x: Float32Array): Float32Array {
+    this.backend.upload(this.params.data, this.params.data);
+    const input = this.scratch.get('input', x.length);
+    this.backend.upload(x, input);
+    return input;
+  }
+
+  /** On a GPU: a host copy of `mirrored`, in a buffer kept under `tag`. */
+  private toHost(mirrored: Float32Array, tag: string): Float32Array {
+    const host = this.scratch.get(tag, mirrored.length);
+    this.backend.download(mirrored, host);
+    return host;
+  }
+
+  /** The layers' forward over x (device memory on a GPU): logits[batch, classes], on the backend's side. */
+  private run(x: Float32Array, batch: number, train: boolean, key: BatchKey): Float32Array {
     const input = (j: number, reader: number): Float32Array => {
       if (j < 0) return x;
       return this.isBlocked(j) && !this.takesLayout[reader] ? this.plainOutputs[j] : this.outputs[j];
@@ -345,16 +393,24 @@ export class Net {
     normalizer = batch,
     progress?: GradientProgress,
   ): StepResult {
-    const logits = this.forward(x, batch, true, key);
+    const logits = this.run(this.onDevice ? this.toDevice(x) : x, batch, true, key);
     const result = this.score(logits, x, labels, batch);
     const dy = this.scratch.get('dlogits', logits.length);
     if (normalizer !== batch) {
       const scale = batch / normalizer;
-      for (let i = 0; i < dy.length; ++i) dy[i] *= scale;
+      if (this.onDevice) this.backend.scaleInPlace(dy, scale);
+      else for (let i = 0; i < dy.length; ++i) dy[i] *= scale;
     }
     for (const layer of this.layers) if (!('merge' in layer)) layer.recordStatistics?.(this.state, batch / normalizer);
     progress?.lossKnown(result.loss);
-    this.backward(dy, batch, progress);
+    if (!this.onDevice) {
+      this.backward(dy, batch, progress);
+      return result;
+    }
+    this.backward(dy, batch);
+    const gradients = this.params.gradients;
+    this.backend.download(gradients, this.gradientTarget ?? gradients);
+    progress?.gradientsFrom(0);
     return result;
   }
 
@@ -368,7 +424,8 @@ export class Net {
 
   /** Loss and correct count in evaluation mode (dropout off, batchnorm on running statistics), no gradients. */
   evaluate(x: Float32Array, labels: Int32Array, batch: number): StepResult {
-    return this.score(this.forward(x, batch, false, { seed: 0, epoch: 0, step: 0, shard: 0 }), x, labels, batch);
+    const input = this.onDevice ? this.toDevice(x) : x;
+    return this.score(this.run(input, batch, false, { seed: 0, epoch: 0, step: 0, shard: 0 }), x, labels, batch);
   }
 
   /** Reverse spec order, from the logits' gradient; skips what no parameter needs. */
@@ -414,13 +471,14 @@ export class Net {
     }
   }
 
-  /** Loss and correct count of `logits` for inputs x; leaves the loss gradient in the 'dlogits' scratch. */
+  /** Loss and correct count of `logits` (the backend's) for inputs x (host); leaves the loss gradient in the 'dlogits' scratch. */
   private score(logits: Float32Array, x: Float32Array, labels: Int32Array, batch: number): StepResult {
     const dlogits = this.scratch.get('dlogits', logits.length);
     const { classes, language } = this.spec;
     if (!language) {
       const loss = this.backend.softmaxCrossEntropy(logits, labels, dlogits, [batch, classes]);
-      return { loss, correct: countCorrect(logits, labels, classes) };
+      const hostLogits = this.onDevice ? this.toHost(logits, 'hostLogits') : logits;
+      return { loss, correct: countCorrect(hostLogits, labels, classes) };
     }
     const T = language.context;
     const targets = this.nextTokens(x, batch, T);

@@ -1,0 +1,313 @@
+// The `cuda` object of the addon: argument checks as the CPU kernels make them (tensor_args.h),
+// then the same work on the arrays' device mirrors.
+#include "cuda_module.h"
+
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "cpu/tensor_args.h"
+#include "cuda_check.h"
+#include "device_memory.h"
+#include "dnn.h"
+#include "kernels.h"
+
+namespace ft::cuda {
+
+using cpu::BytesArg;
+using cpu::DimsArg;
+using cpu::FloatArg;
+using cpu::FloatSpanArg;
+using cpu::IntArrayArg;
+using cpu::LayoutArg;
+using cpu::NumberArg;
+
+namespace {
+template <typename T>
+T* Dev(T* host, size_t count) {
+  return MirrorOf(host, count);
+}
+
+size_t Product(const std::vector<int>& d, size_t from, size_t to) {
+  size_t p = 1;
+  for (size_t i = from; i < to; ++i) p *= static_cast<size_t>(d[i]);
+  return p;
+}
+
+std::vector<int> ConvDims(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 9, 0);
+  bool positive = true;
+  for (size_t i = 0; i < 8; ++i) positive = positive && d[i] >= 1;
+  if (!positive || d[5] != d[6] || d[2] + 2 * d[8] < d[5] || d[3] + 2 * d[8] < d[6]) {
+    ThrowArg(info.Env(), method, "shape", "[N, C, H, W, K, R, S, stride, pad] with the kernel inside the padded input",
+             info[index]);
+  }
+  return d;
+}
+
+// conv2dForward(x, w, b, y, shape, xLayout?, yLayout?): the blocked layout is plain here (channelBlock 1).
+Napi::Value Conv2dForward(const Napi::CallbackInfo& info) {
+  const char* m = "conv2dForward";
+  auto d = ConvDims(info, 4, m);
+  LayoutArg(info, 5, m, "xLayout");
+  LayoutArg(info, 6, m, "yLayout");
+  auto out = ConvOutput(d);
+  const size_t xs = Product(d, 0, 4), ws = Product(d, 4, 7) * d[1], ys = size_t(d[0]) * d[4] * out[0] * out[1];
+  ConvForward(d, Dev(FloatArg(info, 0, m, "x", xs), xs), Dev(FloatArg(info, 1, m, "w", ws), ws),
+              Dev(FloatArg(info, 2, m, "b", d[4]), d[4]), Dev(FloatArg(info, 3, m, "y", ys), ys));
+  return info.Env().Undefined();
+}
+
+Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info) {
+  const char* m = "conv2dBackwardData";
+  auto d = ConvDims(info, 3, m);
+  LayoutArg(info, 4, m, "xLayout");
+  LayoutArg(info, 5, m, "yLayout");
+  auto out = ConvOutput(d);
+  const size_t xs = Product(d, 0, 4), ws = Product(d, 4, 7) * d[1], ys = size_t(d[0]) * d[4] * out[0] * out[1];
+  ConvBackwardData(d, Dev(FloatArg(info, 0, m, "dy", ys), ys), Dev(FloatArg(info, 1, m, "w", ws), ws),
+                   Dev(FloatArg(info, 2, m, "dx", xs), xs));
+  return info.Env().Undefined();
+}
+
+Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info) {
+  const char* m = "conv2dBackwardWeights";
+  auto d = ConvDims(info, 4, m);
+  LayoutArg(info, 5, m, "xLayout");
+  LayoutArg(info, 6, m, "yLayout");
+  auto out = ConvOutput(d);
+  const size_t xs = Product(d, 0, 4), ws = Product(d, 4, 7) * d[1], ys = size_t(d[0]) * d[4] * out[0] * out[1];
+  ConvBackwardWeights(d, Dev(FloatArg(info, 0, m, "x", xs), xs), Dev(FloatArg(info, 1, m, "dy", ys), ys),
+                      Dev(FloatArg(info, 2, m, "dw", ws), ws), Dev(FloatArg(info, 3, m, "db", d[4]), d[4]));
+  return info.Env().Undefined();
+}
+
+bool PoolIsMax(const Napi::CallbackInfo& info, const char* method) {
+  Napi::Value value = info[0];
+  if (value.IsString()) {
+    std::string kind = value.As<Napi::String>();
+    if (kind == "max") return true;
+    if (kind == "avg") return false;
+  }
+  ThrowArg(info.Env(), method, "kind", "'max' or 'avg'", value);
+}
+
+PoolGeometry PoolArg(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 7, 0);
+  if (d[0] < 1 || d[1] < 1 || d[4] < 1 || d[5] < 1 || d[2] + 2 * d[6] < d[4] || d[3] + 2 * d[6] < d[4]) {
+    ThrowArg(info.Env(), method, "shape", "[N, C, H, W, R, stride, pad] with the window inside the padded input",
+             info[index]);
+  }
+  return PoolGeometry{d[0], d[1], d[2], d[3], d[4], d[5], d[6], (d[2] + 2 * d[6] - d[4]) / d[5] + 1,
+                      (d[3] + 2 * d[6] - d[4]) / d[5] + 1};
+}
+
+size_t Inputs(const PoolGeometry& g) { return size_t(g.n) * g.c * g.h * g.w; }
+size_t Outputs(const PoolGeometry& g) { return size_t(g.n) * g.c * g.oh * g.ow; }
+
+// pool2dWorkspaceBytes(kind, shape, layout?): max pooling keeps each output's argmax (int32).
+Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info) {
+  const char* m = "pool2dWorkspaceBytes";
+  bool max = PoolIsMax(info, m);
+  PoolGeometry g = PoolArg(info, 1, m);
+  LayoutArg(info, 2, m, "layout");
+  return Napi::Number::New(info.Env(), max ? static_cast<double>(Outputs(g) * sizeof(int32_t)) : 0.0);
+}
+
+Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
+  const char* m = "pool2dForward";
+  bool max = PoolIsMax(info, m);
+  PoolGeometry g = PoolArg(info, 4, m);
+  LayoutArg(info, 5, m, "layout");
+  const float* x = Dev(FloatArg(info, 1, m, "x", Inputs(g)), Inputs(g));
+  float* y = Dev(FloatArg(info, 2, m, "y", Outputs(g)), Outputs(g));
+  if (max) {
+    uint8_t* ws = BytesArg(info, 3, m, "workspace", Outputs(g) * sizeof(int32_t));
+    MaxPoolForward(x, y, reinterpret_cast<int32_t*>(Dev(ws, Outputs(g) * sizeof(int32_t))), g);
+  } else {
+    AvgPoolForward(x, y, g);
+  }
+  return info.Env().Undefined();
+}
+
+Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
+  const char* m = "pool2dBackward";
+  bool max = PoolIsMax(info, m);
+  PoolGeometry g = PoolArg(info, 4, m);
+  LayoutArg(info, 5, m, "layout");
+  const float* dy = Dev(FloatArg(info, 1, m, "dy", Outputs(g)), Outputs(g));
+  float* dx = Dev(FloatArg(info, 2, m, "dx", Inputs(g)), Inputs(g));
+  if (max) {
+    uint8_t* ws = BytesArg(info, 3, m, "workspace", Outputs(g) * sizeof(int32_t));
+    MaxPoolBackward(dy, dx, reinterpret_cast<const int32_t*>(Dev(ws, Outputs(g) * sizeof(int32_t))), g);
+  } else {
+    AvgPoolBackward(dy, dx, g);
+  }
+  return info.Env().Undefined();
+}
+
+// convertLayout(x, y, [N, C, H, W], to): with channelBlock 1 both layouts are NCHW, so a copy.
+Napi::Value ConvertLayout(const Napi::CallbackInfo& info) {
+  const char* m = "convertLayout";
+  std::vector<int> d = DimsArg(info, 2, m, "shape", 4);
+  LayoutArg(info, 3, m, "to");
+  const size_t n = Product(d, 0, 4);
+  const float* x = Dev(FloatArg(info, 0, m, "x", n), n);
+  float* y = Dev(FloatArg(info, 1, m, "y", n), n);
+  FT_CUDA_CHECK(cudaMemcpy(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice));
+  return info.Env().Undefined();
+}
+
+Napi::Value LinearForwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "linearForward";
+  std::vector<int> d = DimsArg(info, 4, m, "shape", 3);
+  const size_t n = d[0], in = d[1], out = d[2];
+  LinearForward(d[0], d[1], d[2], Dev(FloatArg(info, 0, m, "x", n * in), n * in),
+                Dev(FloatArg(info, 1, m, "w", out * in), out * in), Dev(FloatArg(info, 2, m, "b", out), out),
+                Dev(FloatArg(info, 3, m, "y", n * out), n * out));
+  return info.Env().Undefined();
+}
+
+Napi::Value LinearBackwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "linearBackward";
+  std::vector<int> d = DimsArg(info, 6, m, "shape", 3);
+  const size_t n = d[0], in = d[1], out = d[2];
+  float* dx = info[3].IsNull() ? nullptr : Dev(FloatArg(info, 3, m, "dx", n * in), n * in);
+  LinearBackward(d[0], d[1], d[2], Dev(FloatArg(info, 0, m, "x", n * in), n * in),
+                 Dev(FloatArg(info, 1, m, "w", out * in), out * in), Dev(FloatArg(info, 2, m, "dy", n * out), n * out),
+                 dx, Dev(FloatArg(info, 4, m, "dw", out * in), out * in), Dev(FloatArg(info, 5, m, "db", out), out));
+  return info.Env().Undefined();
+}
+
+Napi::Value ReluForwardValue(const Napi::CallbackInfo& info) {
+  auto [x, n] = FloatSpanArg(info, 0, "reluForward", "x");
+  float* y = FloatArg(info, 1, "reluForward", "y", n);
+  ReluForward(Dev(x, n), Dev(y, n), n);
+  return info.Env().Undefined();
+}
+
+Napi::Value ReluBackwardValue(const Napi::CallbackInfo& info) {
+  auto [x, n] = FloatSpanArg(info, 0, "reluBackward", "x");
+  float* dy = FloatArg(info, 1, "reluBackward", "dy", n);
+  float* dx = FloatArg(info, 2, "reluBackward", "dx", n);
+  ReluBackward(Dev(x, n), Dev(dy, n), Dev(dx, n), n);
+  return info.Env().Undefined();
+}
+
+Napi::Value AddInPlaceValue(const Napi::CallbackInfo& info) {
+  auto [acc, n] = FloatSpanArg(info, 0, "addInPlace", "acc");
+  float* x = FloatArg(info, 1, "addInPlace", "x", n);
+  AddInPlace(Dev(acc, n), Dev(x, n), n);
+  return info.Env().Undefined();
+}
+
+Napi::Value ScaleInPlaceValue(const Napi::CallbackInfo& info) {
+  auto [x, n] = FloatSpanArg(info, 0, "scaleInPlace", "x");
+  ScaleInPlace(Dev(x, n), static_cast<float>(NumberArg(info, 1, "scaleInPlace", "scale")), n);
+  return info.Env().Undefined();
+}
+
+// softmaxCrossEntropy(logits, labels, dlogits, [N, C]) -> mean loss; labels (host) checked here,
+// the row losses summed here in row order.
+Napi::Value SoftmaxCrossEntropyValue(const Napi::CallbackInfo& info) {
+  const char* m = "softmaxCrossEntropy";
+  std::vector<int> d = DimsArg(info, 3, m, "shape", 2);
+  const size_t n = d[0], c = d[1];
+  float* logits = FloatArg(info, 0, m, "logits", n * c);
+  const int32_t* labels = IntArrayArg(info, 1, m, "labels", n);
+  float* dlogits = FloatArg(info, 2, m, "dlogits", n * c);
+  for (size_t i = 0; i < n; ++i) {
+    if (labels[i] < 0 || static_cast<size_t>(labels[i]) >= c) {
+      throw Napi::RangeError::New(info.Env(), std::string(m) + ": labels[" + std::to_string(i) + "] is " +
+                                                  std::to_string(labels[i]) + ", outside 0.." + std::to_string(c - 1));
+    }
+  }
+  auto* deviceLabels = static_cast<int32_t*>(ScratchOf(Scratch::kLabels, n * sizeof(int32_t)));
+  FT_CUDA_CHECK(cudaMemcpy(deviceLabels, labels, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  auto* rowLoss = static_cast<double*>(ScratchOf(Scratch::kRowLoss, n * sizeof(double)));
+  SoftmaxCrossEntropy(Dev(logits, n * c), deviceLabels, Dev(dlogits, n * c), rowLoss, n, c);
+  std::vector<double> losses(n);
+  FT_CUDA_CHECK(cudaMemcpy(losses.data(), rowLoss, n * sizeof(double), cudaMemcpyDeviceToHost));
+  double loss = 0.0;
+  for (double l : losses) loss += l;
+  return Napi::Number::New(info.Env(), loss / n);
+}
+
+// upload(host, mirrored): host's values into the device mirror of `mirrored` (same length).
+Napi::Value UploadValue(const Napi::CallbackInfo& info) {
+  auto [host, n] = FloatSpanArg(info, 0, "upload", "host");
+  float* mirrored = FloatArg(info, 1, "upload", "mirrored", n);
+  Upload(host, mirrored, n * sizeof(float));
+  return info.Env().Undefined();
+}
+
+// download(mirrored, host): the device mirror of `mirrored` into host's values.
+Napi::Value DownloadValue(const Napi::CallbackInfo& info) {
+  auto [mirrored, n] = FloatSpanArg(info, 0, "download", "mirrored");
+  float* host = FloatArg(info, 1, "download", "host", n);
+  Download(mirrored, host, n * sizeof(float));
+  return info.Env().Undefined();
+}
+
+// gpu(): { name, index, count, memoryBytes, freeBytes } of this process's GPU.
+Napi::Value GpuValue(const Napi::CallbackInfo& info) {
+  int index = Device(), count = 0;
+  FT_CUDA_CHECK(cudaGetDeviceCount(&count));
+  cudaDeviceProp prop;
+  FT_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  Napi::Object gpu = Napi::Object::New(info.Env());
+  gpu.Set("name", prop.name);
+  gpu.Set("index", index);
+  gpu.Set("count", count);
+  size_t freeBytes = 0, totalBytes = 0;
+  FT_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+  gpu.Set("memoryBytes", static_cast<double>(totalBytes));
+  gpu.Set("freeBytes", static_cast<double>(freeBytes));
+  return gpu;
+}
+
+Napi::Value HeldBytesValue(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(HeldBytes()));
+}
+
+// The versions this build found, for the one line a build or a run prints.
+Napi::Value LibrariesValue(const Napi::CallbackInfo& info) {
+  int runtime = 0, nccl = 0;
+  FT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  FT_CUDA_CHECK(ncclGetVersion(&nccl));
+  Napi::Object versions = Napi::Object::New(info.Env());
+  versions.Set("cudaRuntime", runtime);
+  versions.Set("cudnn", static_cast<double>(cudnnGetVersion()));
+  versions.Set("nccl", nccl);
+  return versions;
+}
+}  // namespace
+
+Napi::Object Exports(Napi::Env env) {
+  Napi::Object cuda = Napi::Object::New(env);
+  auto add = [&](const char* name, Napi::Function::Callback fn) { cuda.Set(name, Napi::Function::New(env, fn, name)); };
+  add("gpu", GpuValue);
+  add("libraries", LibrariesValue);
+  add("heldBytes", HeldBytesValue);
+  add("upload", UploadValue);
+  add("download", DownloadValue);
+  add("conv2dForward", Conv2dForward);
+  add("conv2dBackwardData", Conv2dBackwardData);
+  add("conv2dBackwardWeights", Conv2dBackwardWeights);
+  add("pool2dWorkspaceBytes", Pool2dWorkspaceBytes);
+  add("pool2dForward", Pool2dForward);
+  add("pool2dBackward", Pool2dBackward);
+  add("convertLayout", ConvertLayout);
+  add("linearForward", LinearForwardValue);
+  add("linearBackward", LinearBackwardValue);
+  add("reluForward", ReluForwardValue);
+  add("reluBackward", ReluBackwardValue);
+  add("addInPlace", AddInPlaceValue);
+  add("scaleInPlace", ScaleInPlaceValue);
+  add("softmaxCrossEntropy", SoftmaxCrossEntropyValue);
+  cuda.Set("channelBlock", Napi::Number::New(env, 1));
+  AddNcclExports(env, cuda);
+  return cuda;
+}
+
+}  // namespace ft::cuda

@@ -1,0 +1,239 @@
+// The GPU backend's own CUDA kernels; see kernels.h.
+#include <cfloat>
+
+#include "cuda_check.h"
+#include "kernels.h"
+
+namespace ft::cuda {
+
+namespace {
+constexpr int kThreads = 256;
+
+unsigned Blocks(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+void Launched(const char* kernel) { Check(cudaGetLastError(), kernel); }
+
+__global__ void ReluForwardKernel(const float* x, float* y, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+__global__ void ReluBackwardKernel(const float* x, const float* dy, float* dx, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+__global__ void AddKernel(float* acc, const float* x, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) acc[i] += x[i];
+}
+
+__global__ void ScaleKernel(float* x, float scale, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] *= scale;
+}
+
+__global__ void AddBiasKernel(float* y, const float* b, size_t channels, size_t inner, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] += b[(i / inner) % channels];
+}
+
+// One block per channel: each thread sums a fixed stride of the channel's values in order, then a
+// fixed tree adds the threads' sums.
+__global__ void SumPerChannelKernel(const float* dy, float* db, size_t outer, size_t channels, size_t inner) {
+  __shared__ float partial[kThreads];
+  const size_t c = blockIdx.x;
+  const size_t count = outer * inner;
+  float sum = 0.0f;
+  for (size_t k = threadIdx.x; k < count; k += kThreads) {
+    size_t o = k / inner, i = k % inner;
+    sum += dy[(o * channels + c) * inner + i];
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[c] = partial[0];
+}
+
+__global__ void SoftmaxCrossEntropyKernel(const float* logits, const int32_t* labels, float* dlogits,
+                                          double* rowLoss, size_t n, size_t classes) {
+  size_t r = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (r >= n) return;
+  const float* row = logits + r * classes;
+  float* grad = dlogits + r * classes;
+  double max = row[0];
+  for (size_t j = 1; j < classes; ++j) max = fmax(max, static_cast<double>(row[j]));
+  double sum = 0.0;
+  for (size_t j = 0; j < classes; ++j) sum += exp(row[j] - max);
+  const double logSum = log(sum);
+  const int32_t label = labels[r];
+  rowLoss[r] = logSum - (row[label] - max);
+  for (size_t j = 0; j < classes; ++j) {
+    double p = exp(row[j] - max - logSum);
+    grad[j] = static_cast<float>((p - (static_cast<int32_t>(j) == label ? 1.0 : 0.0)) / n);
+  }
+}
+
+// one thread per output value
+__global__ void MaxPoolForwardKernel(const float* x, float* y, int32_t* argmax, PoolGeometry g) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  size_t total = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
+  if (i >= total) return;
+  const int ox = i % g.ow, oy = (i / g.ow) % g.oh;
+  const size_t map = i / (static_cast<size_t>(g.ow) * g.oh);
+  const float* in = x + map * g.h * g.w;
+  float best = -FLT_MAX;
+  int at = -1;
+  for (int ky = 0; ky < g.r; ++ky) {
+    int iy = oy * g.stride - g.pad + ky;
+    if (iy < 0 || iy >= g.h) continue;
+    for (int kx = 0; kx < g.r; ++kx) {
+      int ix = ox * g.stride - g.pad + kx;
+      if (ix < 0 || ix >= g.w) continue;
+      float v = in[iy * g.w + ix];
+      if (at < 0 || v > best) {
+        best = v;
+        at = iy * g.w + ix;
+      }
+    }
+  }
+  y[i] = best;
+  argmax[i] = at;
+}
+
+// The outputs whose windows hold input row (or column) `pos`: [first, last].
+__device__ void Windows(int pos, int stride, int pad, int r, int out, int* first, int* last) {
+  int low = pos + pad - r + 1;
+  *first = low <= 0 ? 0 : (low + stride - 1) / stride;
+  *last = min((pos + pad) / stride, out - 1);
+}
+
+// one thread per input value: gathers, in window order, the gradients of the outputs it was the max of
+__global__ void MaxPoolBackwardKernel(const float* dy, float* dx, const int32_t* argmax, PoolGeometry g) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  size_t total = static_cast<size_t>(g.n) * g.c * g.h * g.w;
+  if (i >= total) return;
+  const int ix = i % g.w, iy = (i / g.w) % g.h;
+  const size_t map = i / (static_cast<size_t>(g.w) * g.h);
+  const int self = iy * g.w + ix;
+  int y0, y1, x0, x1;
+  Windows(iy, g.stride, g.pad, g.r, g.oh, &y0, &y1);
+  Windows(ix, g.stride, g.pad, g.r, g.ow, &x0, &x1);
+  float sum = 0.0f;
+  for (int oy = y0; oy <= y1; ++oy) {
+    for (int ox = x0; ox <= x1; ++ox) {
+      size_t o = (map * g.oh + oy) * g.ow + ox;
+      if (argmax[o] == self) sum += dy[o];
+    }
+  }
+  dx[i] = sum;
+}
+
+__global__ void AvgPoolForwardKernel(const float* x, float* y, PoolGeometry g) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  size_t total = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
+  if (i >= total) return;
+  const int ox = i % g.ow, oy = (i / g.ow) % g.oh;
+  const size_t map = i / (static_cast<size_t>(g.ow) * g.oh);
+  const float* in = x + map * g.h * g.w;
+  float sum = 0.0f;
+  for (int ky = 0; ky < g.r; ++ky) {
+    int iy = oy * g.stride - g.pad + ky;
+    if (iy < 0 || iy >= g.h) continue;
+    for (int kx = 0; kx < g.r; ++kx) {
+      int ix = ox * g.stride - g.pad + kx;
+      if (ix >= 0 && ix < g.w) sum += in[iy * g.w + ix];
+    }
+  }
+  y[i] = sum / static_cast<float>(g.r * g.r);
+}
+
+__global__ void AvgPoolBackwardKernel(const float* dy, float* dx, PoolGeometry g) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  size_t total = static_cast<size_t>(g.n) * g.c * g.h * g.w;
+  if (i >= total) return;
+  const int ix = i % g.w, iy = (i / g.w) % g.h;
+  const size_t map = i / (static_cast<size_t>(g.w) * g.h);
+  int y0, y1, x0, x1;
+  Windows(iy, g.stride, g.pad, g.r, g.oh, &y0, &y1);
+  Windows(ix, g.stride, g.pad, g.r, g.ow, &x0, &x1);
+  float sum = 0.0f;
+  for (int oy = y0; oy <= y1; ++oy) {
+    for (int ox = x0; ox <= x1; ++ox) sum += dy[(map * g.oh + oy) * g.ow + ox];
+  }
+  dx[i] = sum / static_cast<float>(g.r * g.r);
+}
+}  // namespace
+
+void ReluForward(const float* x, float* y, size_t n) {
+  if (n == 0) return;
+  ReluForwardKernel<<<Blocks(n), kThreads>>>(x, y, n);
+  Launched("reluForward");
+}
+
+void ReluBackward(const float* x, const float* dy, float* dx, size_t n) {
+  if (n == 0) return;
+  ReluBackwardKernel<<<Blocks(n), kThreads>>>(x, dy, dx, n);
+  Launched("reluBackward");
+}
+
+void AddInPlace(float* acc, const float* x, size_t n) {
+  if (n == 0) return;
+  AddKernel<<<Blocks(n), kThreads>>>(acc, x, n);
+  Launched("addInPlace");
+}
+
+void ScaleInPlace(float* x, float scale, size_t n) {
+  if (n == 0) return;
+  ScaleKernel<<<Blocks(n), kThreads>>>(x, scale, n);
+  Launched("scaleInPlace");
+}
+
+void AddBias(float* y, const float* b, size_t outer, size_t channels, size_t inner) {
+  size_t n = outer * channels * inner;
+  if (n == 0) return;
+  AddBiasKernel<<<Blocks(n), kThreads>>>(y, b, channels, inner, n);
+  Launched("addBias");
+}
+
+void SumPerChannel(const float* dy, float* db, size_t outer, size_t channels, size_t inner) {
+  if (channels == 0) return;
+  SumPerChannelKernel<<<static_cast<unsigned>(channels), kThreads>>>(dy, db, outer, channels, inner);
+  Launched("sumPerChannel");
+}
+
+void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, float* dlogits, double* rowLoss,
+                         size_t n, size_t classes) {
+  if (n == 0) return;
+  SoftmaxCrossEntropyKernel<<<Blocks(n), kThreads>>>(logits, labels, dlogits, rowLoss, n, classes);
+  Launched("softmaxCrossEntropy");
+}
+
+void MaxPoolForward(const float* x, float* y, int32_t* argmax, const PoolGeometry& g) {
+  size_t n = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
+  MaxPoolForwardKernel<<<Blocks(n), kThreads>>>(x, y, argmax, g);
+  Launched("pool2dForward");
+}
+
+void MaxPoolBackward(const float* dy, float* dx, const int32_t* argmax, const PoolGeometry& g) {
+  size_t n = static_cast<size_t>(g.n) * g.c * g.h * g.w;
+  MaxPoolBackwardKernel<<<Blocks(n), kThreads>>>(dy, dx, argmax, g);
+  Launched("pool2dBackward");
+}
+
+void AvgPoolForward(const float* x, float* y, const PoolGeometry& g) {
+  size_t n = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
+  AvgPoolForwardKernel<<<Blocks(n), kThreads>>>(x, y, g);
+  Launched("pool2dForward");
+}
+
+void AvgPoolBackward(const float* dy, float* dx, const PoolGeometry& g) {
+  size_t n = static_cast<size_t>(g.n) * g.c * g.h * g.w;
+  AvgPoolBackwardKernel<<<Blocks(n), kThreads>>>(dy, dx, g);
+  Launched("pool2dBackward");
+}
+
+}  // namespace ft::cuda

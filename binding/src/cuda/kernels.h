@@ -1,0 +1,36 @@
+// The GPU backend's own CUDA kernels (kernels.cu): element-wise, bias, pooling, softmax
+// cross-entropy. Each is deterministic: every output is computed by one thread, or by one block in
+// a fixed order, never by atomics, so the same inputs give the same bits on the same GPU.
+// Pointers are device memory; each call launches on the default stream and checks the launch.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace ft::cuda {
+
+void ReluForward(const float* x, float* y, size_t n);
+void ReluBackward(const float* x, const float* dy, float* dx, size_t n);
+void AddInPlace(float* acc, const float* x, size_t n);
+void ScaleInPlace(float* x, float scale, size_t n);
+
+// y[o, c, i] += b[c] over [outer, channels, inner].
+void AddBias(float* y, const float* b, size_t outer, size_t channels, size_t inner);
+// db[c] = the sum of dy[o, c, i] over o and i, in a fixed order.
+void SumPerChannel(const float* dy, float* db, size_t outer, size_t channels, size_t inner);
+
+// dlogits = (softmax(logits) - onehot(labels)) / n, row loss[r] = -log softmax(logits)[label], in
+// double (as the CPU kernel computes them).
+void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, float* dlogits, double* rowLoss,
+                         size_t n, size_t classes);
+
+// [N, C, H, W] pooled by an R x R window: max (argmax: the input index within its map, the first
+// largest in window order, padding excluded) or average (padding counted, as the CPU's).
+struct PoolGeometry {
+  int n, c, h, w, r, stride, pad, oh, ow;
+};
+void MaxPoolForward(const float* x, float* y, int32_t* argmax, const PoolGeometry& g);
+void MaxPoolBackward(const float* dy, float* dx, const int32_t* argmax, const PoolGeometry& g);
+void AvgPoolForward(const float* x, float* y, const PoolGeometry& g);
+void AvgPoolBackward(const float* dy, float* dx, const PoolGeometry& g);
+
+}  // namespace ft::cuda
