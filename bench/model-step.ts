@@ -3,6 +3,7 @@
 // matrices only) on fixed token windows.
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import type { Backend } from '../src/nn/backend';
 import { cpu } from '../src/nn/cpu';
 import { Net } from '../src/nn/net';
 import { loadSpec } from '../src/nn/spec';
@@ -26,8 +27,9 @@ export function shippedModels(): { image: string[]; language: string[] } {
   return { image: names.filter((name) => !isLanguage(name)), language: names.filter(isLanguage) };
 }
 
-export function modelStep(name: string, batch: number): { net: Net; step: () => void } {
-  const net = new Net(loadSpec(path.join(benchRoot, 'models', `${name}.json`)), cpu);
+/** `backend` computes the net (its gradients come back to the host); the SGD update runs on the CPU. */
+export function modelStep(name: string, batch: number, backend: Backend = cpu): { net: Net; step: () => void } {
+  const net = new Net(loadSpec(path.join(benchRoot, 'models', `${name}.json`)), backend);
   net.init(1);
   const velocity = streamVector(net.params.data.length, Stream.state);
   const x = Float32Array.from({ length: batch * net.inputSize }, (_, i) => (i % 97) / 97);

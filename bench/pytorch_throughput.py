@@ -1,6 +1,6 @@
 """PyTorch's side of bench/throughput, a long-lived child so that the bench can alternate with it
 in short rounds: each line on stdin is a request {"spec": <a model spec, every default filled in>,
-"batch": B, "seconds": S}; the answer is one line {"model", "images_per_s", "steps"}: full SGD
+"batch": B, "seconds": S[, "device": "cuda"]}; the answer is one line {"model", "images_per_s", "steps"}: full SGD
 training steps (forward, backward, update, like ft-train's) of that model on one thread, timed for
 S seconds. A language model's spec ("context", "vocab") trains on random token windows with AdamW
 (decay on matrices only, as ft-train's: {"lr", "weight_decay"} in the request) and answers
@@ -41,15 +41,20 @@ def language_trainer(spec, batch, request):
 
 
 def trainer(spec, batch, request):
-    """One training step of the spec's model on a fixed random batch."""
+    """One training step of the spec's model on a fixed random batch, on request['device'] (default the CPU)."""
     if 'context' in spec:
         return language_trainer(spec, batch, request)
-    model = SpecModel(spec)
+    device = request.get('device', 'cpu')
+    if device == 'cuda':
+        # float32 as ft-train's GPU backend computes: no TF32 in convolutions (PyTorch's default) or products
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    model = SpecModel(spec).to(device)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     loss_fn = nn.CrossEntropyLoss()
-    x = torch.rand(batch, *spec['input'])
-    y = torch.randint(0, spec['classes'], (batch,))
+    x = torch.rand(batch, *spec['input'], device=device)
+    y = torch.randint(0, spec['classes'], (batch,), device=device)
 
     def step():
         optimizer.zero_grad()
@@ -58,6 +63,8 @@ def trainer(spec, batch, request):
 
     for _ in range(10):
         step()
+    if device == 'cuda':
+        torch.cuda.synchronize()
     return step
 
 
@@ -68,7 +75,7 @@ def main():
     for line in sys.stdin:
         request = json.loads(line)
         spec, batch, seconds = request['spec'], request['batch'], request['seconds']
-        key = (spec['name'], batch)
+        key = (spec['name'], batch, request.get('device', 'cpu'))
         if key not in steps_of:
             steps_of[key] = trainer(spec, batch, request)
         step = steps_of[key]
@@ -76,6 +83,8 @@ def main():
         while time.perf_counter() - start < seconds:
             step()
             steps += 1
+        if key[2] == 'cuda':
+            torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
         answer = {'model': spec['name'], 'images_per_s': steps * batch / elapsed, 'steps': steps}
         if 'context' in spec:

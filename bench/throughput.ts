@@ -13,6 +13,11 @@
 //   lenet_vs_pytorch (target >= 1.5), min_model_vs_pytorch (the worst image model; target >= 1.3),
 //   <model>_vs_pytorch, threads2_speedup (the worse of lenet and cifarnet; target >= 1.6),
 //   step_vs_kernels_1rank (the worst model's real step / kernel-only step; target <= 1.1), models.
+// With --device cuda: lenet and cifarnet at batch 64 and 512 on the GPU backend (the net on the GPU,
+// the SGD update on the host, as ft-train --device cuda runs them) against PyTorch on the same GPU
+// (float32 throughout: TF32 off on both sides), the same interleaving; and the time of one NCCL
+// abort and rebuild at 1 rank. Last line JSON: min_vs_pytorch_cuda_512 (target >= 1.0),
+// <model>_<batch>_vs_pytorch_cuda, nccl_abort_rebuild_ms, gpu, models.
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -21,6 +26,7 @@ import * as readline from 'node:readline';
 import { median } from './median';
 import { languageModelAdamw, languageModelStep, modelStep, shippedModels } from './model-step';
 import { cpu } from '../src/nn/cpu';
+import { cudaAddon, cudaBackend } from '../src/nn/cuda';
 import { modelSpecJson } from '../src/nn/export';
 import { Net } from '../src/nn/net';
 
@@ -70,15 +76,19 @@ function stepsPerS(step: () => void, duration: number): number {
 }
 
 /** The PyTorch child: times a model for `seconds` when asked (a language model: tokens/s). */
-function startPytorch(): { imagesPerS: (net: Net) => Promise<number>; tokensPerS: (net: Net) => Promise<number>; stop: () => void } {
+function startPytorch(): {
+  imagesPerS: (net: Net, on?: { batch: number; device: 'cpu' | 'cuda' }) => Promise<number>;
+  tokensPerS: (net: Net) => Promise<number>;
+  stop: () => void;
+} {
   const child = spawn(python, [path.join(root, 'bench', 'pytorch_throughput.py')], {
     stdio: ['pipe', 'pipe', 'inherit'],
     env: { ...process.env, OMP_NUM_THREADS: '1' },
   });
   const lines = readline.createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   return {
-    imagesPerS: async (net) => {
-      child.stdin.write(`${JSON.stringify({ spec: JSON.parse(modelSpecJson(net)), batch, seconds })}\n`);
+    imagesPerS: async (net, on = { batch, device: 'cpu' }) => {
+      child.stdin.write(`${JSON.stringify({ spec: JSON.parse(modelSpecJson(net)), batch: on.batch, device: on.device, seconds })}\n`);
       const answer = await lines.next();
       if (answer.done) throw new Error(`the PyTorch child (${python}) ended without answering for ${net.spec.name}`);
       return (JSON.parse(answer.value) as { images_per_s: number }).images_per_s;
@@ -141,7 +151,79 @@ function realStepMs(name: string, dataset: string, threads: number, steps: numbe
   }
 }
 
+/** --device cuda: the GPU backend against PyTorch on the same GPU (see the top of this file). */
+async function gpuMain(): Promise<void> {
+  const nccl = cudaAddon();
+  const gpu = nccl.gpu().name;
+  const cases = ['lenet', 'cifarnet'].flatMap((model) =>
+    [64, 512].map((size) => ({ model, size, ...modelStep(model, size, cudaBackend()) })),
+  );
+  const pytorch = startPytorch();
+  const ratios = new Map(cases.map((c) => [c, [] as number[]]));
+  const ours = new Map(cases.map((c) => [c, [] as number[]]));
+  const theirs = new Map(cases.map((c) => [c, [] as number[]]));
+  for (let round = 0; round < rounds; ++round) {
+    process.stderr.write(`[bench] round ${round + 1}/${rounds} on ${gpu}: ft-train and PyTorch, alternating ...\n`);
+    for (const c of cases) {
+      const mine = (): number => stepsPerS(c.step, seconds) * c.size;
+      const peer = (): Promise<number> => pytorch.imagesPerS(c.net, { batch: c.size, device: 'cuda' });
+      const [a, b] = round % 2 === 0 ? [mine(), await peer()] : [await peer(), mine()].reverse();
+      ours.get(c)!.push(a);
+      theirs.get(c)!.push(b);
+      ratios.get(c)!.push(a / b);
+    }
+  }
+  pytorch.stop();
+  // NCCL: one abort and one rebuild (a new unique id, a new communicator) at 1 rank, after a warm-up
+  const values = new Float32Array(1 << 16);
+  let comm = nccl.ncclInit(nccl.ncclUniqueId(), 1, 0, 10_000);
+  const rebuildMs: number[] = [];
+  for (let i = 0; i < 22; ++i) {
+    nccl.ncclAllReduce(comm, values, 10_000);
+    const start = process.hrtime.bigint();
+    nccl.ncclAbort(comm);
+    comm = nccl.ncclInit(nccl.ncclUniqueId(), 1, 0, 10_000);
+    if (i >= 2) rebuildMs.push(Number(process.hrtime.bigint() - start) / 1e6);
+  }
+  nccl.ncclAbort(comm);
+  const summary: Record<string, number> = {};
+  const perCase: Record<string, unknown> = {};
+  console.log(`on ${gpu}\nmodel      batch  ft-train img/s  PyTorch img/s  ratio`);
+  for (const c of cases) {
+    const name = `${c.model}_${c.size}`;
+    const ratio = median(ratios.get(c)!);
+    summary[`${name}_vs_pytorch_cuda`] = +ratio.toFixed(3);
+    perCase[name] = {
+      images_per_s: +median(ours.get(c)!).toFixed(1),
+      pytorch_images_per_s: +median(theirs.get(c)!).toFixed(1),
+      vs_pytorch_rounds: ratios.get(c)!.map((r) => +r.toFixed(3)),
+    };
+    console.log(
+      `${c.model.padEnd(10)} ${String(c.size).padStart(5)} ${median(ours.get(c)!).toFixed(0).padStart(15)} ${median(theirs.get(c)!).toFixed(0).padStart(14)} ${ratio.toFixed(3).padStart(6)}`,
+    );
+  }
+  console.log(`NCCL abort + rebuild at 1 rank: ${median(rebuildMs).toFixed(2)} ms (median of ${rebuildMs.length})`);
+  console.log(
+    JSON.stringify({
+      min_vs_pytorch_cuda_512: Math.min(...cases.filter((c) => c.size === 512).map((c) => summary[`${c.model}_512_vs_pytorch_cuda`])),
+      ...summary,
+      nccl_abort_rebuild_ms: +median(rebuildMs).toFixed(3),
+      gpu,
+      libraries: nccl.libraries(),
+      rounds,
+      seconds_per_round: seconds,
+      models: perCase,
+    }),
+  );
+}
+
 async function main(): Promise<void> {
+  const device = process.argv.indexOf('--device');
+  if (device >= 0 && process.argv[device + 1] !== 'cpu') {
+    if (process.argv[device + 1] !== 'cuda')
+      throw new Error(`bench/throughput: --device expects cpu or cuda, got ${process.argv[device + 1]}`);
+    return gpuMain();
+  }
   cpu.setThreads(1);
   const steps = new Map(models.map((model) => [model, modelStep(model, batch)]));
   const pytorch = startPytorch();
@@ -294,6 +376,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: Error) => {
-  console.error(error.stack ?? error.message);
+  console.error(error.message);
   process.exit(1);
 });

@@ -60,7 +60,7 @@ void Await(Napi::Env env, NcclComm* comm, const char* method, double timeoutMs, 
     }
     if (Clock::now() > deadline) {
       comm->Abort();
-      throw Napi::Error::New(env, std::string(method) + ": timed out after " + std::to_string(timeoutMs) +
+      throw Napi::Error::New(env, std::string(method) + ": timed out after " + std::to_string(static_cast<long long>(timeoutMs)) +
                                       " ms; the NCCL communicator was aborted");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -1,0 +1,266 @@
+// The GPU backend's kernels against the CPU backend's on the same inputs, a GPU net's gradients
+// against finite differences, and the same bits from the same seed twice. Tolerances: outputs that
+// sum products (convolutions, linear layers) within 1e-4 of the largest CPU value (float32 sums
+// in another order), pooling, ReLU and element-wise kernels exact (one value chosen or one
+// operation per output), the loss within 1e-12 relative (double on both sides, exp and log to
+// the last bit or so), its gradient within 1e-7.
+import { strict as assert } from 'node:assert';
+import { checkGradient, randomTensor } from '../helpers/gradcheck';
+import { requireGpu } from '../helpers/gpu';
+import type { Backend, ConvShape, LinearShape, PoolKind, PoolShape } from '../../src/nn/backend';
+import { cpu } from '../../src/nn/cpu';
+import { cudaAddon, cudaBackend } from '../../src/nn/cuda';
+import { Net } from '../../src/nn/net';
+import { type ModelSpec, parseSpec } from '../../src/nn/spec';
+
+let gpu: Backend;
+
+/** x's values on the GPU (its own mirror), and x. */
+function onGpu(x: Float32Array): Float32Array {
+  gpu.upload(x, x);
+  return x;
+}
+
+/** A host copy of the GPU's values of `mirrored`. */
+function fromGpu(mirrored: Float32Array): Float32Array {
+  const host = new Float32Array(mirrored.length);
+  gpu.download(mirrored, host);
+  return host;
+}
+
+function assertClose(name: string, got: Float32Array, want: Float32Array, tolerance: number): void {
+  assert.equal(got.length, want.length, `${name}: length`);
+  let largest = 0;
+  for (const v of want) largest = Math.max(largest, Math.abs(v));
+  for (let i = 0; i < want.length; ++i) {
+    assert.ok(Math.abs(got[i] - want[i]) <= tolerance * largest, `${name}[${i}]: GPU ${got[i]}, CPU ${want[i]} (largest ${largest})`);
+  }
+}
+
+function assertSameBits(name: string, got: Float32Array, want: Float32Array): void {
+  assert.ok(
+    Buffer.from(got.buffer, got.byteOffset, got.byteLength).equals(Buffer.from(want.buffer, want.byteOffset, want.byteLength)),
+    `${name}: bits differ`,
+  );
+}
+
+describe('GPU backend: kernels against the CPU backend', function () {
+  before(function () {
+    requireGpu(this);
+    gpu = cudaBackend();
+    console.log(`    on ${cudaAddon().gpu().name}: ${JSON.stringify(cudaAddon().libraries())}`);
+  });
+
+  for (const shape of [
+    [4, 3, 12, 12, 8, 3, 3, 1, 1],
+    [3, 5, 11, 9, 6, 5, 5, 2, 0],
+    [2, 1, 28, 28, 20, 5, 5, 1, 0],
+  ] as ConvShape[]) {
+    it(`convolution ${shape.join('x')}: forward, backward data, backward weights`, () => {
+      const [n, c, h, w, k, r, , stride, pad] = shape;
+      const oh = Math.floor((h + 2 * pad - r) / stride) + 1;
+      const ow = Math.floor((w + 2 * pad - r) / stride) + 1;
+      const x = onGpu(randomTensor(n * c * h * w, 1));
+      const wt = onGpu(randomTensor(k * c * r * r, 2));
+      const b = onGpu(randomTensor(k, 3));
+      const dy = onGpu(randomTensor(n * k * oh * ow, 4));
+      const [yCpu, yGpu] = [new Float32Array(n * k * oh * ow), new Float32Array(n * k * oh * ow)];
+      cpu.conv2dForward(x, wt, b, yCpu, shape, 'plain', 'plain');
+      gpu.conv2dForward(x, wt, b, yGpu, shape, 'plain', 'plain');
+      assertClose('y', fromGpu(yGpu), yCpu, 1e-4);
+      const [dxCpu, dxGpu] = [new Float32Array(x.length), new Float32Array(x.length)];
+      cpu.conv2dBackwardData(dy, wt, dxCpu, shape, 'plain', 'plain');
+      gpu.conv2dBackwardData(dy, wt, dxGpu, shape, 'plain', 'plain');
+      assertClose('dx', fromGpu(dxGpu), dxCpu, 1e-4);
+      const [dwCpu, dwGpu, dbCpu, dbGpu] = [
+        new Float32Array(wt.length),
+        new Float32Array(wt.length),
+        new Float32Array(k),
+        new Float32Array(k),
+      ];
+      cpu.conv2dBackwardWeights(x, dy, dwCpu, dbCpu, shape, 'plain', 'plain');
+      gpu.conv2dBackwardWeights(x, dy, dwGpu, dbGpu, shape, 'plain', 'plain');
+      assertClose('dw', fromGpu(dwGpu), dwCpu, 1e-4);
+      assertClose('db', fromGpu(dbGpu), dbCpu, 1e-4);
+    });
+  }
+
+  for (const [kind, shape] of [
+    ['max', [3, 4, 12, 12, 2, 2, 0]],
+    ['max', [2, 3, 11, 11, 3, 2, 1]],
+    ['avg', [2, 3, 11, 11, 3, 2, 1]],
+    ['avg', [3, 4, 12, 12, 2, 2, 0]],
+  ] as [PoolKind, PoolShape][]) {
+    it(`${kind} pooling ${shape.join('x')}: forward and backward`, () => {
+      const [n, c, h, w, r, stride, pad] = shape;
+      const oh = Math.floor((h + 2 * pad - r) / stride) + 1;
+      const ow = Math.floor((w + 2 * pad - r) / stride) + 1;
+      const x = onGpu(randomTensor(n * c * h * w, 5));
+      const dy = onGpu(randomTensor(n * c * oh * ow, 6));
+      const run = (backend: Backend): [Float32Array, Float32Array] => {
+        const y = new Float32Array(n * c * oh * ow);
+        const dx = new Float32Array(x.length);
+        const ws = new Uint8Array(backend.pool2dWorkspaceBytes(kind, shape));
+        backend.pool2dForward(kind, x, y, ws, shape);
+        backend.pool2dBackward(kind, dy, dx, ws, shape);
+        return [y, dx];
+      };
+      const [yCpu, dxCpu] = run(cpu);
+      const [yGpu, dxGpu] = run(gpu);
+      if (kind === 'max') {
+        assertSameBits('y', fromGpu(yGpu), yCpu);
+        assertSameBits('dx', fromGpu(dxGpu), dxCpu);
+      } else {
+        assertClose('y', fromGpu(yGpu), yCpu, 1e-6);
+        assertClose('dx', fromGpu(dxGpu), dxCpu, 1e-6);
+      }
+    });
+  }
+
+  for (const shape of [
+    [16, 50, 10],
+    [64, 800, 500],
+    [3, 7, 1],
+  ] as LinearShape[]) {
+    it(`linear ${shape.join('x')}: forward and backward`, () => {
+      const [n, i, o] = shape;
+      const x = onGpu(randomTensor(n * i, 7));
+      const w = onGpu(randomTensor(o * i, 8));
+      const b = onGpu(randomTensor(o, 9));
+      const dy = onGpu(randomTensor(n * o, 10));
+      const run = (backend: Backend): Float32Array[] => {
+        const [y, dx, dw, db] = [new Float32Array(n * o), new Float32Array(n * i), new Float32Array(o * i), new Float32Array(o)];
+        backend.linearForward(x, w, b, y, shape);
+        backend.linearBackward(x, w, dy, dx, dw, db, shape);
+        return [y, dx, dw, db];
+      };
+      const want = run(cpu);
+      run(gpu).forEach((got, k) => assertClose(['y', 'dx', 'dw', 'db'][k], fromGpu(got), want[k], 1e-4));
+    });
+  }
+
+  it('ReLU, add, scale: exact', () => {
+    const x = onGpu(randomTensor(1000, 11));
+    const dy = onGpu(randomTensor(1000, 12));
+    const [yCpu, yGpu, dxCpu, dxGpu] = [1, 2, 3, 4].map(() => new Float32Array(1000));
+    cpu.reluForward(x, yCpu);
+    gpu.reluForward(x, yGpu);
+    assertSameBits('relu y', fromGpu(yGpu), yCpu);
+    cpu.reluBackward(x, dy, dxCpu);
+    gpu.reluBackward(x, dy, dxGpu);
+    assertSameBits('relu dx', fromGpu(dxGpu), dxCpu);
+    const accCpu = randomTensor(1000, 13);
+    const accGpu = onGpu(accCpu.slice());
+    cpu.addInPlace(accCpu, x);
+    gpu.addInPlace(accGpu, x);
+    assertSameBits('add', fromGpu(accGpu), accCpu);
+    cpu.scaleInPlace(accCpu, 0.37);
+    gpu.scaleInPlace(accGpu, 0.37);
+    assertSameBits('scale', fromGpu(accGpu), accCpu);
+  });
+
+  it('softmax cross-entropy: loss and its gradient; a label out of range refused as on the CPU', () => {
+    const [n, c] = [37, 10];
+    const logits = onGpu(randomTensor(n * c, 14).map((v) => 8 * v));
+    const labels = Int32Array.from({ length: n }, (_, i) => (i * 7) % c);
+    const [dCpu, dGpu] = [new Float32Array(n * c), new Float32Array(n * c)];
+    const lossCpu = cpu.softmaxCrossEntropy(logits, labels, dCpu, [n, c]);
+    const lossGpu = gpu.softmaxCrossEntropy(logits, labels, dGpu, [n, c]);
+    assert.ok(Math.abs(lossGpu - lossCpu) <= 1e-12 * lossCpu, `loss: GPU ${lossGpu}, CPU ${lossCpu}`);
+    const got = fromGpu(dGpu);
+    for (let i = 0; i < dCpu.length; ++i) assert.ok(Math.abs(got[i] - dCpu[i]) <= 1e-7, `dlogits[${i}]: GPU ${got[i]}, CPU ${dCpu[i]}`);
+    labels[3] = c;
+    assert.throws(() => gpu.softmaxCrossEntropy(logits, labels, dGpu, [n, c]), {
+      message: `softmaxCrossEntropy: labels[3] is ${c}, outside 0..${c - 1}`,
+    });
+  });
+
+  it('a kernel the GPU lacks says so; an array of the wrong length is refused before any work', () => {
+    assert.throws(
+      () =>
+        gpu.batchnormBackward(
+          new Float32Array(1),
+          new Float32Array(1),
+          new Float32Array(1),
+          new Float64Array(1),
+          null,
+          new Float32Array(1),
+          new Float32Array(1),
+          [1, 1, 1],
+        ),
+      /batchnormBackward: not on the GPU backend yet/,
+    );
+    assert.throws(
+      () => gpu.reluForward(new Float32Array(4), new Float32Array(3)),
+      /reluForward: expected y to be a Float32Array of 4 elements/,
+    );
+  });
+});
+
+describe('GPU backend: a net', function () {
+  const smallJson = {
+    name: 'small',
+    input: [1, 10, 10],
+    classes: 4,
+    layers: [
+      { type: 'conv', name: 'conv1', filters: 3, kernel: 3 },
+      { type: 'maxpool', name: 'pool1', kernel: 2, stride: 2 },
+      { type: 'relu', name: 'relu1' },
+      { type: 'avgpool', name: 'pool2', kernel: 2, stride: 1 },
+      { type: 'flatten', name: 'flatten' },
+      { type: 'linear', name: 'ip1', outputs: 4 },
+    ],
+  };
+  const small: ModelSpec = parseSpec('small.json', JSON.stringify(smallJson));
+  const batch = 6;
+  const x = randomTensor(batch * 100, 21);
+  const labels = Int32Array.from({ length: batch }, (_, i) => i % 4);
+  const key = { seed: 1, epoch: 0, step: 0, shard: 0 };
+
+  before(function () {
+    requireGpu(this);
+  });
+
+  it('gradients against finite differences, and against the CPU net', () => {
+    const net = new Net(small, cudaBackend());
+    net.init(3);
+    net.lossAndGradient(x, labels, batch, key);
+    const gradients = net.params.gradients.slice();
+    checkGradient('params', net.params.data, gradients, () => net.evaluate(x, labels, batch).loss, {
+      eps: 1e-2,
+      tolerance: 2e-2,
+      samples: 60,
+    });
+    const reference = new Net(small, cpu);
+    reference.init(3);
+    reference.lossAndGradient(x, labels, batch, key);
+    assertClose('gradients', gradients, reference.params.gradients, 1e-4);
+  });
+
+  it('the same seed twice: the same bits, step after step (with a host SGD update between)', () => {
+    const train = (): Float32Array => {
+      const net = new Net(small, cudaBackend());
+      net.init(5);
+      const velocity = new Float32Array(net.params.data.length);
+      for (let step = 0; step < 10; ++step) {
+        net.lossAndGradient(x, labels, batch, { ...key, step });
+        cpu.sgdUpdate(net.params.data, net.params.gradients, velocity, 0.1, 0.9, 5e-4);
+      }
+      return net.params.data.slice();
+    };
+    assertSameBits('params', train(), train());
+  });
+
+  it('a layer without GPU kernels is refused when the net is built, in one line', () => {
+    const layers = [
+      { type: 'batchnorm', name: 'bn' },
+      { type: 'flatten', name: 'f' },
+      { type: 'linear', name: 'ip', outputs: 4 },
+    ];
+    const spec = parseSpec('bn.json', JSON.stringify({ ...smallJson, layers }));
+    assert.throws(() => new Net(spec, cudaBackend()), {
+      message:
+        /^bn\.json: layer 1 \(bn\): a batchnorm layer has no GPU kernels yet \(--device cuda computes conv, maxpool, avgpool, linear, relu, flatten layers\)$/,
+    });
+  });
+});

@@ -1,0 +1,71 @@
+// ft-train with --device cuda on real processes: lenet on Fashion-MNIST for 100 steps against the
+// CPU's loss curve, and exact mode on the GPU, where a kill -9 of a rank at 3 ranks sharing the GPU
+// (the MPI path) ends with the parameters of the 1-rank run without failure.
+import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { StepRecord, Summary } from '../../src/run/records';
+import { requireGpu } from '../helpers/gpu';
+import { runTrain } from '../helpers/mpi-job';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-gpu-');
+let runs = 0;
+
+async function train(ranks: number, ...extra: string[]): Promise<{ dir: string; summary: Summary; steps: StepRecord[] }> {
+  const dir = path.join(scratch, `run-${++runs}`);
+  const job = await runTrain(
+    ranks,
+    ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', dir, ...extra],
+    240_000,
+  );
+  assert.equal(job.code, 0, `exit ${job.code}\n${job.stdout}\n${job.stderr}`);
+  assert.equal(job.stragglers, 0, 'processes of the job outlived mpirun');
+  const summary = JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')) as Summary;
+  const steps = fs
+    .readFileSync(path.join(dir, 'metrics.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as StepRecord)
+    .filter((record) => record.loss !== undefined);
+  return { dir, summary, steps };
+}
+
+describe('GPU backend: training', function () {
+  this.timeout(600_000);
+  before(function () {
+    requireGpu(this);
+  });
+  after(() => removeScratch(scratch));
+
+  it('lenet, 100 steps: the GPU loss curve follows the CPU one (each step within 5%, the last 20 steps on average within 1%)', async () => {
+    const gpu = await train(1, '--steps', '100', '--device', 'cuda');
+    const cpu = await train(1, '--steps', '100');
+    assert.equal(gpu.steps.length, 100);
+    assert.equal(cpu.steps.length, 100);
+    gpu.steps.forEach((record, i) => {
+      const want = cpu.steps[i].loss;
+      assert.ok(Math.abs(record.loss - want) <= 0.05 * want, `step ${record.step}: GPU loss ${record.loss}, CPU ${want}`);
+    });
+    const mean = (records: StepRecord[]): number => records.slice(-20).reduce((sum, r) => sum + r.loss, 0) / 20;
+    assert.ok(
+      Math.abs(mean(gpu.steps) - mean(cpu.steps)) <= 0.01 * mean(cpu.steps),
+      `last 20 steps: GPU ${mean(gpu.steps)}, CPU ${mean(cpu.steps)}`,
+    );
+    assert.notEqual(gpu.summary.params_sha256, cpu.summary.params_sha256, 'the GPU run has the CPU bits: did it run on the GPU?');
+  });
+
+  it('exact mode on the GPU: 1 rank, 2 ranks, and 3 ranks with a kill -9 of rank 1 at step 10 end with the same bits', async () => {
+    const common = ['--steps', '30', '--shards', '6', '--device', 'cuda', '--hang-timeout', '5'];
+    const one = await train(1, ...common);
+    const two = await train(2, ...common);
+    const killed = await train(3, ...common, '--drill', 'rank=1,step=10,phase=compute');
+    assert.equal(two.summary.params_sha256, one.summary.params_sha256, 'the 2-rank run differs from the 1-rank run');
+    assert.deepEqual(
+      killed.summary.failures.flatMap((f) => f.lost),
+      [1],
+      JSON.stringify(killed.summary.failures),
+    );
+    assert.equal(killed.summary.params_sha256, one.summary.params_sha256, 'the run with a kill differs from the run without');
+  });
+});
