@@ -256,7 +256,7 @@ Napi::Value GpuValue(const Napi::CallbackInfo& info) {
   cudaDeviceProp prop;
   FT_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
   Napi::Object gpu = Napi::Object::New(info.Env());
-  gpu.Set("name", prop.name);
+  gpu.Set("name", std::string(prop.name));
   gpu.Set("index", index);
   gpu.Set("count", count);
   size_t freeBytes = 0, totalBytes = 0;

@@ -1,9 +1,11 @@
 // Device memory of the GPU backend: the mirrors of host ranges (see device_memory.h).
 #include "device_memory.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <vector>

@@ -91,7 +91,8 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
     c->Abort();
     delete c;
   });
-  FT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->stream, cudaStreamNonBlocking));
+  // a blocking stream: NCCL's work waits for the kernels and copies queued before it on the default stream
+  FT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->stream, cudaStreamDefault));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclResult_t started = ncclCommInitRankConfig(&comm->comm, size, id, rank, &config);
