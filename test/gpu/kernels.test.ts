@@ -109,7 +109,9 @@ describe('GPU backend: kernels against the CPU backend', function () {
       const [yGpu, dxGpu] = run(gpu);
       if (kind === 'max') {
         assertSameBits('y', fromGpu(yGpu), yCpu);
-        assertSameBits('dx', fromGpu(dxGpu), dxCpu);
+        // an input in several windows sums their gradients, perhaps in another order
+        if (r <= stride) assertSameBits('dx', fromGpu(dxGpu), dxCpu);
+        else assertClose('dx', fromGpu(dxGpu), dxCpu, 1e-6);
       } else {
         assertClose('y', fromGpu(yGpu), yCpu, 1e-6);
         assertClose('dx', fromGpu(dxGpu), dxCpu, 1e-6);
