@@ -1,6 +1,6 @@
 """PyTorch's side of bench/throughput, a long-lived child so that the bench can alternate with it
 in short rounds: each line on stdin is a request {"spec": <a model spec, every default filled in>,
-"batch": B, "seconds": S[, "device": "cuda"]}; the answer is one line {"model", "images_per_s", "steps"}: full SGD
+"batch": B, "seconds": S[, "device": "cuda", "input": "host"]}; the answer is one line {"model", "images_per_s", "steps"}: full SGD
 training steps (forward, backward, update, like ft-train's) of that model on one thread, timed for
 S seconds. A language model's spec ("context", "vocab") trains on random token windows with AdamW
 (decay on matrices only, as ft-train's: {"lr", "weight_decay"} in the request) and answers
@@ -55,10 +55,17 @@ def trainer(spec, batch, request):
     loss_fn = nn.CrossEntropyLoss()
     x = torch.rand(batch, *spec['input'], device=device)
     y = torch.randint(0, spec['classes'], (batch,), device=device)
+    # "host": each step moves its batch from (pageable) host memory to the device first, as a training
+    # loop does with a DataLoader's batches; otherwise the batch stays where it is
+    from_host = request.get('input') == 'host'
+    x_host, y_host = x.cpu(), y.cpu()
 
     def step():
         optimizer.zero_grad()
-        loss_fn(model(x), y).backward()
+        if from_host:
+            loss_fn(model(x_host.to(device)), y_host.to(device)).backward()
+        else:
+            loss_fn(model(x), y).backward()
         optimizer.step()
 
     for _ in range(10):
@@ -75,7 +82,7 @@ def main():
     for line in sys.stdin:
         request = json.loads(line)
         spec, batch, seconds = request['spec'], request['batch'], request['seconds']
-        key = (spec['name'], batch, request.get('device', 'cpu'))
+        key = (spec['name'], batch, request.get('device', 'cpu'), request.get('input'))
         if key not in steps_of:
             steps_of[key] = trainer(spec, batch, request)
         step = steps_of[key]

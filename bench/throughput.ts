@@ -14,10 +14,13 @@
 //   <model>_vs_pytorch, threads2_speedup (the worse of lenet and cifarnet; target >= 1.6),
 //   step_vs_kernels_1rank (the worst model's real step / kernel-only step; target <= 1.1), models.
 // With --device cuda: lenet and cifarnet at batch 64 and 512 on the GPU backend (the net on the GPU,
-// the SGD update on the host, as ft-train --device cuda runs them) against PyTorch on the same GPU
-// (float32 throughout: TF32 off on both sides), the same interleaving; and the time of one NCCL
-// abort and rebuild at 1 rank. Last line JSON: min_vs_pytorch_cuda_512 (target >= 1.0),
-// <model>_<batch>_vs_pytorch_cuda, nccl_abort_rebuild_ms, gpu, models.
+// the SGD update on the host, as ft-train --device cuda runs them: each step uploads its batch and
+// parameters and downloads its gradients) against PyTorch on the same GPU (float32 throughout: TF32
+// off on both sides), the same interleaving, twice: PyTorch moving each step's batch from host memory
+// as a training loop does ("host"), and PyTorch with its batch kept on the GPU ("resident", no
+// transfer at all); and the time of one NCCL abort and one rebuild at 1 rank. Last line JSON:
+// min_vs_pytorch_cuda_512 (host; target >= 1.0), min_vs_pytorch_cuda_resident_512,
+// <model>_<batch>_vs_pytorch_cuda[_resident], nccl_abort_ms, nccl_rebuild_ms, gpu, models.
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -77,7 +80,7 @@ function stepsPerS(step: () => void, duration: number): number {
 
 /** The PyTorch child: times a model for `seconds` when asked (a language model: tokens/s). */
 function startPytorch(): {
-  imagesPerS: (net: Net, on?: { batch: number; device: 'cpu' | 'cuda' }) => Promise<number>;
+  imagesPerS: (net: Net, on?: { batch: number; device: 'cpu' | 'cuda'; input?: 'host' }) => Promise<number>;
   tokensPerS: (net: Net) => Promise<number>;
   stop: () => void;
 } {
@@ -88,7 +91,7 @@ function startPytorch(): {
   const lines = readline.createInterface({ input: child.stdout })[Symbol.asyncIterator]();
   return {
     imagesPerS: async (net, on = { batch, device: 'cpu' }) => {
-      child.stdin.write(`${JSON.stringify({ spec: JSON.parse(modelSpecJson(net)), batch: on.batch, device: on.device, seconds })}\n`);
+      child.stdin.write(`${JSON.stringify({ spec: JSON.parse(modelSpecJson(net)), ...on, seconds })}\n`);
       const answer = await lines.next();
       if (answer.done) throw new Error(`the PyTorch child (${python}) ended without answering for ${net.spec.name}`);
       return (JSON.parse(answer.value) as { images_per_s: number }).images_per_s;
@@ -158,56 +161,86 @@ async function gpuMain(): Promise<void> {
   const cases = ['lenet', 'cifarnet'].flatMap((model) =>
     [64, 512].map((size) => ({ model, size, ...modelStep(model, size, cudaBackend()) })),
   );
+  const peers = ['host', 'resident'] as const;
   const pytorch = startPytorch();
-  const ratios = new Map(cases.map((c) => [c, [] as number[]]));
-  const ours = new Map(cases.map((c) => [c, [] as number[]]));
-  const theirs = new Map(cases.map((c) => [c, [] as number[]]));
+  const samples = (): number[] => [];
+  const ours = new Map(cases.map((c) => [c, samples()]));
+  const theirs = new Map(cases.map((c) => [c, { host: samples(), resident: samples() }]));
+  const ratios = new Map(cases.map((c) => [c, { host: samples(), resident: samples() }]));
   for (let round = 0; round < rounds; ++round) {
     process.stderr.write(`[bench] round ${round + 1}/${rounds} on ${gpu}: ft-train and PyTorch, alternating ...\n`);
     for (const c of cases) {
       const mine = (): number => stepsPerS(c.step, seconds) * c.size;
-      const peer = (): Promise<number> => pytorch.imagesPerS(c.net, { batch: c.size, device: 'cuda' });
-      const [a, b] = round % 2 === 0 ? [mine(), await peer()] : [await peer(), mine()].reverse();
-      ours.get(c)!.push(a);
-      theirs.get(c)!.push(b);
-      ratios.get(c)!.push(a / b);
+      const peer = (input: (typeof peers)[number]): Promise<number> =>
+        pytorch.imagesPerS(c.net, { batch: c.size, device: 'cuda', ...(input === 'host' ? { input } : {}) });
+      let rate: number;
+      const peerRates = { host: 0, resident: 0 };
+      if (round % 2 === 0) {
+        rate = mine();
+        for (const input of peers) peerRates[input] = await peer(input);
+      } else {
+        for (const input of peers) peerRates[input] = await peer(input);
+        rate = mine();
+      }
+      ours.get(c)!.push(rate);
+      for (const input of peers) {
+        theirs.get(c)![input].push(peerRates[input]);
+        ratios.get(c)![input].push(rate / peerRates[input]);
+      }
     }
   }
   pytorch.stop();
-  // NCCL: one abort and one rebuild (a new unique id, a new communicator) at 1 rank, after a warm-up
+  // NCCL at 1 rank, after a warm-up: one abort, and one rebuild (a new unique id, a new communicator)
   const values = new Float32Array(1 << 16);
   let comm = nccl.ncclInit(nccl.ncclUniqueId(), 1, 0, 10_000);
+  const abortMs: number[] = [];
   const rebuildMs: number[] = [];
-  for (let i = 0; i < 22; ++i) {
+  const since = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1e6;
+  for (let i = 0; i < 12; ++i) {
     nccl.ncclAllReduce(comm, values, 10_000);
     const start = process.hrtime.bigint();
     nccl.ncclAbort(comm);
+    const aborted = process.hrtime.bigint();
     comm = nccl.ncclInit(nccl.ncclUniqueId(), 1, 0, 10_000);
-    if (i >= 2) rebuildMs.push(Number(process.hrtime.bigint() - start) / 1e6);
+    if (i >= 2) {
+      abortMs.push(Number(aborted - start) / 1e6);
+      rebuildMs.push(since(aborted));
+    }
   }
   nccl.ncclAbort(comm);
   const summary: Record<string, number> = {};
   const perCase: Record<string, unknown> = {};
-  console.log(`on ${gpu}\nmodel      batch  ft-train img/s  PyTorch img/s  ratio`);
+  console.log(`on ${gpu}\nmodel      batch  ft-train img/s  PyTorch img/s (host, resident)  ratio (host, resident)`);
   for (const c of cases) {
     const name = `${c.model}_${c.size}`;
-    const ratio = median(ratios.get(c)!);
-    summary[`${name}_vs_pytorch_cuda`] = +ratio.toFixed(3);
+    const ratio = { host: median(ratios.get(c)!.host), resident: median(ratios.get(c)!.resident) };
+    summary[`${name}_vs_pytorch_cuda`] = +ratio.host.toFixed(3);
+    summary[`${name}_vs_pytorch_cuda_resident`] = +ratio.resident.toFixed(3);
+    const peer = { host: median(theirs.get(c)!.host), resident: median(theirs.get(c)!.resident) };
     perCase[name] = {
       images_per_s: +median(ours.get(c)!).toFixed(1),
-      pytorch_images_per_s: +median(theirs.get(c)!).toFixed(1),
-      vs_pytorch_rounds: ratios.get(c)!.map((r) => +r.toFixed(3)),
+      pytorch_images_per_s: +peer.host.toFixed(1),
+      pytorch_resident_images_per_s: +peer.resident.toFixed(1),
+      vs_pytorch_rounds: ratios.get(c)!.host.map((r) => +r.toFixed(3)),
+      vs_pytorch_resident_rounds: ratios.get(c)!.resident.map((r) => +r.toFixed(3)),
     };
     console.log(
-      `${c.model.padEnd(10)} ${String(c.size).padStart(5)} ${median(ours.get(c)!).toFixed(0).padStart(15)} ${median(theirs.get(c)!).toFixed(0).padStart(14)} ${ratio.toFixed(3).padStart(6)}`,
+      `${c.model.padEnd(10)} ${String(c.size).padStart(5)} ${median(ours.get(c)!).toFixed(0).padStart(15)} ` +
+        `${`${peer.host.toFixed(0)}, ${peer.resident.toFixed(0)}`.padStart(31)} ${`${ratio.host.toFixed(3)}, ${ratio.resident.toFixed(3)}`.padStart(23)}`,
     );
   }
-  console.log(`NCCL abort + rebuild at 1 rank: ${median(rebuildMs).toFixed(2)} ms (median of ${rebuildMs.length})`);
+  console.log(
+    `NCCL at 1 rank: abort ${median(abortMs).toFixed(2)} ms, rebuild ${median(rebuildMs).toFixed(2)} ms (medians of ${abortMs.length})`,
+  );
+  const at512 = (suffix: string): number =>
+    Math.min(...cases.filter((c) => c.size === 512).map((c) => summary[`${c.model}_512_vs_pytorch_cuda${suffix}`]));
   console.log(
     JSON.stringify({
-      min_vs_pytorch_cuda_512: Math.min(...cases.filter((c) => c.size === 512).map((c) => summary[`${c.model}_512_vs_pytorch_cuda`])),
+      min_vs_pytorch_cuda_512: at512(''),
+      min_vs_pytorch_cuda_resident_512: at512('_resident'),
       ...summary,
-      nccl_abort_rebuild_ms: +median(rebuildMs).toFixed(3),
+      nccl_abort_ms: +median(abortMs).toFixed(3),
+      nccl_rebuild_ms: +median(rebuildMs).toFixed(3),
       gpu,
       libraries: nccl.libraries(),
       rounds,

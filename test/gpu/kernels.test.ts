@@ -1,9 +1,10 @@
 // The GPU backend's kernels against the CPU backend's on the same inputs, a GPU net's gradients
 // against finite differences, and the same bits from the same seed twice. Tolerances: outputs that
-// sum products (convolutions, linear layers) within 1e-4 of the largest CPU value (float32 sums
-// in another order), pooling, ReLU and element-wise kernels exact (one value chosen or one
-// operation per output), the loss within 1e-12 relative (double on both sides, exp and log to
-// the last bit or so), its gradient within 1e-7.
+// sum products (convolutions, linear layers) within 1e-4 of the largest CPU value (float32 sums in
+// another order); max pooling, ReLU and the element-wise kernels exact (one value chosen, or one
+// operation per output), except max pooling's gradient where windows overlap, and average
+// pooling, within 1e-6 (sums in another order, or a sum divided where the CPU sums divided terms);
+// the loss within 1e-12 relative (double on both sides), its gradient within 1e-7.
 import { strict as assert } from 'node:assert';
 import { checkGradient, randomTensor } from '../helpers/gradcheck';
 import { requireGpu } from '../helpers/gpu';

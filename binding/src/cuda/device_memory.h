@@ -26,8 +26,8 @@ void Upload(const void* host, const void* mirrored, size_t bytes);
 // Copies the mirror of [mirrored, mirrored + bytes) into the host bytes at `host`.
 void Download(const void* mirrored, void* host, size_t bytes);
 
-// Device memory kept for one purpose (a workspace, labels), grown as needed and reused.
-enum class Scratch { kWorkspace, kLabels, kRowLoss, kCount };
+// Device memory kept for one purpose (a workspace, labels, partial sums), grown as needed and reused.
+enum class Scratch { kWorkspace, kLabels, kRowLoss, kPartials, kCount };
 void* ScratchOf(Scratch purpose, size_t bytes);
 
 // Bytes of device memory held by mirrors and scratch.

@@ -1,13 +1,18 @@
 // The GPU backend's own CUDA kernels; see kernels.h.
+#include <algorithm>
 #include <cfloat>
 
 #include "cuda_check.h"
+#include "device_memory.h"
 #include "kernels.h"
 
 namespace ft::cuda {
 
 namespace {
 constexpr int kThreads = 256;
+// Values of one channel that one block of SumPerChannel sums: enough blocks to fill the GPU at
+// large batches, a fixed split (and so fixed bits) at any.
+constexpr size_t kChunk = 8192;
 
 unsigned Blocks(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
@@ -38,24 +43,39 @@ __global__ void AddBiasKernel(float* y, const float* b, size_t channels, size_t 
   if (i < n) y[i] += b[(i / inner) % channels];
 }
 
-// One block per channel: each thread sums a fixed stride of the channel's values in order, then a
-// fixed tree adds the threads' sums.
-__global__ void SumPerChannelKernel(const float* dy, float* db, size_t outer, size_t channels, size_t inner) {
+// The sum of one channel's values [first, last) (k = o inner + i): each thread sums a fixed stride in
+// order, then a fixed tree adds the threads' sums.
+__device__ float ChannelSum(const float* dy, size_t channels, size_t inner, size_t c, size_t first, size_t last) {
   __shared__ float partial[kThreads];
-  const size_t c = blockIdx.x;
-  const size_t count = outer * inner;
   float sum = 0.0f;
-  for (size_t k = threadIdx.x; k < count; k += kThreads) {
+  for (size_t k = first + threadIdx.x; k < last; k += kThreads) {
     size_t o = k / inner, i = k % inner;
     sum += dy[(o * channels + c) * inner + i];
   }
   partial[threadIdx.x] = sum;
   __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
+  for (unsigned half = kThreads / 2; half > 0; half /= 2) {
     if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) db[c] = partial[0];
+  return partial[0];
+}
+
+// Block (c, chunk): channel c's chunk-th run of kChunk values into partials[c][chunk].
+__global__ void ChunkSumsKernel(const float* dy, float* partials, size_t outer, size_t channels, size_t inner) {
+  const size_t c = blockIdx.x, chunk = blockIdx.y, count = outer * inner;
+  const size_t first = chunk * kChunk, last = first + kChunk < count ? first + kChunk : count;
+  float sum = ChannelSum(dy, channels, inner, c, first, last);
+  if (threadIdx.x == 0) partials[c * gridDim.y + chunk] = sum;
+}
+
+// db[c] = channel c's chunk sums added in chunk order.
+__global__ void ChannelTotalsKernel(const float* partials, float* db, size_t channels, size_t chunks) {
+  size_t c = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (c >= channels) return;
+  float sum = 0.0f;
+  for (size_t k = 0; k < chunks; ++k) sum += partials[c * chunks + k];
+  db[c] = sum;
 }
 
 __global__ void SoftmaxCrossEntropyKernel(const float* logits, const int32_t* labels, float* dlogits,
@@ -201,7 +221,12 @@ void AddBias(float* y, const float* b, size_t outer, size_t channels, size_t inn
 
 void SumPerChannel(const float* dy, float* db, size_t outer, size_t channels, size_t inner) {
   if (channels == 0) return;
-  SumPerChannelKernel<<<static_cast<unsigned>(channels), kThreads>>>(dy, db, outer, channels, inner);
+  const size_t chunks = std::max<size_t>(1, (outer * inner + kChunk - 1) / kChunk);
+  auto* partials = static_cast<float*>(ScratchOf(Scratch::kPartials, channels * chunks * sizeof(float)));
+  ChunkSumsKernel<<<dim3(static_cast<unsigned>(channels), static_cast<unsigned>(chunks)), kThreads>>>(dy, partials, outer,
+                                                                                                   channels, inner);
+  Launched("sumPerChannel");
+  ChannelTotalsKernel<<<Blocks(channels), kThreads>>>(partials, db, channels, chunks);
   Launched("sumPerChannel");
 }
 
