@@ -32,7 +32,9 @@ export function modelStep(name: string, batch: number, backend: Backend = cpu): 
   const net = new Net(loadSpec(path.join(benchRoot, 'models', `${name}.json`)), backend);
   net.init(1);
   const velocity = streamVector(net.params.data.length, Stream.state);
-  const x = Float32Array.from({ length: batch * net.inputSize }, (_, i) => (i % 97) / 97);
+  // in the buffer the trainer would read batches into (page-locked where the net computes on a GPU)
+  const x = net.inputBuffer(batch * net.inputSize);
+  for (let i = 0; i < x.length; ++i) x[i] = (i % 97) / 97;
   const labels = Int32Array.from({ length: batch }, (_, i) => i % net.spec.classes);
   const step = (): void => {
     net.lossAndGradient(x, labels, batch, { seed: 1, epoch: 0, step: 0, shard: 0 });

@@ -57,6 +57,8 @@ export interface Backend {
   upload(host: Float32Array, mirrored: Float32Array): void;
   /** The kernels' copy of `mirrored` into host's values (same length): on the CPU, a copy unless they are the same array. */
   download(mirrored: Float32Array, host: Float32Array): void;
+  /** A zeroed host array that upload reads fastest: page-locked memory on a GPU (its copy engine reads it directly), a plain Float32Array on the CPU. */
+  hostArray(length: number): Float32Array;
   /** The highest level this process may pin: its CPU's (or lower, FT_CPU_LEVEL_MAX's, to act as a host of that level). */
   hostLevel(): CpuLevel;
   /**

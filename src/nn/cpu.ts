@@ -2,7 +2,7 @@
 import { addonPart } from '../base/addon';
 import type { Backend } from './backend';
 
-type CpuKernels = Omit<Backend, 'device' | 'upload' | 'download'>;
+type CpuKernels = Omit<Backend, 'device' | 'upload' | 'download' | 'hostArray'>;
 
 const copy = (from: Float32Array, to: Float32Array): void => {
   if (from !== to) to.set(from);
@@ -12,4 +12,5 @@ export const cpu: Backend = Object.assign(addonPart<{ cpu: CpuKernels }>().cpu, 
   device: 'cpu' as const,
   upload: copy,
   download: copy,
+  hostArray: (length: number) => new Float32Array(length),
 });

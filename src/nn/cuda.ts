@@ -27,6 +27,7 @@ type GpuKernels = Pick<
   Backend,
   | 'upload'
   | 'download'
+  | 'hostArray'
   | 'channelBlock'
   | 'conv2dForward'
   | 'conv2dBackwardData'

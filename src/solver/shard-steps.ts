@@ -52,11 +52,13 @@ export class BatchBuffers {
   private readonly x: Float32Array;
   private readonly labels: Int32Array;
 
+  /** `allocate` makes the input buffer (e.g. Net.inputBuffer: page-locked memory where the net computes on a GPU). */
   constructor(
     largest: number,
     readonly sampleSize: number,
+    allocate: (length: number) => Float32Array = (length) => new Float32Array(length),
   ) {
-    this.x = new Float32Array(largest * sampleSize);
+    this.x = allocate(largest * sampleSize);
     this.labels = new Int32Array(largest);
   }
 

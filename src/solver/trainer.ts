@@ -99,7 +99,7 @@ export class Trainer implements StateSource {
     this.optimizer = new Optimizer(config.optimizer, backend, matrixRanges(net.params.views));
     this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => plan.size(s)));
-    this.buffers = new BatchBuffers(largest, net.inputSize);
+    this.buffers = new BatchBuffers(largest, net.inputSize, (length) => net.inputBuffer(length));
     this.gradientTarget = {
       get gradient() {
         return net.params.gradients;

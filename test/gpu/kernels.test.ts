@@ -162,6 +162,19 @@ describe('GPU backend: kernels against the CPU backend', function () {
     assertSameBits('scale', fromGpu(accGpu), accCpu);
   });
 
+  it('page-locked host arrays: zeroed, and uploaded and downloaded as any array', () => {
+    const host = gpu.hostArray(1 << 20);
+    assert.equal(host.length, 1 << 20);
+    assert.ok(host.every((v) => v === 0));
+    host.set(randomTensor(host.length, 15));
+    const mirrored = new Float32Array(host.length);
+    gpu.upload(host, mirrored);
+    const back = gpu.hostArray(host.length);
+    gpu.download(mirrored, back);
+    assertSameBits('round trip', back, host);
+    assert.equal(gpu.hostArray(0).length, 0);
+  });
+
   it('softmax cross-entropy: loss and its gradient; a label out of range refused as on the CPU', () => {
     const [n, c] = [37, 10];
     const logits = onGpu(randomTensor(n * c, 14).map((v) => 8 * v));

@@ -2,6 +2,9 @@
 // then the same work on the arrays' device mirrors.
 #include "cuda_module.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -249,6 +252,18 @@ Napi::Value DownloadValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// hostArray(length): a zeroed Float32Array in page-locked host memory (freed with it), which
+// uploads read by DMA straight away instead of through the driver's staging buffers.
+Napi::Value HostArrayValue(const Napi::CallbackInfo& info) {
+  const size_t n = static_cast<size_t>(IntArg(info, 0, "hostArray", "length", 0, INT32_MAX));
+  Device();
+  void* data = nullptr;
+  FT_CUDA_CHECK(cudaMallocHost(&data, std::max<size_t>(n, 1) * sizeof(float)));
+  std::memset(data, 0, n * sizeof(float));
+  auto buffer = Napi::ArrayBuffer::New(info.Env(), data, n * sizeof(float), [](Napi::Env, void* memory) { cudaFreeHost(memory); });
+  return Napi::Float32Array::New(info.Env(), n, buffer, 0);
+}
+
 // gpu(): { name, index, count, memoryBytes, freeBytes } of this process's GPU.
 Napi::Value GpuValue(const Napi::CallbackInfo& info) {
   int index = Device(), count = 0;
@@ -291,6 +306,7 @@ Napi::Object Exports(Napi::Env env) {
   add("heldBytes", HeldBytesValue);
   add("upload", UploadValue);
   add("download", DownloadValue);
+  add("hostArray", HostArrayValue);
   add("conv2dForward", Conv2dForward);
   add("conv2dBackwardData", Conv2dBackwardData);
   add("conv2dBackwardWeights", Conv2dBackwardWeights);
