@@ -266,7 +266,8 @@ export class Net {
     this.mergeInputs = this.sources.map((sources) => new Array<Float32Array>(sources.length));
     const count = this.params.views.reduce((n, view) => n + view.length, 0);
     try {
-      this.params.allocate();
+      // on a GPU, in page-locked memory: each pass uploads the parameters and downloads the gradients
+      this.params.allocate(this.onDevice ? (length) => backend.hostArray(length) : undefined);
       this.state.allocate();
     } catch (error) {
       // V8's own message ("Invalid typed array length", "Array buffer allocation failed") names neither the file nor the size

@@ -28,9 +28,10 @@ export class ParameterStore {
     return view;
   }
 
-  allocate(): void {
-    this.grads = streamVector(this.size, Stream.gradients); // first: a size too large is refused naming the parameter count
-    this.withTail = streamVector(this.size + 1, Stream.parameters);
+  /** `memory` makes the buffers' memory (default: plain typed arrays; a GPU's net: page-locked ones). */
+  allocate(memory?: (length: number) => Float32Array): void {
+    this.grads = streamVector(this.size, Stream.gradients, memory); // first: a size too large is refused naming the parameter count
+    this.withTail = streamVector(this.size + 1, Stream.parameters, memory);
     this.params = this.withTail.subarray(0, this.size);
   }
 

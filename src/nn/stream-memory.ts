@@ -13,18 +13,25 @@ export const Stream = { parameters: 0, gradients: 1, state: 2 } as const;
 const kinds = 4;
 const skewFloats = (4096 + 64) / Float32Array.BYTES_PER_ELEMENT;
 
-/** A zeroed vector of `length` floats for stream kind `kind`, skewed apart from the other kinds'. */
-export function streamVector(length: number, kind: number): Float32Array {
+/**
+ * A zeroed vector of `length` floats for stream kind `kind`, skewed apart from the other kinds', in
+ * memory that `memory` makes (default: a plain Float32Array).
+ */
+export function streamVector(
+  length: number,
+  kind: number,
+  memory: (floats: number) => Float32Array = (floats) => new Float32Array(floats),
+): Float32Array {
   if (!Number.isInteger(kind) || kind < 0 || kind >= kinds)
     throw new RangeError(`streamVector: kind ${kind} is not one of 0..${kinds - 1}`);
   const skew = kind * skewFloats;
-  let memory: Float32Array;
+  let vector: Float32Array;
   try {
-    memory = new Float32Array(length + (kinds - 1) * skewFloats);
+    vector = memory(length + (kinds - 1) * skewFloats);
   } catch (error) {
     // worded as the engine words it, for the length asked for (the slack is this module's business)
     if (error instanceof RangeError) throw new RangeError(`Invalid typed array length: ${length}`, { cause: error });
     throw error;
   }
-  return memory.subarray(skew, skew + length);
+  return vector.subarray(skew, skew + length);
 }
