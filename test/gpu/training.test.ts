@@ -1,6 +1,7 @@
 // ft-train with --device cuda on real processes: lenet on Fashion-MNIST for 100 steps against the
-// CPU's loss curve, and exact mode on the GPU, where a kill -9 of a rank at 3 ranks sharing the GPU
-// (the MPI path) ends with the parameters of the 1-rank run without failure.
+// CPU's loss curve; exact mode on the GPU, where a kill -9 of a rank at 3 ranks sharing the GPU (the
+// MPI path), with replicated or sharded optimizer state, ends with the parameters of the 1-rank run
+// without failure; and a model the GPU cannot compute, refused in one line.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -67,5 +68,35 @@ describe('GPU backend: training', function () {
       JSON.stringify(killed.summary.failures),
     );
     assert.equal(killed.summary.params_sha256, one.summary.params_sha256, 'the run with a kill differs from the run without');
+    // optimizer state sharded over the ranks (kept on the host): the same bits, a kill included
+    const sharded = await train(3, ...common, '--optimizer-state', 'sharded', '--drill', 'rank=2,step=12,phase=compute');
+    assert.deepEqual(
+      sharded.summary.failures.flatMap((f) => f.lost),
+      [2],
+    );
+    assert.equal(sharded.summary.params_sha256, one.summary.params_sha256, 'the sharded run with a kill differs from the replicated run');
+  });
+
+  it('a model with a layer the GPU does not compute: one line naming it, exit 2, nothing trained', async () => {
+    const spec = path.join(scratch, 'lenet-bn.json');
+    const layers = [
+      { type: 'conv', name: 'conv1', filters: 8, kernel: 5 },
+      { type: 'batchnorm', name: 'bn1' },
+      { type: 'flatten', name: 'flatten' },
+      { type: 'linear', name: 'ip1', outputs: 10 },
+    ];
+    fs.writeFileSync(spec, JSON.stringify({ name: 'lenet-bn', input: [1, 28, 28], classes: 10, layers }));
+    const dir = path.join(scratch, 'refused');
+    const job = await runTrain(
+      1,
+      ['--model', spec, '--data', 'datasets/fashion-mnist', '--steps', '5', '--device', 'cuda', '--run-dir', dir],
+      60_000,
+    );
+    assert.equal(job.code, 2, `exit ${job.code}\n${job.stderr}`);
+    const lines = job.stderr.split('\n').filter((line) => line.startsWith('ft-train:'));
+    assert.deepEqual(lines, [
+      `ft-train: ${spec}: layer 2 (bn1): a batchnorm layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten layers)`,
+    ]);
+    assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
   });
 });
