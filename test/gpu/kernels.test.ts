@@ -162,6 +162,25 @@ describe('GPU backend: kernels against the CPU backend', function () {
     assertSameBits('scale', fromGpu(accGpu), accCpu);
   });
 
+  it("mirrors: a view shares its buffer's device memory; overlapping ranges merge, keeping what each held", () => {
+    const cuda = cudaAddon();
+    const whole = randomTensor(4096, 16);
+    gpu.upload(whole, whole);
+    const held = cuda.heldBytes();
+    const view = whole.subarray(1000, 2000);
+    assertSameBits('a view of an uploaded buffer', fromGpu(view), whole.subarray(1000, 2000));
+    assert.equal(cuda.heldBytes(), held, 'a view of a mirrored buffer took device memory of its own');
+    // two ranges of a fresh buffer, mirrored apart, then one overlapping both: their union, contents kept
+    const fresh = randomTensor(3000, 17);
+    const [left, right] = [fresh.subarray(0, 1000), fresh.subarray(2000, 3000)];
+    gpu.upload(left, left);
+    gpu.upload(right, right);
+    const middle = fresh.subarray(500, 2500);
+    gpu.upload(fresh.subarray(1000, 2000), fresh.subarray(1000, 2000));
+    assertSameBits('the middle after the merge', fromGpu(middle), fresh.subarray(500, 2500));
+    assertSameBits('the whole after the merge', fromGpu(fresh), fresh);
+  });
+
   it('page-locked host arrays: zeroed, and uploaded and downloaded as any array', () => {
     const host = gpu.hostArray(1 << 20);
     assert.equal(host.length, 1 << 20);

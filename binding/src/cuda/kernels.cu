@@ -97,13 +97,22 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits, const int32_t* la
   }
 }
 
+// Where flat index i of [maps, rows, columns] is.
+struct Place {
+  size_t map;
+  int row, column;
+};
+
+__device__ Place Locate(size_t i, int rows, int columns) {
+  return {i / (static_cast<size_t>(rows) * columns), static_cast<int>((i / columns) % rows), static_cast<int>(i % columns)};
+}
+
 // one thread per output value
 __global__ void MaxPoolForwardKernel(const float* x, float* y, int32_t* argmax, PoolGeometry g) {
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   size_t total = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
   if (i >= total) return;
-  const int ox = i % g.ow, oy = (i / g.ow) % g.oh;
-  const size_t map = i / (static_cast<size_t>(g.ow) * g.oh);
+  const auto [map, oy, ox] = Locate(i, g.oh, g.ow);
   const float* in = x + map * g.h * g.w;
   float best = -FLT_MAX;
   int at = -1;
@@ -136,8 +145,7 @@ __global__ void MaxPoolBackwardKernel(const float* dy, float* dx, const int32_t*
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   size_t total = static_cast<size_t>(g.n) * g.c * g.h * g.w;
   if (i >= total) return;
-  const int ix = i % g.w, iy = (i / g.w) % g.h;
-  const size_t map = i / (static_cast<size_t>(g.w) * g.h);
+  const auto [map, iy, ix] = Locate(i, g.h, g.w);
   const int self = iy * g.w + ix;
   int y0, y1, x0, x1;
   Windows(iy, g.stride, g.pad, g.r, g.oh, &y0, &y1);
@@ -156,8 +164,7 @@ __global__ void AvgPoolForwardKernel(const float* x, float* y, PoolGeometry g) {
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   size_t total = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
   if (i >= total) return;
-  const int ox = i % g.ow, oy = (i / g.ow) % g.oh;
-  const size_t map = i / (static_cast<size_t>(g.ow) * g.oh);
+  const auto [map, oy, ox] = Locate(i, g.oh, g.ow);
   const float* in = x + map * g.h * g.w;
   float sum = 0.0f;
   for (int ky = 0; ky < g.r; ++ky) {
@@ -175,8 +182,7 @@ __global__ void AvgPoolBackwardKernel(const float* dy, float* dx, PoolGeometry g
   size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   size_t total = static_cast<size_t>(g.n) * g.c * g.h * g.w;
   if (i >= total) return;
-  const int ix = i % g.w, iy = (i / g.w) % g.h;
-  const size_t map = i / (static_cast<size_t>(g.w) * g.h);
+  const auto [map, iy, ix] = Locate(i, g.h, g.w);
   int y0, y1, x0, x1;
   Windows(iy, g.stride, g.pad, g.r, g.oh, &y0, &y1);
   Windows(ix, g.stride, g.pad, g.r, g.ow, &x0, &x1);
