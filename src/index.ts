@@ -23,11 +23,13 @@ export type { Failure, FailurePolicy } from './protocol/contracts';
 export { Net, type StepResult, type GradientProgress } from './nn/net';
 export { loadSpec, parseSpec, SpecError } from './nn/spec';
 export { cpu } from './nn/cpu';
+export { cudaBackend, gpuMissing } from './nn/cuda';
 export type {
   AttentionShape,
   Backend,
   ConvShape,
   CpuLevel,
+  Device,
   EmbeddingShape,
   KernelSettings,
   Layout,

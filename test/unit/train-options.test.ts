@@ -33,6 +33,8 @@ describe('ft-train settings: one table for flags and options', () => {
       'off',
       '--drill',
       'rank=1,step=2',
+      '--device',
+      'cuda',
     ];
     const settings = {
       steps: 7,
@@ -41,13 +43,14 @@ describe('ft-train settings: one table for flags and options', () => {
       lrSchedule: 'step:2:0.5',
       jitCheckpoint: 'off',
       drill: ['rank=1,step=2'] as string[],
+      device: 'cuda',
     } as const;
     assert.deepEqual(parseTrainOptions(['--model', required.model, '--data', required.data, '--run-dir', required.runDir, ...flags]), {
       ...resolveTrainOptions({ ...required, ...settings }),
       joinId: undefined,
     });
     assert.equal(flagName('respawnLimit'), 'respawn-limit');
-    assert.equal(Object.keys(trainSettings).length, 38);
+    assert.equal(Object.keys(trainSettings).length, 39);
   });
 
   it("a bad setting is one line in the caller's spelling", () => {
