@@ -61,14 +61,19 @@ bool ProgressYieldsWhenIdle() {
   return yields && yields->IsSet();
 }
 
-// A request's failure. A non-blocking collective cut short by a revoke of its communicator on
-// this rank (urgent revoke while it waits) reports libnbc's internal error, not MPIX_ERR_REVOKED:
-// a revoked communicator makes it a revocation, as the same cut on a peer reports it.
+// A request's failure. A non-blocking collective cut short by a revoke reports libnbc's internal
+// error (MPI_ERR_OTHER), not MPIX_ERR_REVOKED: where this rank revoked the communicator (urgent
+// revoke while it waits), and also where a peer's revoke cut one of the schedule's inner operations
+// before it marked this rank's communicator revoked (seen here: "error 77", MPI_ERR_REVOKED, inside
+// the schedule, MPI_ERR_OTHER out of it, the communicator not yet revoked). Under ULFM a schedule
+// fails only when an inner operation did, for a failed peer or a revoke, so MPI_ERR_OTHER out of a
+// request is a revocation too, as the same cut reports itself on the other ranks.
 Failure RequestFailure(int rc, MPI_Comm comm, const char* call) {
   Failure failure = MpiFailure(rc, call, __FILE__, __LINE__);
 #if defined(FT_HAVE_MPIX_COMM_IS_REVOKED) && defined(MPIX_ERR_REVOKED)
   int revoked = 0;
   if (MPIX_Comm_is_revoked(comm, &revoked) == MPI_SUCCESS && revoked) failure.errorClass = MPIX_ERR_REVOKED;
+  if (failure.errorClass == MPI_ERR_OTHER) failure.errorClass = MPIX_ERR_REVOKED;
 #else
   (void)comm;
 #endif
