@@ -23,27 +23,25 @@ export interface GpuInfo {
 /** An NCCL communicator (opaque): ULFM decides failures; NCCL's is aborted and made anew over the survivors. */
 export type NcclComm = { readonly __nccl: unique symbol };
 
-type GpuKernels = Pick<
-  Backend,
-  | 'upload'
-  | 'download'
-  | 'hostArray'
-  | 'channelBlock'
-  | 'conv2dForward'
-  | 'conv2dBackwardData'
-  | 'conv2dBackwardWeights'
-  | 'pool2dWorkspaceBytes'
-  | 'pool2dForward'
-  | 'pool2dBackward'
-  | 'convertLayout'
-  | 'linearForward'
-  | 'linearBackward'
-  | 'reluForward'
-  | 'reluBackward'
-  | 'addInPlace'
-  | 'scaleInPlace'
-  | 'softmaxCrossEntropy'
->;
+/** The kernels the GPU backend has: what the layers of gpuLayerTypes and the net call. */
+export const gpuKernels = [
+  'conv2dForward',
+  'conv2dBackwardData',
+  'conv2dBackwardWeights',
+  'pool2dWorkspaceBytes',
+  'pool2dForward',
+  'pool2dBackward',
+  'convertLayout',
+  'linearForward',
+  'linearBackward',
+  'reluForward',
+  'reluBackward',
+  'addInPlace',
+  'scaleInPlace',
+  'softmaxCrossEntropy',
+] as const satisfies readonly (keyof Backend)[];
+
+type GpuKernels = Pick<Backend, (typeof gpuKernels)[number] | 'upload' | 'download' | 'hostArray' | 'channelBlock'>;
 
 /** The addon's `cuda` object. */
 export interface CudaAddon extends GpuKernels {

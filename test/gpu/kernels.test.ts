@@ -6,6 +6,7 @@
 // pooling, within 1e-6 (sums in another order, or a sum divided where the CPU sums divided terms);
 // the loss within 1e-12 relative (double on both sides), its gradient within 1e-7.
 import { strict as assert } from 'node:assert';
+import { assertClose } from '../helpers/close';
 import { checkGradient, randomTensor } from '../helpers/gradcheck';
 import { requireGpu } from '../helpers/gpu';
 import type { Backend, ConvShape, LinearShape, PoolKind, PoolShape } from '../../src/nn/backend';
@@ -27,15 +28,6 @@ function fromGpu(mirrored: Float32Array): Float32Array {
   const host = new Float32Array(mirrored.length);
   gpu.download(mirrored, host);
   return host;
-}
-
-function assertClose(name: string, got: Float32Array, want: Float32Array, tolerance: number): void {
-  assert.equal(got.length, want.length, `${name}: length`);
-  let largest = 0;
-  for (const v of want) largest = Math.max(largest, Math.abs(v));
-  for (let i = 0; i < want.length; ++i) {
-    assert.ok(Math.abs(got[i] - want[i]) <= tolerance * largest, `${name}[${i}]: GPU ${got[i]}, CPU ${want[i]} (largest ${largest})`);
-  }
 }
 
 function assertSameBits(name: string, got: Float32Array, want: Float32Array): void {

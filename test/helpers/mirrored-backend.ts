@@ -5,23 +5,7 @@
 // upload computes on zeros; one that forgot a download leaves its host arrays unchanged.
 import type { Backend } from '../../src/nn/backend';
 import { cpu } from '../../src/nn/cpu';
-
-/** The kernels a net of the GPU's layer types (gpuLayerTypes) calls: the ones the double runs on the copies. */
-const mirroredKernels = [
-  'conv2dForward',
-  'conv2dBackwardData',
-  'conv2dBackwardWeights',
-  'pool2dForward',
-  'pool2dBackward',
-  'convertLayout',
-  'linearForward',
-  'linearBackward',
-  'reluForward',
-  'reluBackward',
-  'addInPlace',
-  'scaleInPlace',
-  'softmaxCrossEntropy',
-] as const;
+import { gpuKernels } from '../../src/nn/cuda';
 
 /** A fresh double (its own "device" memory) and how many bytes crossed each way. */
 export function mirroredBackend(): { backend: Backend; traffic: { up: number; down: number } } {
@@ -38,8 +22,9 @@ export function mirroredBackend(): { backend: Backend; traffic: { up: number; do
   // labels (Int32Array) stay on the host, as the GPU backend reads them
   const onCopies = (value: unknown): unknown => (value instanceof Float32Array || value instanceof Uint8Array ? copyOf(value) : value);
   const traffic = { up: 0, down: 0 };
+  // the GPU backend's kernels, computed by the CPU's on the copies
   const kernels = Object.fromEntries(
-    mirroredKernels.map((name) => {
+    gpuKernels.map((name) => {
       const kernel = cpu[name] as (...args: unknown[]) => unknown;
       return [name, (...args: unknown[]) => kernel.apply(cpu, args.map(onCopies))];
     }),
@@ -49,7 +34,6 @@ export function mirroredBackend(): { backend: Backend; traffic: { up: number; do
     ...kernels,
     device: 'cuda',
     channelBlock: 1,
-    pool2dWorkspaceBytes: cpu.pool2dWorkspaceBytes.bind(cpu),
     upload(host, mirrored) {
       copyOf(mirrored).set(host);
       traffic.up += host.byteLength;

@@ -7,20 +7,12 @@ import { strict as assert } from 'node:assert';
 import { cpu } from '../../src/nn/cpu';
 import { Net } from '../../src/nn/net';
 import { loadSpec, parseSpec } from '../../src/nn/spec';
+import { assertClose } from '../helpers/close';
 import { randomTensor } from '../helpers/gradcheck';
 import { mirroredBackend } from '../helpers/mirrored-backend';
 
 const key = { seed: 7, epoch: 0, step: 0, shard: 0 };
 const batch = 16;
-
-function assertClose(name: string, got: Float32Array, want: Float32Array, tolerance: number): void {
-  let largest = 0;
-  for (const v of want) largest = Math.max(largest, Math.abs(v));
-  assert.ok(largest > 0, `${name}: all zero`);
-  for (let i = 0; i < want.length; ++i) {
-    assert.ok(Math.abs(got[i] - want[i]) <= tolerance * largest, `${name}[${i}]: ${got[i]} vs the CPU net's ${want[i]}`);
-  }
-}
 
 describe("Net on a GPU's memory model", function () {
   this.timeout(60_000);
