@@ -206,41 +206,16 @@ Pool& PoolFor(algorithm kind, const std::vector<int>& d, Layout layout) {
 }
 
 algorithm PoolKindArg(const Napi::CallbackInfo& info, const char* method) {
-  Napi::Value value = info[0];
-  if (value.IsString()) {
-    std::string kind = value.As<Napi::String>();
-    if (kind == "max") return algorithm::pooling_max;
-    if (kind == "avg") return algorithm::pooling_avg_include_padding;
-  }
-  ThrowArg(info.Env(), method, "kind", "'max' or 'avg'", value);
+  return MaxPoolingArg(info, method) ? algorithm::pooling_max : algorithm::pooling_avg_include_padding;
 }
 
 size_t Count(const memory::desc& desc) { return desc.get_size() / sizeof(float); }
-
-std::vector<int> ConvDims(const Napi::CallbackInfo& info, size_t index, const char* method) {
-  std::vector<int> d = DimsArg(info, index, method, "shape", 9, 0);
-  bool positive = std::all_of(d.begin(), d.begin() + 8, [](int v) { return v >= 1; });
-  if (!positive || d[2] + 2 * d[8] < d[5] || d[3] + 2 * d[8] < d[6]) {
-    ThrowArg(info.Env(), method, "shape", "[N, C, H, W, K, R, S, stride, pad] with the kernel inside the padded input",
-             info[index]);
-  }
-  return d;
-}
-
-std::vector<int> PoolDims(const Napi::CallbackInfo& info, size_t index, const char* method) {
-  std::vector<int> d = DimsArg(info, index, method, "shape", 7, 0);
-  if (d[0] < 1 || d[1] < 1 || d[4] < 1 || d[5] < 1 || d[2] + 2 * d[6] < d[4] || d[3] + 2 * d[6] < d[4]) {
-    ThrowArg(info.Env(), method, "shape", "[N, C, H, W, R, stride, pad] with the window inside the padded input",
-             info[index]);
-  }
-  return d;
-}
 }  // namespace
 
 // conv2dForward(x, w, b, y, shape, xLayout?, yLayout?): y = conv(x, w) + b.
 Napi::Value Conv2dForward(const Napi::CallbackInfo& info) {
   const char* m = "conv2dForward";
-  Conv& conv = ConvFor(ConvDims(info, 4, m), LayoutArg(info, 5, m, "xLayout"), LayoutArg(info, 6, m, "yLayout"));
+  Conv& conv = ConvFor(ConvShapeArg(info, 4, m), LayoutArg(info, 5, m, "xLayout"), LayoutArg(info, 6, m, "yLayout"));
   float* x = FloatArg(info, 0, m, "x", Count(conv.fwdSrc.user()));
   float* w = FloatArg(info, 1, m, "w", Count(conv.fwdWeights.user()));
   float* b = FloatArg(info, 2, m, "b", Count(conv.bias));
@@ -257,7 +232,7 @@ Napi::Value Conv2dForward(const Napi::CallbackInfo& info) {
 // conv2dBackwardData(dy, w, dx, shape, xLayout?, yLayout?): dx = the gradient of the input.
 Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info) {
   const char* m = "conv2dBackwardData";
-  Conv& conv = ConvFor(ConvDims(info, 3, m), LayoutArg(info, 4, m, "xLayout"), LayoutArg(info, 5, m, "yLayout"));
+  Conv& conv = ConvFor(ConvShapeArg(info, 3, m), LayoutArg(info, 4, m, "xLayout"), LayoutArg(info, 5, m, "yLayout"));
   float* dy = FloatArg(info, 0, m, "dy", Count(conv.bdDiffDst.user()));
   float* w = FloatArg(info, 1, m, "w", Count(conv.bdWeights.user()));
   float* dx = FloatArg(info, 2, m, "dx", Count(conv.bdDiffSrc.user()));
@@ -272,7 +247,7 @@ Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info) {
 // conv2dBackwardWeights(x, dy, dw, db, shape, xLayout?, yLayout?): dw, db = the gradients of weights and bias.
 Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info) {
   const char* m = "conv2dBackwardWeights";
-  Conv& conv = ConvFor(ConvDims(info, 4, m), LayoutArg(info, 5, m, "xLayout"), LayoutArg(info, 6, m, "yLayout"));
+  Conv& conv = ConvFor(ConvShapeArg(info, 4, m), LayoutArg(info, 5, m, "xLayout"), LayoutArg(info, 6, m, "yLayout"));
   float* x = FloatArg(info, 0, m, "x", Count(conv.bwSrc.user()));
   float* dy = FloatArg(info, 1, m, "dy", Count(conv.bwDiffDst.user()));
   float* dw = FloatArg(info, 2, m, "dw", Count(conv.bwDiffWeights.user()));
@@ -289,14 +264,14 @@ Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info) {
 // pool2dWorkspaceBytes(kind, shape, layout?): bytes of the workspace pool2dForward fills for the backward.
 Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info) {
   const char* m = "pool2dWorkspaceBytes";
-  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 1, m), LayoutArg(info, 2, m, "layout"));
+  Pool& pool = PoolFor(PoolKindArg(info, m), PoolShapeArg(info, 1, m), LayoutArg(info, 2, m, "layout"));
   return Napi::Number::New(info.Env(), static_cast<double>(pool.workspace.get_size()));
 }
 
 // pool2dForward(kind, x, y, workspace, shape, layout?)
 Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
   const char* m = "pool2dForward";
-  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m), LayoutArg(info, 5, m, "layout"));
+  Pool& pool = PoolFor(PoolKindArg(info, m), PoolShapeArg(info, 4, m), LayoutArg(info, 5, m, "layout"));
   float* x = FloatArg(info, 1, m, "x", Count(pool.src));
   float* y = FloatArg(info, 2, m, "y", Count(pool.dst));
   uint8_t* ws = BytesArg(info, 3, m, "workspace", pool.workspace.get_size());
@@ -311,7 +286,7 @@ Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
 // pool2dBackward(kind, dy, dx, workspace, shape, layout?)
 Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
   const char* m = "pool2dBackward";
-  Pool& pool = PoolFor(PoolKindArg(info, m), PoolDims(info, 4, m), LayoutArg(info, 5, m, "layout"));
+  Pool& pool = PoolFor(PoolKindArg(info, m), PoolShapeArg(info, 4, m), LayoutArg(info, 5, m, "layout"));
   float* dy = FloatArg(info, 1, m, "dy", Count(pool.dst));
   float* dx = FloatArg(info, 2, m, "dx", Count(pool.src));
   uint8_t* ws = BytesArg(info, 3, m, "workspace", pool.workspace.get_size());

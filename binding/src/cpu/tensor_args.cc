@@ -1,6 +1,7 @@
 // Argument checks for the CPU kernels.
 #include "tensor_args.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -87,6 +88,35 @@ double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* metho
     ThrowArg(info.Env(), method, name, "a finite number", value);
   }
   return value.As<Napi::Number>().DoubleValue();
+}
+
+std::vector<int> ConvShapeArg(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 9, 0);
+  bool positive = std::all_of(d.begin(), d.begin() + 8, [](int v) { return v >= 1; });
+  if (!positive || d[2] + 2 * d[8] < d[5] || d[3] + 2 * d[8] < d[6]) {
+    ThrowArg(info.Env(), method, "shape", "[N, C, H, W, K, R, S, stride, pad] with the kernel inside the padded input",
+             info[index]);
+  }
+  return d;
+}
+
+std::vector<int> PoolShapeArg(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 7, 0);
+  if (d[0] < 1 || d[1] < 1 || d[4] < 1 || d[5] < 1 || d[2] + 2 * d[6] < d[4] || d[3] + 2 * d[6] < d[4]) {
+    ThrowArg(info.Env(), method, "shape", "[N, C, H, W, R, stride, pad] with the window inside the padded input",
+             info[index]);
+  }
+  return d;
+}
+
+bool MaxPoolingArg(const Napi::CallbackInfo& info, const char* method) {
+  Napi::Value value = info[0];
+  if (value.IsString()) {
+    std::string kind = value.As<Napi::String>();
+    if (kind == "max") return true;
+    if (kind == "avg") return false;
+  }
+  ThrowArg(info.Env(), method, "kind", "'max' or 'avg'", value);
 }
 
 Layout LayoutArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name) {

@@ -44,4 +44,14 @@ Layout LayoutArg(const Napi::CallbackInfo& info, size_t index, const char* metho
 double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* method,
                  const char* name);
 
+// A convolution's shape (Backend's ConvShape) [N, C, H, W, K, R, S, stride, pad]: all positive but
+// the padding, the kernel inside the padded input.
+std::vector<int> ConvShapeArg(const Napi::CallbackInfo& info, size_t index, const char* method);
+
+// A pooling's shape (Backend's PoolShape) [N, C, H, W, R, stride, pad]: likewise, the window inside.
+std::vector<int> PoolShapeArg(const Napi::CallbackInfo& info, size_t index, const char* method);
+
+// A pooling's kind, argument 0: 'max' (true) or 'avg' (false).
+bool MaxPoolingArg(const Napi::CallbackInfo& info, const char* method);
+
 }  // namespace ft::cpu

@@ -37,11 +37,10 @@ size_t Product(const std::vector<int>& d, size_t from, size_t to) {
   return p;
 }
 
+// The CPU's shape check, and square kernels, as the layers make them.
 std::vector<int> ConvDims(const Napi::CallbackInfo& info, size_t index, const char* method) {
-  std::vector<int> d = DimsArg(info, index, method, "shape", 9, 0);
-  bool positive = true;
-  for (size_t i = 0; i < 8; ++i) positive = positive && d[i] >= 1;
-  if (!positive || d[5] != d[6] || d[2] + 2 * d[8] < d[5] || d[3] + 2 * d[8] < d[6]) {
+  std::vector<int> d = cpu::ConvShapeArg(info, index, method);
+  if (d[5] != d[6]) {
     ThrowArg(info.Env(), method, "shape", "[N, C, H, W, K, R, S, stride, pad] with the kernel inside the padded input",
              info[index]);
   }
@@ -85,22 +84,8 @@ Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-bool PoolIsMax(const Napi::CallbackInfo& info, const char* method) {
-  Napi::Value value = info[0];
-  if (value.IsString()) {
-    std::string kind = value.As<Napi::String>();
-    if (kind == "max") return true;
-    if (kind == "avg") return false;
-  }
-  ThrowArg(info.Env(), method, "kind", "'max' or 'avg'", value);
-}
-
 PoolGeometry PoolArg(const Napi::CallbackInfo& info, size_t index, const char* method) {
-  std::vector<int> d = DimsArg(info, index, method, "shape", 7, 0);
-  if (d[0] < 1 || d[1] < 1 || d[4] < 1 || d[5] < 1 || d[2] + 2 * d[6] < d[4] || d[3] + 2 * d[6] < d[4]) {
-    ThrowArg(info.Env(), method, "shape", "[N, C, H, W, R, stride, pad] with the window inside the padded input",
-             info[index]);
-  }
+  std::vector<int> d = cpu::PoolShapeArg(info, index, method);
   return PoolGeometry{d[0], d[1], d[2], d[3], d[4], d[5], d[6], (d[2] + 2 * d[6] - d[4]) / d[5] + 1,
                       (d[3] + 2 * d[6] - d[4]) / d[5] + 1};
 }
@@ -111,7 +96,7 @@ size_t Outputs(const PoolGeometry& g) { return size_t(g.n) * g.c * g.oh * g.ow; 
 // pool2dWorkspaceBytes(kind, shape, layout?): max pooling keeps each output's argmax (int32).
 Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info) {
   const char* m = "pool2dWorkspaceBytes";
-  bool max = PoolIsMax(info, m);
+  bool max = cpu::MaxPoolingArg(info, m);
   PoolGeometry g = PoolArg(info, 1, m);
   LayoutArg(info, 2, m, "layout");
   return Napi::Number::New(info.Env(), max ? static_cast<double>(Outputs(g) * sizeof(int32_t)) : 0.0);
@@ -119,7 +104,7 @@ Napi::Value Pool2dWorkspaceBytes(const Napi::CallbackInfo& info) {
 
 Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
   const char* m = "pool2dForward";
-  bool max = PoolIsMax(info, m);
+  bool max = cpu::MaxPoolingArg(info, m);
   PoolGeometry g = PoolArg(info, 4, m);
   LayoutArg(info, 5, m, "layout");
   const float* x = Dev(FloatArg(info, 1, m, "x", Inputs(g)), Inputs(g));
@@ -135,7 +120,7 @@ Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
 
 Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
   const char* m = "pool2dBackward";
-  bool max = PoolIsMax(info, m);
+  bool max = cpu::MaxPoolingArg(info, m);
   PoolGeometry g = PoolArg(info, 4, m);
   LayoutArg(info, 5, m, "layout");
   const float* dy = Dev(FloatArg(info, 1, m, "dy", Outputs(g)), Outputs(g));
