@@ -23,6 +23,8 @@ const loopKeys = [
   'respawn',
   'respawnLimit',
   'drill',
+  'verifyEvery',
+  'onCorruption',
   'jitCheckpoint',
   'checkpointDir',
   'checkpointEvery',

@@ -11,9 +11,16 @@ import type { LevelRequest } from '../rank/kernel-level';
 import { parseLrSchedule, withWarmup, type LrSchedule } from '../solver/lr-schedule';
 import { optimizerNames, type OptimizerName, type OptimizerSettings } from '../solver/optimizer';
 import type { FailurePolicy } from '../protocol/contracts';
+import type { OnCorruption } from '../protocol/verification';
 
 /** The default --hang-timeout, seconds (launch/ft-run gives MPI's detector the same value). */
 export const defaultHangTimeoutS = 30;
+
+/**
+ * Checks for silent data corruption every this many steps by default: a check costs about one
+ * shard's gradient (the spot check) and a digest of the state, under 2% of a step at 100.
+ */
+export const defaultVerifyEvery = 100;
 
 /**
  * What `train()` takes: every ft-train flag, camelCased (`--weight-decay` is `weightDecay`), each
@@ -78,6 +85,10 @@ export interface TrainSettings {
   respawnLimit?: number;
   /** Fault drills "rank=R,step=K[,phase=P][,action=A]" (for tests; default none). */
   drill?: string[];
+  /** Check for silent data corruption every K steps (exact mode, replicated state; default 100 there, else 0; 0: never). */
+  verifyEvery?: number;
+  /** What a corruption a check names a rank for does: 'evict' (default: evict it, roll back, replay) or 'stop'. */
+  onCorruption?: OnCorruption;
   /** 'on' (default): after a failure the survivors write a checkpoint of the failed step's start. */
   jitCheckpoint?: 'on' | 'off';
   /** Where checkpoints go (default: <runDir>/ckpt). */
@@ -128,6 +139,8 @@ export interface TrainOptions {
   respawn: boolean;
   respawnLimit?: number;
   drills: Drill[];
+  verifyEvery: number;
+  onCorruption: OnCorruption;
   jitCheckpoint: boolean;
   checkpointDir: string;
   checkpointEvery: number;
@@ -299,7 +312,21 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   drill: {
     kind: 'strings',
     default: [],
-    describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang|host|cut]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), spins forever (hang), loses its host or is cut off, at phase P of step K (repeatable; for tests). P: ${phases.join('|')}`,
+    describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang|host|cut|flip|corrupt]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), spins forever (hang), loses its host or is cut off, at phase P of step K; flip: one bit of what phase compute|collective|update holds (a gradient, the sum received, the parameters), once; corrupt: the same at every step from K on (repeatable; for tests). P: ${phases.join('|')}`,
+    group: 'Fault tolerance',
+  },
+  verifyEvery: {
+    kind: 'integer',
+    min: 0,
+    describe: `check for silent data corruption every K steps: the ranks compare their state's digests, and each recomputes one shard another rank computed (0: never; default ${defaultVerifyEvery} with --on-failure exact and replicated state, else 0). A corrupted state or a faulty core is caught at the next check; a one-off flip of a gradient is caught only if it hits the checked step and shard (probability N/(S*K) at N ranks, S shards)`,
+    group: 'Fault tolerance',
+  },
+  onCorruption: {
+    kind: 'choice',
+    choices: ['evict', 'stop'],
+    default: 'evict',
+    describe:
+      'a check that names a rank for corruption: evict it (as failed), roll back to the last verified step and replay; or stop the job (exit 1)',
     group: 'Fault tolerance',
   },
   jitCheckpoint: {
@@ -401,7 +428,7 @@ export function resolveTrainOptions(
     if (!(key in trainSettings) && given[key] !== undefined) fail(`unknown setting ${label(key)}`);
   }
   const a = settingValues(given, Object.keys(trainSettings) as (keyof TrainSettings)[], label, fail) as unknown as Required<
-    Omit<TrainSettings, 'steps' | 'epochs' | 'lr' | 'weightDecay' | 'redundancy' | 'shards' | 'respawnLimit' | 'checkpointDir' | 'resume'>
+    Omit<TrainSettings, 'steps' | 'epochs' | 'lr' | 'weightDecay' | 'redundancy' | 'shards' | 'respawnLimit' | 'checkpointDir' | 'resume' | 'verifyEvery'>
   > &
     TrainSettings;
   if (a.steps !== undefined && a.epochs !== undefined) fail(`give ${label('steps')} or ${label('epochs')}, not both`);
@@ -413,6 +440,10 @@ export function resolveTrainOptions(
     fail(`${label('redundancy')} applies to ${label('optimizerState')} sharded only`);
   if (a.spares > 0 && a.onFailure === 'none') fail(`${label('spares')} needs fault tolerance: ${label('onFailure')} exact or shrink`);
   if (a.respawn && a.onFailure !== 'exact') fail(`${label('respawn')} needs ${label('onFailure')} exact, got ${a.onFailure}`);
+  if (a.verifyEvery !== undefined && a.verifyEvery > 0 && a.onFailure !== 'exact')
+    fail(`${label('verifyEvery')} needs ${label('onFailure')} exact (equal bits whoever computes), got ${a.onFailure}`);
+  if (a.verifyEvery !== undefined && a.verifyEvery > 0 && a.optimizerState === 'sharded')
+    fail(`${label('verifyEvery')} needs ${label('optimizerState')} replicated (a rollback of sharded state is not supported)`);
   if (a.respawnLimit !== undefined && !a.respawn) fail(`${label('respawnLimit')} applies with ${label('respawn')} only`);
   const parsed = <T>(parse: () => T): T => {
     try {
@@ -453,6 +484,8 @@ export function resolveTrainOptions(
     respawn: a.respawn,
     respawnLimit: a.respawnLimit,
     drills: parsed(() => a.drill.map(parseDrill)),
+    verifyEvery: a.verifyEvery ?? (a.onFailure === 'exact' && a.optimizerState === 'replicated' ? defaultVerifyEvery : 0),
+    onCorruption: a.onCorruption,
     jitCheckpoint: a.jitCheckpoint === 'on',
     checkpointDir: a.checkpointDir ?? path.join(a.runDir, 'ckpt'),
     checkpointEvery: a.checkpointEvery,

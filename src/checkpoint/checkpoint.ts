@@ -364,6 +364,20 @@ export function pruneCheckpoints(root: string, keep: number): void {
 }
 
 /**
+ * Removes the checkpoints of steps after `step`: they hold state that a later check found corrupt.
+ * The manifest goes first, so that a removal cut short leaves an incomplete checkpoint, never one
+ * that passes for complete.
+ */
+export function removeCheckpointsAfter(root: string, step: number): string[] {
+  const removed = listSteps(root).filter((d) => d > path.basename(checkpointDir(root, step)));
+  for (const d of removed) {
+    fs.rmSync(path.join(root, d, manifestFile), { force: true });
+    fs.rmSync(path.join(root, d), { recursive: true, force: true });
+  }
+  return removed.map((d) => path.join(root, d));
+}
+
+/**
  * Makes a spare of `bytes` under `root` with `writer` (a writer of its own: this runs beside
  * training) unless the staging directory already holds a state file, or the disk has room for
  * less than twice its size. Resolves once it is in place, or was not needed; a checkpoint that

@@ -4,7 +4,10 @@
 // never returns), lose its whole host (host: kill -9 of every rank of the job there and of the
 // runtime daemon that started it), or cut its host off the network (cut: every link of its network
 // namespace down, for test hosts such as launch/netns-hosts makes). A real fault of real processes,
-// at a point that does not depend on timing.
+// at a point that does not depend on timing. Silent data corruption is drilled too: flip flips one
+// bit, once, of what the phase holds (compute: a float of a shard's gradient; collective: of the
+// sum received; update: of the parameters), corrupt does so at every step from then on (a faulty
+// core); the float and the bit come from the seed, so a drill repeats exactly.
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { rankList, signalRanks } from '../run/pids';
@@ -18,6 +21,7 @@ export const phases = [
   'collective',
   'redundancy',
   'agree',
+  'verify',
   'update',
   'evaluation',
   'recovery',
@@ -32,8 +36,25 @@ export const phases = [
 ] as const;
 export type Phase = (typeof phases)[number];
 
-export const actions = ['kill', 'stop', 'term', 'hang', 'host', 'cut'] as const;
+export const actions = ['kill', 'stop', 'term', 'hang', 'host', 'cut', 'flip', 'corrupt'] as const;
 export type Action = (typeof actions)[number];
+
+/** The phases whose data a flip or corrupt drill changes. */
+export const corruptible = ['compute', 'collective', 'update'] as const;
+type Corruptible = (typeof corruptible)[number];
+const corrupting = (action: Action): boolean => action === 'flip' || action === 'corrupt';
+
+/** A bit to flip: of float `index`, bit `bit` (16..28: high mantissa and low exponent, so the value changes but stays finite). */
+export interface BitFlip {
+  index: number;
+  bit: number;
+}
+
+/** Flips `flip` in `data` (its float `index`, bit `bit`). */
+export function applyFlip(data: Float32Array, flip: BitFlip): void {
+  const bits = new Uint32Array(data.buffer, data.byteOffset + 4 * flip.index, 1);
+  bits[0] ^= 1 << flip.bit;
+}
 
 const signals = { kill: 'SIGKILL', stop: 'SIGSTOP', term: 'SIGTERM' } as const;
 
@@ -50,7 +71,7 @@ export function parseDrill(text: string): Drill {
   for (const part of text.split(',')) {
     const [key, value, ...rest] = part.split('=');
     if (value === undefined || rest.length > 0 || fields.has(key))
-      throw new Error(`--drill expects rank=R,step=K[,phase=P][,action=kill|stop|term|hang|host|cut], got "${text}"`);
+      throw new Error(`--drill expects rank=R,step=K[,phase=P][,action=${actions.join('|')}], got "${text}"`);
     fields.set(key, value);
   }
   const unknown = [...fields.keys()].filter((k) => !['rank', 'step', 'phase', 'action'].includes(k));
@@ -65,6 +86,8 @@ export function parseDrill(text: string): Drill {
   if (!phases.includes(phase)) throw new Error(`--drill: phase expects one of ${phases.join('|')}, got "${phase}"`);
   const action = (fields.get('action') ?? 'kill') as Action;
   if (!actions.includes(action)) throw new Error(`--drill: action expects one of ${actions.join('|')}, got "${action}"`);
+  if (corrupting(action) && !(corruptible as readonly string[]).includes(phase))
+    throw new Error(`--drill: action ${action} needs phase ${corruptible.join('|')}, got "${phase}"`);
   return { rank: integer('rank'), step: integer('step'), phase, action };
 }
 
@@ -76,7 +99,28 @@ const faults: Record<Action, string> = {
   hang: 'spins its main thread forever',
   host: 'kills every rank of the job on its host, the runtime daemon and itself',
   cut: 'takes every network link of its host down',
+  flip: 'flips a bit',
+  corrupt: 'flips a bit (a faulty core, from now on)',
 };
+
+/** What a flip changes in each phase, for the note. */
+const flipped: Record<Corruptible, string> = {
+  compute: "of shard {salt}'s gradient",
+  collective: 'of the sum it received',
+  update: 'of its parameters',
+};
+
+/** A 32-bit mix (splitmix's finalizer) of the seed and the flip's coordinates. */
+function mix(...values: number[]): number {
+  let h = 0x9e3779b9;
+  for (const value of values) {
+    h = Math.imul(h ^ (value >>> 0), 0x85ebca6b);
+    h ^= h >>> 13;
+    h = Math.imul(h, 0xc2b2ae35);
+    h ^= h >>> 16;
+  }
+  return h >>> 0;
+}
 
 /** Every network link of this process's network namespace but loopback. */
 function links(): string[] {
@@ -96,11 +140,40 @@ export class FaultInjector {
     private readonly worldRank: number,
     private readonly note: string,
     private readonly pidsDir: string,
+    /** the run's seed: which float and bit a flip changes */
+    private readonly seed: number,
   ) {}
 
-  /** Injects the fault if a drill names this rank, step and phase. */
+  /** flip drills already done (a flip happens once, even in a retried or replayed step) */
+  private readonly done = new Set<Drill>();
+
+  /**
+   * The bit a flip or corrupt drill changes now in what `phase` holds at `step`: `length` floats
+   * (the first `length` of the data), `salt` telling apart what the phase holds several of (the
+   * shard of a gradient); undefined when no such drill applies. Called by the code that holds the data.
+   */
+  flipAt(step: number, phase: Corruptible, length: number, salt = 0): BitFlip | undefined {
+    const drill = this.drills.find(
+      (d) =>
+        d.rank === this.worldRank &&
+        d.phase === phase &&
+        ((d.action === 'flip' && d.step === step && !this.done.has(d)) || (d.action === 'corrupt' && step >= d.step)),
+    );
+    if (!drill || length === 0) return undefined;
+    if (drill.action === 'flip') this.done.add(drill);
+    const h = mix(this.seed, this.worldRank, step, salt);
+    const flip = { index: h % length, bit: 16 + (mix(h) % 13) };
+    const what = flipped[phase].replace('{salt}', String(salt));
+    fs.appendFileSync(
+      this.note,
+      `${new Date().toISOString()} drill: rank ${this.worldRank} ${faults[drill.action]} at step ${step}, phase ${phase}: bit ${flip.bit} of float ${flip.index} ${what}\n`,
+    );
+    return flip;
+  }
+
+  /** Injects the fault if a drill names this rank, step and phase (flip and corrupt drills: see flipAt). */
   at(step: number, phase: Phase): void {
-    const drill = this.drills.find((d) => d.rank === this.worldRank && d.step === step && d.phase === phase);
+    const drill = this.drills.find((d) => d.rank === this.worldRank && d.step === step && d.phase === phase && !corrupting(d.action));
     if (!drill) return;
     fs.appendFileSync(
       this.note,
@@ -122,7 +195,9 @@ export class FaultInjector {
       case 'cut':
         for (const link of links()) execFileSync('ip', ['link', 'set', 'dev', link, 'down']);
         return;
-      default:
+      case 'kill':
+      case 'stop':
+      case 'term':
         process.kill(process.pid, signals[drill.action]);
     }
   }

@@ -6,6 +6,7 @@ import type { CheckpointMeta, TrainingState } from '../checkpoint/checkpoint';
 import type { ShardMap } from '../data/shard-map';
 import type { RunEvent, StepRecord } from '../run/records';
 import type { ShardedStateConfig } from '../sharding/sharded-state';
+import type { OnCorruption } from './verification';
 
 /** What a failure does: exact (bit-identical result), shrink (survivors keep their batch), none (the job ends). */
 export type FailurePolicy = 'exact' | 'shrink' | 'none';
@@ -30,6 +31,12 @@ export interface ProtocolConfig {
   commTimeoutMs: number;
   /** where the ranks' pid files are (to kill a rank declared dead for hanging) */
   pidsDir: string;
+  /** this rank's log file: a line written at once (before a rank evicted for corruption kills itself) */
+  logFile: string;
+  /** exact mode: check for silent data corruption every K steps (0: never) */
+  verifyEvery: number;
+  /** what a corruption the check names a rank for does */
+  onCorruption: OnCorruption;
   /** exact mode: the length of what one shard contributes to the sum, and the add in shard order */
   sumLength: number;
   add(acc: Float32Array, x: Float32Array): void;

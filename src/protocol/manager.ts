@@ -5,19 +5,25 @@
 // sends every survivor into the same recovery before the caller retries: repair (repair.ts), the
 // lost ranks' places taken by spares or spawned ranks (membership.ts), their shards handed over and
 // read back (shards.ts), the sum and sharded state remade for the new world (sum-and-state.ts), the
-// JIT checkpoint (checkpointing.ts). It also ends the run: the final write, voted like the rest,
+// JIT checkpoint (checkpointing.ts). Every --verify-every K steps it checks the step for silent data
+// corruption (verification.ts): a rank named corrupt is evicted as failed, and the survivors roll
+// back to the last verified state and replay from there. It also ends the run: the final write, voted like the rest,
 // with the job's readback total. See docs/architecture.md.
 //
 // A client makes few calls: start(source), then per step enter(phase) at its drill points,
-// exchange(collective) (false: recovered, compute the step again), commit(report); finish(write).
+// exchange(collective) (false: recovered, compute the step again), at a checked step verify(digests)
+// (false: rolled back, compute the step it names), commit(report); finish(write).
 import { type Communicator } from '../comm';
 import type { CheckpointMeta } from '../checkpoint/checkpoint';
+import * as fs from 'node:fs';
+import { removeCheckpointsAfter } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
 import type { ShardLayout } from '../data/shard-layout';
 import type { ShardData } from '../data/split';
 import { withDeadline } from '../liveness/deadline';
-import type { FaultInjector, Phase } from '../liveness/drills';
-import { beat } from '../liveness/hangs';
+import type { BitFlip, FaultInjector, Phase } from '../liveness/drills';
+import { beat, killDeclaredDead } from '../liveness/hangs';
+import { readPidFile } from '../run/pids';
 import type { ShardedState } from '../sharding/sharded-state';
 import { Checkpointing } from './checkpointing';
 import type { Failure, ProtocolConfig, ProtocolObserver, ResumePoint, StateSource, StepPosition } from './contracts';
@@ -29,6 +35,19 @@ import { HeldShards } from './shards';
 import { ProtocolStop } from '../liveness/stop';
 import { SumAndState } from './sum-and-state';
 import { CARRY_ON, OK, Vote } from './vote';
+import {
+  digestWords,
+  encodeRecord,
+  firstRound,
+  gatheredDigest,
+  recordWords,
+  secondRound,
+  spotAssignments,
+  VerifiedState,
+  stateDigest,
+  type CheckFinding,
+  type GradientDigests,
+} from './verification';
 
 const now = (): number => performance.now();
 
@@ -50,6 +69,8 @@ export class Manager implements StepPosition {
   private stopAgreed = false;
   /** when the current try at the step began its computation (a retried step's duration is reported) */
   private tryStarted = now();
+  /** the state of the last step that passed a check (--verify-every) */
+  private readonly verified = new VerifiedState();
 
   constructor(
     private readonly config: ProtocolConfig,
@@ -122,6 +143,23 @@ export class Manager implements StepPosition {
     return this.checkpoints.lastCheckpoint;
   }
 
+  /** Whether the current step is checked for silent data corruption (every --verify-every K-th step, while training). */
+  get checking(): boolean {
+    const every = this.config.verifyEvery;
+    return every > 0 && this.currentStep % every === 0 && !this.done && this.config.onFailure === 'exact';
+  }
+
+  /** At a checked step, the shard of another working rank that this rank recomputes (none: undefined). */
+  spotShard(): number | undefined {
+    const check = this.currentStep / this.config.verifyEvery;
+    return spotAssignments(this.membership.shardMap, check).find((a) => a.checker === this.membership.worldRank)?.shard;
+  }
+
+  /** Resolves to shard s with `rows` in memory, read from disk when another rank holds it (a check recomputes it). */
+  checkedShard(s: number, rows: Int32Array): Promise<ShardData> {
+    return this.shards.anyShard(s, rows);
+  }
+
   /** Shard s, which this rank holds. */
   shard(s: number): ShardData {
     return this.shards.shard(s);
@@ -130,6 +168,11 @@ export class Manager implements StepPosition {
   /** Resolves once `rows` of shard s are in memory (a shard being read back reads them first); rejects on bad data. */
   ready(s: number, rows: Int32Array): Promise<void> {
     return this.shards.ready(s, rows);
+  }
+
+  /** A flip or corrupt drill's bit to flip now in what `phase` holds (`length` floats; `salt`: which of several); undefined: none. */
+  flipAt(phase: 'compute' | 'collective' | 'update', length: number, salt?: number): BitFlip | undefined {
+    return this.faults.flipAt(this.currentStep, phase, length, salt);
   }
 
   /** The current step enters `phase`: a drill point, and a sign of life for the watchdog. */
@@ -171,6 +214,8 @@ export class Manager implements StepPosition {
     this.sumState.rebuildSum(this.currentStep);
     this.sumState.makeShardedState(source.initialState.bind(source));
     this.worldHistory.push({ step: this.currentStep, world: this.membership.size, lost: [] });
+    // the start is verified by construction: the seed's init, or a checkpoint whose digests were checked
+    if (this.config.verifyEvery > 0) this.verified.keep(source.state(), this.currentStep);
     this.checkpoints.ready(source, true);
     if (resume) while (!(await this.agreeOn('resume', async () => undefined)));
   }
@@ -202,6 +247,99 @@ export class Manager implements StepPosition {
     }
     await this.recover();
     return false;
+  }
+
+  /**
+   * The check of a checked step, after its collective committed and before its update: every live
+   * rank's digests (its state's, and `gradients`: its held shards', the one it recomputed) are gathered
+   * and compared (verification.ts); a gradient two ranks disagree on is recomputed by a third
+   * (`recompute(shard)`: its digest, computed now by this rank). True: the check passed, and the
+   * state at this step's start is kept as the last verified one. False: a failure interrupted the
+   * check (recovered: compute the step again), or a corruption was found, its suspect evicted as
+   * failed and the state rolled back to the last verified step, which is now the step to compute.
+   * Throws ProtocolStop ('corruption') where nobody can be named or --on-corruption is stop.
+   */
+  async verify(gradients: GradientDigests, recompute: (shard: number) => Promise<string>): Promise<boolean> {
+    const world = this.membership;
+    const step = this.currentStep;
+    const shards = this.config.shards;
+    const words = recordWords(shards);
+    const assignments = spotAssignments(world.shardMap, step / this.config.verifyEvery);
+    const mine = encodeRecord({ ...gradients, state: stateDigest(this.source!.state()) }, shards);
+    let gathered = new Int32Array(0);
+    let ranks: number[] = [];
+    const first = await this.agreeOn('verify', async () => {
+      ranks = [...world.comm.worldRanks];
+      gathered = new Int32Array(ranks.length * words);
+      await world.comm.allgather(mine, gathered);
+    });
+    if (!first) return false;
+    let finding = firstRound(ranks, gathered, shards, assignments, 'parameters');
+    if (finding.unattributable === undefined && finding.disputes.length > 0) {
+      const { disputes } = finding;
+      const thirds = new Int32Array(2 * disputes.length);
+      for (const [i, dispute] of disputes.entries())
+        if (dispute.third === world.worldRank) thirds.set(digestWords(await recompute(dispute.shard)), 2 * i);
+      const all = new Int32Array(ranks.length * thirds.length);
+      if (!(await this.agreeOn('verify', () => world.comm.allgather(thirds, all)))) return false;
+      finding = secondRound(
+        finding,
+        disputes.map((dispute, i) => gatheredDigest(all, ranks.indexOf(dispute.third!), thirds.length, 2 * i)),
+      );
+    }
+    if (finding.unattributable === undefined && finding.suspects.size === 0) {
+      this.verified.keep(this.source!.state(), step);
+      return true;
+    }
+    await this.corrupted(finding);
+    return false;
+  }
+
+  /**
+   * A check found corruption: one event and line; with --on-corruption evict and a rank named, the
+   * suspects leave (each kills itself, as a failed rank would be gone), the others roll back to the
+   * last verified state, drop the checkpoints written since, and recover as from any failure.
+   */
+  private async corrupted(finding: CheckFinding): Promise<void> {
+    const world = this.membership;
+    const step = this.currentStep;
+    const suspects = [...finding.suspects.keys()].sort((a, b) => a - b);
+    const evict = finding.unattributable === undefined && this.config.onCorruption === 'evict';
+    const back = this.verified.step;
+    this.observer.event({
+      event: 'corruption',
+      step,
+      ranks: suspects,
+      hosts: suspects.map((rank) => readPidFile(this.config.pidsDir, rank)?.host ?? null),
+      differed: suspects.map((rank) => finding.suspects.get(rank)!),
+      action: evict ? 'evict' : 'stop',
+      rolled_back: evict ? step - back : 0,
+      ...(finding.unattributable === undefined ? {} : { unattributable: finding.unattributable }),
+    });
+    const named = suspects.map((rank) => `rank ${rank} (${finding.suspects.get(rank)})`).join(', ');
+    if (!evict) {
+      const what = finding.unattributable ?? `${named} computed wrong bits`;
+      throw new ProtocolStop('corruption', `silent data corruption found at step ${step}: ${what}; stopping`);
+    }
+    const line = (to: number): string =>
+      `step ${step}: silent data corruption: evicting ${named}; rolling back to step ${to}, the last verified, and replaying ${step - to} step(s)`;
+    if (finding.suspects.has(world.worldRank)) {
+      fs.appendFileSync(this.config.logFile, `${new Date().toISOString()} rank ${world.worldRank}: evicted for silent data corruption at step ${step}\n`);
+      process.kill(process.pid, 'SIGKILL');
+      await new Promise(() => undefined);
+    }
+    // the leader says so now, unless it is the one evicted: then its successor, once the recovery names it
+    const toldNow = world.isLeader;
+    if (toldNow) this.observer.log(line(back));
+    this.currentStep = this.verified.restore(this.source!.state());
+    if (world.liveRanks.find((r) => !finding.suspects.has(r)) === world.worldRank)
+      removeCheckpointsAfter(this.config.checkpointDir, this.currentStep);
+    killDeclaredDead(this.config.pidsDir, suspects);
+    const error = new Error(`silent data corruption at step ${step}`);
+    error.name = 'SilentDataCorruption';
+    this.vote.noteFailure(error, 'verify', 0);
+    await this.recover();
+    if (!toldNow) this.observer.log(line(back));
   }
 
   /**

@@ -11,6 +11,8 @@ import type { ShardData } from '../data/split';
 export class HeldShards {
   private readonly held = new Map<number, ShardData>();
   private readonly readbacks: Readback[] = [];
+  /** another rank's shard, read for a check */
+  private checked?: Readback;
   /** readbacks whose background pass starts once the retried step has committed */
   private readonly awaitingCommit: Readback[] = [];
   /** of this rank's readback bytes, those already summed into bytesReadBack */
@@ -39,6 +41,20 @@ export class HeldShards {
   ready(s: number, rows: Int32Array): Promise<void> {
     const data = this.shard(s);
     return data instanceof LazyShard ? data.ready(rows) : Promise.resolve();
+  }
+
+  /**
+   * Shard s with `rows` in memory: this rank's, or another rank's read from disk for a check (kept
+   * until a check needs another shard; its bytes are not readback's).
+   */
+  async anyShard(s: number, rows: Int32Array): Promise<ShardData> {
+    if (this.held.has(s)) {
+      await this.ready(s, rows);
+      return this.held.get(s)!;
+    }
+    if (this.checked?.shards[0].shard !== s) this.checked = new Readback(this.dataset.train, this.layout, [s]);
+    await this.checked.ready(s, rows);
+    return this.checked.shards[0];
   }
 
   /** Reads `shards` into memory, whole. */

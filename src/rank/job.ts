@@ -30,6 +30,8 @@ export interface JobSettings {
   runDir: string;
   hangTimeout: number;
   drills: Drill[];
+  /** the run's seed (which bit a flip drill changes) */
+  seed: number;
   /** set on a spawned rank (see TrainOptions.joinId) */
   joinId?: number;
   /** steps in all, for the progress bar (undefined: unknown) */
@@ -93,7 +95,7 @@ export class RankJob {
     this.runLog = new RunLog(settings.runDir, this.launchRank);
     this.pidsDir = path.join(settings.runDir, runFiles.pids);
     this.logger = rankLogger(this.runLog.logFile, this.launchRank);
-    this.faults = new FaultInjector(settings.drills, this.launchRank, this.runLog.logFile, this.pidsDir);
+    this.faults = new FaultInjector(settings.drills, this.launchRank, this.runLog.logFile, this.pidsDir, settings.seed);
     this.progress = new Progress(settings.steps);
     const { runLog, logger, progress } = this;
     this.observer = {
@@ -223,7 +225,8 @@ export class RankJob {
       await this.leaveNow();
       return { code: stop.exitCode, leave: true };
     }
-    if (manager.world.isLeader && stop.reason === 'state-lost')
+    if (manager.world.isLeader && stop.reason === 'corruption') this.progress.line(stop.message);
+    else if (manager.world.isLeader && stop.reason === 'state-lost')
       this.progress.line(`${stop.message}; stopping: ${newestCheckpoint(checkpointDir)}`);
     else if (manager.world.isLeader && stop.reason !== 'error')
       this.progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? checkpointDir}`);

@@ -9,6 +9,7 @@ import type { BatchKey } from '../nn/layer';
 import type { GradientProgress } from '../nn/net';
 import { gatherBatch, type MicroBatches } from '../data/micro-batches';
 import type { ShardData } from '../data/split';
+import { applyFlip } from '../liveness/drills';
 
 /** One shard's micro-batch of a step, as the code computing its gradient sees it. */
 export interface MicroBatch {
@@ -102,41 +103,98 @@ export async function computeShards(
   target: GradientTarget,
   compute: GradientFn,
 ): Promise<void> {
-  const t = step % plan.stepsPerEpoch;
-  const epoch = Math.floor(step / plan.stepsPerEpoch);
-  const samples = plan.samplesAt(t);
   const sum = manager.shardSum;
   const missing = sum.held.filter((shard) => !sum.holds(shard, step));
   await whileComputing(async () => {
     for (const shard of missing) {
-      const rows = plan.rows(shard, epoch, t);
-      const weight = rows.length / samples;
       const slot = target.place ? sum.slot(shard) : undefined;
-      if (slot) target.place!(slot);
-      let loss = 0;
-      if (rows.length === 0) {
-        target.gradient.fill(0);
-        target.statistics.fill(0);
-      } else {
-        const [x, labels] = buffers.view(rows.length);
-        await manager.ready(shard, rows);
-        gatherBatch(manager.shard(shard), rows, x, labels);
-        const last = manager.overlap && slot && shard === missing[missing.length - 1];
-        const progress: GradientProgress | undefined = last
-          ? {
-              lossKnown: (mean) => {
-                slot[slot.length - 1] = mean * weight;
-              },
-              gradientsFrom: (from) => sum.sendFrom(from),
-            }
-          : undefined;
-        loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard }, progress }) * weight;
-      }
+      const last = manager.overlap && slot !== undefined && shard === missing[missing.length - 1];
+      const loss = await computeShard(manager, plan, step, seed, buffers, target, compute, shard, slot, last);
       if (slot) sum.stored(shard, step, loss);
       else sum.put(shard, step, [target.gradient, target.statistics, [loss]]);
     }
   });
   sum.sendFrom(0);
+}
+
+/**
+ * A check's recomputation of shard s's vector for `step` (another rank's shard, read from disk, or
+ * a third opinion), into `into` ([gradient | statistics | weighted loss], the sum's vector length).
+ */
+export async function recomputeShard(
+  manager: Manager,
+  plan: MicroBatches,
+  step: number,
+  seed: number,
+  buffers: BatchBuffers,
+  target: GradientTarget,
+  compute: GradientFn,
+  shard: number,
+  into: Float32Array,
+): Promise<void> {
+  await whileComputing(async () => {
+    const placed = target.place ? into : undefined;
+    const loss = await computeShard(manager, plan, step, seed, buffers, target, compute, shard, placed, false);
+    if (!placed) {
+      into.set(target.gradient);
+      into.set(target.statistics, target.gradient.length);
+    }
+    into[into.length - 1] = loss;
+  });
+}
+
+/**
+ * Shard s's micro-batch gradient for `step` (into `slot` where given, placed there), with a
+ * compute drill's bit flip put in before any of it is sent; the loss weighted by the shard's share
+ * of the step's samples. `last`: the shard's gradients go into the sum as they become final.
+ */
+async function computeShard(
+  manager: Manager,
+  plan: MicroBatches,
+  step: number,
+  seed: number,
+  buffers: BatchBuffers,
+  target: GradientTarget,
+  compute: GradientFn,
+  shard: number,
+  slot: Float32Array | undefined,
+  last: boolean,
+): Promise<number> {
+  const t = step % plan.stepsPerEpoch;
+  const epoch = Math.floor(step / plan.stepsPerEpoch);
+  const samples = plan.samplesAt(t);
+  const rows = plan.rows(shard, epoch, t);
+  const weight = rows.length / samples;
+  if (slot) target.place!(slot);
+  if (rows.length === 0) {
+    target.gradient.fill(0);
+    target.statistics.fill(0);
+    return 0;
+  }
+  const [x, labels] = buffers.view(rows.length);
+  gatherBatch(await manager.checkedShard(shard, rows), rows, x, labels);
+  let flip = manager.flipAt('compute', target.gradient.length, shard);
+  const flipFrom = (from: number): void => {
+    if (flip && flip.index >= from) {
+      applyFlip(target.gradient, flip);
+      flip = undefined;
+    }
+  };
+  const sum = manager.shardSum;
+  const progress: GradientProgress | undefined = last
+    ? {
+        lossKnown: (mean) => {
+          slot![slot!.length - 1] = mean * weight;
+        },
+        gradientsFrom: (from) => {
+          flipFrom(from);
+          sum.sendFrom(from);
+        },
+      }
+    : undefined;
+  const loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard }, progress }) * weight;
+  flipFrom(0);
+  return loss;
 }
 
 /** Test accuracy and loss, the split divided over the live ranks; redone after a recovery. */

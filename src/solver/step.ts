@@ -4,7 +4,10 @@
 // the gradients are summed in the step's collective, which the survivors vote on (the Manager),
 // and only then is the update applied. With sharded optimizer state the sum stops at each rank's
 // chunk, whose owner works out its update inside the collective (sharding/sharded-state.ts), and
-// the update puts it in place. A hot spare computes nothing: it receives each step's outcome from
+// the update puts it in place. Every --verify-every K steps the step is checked for silent data
+// corruption between the vote and the update (its gradients' digests, and one other rank's shard
+// recomputed): a corruption found has rolled the state back, and the caller computes the step the
+// Manager names. A hot spare computes nothing: it receives each step's outcome from
 // the leader and applies it as the working ranks do, so that it can take a place at any step. A
 // failed vote has already been recovered from when the Manager returns: the caller computes the
 // same step again on the repaired world, with the parameters untouched.
@@ -14,7 +17,9 @@ import { Stream, streamVector } from '../nn/stream-memory';
 import type { FailurePolicy } from '../protocol/contracts';
 import type { Manager } from '../protocol/manager';
 import type { Optimizer } from './optimizer';
-import { computeShards, type BatchBuffers, type GradientFn, type GradientTarget } from './shard-steps';
+import { crc64 } from '../base/checksum';
+import { applyFlip } from '../liveness/drills';
+import { computeShards, recomputeShard, type BatchBuffers, type GradientFn, type GradientTarget } from './shard-steps';
 import type { DataPosition } from './data-position';
 import type { ShrinkStep } from './shrink-schedule';
 
@@ -63,6 +68,8 @@ export class DataParallelStep {
   private total?: Float32Array;
   /** the last committed step's loss (mean over its global batch) */
   lastLoss = NaN;
+  /** a check's recomputed shard vector (allocated at the first check) */
+  private checkVector?: Float32Array;
 
   constructor(
     private readonly settings: StepSettings,
@@ -104,10 +111,24 @@ export class DataParallelStep {
     sharded?.beginStep(step);
     const working = world.working;
     const exact = this.settings.onFailure === 'exact';
+    const checking = manager.checking;
     manager.enter('compute');
     if (working && exact) await computeShards(manager, this.data.plan, step, this.settings.seed, this.buffers, target, compute);
     else if (working) await this.computePieces(epoch, samples, target, compute);
     const sum = working && exact ? manager.shardSum : undefined;
+    // a check's digests of this step's gradients: the held shards', and one shard of another rank's, recomputed
+    const recompute = async (shard: number): Promise<string> => {
+      this.checkVector ??= new Float32Array(this.P + this.B + 1);
+      await recomputeShard(manager, this.data.plan, step, this.settings.seed, this.buffers, target, compute, shard, this.checkVector);
+      return crc64(this.checkVector);
+    };
+    const spotShard = checking && sum ? manager.spotShard() : undefined;
+    const gradients = checking
+      ? {
+          shards: new Map(sum ? sum.held.map((shard) => [shard, crc64(sum.slot(shard))]) : []),
+          spot: spotShard === undefined ? undefined : await recompute(spotShard),
+        }
+      : undefined;
     const committed = await manager.exchange(async () => {
       if (sharded) await sharded.update(sum!, lr, step, () => manager.enter('redundancy'));
       else if (sum) await sum.sum();
@@ -116,9 +137,13 @@ export class DataParallelStep {
       await world.feedSpares(!working ? this.contribution : sharded ? this.params.withTail : (sum?.total ?? this.contribution));
     });
     if (!committed) return false;
+    if (gradients && !(await manager.verify(gradients, recompute))) return false;
+    const { P, B } = this;
+    const received = !working ? this.contribution : sharded ? this.params.withTail : (sum?.total ?? this.contribution);
+    const garbled = manager.flipAt('collective', P);
+    if (garbled) applyFlip(received, garbled);
 
     manager.enter('update');
-    const { P, B } = this;
     if (!working && this.settings.optimizerState === 'sharded') {
       this.params.withTail.set(this.contribution);
       this.lastLoss = this.contribution[P];
@@ -135,6 +160,8 @@ export class DataParallelStep {
       if (B > 0) this.params.updateBuffers(total.subarray(P, P + B));
       this.lastLoss = total[P + B];
     }
+    const flipped = manager.flipAt('update', P);
+    if (flipped) applyFlip(this.params.withTail, flipped);
     this.data.shrink?.commit(this.shrinkStep!);
     return true;
   }

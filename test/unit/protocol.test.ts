@@ -514,6 +514,9 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         identity: { seed: 1 },
         commTimeoutMs,
         pidsDir: noPids,
+        logFile: path.join(dir, 'log'),
+        verifyEvery: 0,
+        onCorruption: 'evict',
         sumLength: 0,
         add: () => undefined,
         overlap: false,
@@ -530,7 +533,7 @@ describe('protocol decisions (scripted world, no MPI)', function () {
             dataset,
             dataset.train.layout(config.shards),
             observers[r],
-            new FaultInjector([], r, path.join(dir, 'drills'), noPids),
+            new FaultInjector([], r, path.join(dir, 'drills'), noPids, 1),
           ),
       );
       return { managers: list, observers, config };

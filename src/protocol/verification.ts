@@ -1,0 +1,217 @@
+// Silent data corruption caught by equality: the result of every step is bit-exact whoever computes
+// it, so two ranks computing the same thing must produce the same bits. Every --verify-every K steps
+// the live ranks compare a 64-bit digest of the state they all hold alike (parameters, replicated
+// optimizer state, buffers), and each working rank recomputes one shard another rank computed in
+// that step (rotating, so that every working rank is checked at every check) and compares the
+// gradients' digests. A rank whose state differs from the majority's is suspect; a gradient that
+// differs is recomputed by a third rank, whose bits name the culprit. With no majority, or no third
+// rank, nobody can be named. This file decides, alike on every rank from the same gathered digests,
+// and keeps the state of the last step that passed a check, for the rollback (the Manager runs it).
+import type { TrainingState } from '../checkpoint/checkpoint';
+import { crc64 } from '../base/checksum';
+import type { ShardMap } from '../data/shard-map';
+
+/** What a confirmed corruption does: evict the suspect and repair, or stop the job. */
+export type OnCorruption = 'evict' | 'stop';
+
+/** A CRC-64 as two 32-bit halves, how it travels in an Int32Array (16 hex digits in and out). */
+export function digestWords(hex: string): [number, number] {
+  return [parseInt(hex.slice(0, 8), 16) | 0, parseInt(hex.slice(8, 16), 16) | 0];
+}
+const hexOf = (high: number, low: number): string => (high >>> 0).toString(16).padStart(8, '0') + (low >>> 0).toString(16).padStart(8, '0');
+
+/** Which shard a working rank recomputes at the check of `step`, and whose it is. */
+export interface SpotAssignment {
+  checker: number;
+  owner: number;
+  shard: number;
+}
+
+/**
+ * The check's rotation: at the c-th check (c = step / K), the i-th working rank recomputes a shard
+ * of the (i + 1 + c mod (n - 1))-th, the c-th of its shards (mod their count): a permutation, so
+ * every working rank is checked at every check, by another rank each check in turn.
+ */
+export function spotAssignments(map: ShardMap, check: number): SpotAssignment[] {
+  const workers = map.ranks;
+  const n = workers.length;
+  if (n < 2) return [];
+  const offset = 1 + (check % (n - 1));
+  const out: SpotAssignment[] = [];
+  for (let i = 0; i < n; ++i) {
+    const owner = workers[(i + offset) % n];
+    const shards = map.shardsOf(owner);
+    if (shards.length > 0) out.push({ checker: workers[i], owner, shard: shards[check % shards.length] });
+  }
+  return out;
+}
+
+/** What one rank contributes to a check of its gradients. */
+export interface GradientDigests {
+  /** held shard -> crc64 of its gradient vector (gradient, statistics, weighted loss) this step */
+  shards: Map<number, string>;
+  /** the crc64 of the spot shard's vector as this rank recomputed it */
+  spot?: string;
+}
+
+/** What one rank contributes to a check. */
+export interface CheckDigests extends GradientDigests {
+  /** crc64 of the state every live rank holds alike */
+  state: string;
+}
+
+/** The crc64 of what every rank holds alike of `state`: the parameters, the optimizer state where it is whole (replicated), the buffers. */
+export function stateDigest(state: TrainingState): string {
+  const whole = state.held.from === 0 && state.held.to === state.params.length;
+  return crc64(state.params, ...(whole ? state.slots.map((slot) => slot.data) : []), state.buffers?.data ?? new Float32Array(0));
+}
+
+/** Int32 words of a rank's record: state (2), spot (2, with a flag word), then 2 per shard of the run. */
+export const recordWords = (shards: number): number => 5 + 2 * shards;
+
+/** This rank's record for the gather: absent digests are flagged, never read. */
+export function encodeRecord(digests: CheckDigests, shards: number): Int32Array {
+  const record = new Int32Array(recordWords(shards));
+  record.set(digestWords(digests.state), 0);
+  if (digests.spot !== undefined) {
+    record[2] = 1;
+    record.set(digestWords(digests.spot), 3);
+  }
+  for (const [shard, hex] of digests.shards) record.set(digestWords(hex), 5 + 2 * shard);
+  return record;
+}
+
+/** A gradient two ranks computed with different bits, and the third rank asked to recompute it. */
+export interface Dispute {
+  shard: number;
+  owner: number;
+  checker: number;
+  third?: number;
+  /** the digests: owner's, checker's */
+  digests: [string, string];
+}
+
+/** What a check found: the suspects (world ranks) and what differed, or a corruption nobody can be named for. */
+export interface CheckFinding {
+  /** world rank -> what differed ('params' or 'gradient shard S') */
+  suspects: Map<number, string>;
+  /** gradient mismatches awaiting a third rank's recomputation */
+  disputes: Dispute[];
+  /** a corruption found, but no rank can be named: the line saying why */
+  unattributable?: string;
+}
+
+/**
+ * The first round's finding, from every live rank's record (`ranks[i]`: the world rank of the
+ * i-th record). State: the ranks off the majority's digest are suspect (no majority: nobody can
+ * be named). Gradients: each checker's digest against the owner's; a mismatch between two ranks
+ * neither of which is already suspect goes to a third working rank, when there is one.
+ */
+export function firstRound(
+  ranks: readonly number[],
+  records: Int32Array,
+  shards: number,
+  assignments: readonly SpotAssignment[],
+  what: string,
+): CheckFinding {
+  const words = recordWords(shards);
+  const at = (rank: number): number => ranks.indexOf(rank) * words;
+  const suspects = new Map<number, string>();
+  const counts = new Map<string, number[]>();
+  for (const rank of ranks) {
+    const state = hexOf(records[at(rank)], records[at(rank) + 1]);
+    counts.set(state, [...(counts.get(state) ?? []), rank]);
+  }
+  if (counts.size > 1) {
+    const [, majority] = [...counts].sort((a, b) => b[1].length - a[1].length)[0];
+    if (2 * majority.length <= ranks.length) {
+      const groups = [...counts.values()].map((g) => g.join(', ')).join(' | ');
+      return { suspects, disputes: [], unattributable: `the ranks' ${what} differ with no majority (${groups})` };
+    }
+    for (const rank of ranks) if (!majority.includes(rank)) suspects.set(rank, what);
+  }
+  const disputes: Dispute[] = [];
+  for (const { checker, owner, shard } of assignments) {
+    if (suspects.has(checker) || suspects.has(owner) || !ranks.includes(checker) || !ranks.includes(owner)) continue;
+    const mine = at(checker);
+    if (records[mine + 2] !== 1) continue;
+    const theirs = at(owner) + 5 + 2 * shard;
+    const digests: [string, string] = [hexOf(records[theirs], records[theirs + 1]), hexOf(records[mine + 3], records[mine + 4])];
+    if (digests[0] !== digests[1]) disputes.push({ shard, owner, checker, digests });
+  }
+  const workers = [...new Set(assignments.map((a) => a.checker))].sort((a, b) => a - b);
+  for (const dispute of disputes) {
+    dispute.third = workers.find((r) => r !== dispute.owner && r !== dispute.checker && !suspects.has(r) && !involved(disputes, r));
+    dispute.third ??= workers.find((r) => r !== dispute.owner && r !== dispute.checker && !suspects.has(r));
+    if (dispute.third === undefined) {
+      return {
+        suspects,
+        disputes,
+        unattributable: `ranks ${dispute.owner} and ${dispute.checker} computed shard ${dispute.shard}'s gradient with different bits, and no third rank can tell which is wrong`,
+      };
+    }
+  }
+  return { suspects, disputes };
+}
+
+const involved = (disputes: readonly Dispute[], rank: number): boolean => disputes.some((d) => d.owner === rank || d.checker === rank);
+
+/**
+ * The second round: each dispute's third rank recomputed the shard (`thirds[i]`: the i-th
+ * dispute's digest, as gathered). The rank the third one disagrees with is suspect; a third
+ * digest that matches neither names nobody.
+ */
+export function secondRound(finding: CheckFinding, thirds: readonly string[]): CheckFinding {
+  const suspects = new Map(finding.suspects);
+  for (const [i, dispute] of finding.disputes.entries()) {
+    const third = thirds[i];
+    const [owner, checker] = dispute.digests;
+    if (third === owner) suspects.set(dispute.checker, `gradient of shard ${dispute.shard}`);
+    else if (third === checker) suspects.set(dispute.owner, `gradient of shard ${dispute.shard}`);
+    else {
+      return {
+        suspects,
+        disputes: [],
+        unattributable: `ranks ${dispute.owner}, ${dispute.checker} and ${dispute.third} computed shard ${dispute.shard}'s gradient with three different results`,
+      };
+    }
+  }
+  return { suspects, disputes: [] };
+}
+
+/** The gathered digest at `word` of every record, as hex. */
+export function gatheredDigest(records: Int32Array, index: number, words: number, word: number): string {
+  return hexOf(records[index * words + word], records[index * words + word + 1]);
+}
+
+/** The state of the last step that passed a check: copies of what every rank holds, allocated once. */
+export class VerifiedState {
+  private params?: Float32Array;
+  private slots: Float32Array[] = [];
+  private buffers?: Float32Array;
+  /** the step whose start it is (-1: none kept) */
+  step = -1;
+
+  /** Keeps `state`, the state at the start of `step`. */
+  keep(state: TrainingState, step: number): void {
+    this.params ??= new Float32Array(state.params.length);
+    this.params.set(state.params);
+    if (this.slots.length !== state.slots.length) this.slots = state.slots.map((slot) => new Float32Array(slot.data.length));
+    state.slots.forEach((slot, k) => this.slots[k].set(slot.data));
+    const buffers = state.buffers?.data;
+    if (buffers && buffers.length > 0) {
+      this.buffers ??= new Float32Array(buffers.length);
+      this.buffers.set(buffers);
+    }
+    this.step = step;
+  }
+
+  /** Puts the kept state back into `state`'s arrays; the step it is the start of. */
+  restore(state: TrainingState): number {
+    if (this.step < 0 || !this.params) throw new Error('no verified state to roll back to');
+    state.params.set(this.params);
+    state.slots.forEach((slot, k) => slot.data.set(this.slots[k]));
+    if (this.buffers) state.buffers!.data.set(this.buffers);
+    return this.step;
+  }
+}
