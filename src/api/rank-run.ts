@@ -142,7 +142,7 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     await manager.finish(() => {
       const final = loop.result(manager);
       loop.writeModel(final);
-      const summary = summaryOf(options, door, shards, final, manager.bytesReadBack, started, identity, job.kernels);
+      const summary = summaryOf(options, door, shards, final, manager, started, identity, job.kernels);
       const phases = manager.shardedState?.phaseMs;
       writeSummary(options.runDir, phases ? { ...summary, sharded_state_phase_ms: roundedMs(phases) } : summary);
     });
@@ -201,18 +201,18 @@ function newManager(
   );
 }
 
-/** summary.json of a run that reached its end; `bytesReadBack`: what every rank read back, summed. */
 /** ms to the microsecond, for the summary. */
 function roundedMs(phases: Record<string, number>): Record<string, number> {
   return Object.fromEntries(Object.entries(phases).map(([phase, ms]) => [phase, Math.round(ms * 1000) / 1000]));
 }
 
+/** summary.json of a run that reached its end (the Manager's: what every rank read back, the corruptions found). */
 function summaryOf(
   options: TrainOptions,
   door: Pick<RankDoor<RunResult>, 'label' | 'optimizer'>,
   shards: number,
   result: RunResult,
-  bytesReadBack: number,
+  manager: Pick<Manager, 'bytesReadBack' | 'corruptionsFound'>,
   started: number,
   identity: Record<string, unknown>,
   kernels: KernelSettings,
@@ -226,7 +226,8 @@ function summaryOf(
     wall_s: (Date.now() - started) / 1000,
     failures: result.failures,
     ranks_lost: result.failures.reduce((n, f) => n + f.lost.length, 0),
-    bytes_read_back: bytesReadBack,
+    corruptions: manager.corruptionsFound,
+    bytes_read_back: manager.bytesReadBack,
     world_initial: result.worldInitial,
     world_final: result.worldFinal,
     params_sha256: result.paramsSha256,

@@ -428,7 +428,10 @@ export function resolveTrainOptions(
     if (!(key in trainSettings) && given[key] !== undefined) fail(`unknown setting ${label(key)}`);
   }
   const a = settingValues(given, Object.keys(trainSettings) as (keyof TrainSettings)[], label, fail) as unknown as Required<
-    Omit<TrainSettings, 'steps' | 'epochs' | 'lr' | 'weightDecay' | 'redundancy' | 'shards' | 'respawnLimit' | 'checkpointDir' | 'resume' | 'verifyEvery'>
+    Omit<
+      TrainSettings,
+      'steps' | 'epochs' | 'lr' | 'weightDecay' | 'redundancy' | 'shards' | 'respawnLimit' | 'checkpointDir' | 'resume' | 'verifyEvery'
+    >
   > &
     TrainSettings;
   if (a.steps !== undefined && a.epochs !== undefined) fail(`give ${label('steps')} or ${label('epochs')}, not both`);

@@ -6,7 +6,15 @@
 // be named, or --on-corruption stop). Each has its exit code.
 export type StopReason = 'min-ranks' | 'sigterm' | 'error' | 'unrecoverable' | 'state-lost' | 'minority' | 'corruption';
 
-const exitCodes: Record<StopReason, number> = { sigterm: 0, 'min-ranks': 3, error: 1, unrecoverable: 1, 'state-lost': 3, minority: 4, corruption: 1 };
+const exitCodes: Record<StopReason, number> = {
+  sigterm: 0,
+  'min-ranks': 3,
+  error: 1,
+  unrecoverable: 1,
+  'state-lost': 3,
+  minority: 4,
+  corruption: 1,
+};
 
 export class ProtocolStop extends Error {
   override name = 'ProtocolStop';

@@ -55,6 +55,8 @@ export class Manager implements StepPosition {
   private currentStep = 0;
   private done = false;
   readonly failures: Failure[] = [];
+  /** silent data corruptions the checks found */
+  corruptionsFound = 0;
   readonly worldHistory: CheckpointMeta['world_history'] = [];
   private readonly membership: Membership;
   private readonly vote: Vote;
@@ -303,28 +305,32 @@ export class Manager implements StepPosition {
   private async corrupted(finding: CheckFinding): Promise<void> {
     const world = this.membership;
     const step = this.currentStep;
-    const suspects = [...finding.suspects.keys()].sort((a, b) => a - b);
+    const suspects = finding.involved ?? [...finding.suspects.keys()].sort((a, b) => a - b);
     const evict = finding.unattributable === undefined && this.config.onCorruption === 'evict';
     const back = this.verified.step;
+    this.corruptionsFound += 1;
     this.observer.event({
       event: 'corruption',
       step,
       ranks: suspects,
       hosts: suspects.map((rank) => readPidFile(this.config.pidsDir, rank)?.host ?? null),
-      differed: suspects.map((rank) => finding.suspects.get(rank)!),
+      differed: suspects.map((rank) => finding.suspects.get(rank) ?? null),
       action: evict ? 'evict' : 'stop',
       rolled_back: evict ? step - back : 0,
       ...(finding.unattributable === undefined ? {} : { unattributable: finding.unattributable }),
     });
     const named = suspects.map((rank) => `rank ${rank} (${finding.suspects.get(rank)})`).join(', ');
     if (!evict) {
-      const what = finding.unattributable ?? `${named} computed wrong bits`;
+      const what = finding.unattributable ?? `${named} corrupt (--on-corruption stop)`;
       throw new ProtocolStop('corruption', `silent data corruption found at step ${step}: ${what}; stopping`);
     }
     const line = (to: number): string =>
       `step ${step}: silent data corruption: evicting ${named}; rolling back to step ${to}, the last verified, and replaying ${step - to} step(s)`;
     if (finding.suspects.has(world.worldRank)) {
-      fs.appendFileSync(this.config.logFile, `${new Date().toISOString()} rank ${world.worldRank}: evicted for silent data corruption at step ${step}\n`);
+      fs.appendFileSync(
+        this.config.logFile,
+        `${new Date().toISOString()} rank ${world.worldRank}: evicted for silent data corruption at step ${step}\n`,
+      );
       process.kill(process.pid, 'SIGKILL');
       await new Promise(() => undefined);
     }

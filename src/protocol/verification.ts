@@ -97,8 +97,9 @@ export interface CheckFinding {
   suspects: Map<number, string>;
   /** gradient mismatches awaiting a third rank's recomputation */
   disputes: Dispute[];
-  /** a corruption found, but no rank can be named: the line saying why */
+  /** a corruption found, but no rank can be named: the line saying why, and the ranks involved */
   unattributable?: string;
+  involved?: number[];
 }
 
 /**
@@ -126,7 +127,12 @@ export function firstRound(
     const [, majority] = [...counts].sort((a, b) => b[1].length - a[1].length)[0];
     if (2 * majority.length <= ranks.length) {
       const groups = [...counts.values()].map((g) => g.join(', ')).join(' | ');
-      return { suspects, disputes: [], unattributable: `the ranks' ${what} differ with no majority (${groups})` };
+      return {
+        suspects,
+        disputes: [],
+        unattributable: `the ranks' ${what} differ with no majority (ranks ${groups})`,
+        involved: [...ranks].sort((a, b) => a - b),
+      };
     }
     for (const rank of ranks) if (!majority.includes(rank)) suspects.set(rank, what);
   }
@@ -144,10 +150,12 @@ export function firstRound(
     dispute.third = workers.find((r) => r !== dispute.owner && r !== dispute.checker && !suspects.has(r) && !involved(disputes, r));
     dispute.third ??= workers.find((r) => r !== dispute.owner && r !== dispute.checker && !suspects.has(r));
     if (dispute.third === undefined) {
+      const pair = [dispute.owner, dispute.checker].sort((a, b) => a - b);
       return {
         suspects,
         disputes,
-        unattributable: `ranks ${dispute.owner} and ${dispute.checker} computed shard ${dispute.shard}'s gradient with different bits, and no third rank can tell which is wrong`,
+        unattributable: `ranks ${pair[0]} and ${pair[1]} computed shard ${dispute.shard}'s gradient with different bits, and no third rank can tell which is wrong`,
+        involved: pair,
       };
     }
   }
@@ -169,10 +177,12 @@ export function secondRound(finding: CheckFinding, thirds: readonly string[]): C
     if (third === owner) suspects.set(dispute.checker, `gradient of shard ${dispute.shard}`);
     else if (third === checker) suspects.set(dispute.owner, `gradient of shard ${dispute.shard}`);
     else {
+      const trio = [dispute.owner, dispute.checker, dispute.third!].sort((a, b) => a - b);
       return {
         suspects,
         disputes: [],
-        unattributable: `ranks ${dispute.owner}, ${dispute.checker} and ${dispute.third} computed shard ${dispute.shard}'s gradient with three different results`,
+        unattributable: `ranks ${trio.join(', ')} computed shard ${dispute.shard}'s gradient with three different results`,
+        involved: trio,
       };
     }
   }

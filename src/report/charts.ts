@@ -28,7 +28,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
   const steps = runs.flatMap((run, i) => {
     // an evaluation pauses the steps after the one it follows, a recovery the step it retries: a wall-time line breaks there
     const recovered = new Set(run.recoveries.map((r) => r.step));
-    const resumed = new Set(run.resumes);
+    const resumed = new Set([...run.resumes, ...run.corruptions.map((c) => c.to)]);
     let segment = 0;
     return run.steps.map((s, k) => {
       if (k > 0 && (typeof run.steps[k - 1].test_accuracy === 'number' || recovered.has(s.step) || resumed.has(s.step))) segment++;
@@ -78,6 +78,17 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
       seconds: (run.steps.find((s) => s.step === step)!.time - run.startTime) / 1000,
     })),
   );
+  const corruptions = runs.flatMap((run, i) =>
+    run.corruptions.map((c) => ({
+      run: labels[i],
+      step: c.step,
+      seconds: (c.time - run.startTime) / 1000,
+      loss: run.steps.find((s) => s.step === c.step)?.loss ?? run.steps.at(-1)!.loss,
+      what:
+        `rank(s) ${c.ranks.join(', ')}: ${c.differed.join('; ') || 'nobody can be named'}; ` +
+        (c.action === 'evict' ? `evicted, rolled back to step ${c.to}` : 'stopped'),
+    })),
+  );
   const maxWorld = Math.max(...runs.map((run) => Math.max(...run.steps.map((s) => s.world))));
   const legend = { title: 'run (click to pick)', labelLimit: 260, symbolType: 'stroke', symbolOpacity: 1, symbolStrokeWidth: 3 };
   const color = { field: 'run', type: 'nominal' as const, scale: { domain: labels }, legend };
@@ -125,6 +136,27 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     mark: { type: 'rule', strokeDash: [1, 3], strokeWidth: 2 },
     encoding: { x, color, tooltip: tooltip(['run', 'run'], ['step', 'resumed at step']) },
   });
+  const corruptionMarks = (x: ChartSpec, y: boolean): ChartSpec[] => [
+    {
+      data: { values: corruptions },
+      mark: { type: 'rule', strokeWidth: 2.5, opacity: 0.6 },
+      encoding: { x, color },
+    },
+    ...(y
+      ? [
+          {
+            data: { values: corruptions },
+            mark: { type: 'point', shape: 'cross', size: 160, filled: true, opacity: 1 },
+            encoding: {
+              x,
+              y: { field: 'loss', type: 'quantitative' },
+              color,
+              tooltip: tooltip(['run', 'run'], ['step', 'corruption found at step'], ['what', 'what']),
+            },
+          },
+        ]
+      : []),
+  ];
   // a moving mean over about 2% of the run: the per-step loss of one batch is noisy
   const window = Math.max(1, Math.round(Math.max(...runs.map((r) => r.steps.length)) / 50));
 
@@ -164,6 +196,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
       },
       failureRules(x),
       resumeRules(x),
+      ...corruptionMarks(x, true),
       {
         data: { values: failures },
         mark: { type: 'point', shape: 'triangle-down', size: 140, filled: true, opacity: 1 },
@@ -187,11 +220,15 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
       ]),
       failureRules(time),
       resumeRules(time),
+      ...corruptionMarks(time, false),
     ],
   });
   const failureNote =
     (failures.length > 0 ? ' Dashed lines and triangles: failures (where the survivors saw them).' : '') +
-    (resumes.length > 0 ? ' Dotted lines: where a run resumed into the same run directory continued it.' : '');
+    (resumes.length > 0 ? ' Dotted lines: where a run resumed into the same run directory continued it.' : '') +
+    (corruptions.length > 0
+      ? ' Solid lines and crosses: silent data corruption a check found (the steps since the last verified one were replayed).'
+      : '');
   const breakNote = ' Lines break where an evaluation or a recovery paused the steps.';
   const charts: Chart[] = [
     {

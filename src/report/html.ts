@@ -145,7 +145,7 @@ function runsTable(content: ReportContent): string {
     return (
       `<tr>${name}<td class="text">${escape(s.on_failure)}</td>` +
       `<td>${s.world_initial} → ${s.world_final}</td><td>${s.steps}</td><td>${s.final_loss.toFixed(4)}</td><td>${percent(s.test_accuracy)}</td>` +
-      `<td>${s.wall_s.toFixed(2)} s</td><td>${s.failures.length === 0 ? 0 : `${s.ranks_lost} (${run.recoveries.length} recover${run.recoveries.length === 1 ? 'y' : 'ies'})`}</td>` +
+      `<td>${s.wall_s.toFixed(2)} s</td><td>${s.failures.length === 0 ? 0 : `${s.ranks_lost} (${run.recoveries.length} recover${run.recoveries.length === 1 ? 'y' : 'ies'})`}${corruptionText(s.corruptions)}</td>` +
       `<td>${megabytes(s.bytes_read_back)}</td><td class="text"><code title="${s.params_sha256}">${s.params_sha256.slice(0, 16)}</code></td>` +
       `<td class="text">${verdictCell(comparison)}${against}</td></tr>`
     );
@@ -155,6 +155,11 @@ function runsTable(content: ReportContent): string {
     `<th>test accuracy</th><th>wall time</th><th>ranks lost</th><th>read back</th><th class="text">params_sha256</th><th class="text">vs baseline</th></tr></thead>` +
     `<tbody>${rows.join('\n')}</tbody></table>`
   );
+}
+
+/** ", N corrupt" where checks found silent data corruption. */
+function corruptionText(count: number | undefined): string {
+  return count ? `, ${count} corruption${count === 1 ? '' : 's'} found` : '';
 }
 
 function settingText(value: string | number | boolean | null | undefined): string {

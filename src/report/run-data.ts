@@ -34,6 +34,19 @@ export interface Recovery {
   killToCommitMs?: number;
 }
 
+/** Silent data corruption a check found: the ranks named, what differed, and the step the survivors rolled back to. */
+export interface Corruption {
+  /** the step of the check that found it */
+  step: number;
+  /** ms since the epoch, when it was found */
+  time: number;
+  ranks: number[];
+  differed: string[];
+  /** evict (rolled back to `to`) or stop */
+  action: string;
+  to: number;
+}
+
 /** A checkpoint the run wrote: why (jit, periodic, sigterm, ...) and how long it took, ms. */
 export interface CheckpointWrite {
   reason: string;
@@ -51,6 +64,8 @@ export interface Run {
   checkpoints: CheckpointWrite[];
   /** the steps where a run resumed into this directory continued it (--resume into the same --run-dir) */
   resumes: number[];
+  /** the corruptions its checks found (--verify-every), in order */
+  corruptions: Corruption[];
   /** a language model's text at the end of training (sample.txt), if it wrote one */
   sample?: string;
 }
@@ -58,8 +73,13 @@ export interface Run {
 export function readRun(dir: string): Run {
   if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) throw new RunDirError(`${dir}: no such run directory`);
   const metricsFile = path.join(dir, runFiles.metrics);
-  const { steps, resumes } = joinResumed(readLines(metricsFile).map(({ value, line }) => checkStep(value, `${metricsFile} line ${line}`)));
   const events = readLines(path.join(dir, runFiles.events)).map(({ value }) => value);
+  const corruptions = events.filter((e) => e.event === 'corruption').map((e) => corruptionOf(e, path.join(dir, runFiles.events)));
+  const rollbacks = corruptions.filter((c) => c.action === 'evict').map((c) => c.to);
+  const { steps, resumes } = joinResumed(
+    readLines(metricsFile).map(({ value, line }) => checkStep(value, `${metricsFile} line ${line}`)),
+    rollbacks,
+  );
   const summary = readSummary(dir);
   const start = events.find((e) => e.event === 'start');
   if (start === undefined || typeof start.time !== 'number') throw new RunDirError(`${path.join(dir, runFiles.events)}: no start event`);
@@ -74,20 +94,31 @@ export function readRun(dir: string): Run {
     .map((e) => ({ reason: String(e.reason), durationMs: e.duration_ms as number }));
   const sampleFile = path.join(dir, runFiles.sample);
   const sample = fs.existsSync(sampleFile) ? fs.readFileSync(sampleFile, 'utf8') : undefined;
-  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes, sample };
+  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes, corruptions, sample };
+}
+
+function corruptionOf(e: Json, file: string): Corruption {
+  const { step, time, rolled_back: back } = e;
+  if (typeof step !== 'number' || typeof time !== 'number' || typeof back !== 'number' || !isRanks(e.ranks))
+    throw new RunDirError(`${file}: a corruption event without a step, time, rolled_back or ranks`);
+  const differed = Array.isArray(e.differed) ? e.differed.map(String) : [];
+  return { step, time, ranks: e.ranks, differed, action: String(e.action), to: step - back };
 }
 
 /**
  * A run directory that later runs resumed into holds each run's steps in turn, each from its resume
  * step on (a step numbered no higher than the one before starts the next run): the latest record
- * of each step is the run's, the earlier ones past a resume its history.
+ * of each step is the run's, the earlier ones past a resume its history. A corruption's rollback
+ * (`rollbacks`: the steps rolled back to, in order) replays steps the same way, without a resume.
  */
-function joinResumed(records: StepRecord[]): { steps: StepRecord[]; resumes: number[] } {
+function joinResumed(records: StepRecord[], rollbacks: readonly number[]): { steps: StepRecord[]; resumes: number[] } {
   let steps: StepRecord[] = [];
   const resumes: number[] = [];
+  let replays = 0;
   records.forEach((record, i) => {
     if (i > 0 && record.step <= records[i - 1].step) {
-      resumes.push(record.step);
+      if (rollbacks[replays] === record.step) replays++;
+      else resumes.push(record.step);
       steps = steps.filter((s) => s.step < record.step);
     }
     steps.push(record);

@@ -46,6 +46,8 @@ export interface Summary {
   wall_s: number;
   failures: { step: number; lost: number[]; world: number }[];
   ranks_lost: number;
+  /** silent data corruptions the checks found (--verify-every); absent in summaries written before it */
+  corruptions?: number;
   bytes_read_back: number;
   world_initial: number;
   world_final: number;

@@ -50,7 +50,7 @@ describe('ft-train settings: one table for flags and options', () => {
       joinId: undefined,
     });
     assert.equal(flagName('respawnLimit'), 'respawn-limit');
-    assert.equal(Object.keys(trainSettings).length, 39);
+    assert.equal(Object.keys(trainSettings).length, 41);
   });
 
   it("a bad setting is one line in the caller's spelling", () => {
@@ -74,6 +74,19 @@ describe('ft-train settings: one table for flags and options', () => {
       'ft-train: clipNorm needs the whole summed gradient on each rank: use optimizerState replicated',
     );
     assert.equal(refused({ warmupSteps: -1 }), 'ft-train: warmupSteps expects an integer >= 0, got -1');
+    assert.equal(
+      refused({ verifyEvery: 5, onFailure: 'shrink' }),
+      'ft-train: verifyEvery needs onFailure exact (equal bits whoever computes), got shrink',
+    );
+    assert.equal(
+      refused({ verifyEvery: 5, optimizerState: 'sharded' }),
+      'ft-train: verifyEvery needs optimizerState replicated (a rollback of sharded state is not supported)',
+    );
+    assert.equal(refused({ onCorruption: 'ignore' }), 'ft-train: onCorruption expects one of evict, stop, got "ignore"');
+    // the check is on by default where it can be, off where it cannot
+    assert.equal(resolveTrainOptions(required).verifyEvery, 100);
+    assert.equal(resolveTrainOptions({ ...required, onFailure: 'shrink' }).verifyEvery, 0);
+    assert.equal(resolveTrainOptions({ ...required, optimizerState: 'sharded' }).verifyEvery, 0);
     // the custom loop clips only before ft-train's own update
     const loop = { data: 'd', runDir: 'r', tensors: { w: [2, 2] }, clipNorm: 1 };
     assert.throws(() => resolveLoopSettings(loop), {
