@@ -1,16 +1,25 @@
 // launch/drill: a fault drill from outside. Starts `ft-train` under mpirun, follows the run's
 // metrics, and when they reach step K sends a real `kill -9` (--kill) or `kill -STOP` (--stop, a
 // hang: the survivors declare the rank dead after --hang-timeout and kill it) to the process of
-// world rank R (its pid from the run directory). Prints the run directory and a one-line verdict;
-// exit code 0 when the job finished with every such rank lost and survived.
+// world rank R (its pid from the run directory). --flip and --corrupt drill silent data corruption:
+// a bit flipped in what rank R holds at step K (once, or at every step from K on: a faulty core),
+// injected inside the rank at that point (ft-train's --drill action=flip|corrupt), since no signal
+// can flip a chosen bit of another process. Prints the run directory and a one-line verdict; exit
+// code 0 when the job finished with every killed rank lost, and every corrupting rank that a check
+// must catch evicted.
 import { commandLine, runMain } from './command';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { corruptible } from '../liveness/drills';
+import { runFiles } from '../run/files';
+import type { RunEvent } from '../run/records';
 import { parseKill, runDrill, type Kill } from './fault-drill';
 import { trainFlag } from './mpirun';
 
 runMain('drill', async () => {
   const args = commandLine(
     'drill',
-    '$0 -n N [--kill R@K ...] [--stop R@K ...] -- <ft-train arguments>\n\nRuns ft-train under mpirun and kill -9s (or SIGSTOPs) world rank R once the metrics reach step K.',
+    '$0 -n N [--kill R@K ...] [--stop R@K ...] [--flip R@K[:PHASE] ...] [--corrupt R@K[:PHASE] ...] -- <ft-train arguments>\n\nRuns ft-train under mpirun and kill -9s (or SIGSTOPs) world rank R once the metrics reach step K, or has it flip a bit at step K.',
   )
     .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
     .option('kill', {
@@ -25,31 +34,95 @@ runMain('drill', async () => {
       default: [] as string[],
       describe: 'RANK@STEP: kill -STOP that rank once step STEP is committed (repeatable)',
     })
+    .option('flip', {
+      type: 'string',
+      array: true,
+      default: [] as string[],
+      describe: `RANK@STEP[:PHASE]: that rank flips one bit, once, at step STEP of what PHASE holds (${corruptible.join('|')}: a gradient, the sum received, the parameters; default update) (repeatable)`,
+    })
+    .option('corrupt', {
+      type: 'string',
+      array: true,
+      default: [] as string[],
+      describe: `RANK@STEP[:PHASE]: the same at every step from STEP on, a faulty core (default phase compute) (repeatable)`,
+    })
     .check((a) => {
       if (!Number.isSafeInteger(a.n) || a.n < 1) throw new Error(`-n expects an integer >= 1, got ${a.n}`);
-      if (a.kill.length + a.stop.length === 0) throw new Error('give at least one --kill R@K or --stop R@K');
+      if (a.kill.length + a.stop.length + a.flip.length + a.corrupt.length === 0)
+        throw new Error('give at least one --kill R@K, --stop R@K, --flip R@K or --corrupt R@K');
       for (const k of faults(a.kill, a.stop)) {
         if (k.rank >= a.n)
           throw new Error(`--${k.signal === 'SIGSTOP' ? 'stop' : 'kill'} ${k.rank}@${k.step}: there are only ranks 0..${a.n - 1}`);
       }
+      for (const c of corruptions(a.flip, a.corrupt))
+        if (c.rank >= a.n) throw new Error(`--${c.action} ${c.rank}@${c.step}: there are only ranks 0..${a.n - 1}`);
       if (a._.length === 0) throw new Error('give the ft-train arguments after --');
       if (trainFlag(a._.map(String), 'run-dir') === undefined)
         throw new Error('the ft-train arguments need --run-dir DIR (the drill follows its metrics)');
       return true;
     })
     .parseSync();
-  const { runDir, code, sent, summary, passed } = await runDrill(args.n, faults(args.kill, args.stop), args._.map(String));
-  const hit =
-    sent.map((k) => `rank ${k.rank}@${k.step}${k.signal === 'SIGSTOP' ? ' (stopped)' : ''}`).join(', ') || 'nobody (the run ended first)';
+  const flips = corruptions(args.flip, args.corrupt);
+  const drills = flips.flatMap((c) => ['--drill', `rank=${c.rank},step=${c.step},phase=${c.phase},action=${c.action}`]);
+  const kills = faults(args.kill, args.stop);
+  const { runDir, code, sent, summary, passed } = await runDrill(args.n, kills, [...args._.map(String), ...drills]);
+  const lost = new Set(summary?.failures.flatMap((f) => f.lost));
+  const named = namedForCorruption(runDir);
+  // a one-off flip of a gradient is caught only where the check recomputes it: the others must be
+  const missed = flips.filter((c) => !lost.has(c.rank) && (c.action === 'corrupt' || c.phase !== 'compute'));
+  const hit = [
+    ...sent.map((k) => `killed rank ${k.rank}@${k.step}${k.signal === 'SIGSTOP' ? ' (stopped)' : ''}`),
+    ...flips.map(
+      (c) =>
+        `${c.action} of rank ${c.rank}@${c.step} ${c.phase} ${!named.has(c.rank) ? 'not caught' : lost.has(c.rank) ? 'caught, rank evicted' : 'caught'}`,
+    ),
+  ];
+  const what = hit.join(', ') || (kills.length > 0 ? 'killed nobody (the run ended first)' : 'nothing');
   console.log(`[drill] run directory: ${runDir}`);
   console.log(
-    passed
-      ? `[drill] PASS: killed ${hit}; ${summary!.world_final} of ${args.n} ranks finished ${summary!.steps} steps, params_sha256 ${summary!.params_sha256.slice(0, 16)}`
-      : `[drill] FAIL: killed ${hit}; mpirun exit code ${code}; ${summary ? `${summary.ranks_lost} rank(s) lost per summary.json` : 'no summary.json'}`,
+    passed && missed.length === 0
+      ? `[drill] PASS: ${what}; ${summary!.world_final} of ${args.n} ranks finished ${summary!.steps} steps, params_sha256 ${summary!.params_sha256.slice(0, 16)}`
+      : `[drill] FAIL: ${what}; mpirun exit code ${code}; ${summary ? `${summary.ranks_lost} rank(s) lost per summary.json` : 'no summary.json'}`,
   );
   // ft-train refusing its arguments is bad input here too
-  process.exitCode = passed ? 0 : code === 2 && summary === null && sent.length === 0 ? 2 : 1;
+  process.exitCode = passed && missed.length === 0 ? 0 : code === 2 && summary === null && sent.length === 0 ? 2 : 1;
 });
+
+/** The ranks the run's corruption events name (suspects, or the ranks nobody could tell apart). */
+function namedForCorruption(runDir: string): Set<number> {
+  const file = path.join(runDir, runFiles.events);
+  if (!fs.existsSync(file)) return new Set();
+  const events = fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .flatMap((line) => {
+      try {
+        return [JSON.parse(line) as RunEvent];
+      } catch {
+        return []; // a blank or half-written line
+      }
+    });
+  return new Set(events.filter((e) => e.event === 'corruption' && Array.isArray(e.ranks)).flatMap((e) => e.ranks as number[]));
+}
+
+interface Corruption {
+  rank: number;
+  step: number;
+  phase: string;
+  action: 'flip' | 'corrupt';
+}
+
+/** --flip and --corrupt's "R@K[:PHASE]". */
+function corruptions(flips: string[], corrupts: string[]): Corruption[] {
+  const parse = (text: string, action: Corruption['action']): Corruption => {
+    const match = /^(\d+)@(\d+)(?::(\w+))?$/.exec(text);
+    const phase = match?.[3] ?? (action === 'flip' ? 'update' : 'compute');
+    if (!match || !(corruptible as readonly string[]).includes(phase))
+      throw new Error(`--${action} expects RANK@STEP[:PHASE] with PHASE ${corruptible.join('|')} (e.g. 2@30:update), got "${text}"`);
+    return { rank: Number(match[1]), step: Number(match[2]), phase, action };
+  };
+  return [...flips.map((f) => parse(f, 'flip')), ...corrupts.map((c) => parse(c, 'corrupt'))];
+}
 
 function faults(kills: string[], stops: string[]): Kill[] {
   return [...kills.map((k) => parseKill(k, 'SIGKILL')), ...stops.map((s) => parseKill(s, 'SIGSTOP'))];
