@@ -1,8 +1,9 @@
 // The join, part of a recovery that grew the world: on every live rank, the leader (a rank that
 // holds the run's state) sends the ranks joining the run where it stands (the step, the world, the
 // failures so far, the readback count, the newest checkpoint, the sum's form, the data position,
-// the sharded state's layout) and then the state at the step's start, in place; the joining ranks
-// take it all up. A spawned rank starts its life here: if its join fails it leaves, as a failure
+// the sharded state's layout) and then the state at the step's start, in place, with the last
+// verified state where the run checks for corruption (a rollback takes every rank back to it); the
+// joining ranks take it all up. A spawned rank starts its life here: if its join fails it leaves, as a failure
 // the others recover from without it.
 import type { CheckpointMeta } from '../checkpoint/checkpoint';
 import type { Phase } from '../liveness/drills';
@@ -12,6 +13,7 @@ import type { Failure, LoopPosition, ProtocolObserver, RunHistory, StateSource }
 import type { Membership, WorldJoinFields } from './membership';
 import type { HeldShards } from './shards';
 import type { SumAndState } from './sum-and-state';
+import type { VerifiedState } from './verification';
 import type { Vote } from './vote';
 
 /** What the ranks already in the run tell the ones joining it. */
@@ -25,6 +27,8 @@ interface JoinMessage extends WorldJoinFields {
   sumInBuckets: boolean;
   position: LoopPosition;
   sharded?: JoinMeta;
+  /** the step of the last verified state (-1: the run does not check) */
+  verifiedStep: number;
 }
 
 /** The Manager's parts a join reads and, on a joining rank, fills. */
@@ -34,6 +38,8 @@ export interface JoinParts {
   shards: HeldShards;
   checkpoints: Checkpointing;
   sumState: SumAndState;
+  /** the last verified state, when the run checks for corruption (--verify-every) */
+  verified?: VerifiedState;
   history: RunHistory;
   observer: ProtocolObserver;
   enter(phase: Phase): void;
@@ -62,7 +68,7 @@ export class Join {
    * the run's). The joiners as the leader named them, or null when a failure interrupted it.
    */
   async run(joiners: number[], step: number, source: StateSource, takeStep: (step: number) => void): Promise<number[] | null> {
-    const { world, vote, shards, checkpoints, sumState, history, observer } = this.parts;
+    const { world, vote, shards, checkpoints, sumState, verified, history, observer } = this.parts;
     const started = now();
     const sent: JoinMessage = {
       step,
@@ -75,8 +81,9 @@ export class Join {
       sumInBuckets: sumState.inBuckets,
       position: this.waiting ? { epoch: 0 } : source.position(),
       sharded: sumState.joinMeta(),
+      verifiedStep: verified?.step ?? -1,
     };
-    const buffers = source.joinBuffers();
+    const buffers = [...source.joinBuffers(), ...(verified ? verified.joinBuffers(source.state()) : [])];
     const message = await world.transferJoin(vote, sent, buffers, (received) => {
       if (this.waiting) takeStep(received.step); // the drill point names it
       this.parts.enter('join');
@@ -96,6 +103,7 @@ export class Join {
       checkpoints.lastCheckpoint = message.lastCheckpoint;
       sumState.inBuckets = message.sumInBuckets;
       source.joinAt(message.position);
+      if (verified) verified.step = message.verifiedStep;
     }
     if (message.joiners.includes(world.worldRank)) sumState.makeShardedState(source.initialState.bind(source), message.sharded);
     const bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);

@@ -94,6 +94,7 @@ export class Manager implements StepPosition {
       shards: this.shards,
       checkpoints: this.checkpoints,
       sumState: this.sumState,
+      verified: config.verifyEvery > 0 ? this.verified : undefined,
       history: this,
       observer,
       enter: this.enter,

@@ -216,6 +216,18 @@ export class VerifiedState {
     this.step = step;
   }
 
+  /**
+   * What a join sends of it, in place: the kept copies, allocated like `state`'s arrays on a rank
+   * that has none (a rank that joins receives the run's last verified state with the run's state).
+   */
+  joinBuffers(state: TrainingState): Float32Array[] {
+    this.params ??= new Float32Array(state.params.length);
+    if (this.slots.length !== state.slots.length) this.slots = state.slots.map((slot) => new Float32Array(slot.data.length));
+    const buffers = state.buffers?.data;
+    if (buffers && buffers.length > 0) this.buffers ??= new Float32Array(buffers.length);
+    return [this.params, ...this.slots, ...(this.buffers ? [this.buffers] : [])];
+  }
+
   /** Puts the kept state back into `state`'s arrays; the step it is the start of. */
   restore(state: TrainingState): number {
     if (this.step < 0 || !this.params) throw new Error('no verified state to roll back to');

@@ -4,7 +4,8 @@
 // evicted as failed, the survivors rolled back to the last verified step, and the run ends with the
 // bits of the run without the fault (which the check itself does not change). Also: the stops
 // where nobody can be named or --on-corruption stop says so, a corruption and a kill during the
-// replay (by a respawned rank) and during the eviction's recovery, and the mutation check: without
+// replay (by a respawned rank) and during the eviction's recovery, a rank that joined since the last
+// check rolling back with the others, and the mutation check: without
 // the check the drill's bits differ. Every fault is a drill at a fixed (rank, step, phase).
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
@@ -169,5 +170,18 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     );
     assert.equal(killed.params_sha256, baseline.get(3));
     assert.deepEqual([lost(killed), killed.world_final], [[1, 3], 3]);
+  });
+
+  it('a rank that joined after the last check (respawned, or a spare) rolls back with the others: the join gave it the verified state', async () => {
+    const respawned = summaryOf(
+      await ftRun(3, '--respawn', '--drill', 'rank=2,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt'),
+    );
+    assert.equal(respawned.params_sha256, baseline.get(3));
+    assert.deepEqual([lost(respawned), respawned.world_final, respawned.corruptions], [[1, 2], 3, 1]);
+    const spare = summaryOf(
+      await train(4, '--spares', '1', '--drill', 'rank=2,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt'),
+    );
+    assert.equal(spare.params_sha256, baseline.get(3));
+    assert.deepEqual([lost(spare), spare.world_final, spare.corruptions], [[1, 2], 2, 1]);
   });
 });
