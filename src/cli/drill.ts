@@ -12,7 +12,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { corruptible } from '../liveness/drills';
 import { runFiles } from '../run/files';
-import type { RunEvent } from '../run/records';
+import { readLines } from '../run/reader';
 import { parseKill, runDrill, type Kill } from './fault-drill';
 import { trainFlag } from './mpirun';
 
@@ -92,16 +92,7 @@ runMain('drill', async () => {
 function namedForCorruption(runDir: string): Set<number> {
   const file = path.join(runDir, runFiles.events);
   if (!fs.existsSync(file)) return new Set();
-  const events = fs
-    .readFileSync(file, 'utf8')
-    .split('\n')
-    .flatMap((line) => {
-      try {
-        return [JSON.parse(line) as RunEvent];
-      } catch {
-        return []; // a blank or half-written line
-      }
-    });
+  const events = readLines(file).map(({ value }) => value);
   return new Set(events.filter((e) => e.event === 'corruption' && Array.isArray(e.ranks)).flatMap((e) => e.ranks as number[]));
 }
 

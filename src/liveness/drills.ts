@@ -10,6 +10,7 @@
 // core); the float and the bit come from the seed, so a drill repeats exactly.
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
+import { hashKeys } from '../base/random';
 import { rankList, signalRanks } from '../run/pids';
 
 /** Every point where a run can fail, in the order a step, a recovery, a checkpoint and a run pass them. */
@@ -110,18 +111,6 @@ const flipped: Record<Corruptible, string> = {
   update: 'of its parameters',
 };
 
-/** A 32-bit mix (splitmix's finalizer) of the seed and the flip's coordinates. */
-function mix(...values: number[]): number {
-  let h = 0x9e3779b9;
-  for (const value of values) {
-    h = Math.imul(h ^ (value >>> 0), 0x85ebca6b);
-    h ^= h >>> 13;
-    h = Math.imul(h, 0xc2b2ae35);
-    h ^= h >>> 16;
-  }
-  return h >>> 0;
-}
-
 /** Every network link of this process's network namespace but loopback. */
 function links(): string[] {
   return execFileSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' })
@@ -161,8 +150,8 @@ export class FaultInjector {
     );
     if (!drill || length === 0) return undefined;
     if (drill.action === 'flip') this.done.add(drill);
-    const h = mix(this.seed, this.worldRank, step, salt);
-    const flip = { index: h % length, bit: 16 + (mix(h) % 13) };
+    const h = hashKeys(this.seed, this.worldRank, step, salt);
+    const flip = { index: h % length, bit: 16 + (hashKeys(h) % 13) };
     const what = flipped[phase].replace('{salt}', String(salt));
     fs.appendFileSync(
       this.note,

@@ -87,29 +87,33 @@ export interface GradientTarget {
   place?(vector: Float32Array): void;
 }
 
+/** What computing a shard's gradient at a step takes: the step's data plan and seed, the loop's buffers, target and compute. */
+export interface ShardWork {
+  manager: Manager;
+  plan: MicroBatches;
+  step: number;
+  seed: number;
+  buffers: BatchBuffers;
+  target: GradientTarget;
+  compute: GradientFn;
+}
+
 /**
  * Exact mode: one gradient per held shard, each into the shard-ordered sum with its loss weighted
- * by its share of the step's samples; shards already in the sum for `step` are skipped. What
+ * by its share of the step's samples; shards already in the sum for the step are skipped. What
  * `compute` leaves in the statistics goes into the sum between the gradient and the loss. Where
  * the sum overlaps backward (the Manager's overlap), its exchange starts during the last computed
  * micro-batch's backward if the target is placed in the sum; else once all are computed.
  */
-export async function computeShards(
-  manager: Manager,
-  plan: MicroBatches,
-  step: number,
-  seed: number,
-  buffers: BatchBuffers,
-  target: GradientTarget,
-  compute: GradientFn,
-): Promise<void> {
+export async function computeShards(work: ShardWork): Promise<void> {
+  const { manager, step, target } = work;
   const sum = manager.shardSum;
   const missing = sum.held.filter((shard) => !sum.holds(shard, step));
   await whileComputing(async () => {
     for (const shard of missing) {
       const slot = target.place ? sum.slot(shard) : undefined;
       const last = manager.overlap && slot !== undefined && shard === missing[missing.length - 1];
-      const loss = await computeShard(manager, plan, step, seed, buffers, target, compute, shard, slot, last);
+      const loss = await computeShard(work, shard, slot, last);
       if (slot) sum.stored(shard, step, loss);
       else sum.put(shard, step, [target.gradient, target.statistics, [loss]]);
     }
@@ -118,23 +122,14 @@ export async function computeShards(
 }
 
 /**
- * A check's recomputation of shard s's vector for `step` (another rank's shard, read from disk, or
- * a third opinion), into `into` ([gradient | statistics | weighted loss], the sum's vector length).
+ * A check's recomputation of shard s's vector at the step (another rank's shard, read from disk,
+ * or a third opinion), into `into` ([gradient | statistics | weighted loss], the sum's vector length).
  */
-export async function recomputeShard(
-  manager: Manager,
-  plan: MicroBatches,
-  step: number,
-  seed: number,
-  buffers: BatchBuffers,
-  target: GradientTarget,
-  compute: GradientFn,
-  shard: number,
-  into: Float32Array,
-): Promise<void> {
+export async function recomputeShard(work: ShardWork, shard: number, into: Float32Array): Promise<void> {
+  const { target } = work;
   await whileComputing(async () => {
     const placed = target.place ? into : undefined;
-    const loss = await computeShard(manager, plan, step, seed, buffers, target, compute, shard, placed, false);
+    const loss = await computeShard(work, shard, placed, false);
     if (!placed) {
       into.set(target.gradient);
       into.set(target.statistics, target.gradient.length);
@@ -144,22 +139,12 @@ export async function recomputeShard(
 }
 
 /**
- * Shard s's micro-batch gradient for `step` (into `slot` where given, placed there), with a
+ * Shard s's micro-batch gradient at the step (into `slot` where given, placed there), with a
  * compute drill's bit flip put in before any of it is sent; the loss weighted by the shard's share
  * of the step's samples. `last`: the shard's gradients go into the sum as they become final.
  */
-async function computeShard(
-  manager: Manager,
-  plan: MicroBatches,
-  step: number,
-  seed: number,
-  buffers: BatchBuffers,
-  target: GradientTarget,
-  compute: GradientFn,
-  shard: number,
-  slot: Float32Array | undefined,
-  last: boolean,
-): Promise<number> {
+async function computeShard(work: ShardWork, shard: number, slot: Float32Array | undefined, last: boolean): Promise<number> {
+  const { manager, plan, step, seed, buffers, target, compute } = work;
   const t = step % plan.stepsPerEpoch;
   const epoch = Math.floor(step / plan.stepsPerEpoch);
   const samples = plan.samplesAt(t);

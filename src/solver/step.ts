@@ -113,13 +113,14 @@ export class DataParallelStep {
     const exact = this.settings.onFailure === 'exact';
     const checking = manager.checking;
     manager.enter('compute');
-    if (working && exact) await computeShards(manager, this.data.plan, step, this.settings.seed, this.buffers, target, compute);
+    const work = { manager, plan: this.data.plan, step, seed: this.settings.seed, buffers: this.buffers, target, compute };
+    if (working && exact) await computeShards(work);
     else if (working) await this.computePieces(epoch, samples, target, compute);
     const sum = working && exact ? manager.shardSum : undefined;
     // a check's digests of this step's gradients: the held shards', and one shard of another rank's, recomputed
     const recompute = async (shard: number): Promise<string> => {
       this.checkVector ??= new Float32Array(this.P + this.B + 1);
-      await recomputeShard(manager, this.data.plan, step, this.settings.seed, this.buffers, target, compute, shard, this.checkVector);
+      await recomputeShard(work, shard, this.checkVector);
       return crc64(this.checkVector);
     };
     const spotShard = checking && sum ? manager.spotShard() : undefined;
