@@ -312,13 +312,13 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   drill: {
     kind: 'strings',
     default: [],
-    describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang|host|cut|flip|corrupt]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), spins forever (hang), loses its host or is cut off, at phase P of step K; flip: one bit of what phase compute|collective|update holds (a gradient, the sum received, the parameters), once; corrupt: the same at every step from K on (repeatable; for tests). P: ${phases.join('|')}`,
+    describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang|host|cut|flip|corrupt][,target=params|state]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), spins forever (hang), loses its host or is cut off, at phase P of step K; flip: one bit of what phase compute|collective|update holds (a gradient, the sum received, the parameters, or with target=state the optimizer state), once; corrupt: the same at every step from K on (repeatable; for tests). P: ${phases.join('|')}`,
     group: 'Fault tolerance',
   },
   verifyEvery: {
     kind: 'integer',
     min: 0,
-    describe: `check for silent data corruption every K steps: the ranks compare their state's digests, and each recomputes one shard another rank computed (0: never; default ${defaultVerifyEvery} with --on-failure exact and replicated state, else 0). A corrupted state or a faulty core is caught at the next check; a one-off flip of a gradient is caught only if it hits the checked step and shard (probability N/(S*K) at N ranks, S shards)`,
+    describe: `check for silent data corruption every K steps: the ranks compare their state's digests, and each recomputes one shard another rank computed (0: never; default ${defaultVerifyEvery} with --on-failure exact and replicated state, else 0). A corrupted state or a faulty core is caught at the next check; a one-off flip of a gradient is caught only if it hits the checked step and shard (probability N/(S*K) at N ranks, S shards: measured 1% at the default K with S = N)`,
     group: 'Fault tolerance',
   },
   onCorruption: {

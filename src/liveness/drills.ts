@@ -59,11 +59,16 @@ export function applyFlip(data: Float32Array, flip: BitFlip): void {
 
 const signals = { kill: 'SIGKILL', stop: 'SIGSTOP', term: 'SIGTERM' } as const;
 
+/** What an update-phase flip changes: the parameters (default), or the optimizer state (the replicated slots, or this rank's chunk). */
+export type FlipTarget = 'params' | 'state';
+
 export interface Drill {
   rank: number;
   step: number;
   phase: Phase;
   action: Action;
+  /** flip and corrupt at update: what they change */
+  target?: FlipTarget;
 }
 
 /** "rank=R,step=K[,phase=P][,action=A]" (phase defaults to compute, action to kill). */
@@ -75,8 +80,8 @@ export function parseDrill(text: string): Drill {
       throw new Error(`--drill expects rank=R,step=K[,phase=P][,action=${actions.join('|')}], got "${text}"`);
     fields.set(key, value);
   }
-  const unknown = [...fields.keys()].filter((k) => !['rank', 'step', 'phase', 'action'].includes(k));
-  if (unknown.length > 0) throw new Error(`--drill: unknown field "${unknown[0]}" in "${text}" (rank, step, phase, action)`);
+  const unknown = [...fields.keys()].filter((k) => !['rank', 'step', 'phase', 'action', 'target'].includes(k));
+  if (unknown.length > 0) throw new Error(`--drill: unknown field "${unknown[0]}" in "${text}" (rank, step, phase, action, target)`);
   const integer = (key: string): number => {
     const value = Number(fields.get(key));
     if (!fields.has(key) || !Number.isSafeInteger(value) || value < 0)
@@ -89,7 +94,10 @@ export function parseDrill(text: string): Drill {
   if (!actions.includes(action)) throw new Error(`--drill: action expects one of ${actions.join('|')}, got "${action}"`);
   if (corrupting(action) && !(corruptible as readonly string[]).includes(phase))
     throw new Error(`--drill: action ${action} needs phase ${corruptible.join('|')}, got "${phase}"`);
-  return { rank: integer('rank'), step: integer('step'), phase, action };
+  const target = fields.get('target');
+  if (target !== undefined && !(corrupting(action) && phase === 'update' && (target === 'params' || target === 'state')))
+    throw new Error(`--drill: target expects params|state, with action flip|corrupt at phase update, in "${text}"`);
+  return { rank: integer('rank'), step: integer('step'), phase, action, ...(target ? { target: target as FlipTarget } : {}) };
 }
 
 /** What each action does, for the note. */
@@ -108,7 +116,7 @@ const faults: Record<Action, string> = {
 const flipped: Record<Corruptible, string> = {
   compute: "of shard {salt}'s gradient",
   collective: 'of the sum it received',
-  update: 'of its parameters',
+  update: 'of its {target}',
 };
 
 /** Every network link of this process's network namespace but loopback. */
@@ -139,20 +147,22 @@ export class FaultInjector {
   /**
    * The bit a flip or corrupt drill changes now in what `phase` holds at `step`: `length` floats
    * (the first `length` of the data), `salt` telling apart what the phase holds several of (the
-   * shard of a gradient); undefined when no such drill applies. Called by the code that holds the data.
+   * shard of a gradient), `target` what an update-phase drill names; undefined when no such drill
+   * applies. Called by the code that holds the data.
    */
-  flipAt(step: number, phase: Corruptible, length: number, salt = 0): BitFlip | undefined {
+  flipAt(step: number, phase: Corruptible, length: number, salt = 0, target: FlipTarget = 'params'): BitFlip | undefined {
     const drill = this.drills.find(
       (d) =>
         d.rank === this.worldRank &&
         d.phase === phase &&
+        (d.target ?? 'params') === target &&
         ((d.action === 'flip' && d.step === step && !this.done.has(d)) || (d.action === 'corrupt' && step >= d.step)),
     );
     if (!drill || length === 0) return undefined;
     if (drill.action === 'flip') this.done.add(drill);
     const h = hashKeys(this.seed, this.worldRank, step, salt);
     const flip = { index: h % length, bit: 16 + (hashKeys(h) % 13) };
-    const what = flipped[phase].replace('{salt}', String(salt));
+    const what = flipped[phase].replace('{salt}', String(salt)).replace('{target}', target === 'state' ? 'optimizer state' : 'parameters');
     fs.appendFileSync(
       this.note,
       `${new Date().toISOString()} drill: rank ${this.worldRank} ${faults[drill.action]} at step ${step}, phase ${phase}: bit ${flip.bit} of float ${flip.index} ${what}\n`,

@@ -21,7 +21,7 @@ import type { Dataset } from '../data/dataset';
 import type { ShardLayout } from '../data/shard-layout';
 import type { ShardData } from '../data/split';
 import { withDeadline } from '../liveness/deadline';
-import type { BitFlip, FaultInjector, Phase } from '../liveness/drills';
+import type { BitFlip, FaultInjector, FlipTarget, Phase } from '../liveness/drills';
 import { beat, killDeclaredDead } from '../liveness/hangs';
 import { readPidFile } from '../run/pids';
 import type { ShardedState } from '../sharding/sharded-state';
@@ -173,9 +173,9 @@ export class Manager implements StepPosition {
     return this.shards.ready(s, rows);
   }
 
-  /** A flip or corrupt drill's bit to flip now in what `phase` holds (`length` floats; `salt`: which of several); undefined: none. */
-  flipAt(phase: 'compute' | 'collective' | 'update', length: number, salt?: number): BitFlip | undefined {
-    return this.faults.flipAt(this.currentStep, phase, length, salt);
+  /** A flip or corrupt drill's bit to flip now in what `phase` holds (`length` floats; `salt`: which of several; `target`: an update's params or state); undefined: none. */
+  flipAt(phase: 'compute' | 'collective' | 'update', length: number, salt?: number, target?: FlipTarget): BitFlip | undefined {
+    return this.faults.flipAt(this.currentStep, phase, length, salt, target);
   }
 
   /** The current step enters `phase`: a drill point, and a sign of life for the watchdog. */
@@ -277,7 +277,7 @@ export class Manager implements StepPosition {
       await world.comm.allgather(mine, gathered);
     });
     if (!first) return false;
-    let finding = firstRound(ranks, gathered, shards, assignments, 'parameters');
+    let finding = firstRound(ranks, gathered, shards, assignments, 'state');
     if (finding.unattributable === undefined && finding.disputes.length > 0) {
       const { disputes } = finding;
       const thirds = new Int32Array(2 * disputes.length);

@@ -130,7 +130,7 @@ export function firstRound(
       return {
         suspects,
         disputes: [],
-        unattributable: `the ranks' ${what} differ with no majority (ranks ${groups})`,
+        unattributable: `the ranks' ${what} digests differ with no majority (ranks ${groups})`,
         involved: [...ranks].sort((a, b) => a - b),
       };
     }

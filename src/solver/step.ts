@@ -163,8 +163,21 @@ export class DataParallelStep {
     }
     const flipped = manager.flipAt('update', P);
     if (flipped) applyFlip(this.params.withTail, flipped);
+    this.flipState(sharded ? sharded.held().slots : (update?.slots ?? []));
     this.data.shrink?.commit(this.shrinkStep!);
     return true;
+  }
+
+  /** An update-phase drill's flip of the optimizer state (`slots`: the replicated slots, or this rank's chunk of them), for tests. */
+  private flipState(slots: Float32Array[]): void {
+    const length = slots.reduce((n, slot) => n + slot.length, 0);
+    const flip = this.manager.flipAt('update', length, 0, 'state');
+    if (!flip) return;
+    let { index } = flip;
+    for (const slot of slots) {
+      if (index < slot.length) return applyFlip(slot, { index, bit: flip.bit });
+      index -= slot.length;
+    }
   }
 
   /**

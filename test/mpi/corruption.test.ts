@@ -10,6 +10,7 @@
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { writeReport } from '../../src/report/report';
 import { readRun } from '../../src/report/run-data';
 import type { EventRecord, Summary } from '../../src/run/records';
 import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
@@ -93,13 +94,21 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     it(`corrupt at ${phase} on rank ${rank} from step ${step}, S = ${shards}: rank ${rank} evicted at the next check, the same bits`, async () => {
       const run = await train(3, '--shards', String(shards), '--drill', `rank=${rank},step=${step},phase=${phase},action=corrupt`);
       const check = phase === 'compute' ? checkAfter(step) : checkAfter(step + 1);
-      assertRepaired(run, shards, rank, check, phase === 'compute' ? /^gradient of shard \d+$/ : /^parameters$/);
+      assertRepaired(run, shards, rank, check, phase === 'compute' ? /^gradient of shard \d+$/ : /^state$/);
       assert.match(run.stdout, new RegExp(`step ${check}: silent data corruption: evicting rank ${rank} \\(`));
     });
   }
 
-  it('a flip of the parameters, once, and one of a gradient at a checked step: caught, the same bits', async () => {
-    assertRepaired(await train(3, '--drill', 'rank=1,step=5,phase=update,action=flip'), 3, 1, 8, /^parameters$/);
+  it('a flip of the parameters, of the optimizer state, and of a gradient at a checked step, once each: caught, the same bits; the report marks it', async () => {
+    const flipped = await train(3, '--drill', 'rank=1,step=5,phase=update,action=flip');
+    assertRepaired(flipped, 3, 1, 8, /^state$/);
+    const html = path.join(flipped.dir, 'report.html');
+    await writeReport({ title: 'flip', runs: [readRun(flipped.dir)], skipped: [] }, html);
+    const page = fs.readFileSync(html, 'utf8');
+    assert.ok(page.includes('rank(s) 1: state; evicted, rolled back to step 4'), 'the timeline marks the corruption');
+    assert.ok(page.includes('1 (1 recovery), 1 corruption found'), 'the summary table counts it');
+    // the optimizer state (SGD's momentum), replicated on every rank, is in the state digest
+    assertRepaired(await train(3, '--drill', 'rank=0,step=9,phase=update,action=flip,target=state'), 3, 0, 12, /^state$/);
     // at S = N every shard is recomputed at every check
     assertRepaired(await train(3, '--drill', 'rank=2,step=8,phase=compute,action=flip'), 3, 2, 8, /^gradient of shard 2$/);
   });
@@ -133,7 +142,7 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     const run = await train(3, '--on-corruption', 'stop', '--drill', 'rank=2,step=2,phase=update,action=corrupt');
     assert.equal(run.code, 1, `${run.stdout}\n${run.stderr}`);
     assert.ok(
-      run.stdout.includes('silent data corruption found at step 4: rank 2 (parameters) corrupt (--on-corruption stop); stopping'),
+      run.stdout.includes('silent data corruption found at step 4: rank 2 (state) corrupt (--on-corruption stop); stopping'),
       run.stdout,
     );
     assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));

@@ -80,7 +80,7 @@ describe('silent data corruption: the check', () => {
     const one = firstRound(ranks, gather(ranks, 4, map, { 3: B }, spots(assignments)), 4, assignments, 'parameters');
     assert.deepEqual([...one.suspects], [[3, 'parameters']]);
     const split = firstRound(ranks, gather(ranks, 4, map, { 2: B, 3: B }, spots(assignments)), 4, assignments, 'parameters');
-    assert.equal(split.unattributable, "the ranks' parameters differ with no majority (ranks 0, 1 | 2, 3)");
+    assert.equal(split.unattributable, "the ranks' parameters digests differ with no majority (ranks 0, 1 | 2, 3)");
     assert.deepEqual(split.involved, [0, 1, 2, 3]);
   });
 
@@ -159,6 +159,11 @@ describe('silent data corruption: the check', () => {
 
   it('flip drills: parsed with their phases, the same bit from the same seed, once for flip, every step for corrupt', () => {
     assert.deepEqual(parseDrill('rank=1,step=2,phase=update,action=flip'), { rank: 1, step: 2, phase: 'update', action: 'flip' });
+    assert.deepEqual(parseDrill('rank=0,step=4,phase=update,action=corrupt,target=state').target, 'state');
+    assert.throws(() => parseDrill('rank=0,step=4,phase=compute,action=flip,target=state'), {
+      message:
+        '--drill: target expects params|state, with action flip|corrupt at phase update, in "rank=0,step=4,phase=compute,action=flip,target=state"',
+    });
     assert.throws(() => parseDrill('rank=1,step=2,phase=agree,action=corrupt'), {
       message: '--drill: action corrupt needs phase compute|collective|update, got "agree"',
     });
@@ -171,6 +176,7 @@ describe('silent data corruption: the check', () => {
     assert.deepEqual(injector().flipAt(3, 'compute', 1000, 2), flip);
     assert.equal(first.flipAt(3, 'compute', 1000, 2), undefined, 'a flip happens once');
     assert.equal(first.flipAt(4, 'update', 1000), undefined);
+    assert.equal(first.flipAt(5, 'update', 1000, 0, 'state'), undefined, 'the drill names the parameters');
     assert.ok(first.flipAt(5, 'update', 1000) && first.flipAt(9, 'update', 1000), 'corrupt goes on');
     assert.equal(new FaultInjector(drills, 0, note, scratch, 7).flipAt(3, 'compute', 1000, 2), undefined, 'another rank');
     assert.match(
