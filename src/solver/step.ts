@@ -19,7 +19,9 @@ import type { Manager } from '../protocol/manager';
 import type { Optimizer } from './optimizer';
 import { crc64 } from '../base/checksum';
 import { applyFlip } from '../liveness/drills';
-import { computeShards, recomputeShard, type BatchBuffers, type GradientFn, type GradientTarget } from './shard-steps';
+import type { GradientDigests } from '../protocol/verification';
+import type { ShardSum } from '../sharding/shard-sum';
+import { computeShards, recomputeShard, type BatchBuffers, type GradientFn, type GradientTarget, type ShardWork } from './shard-steps';
 import type { DataPosition } from './data-position';
 import type { ShrinkStep } from './shrink-schedule';
 
@@ -117,19 +119,6 @@ export class DataParallelStep {
     if (working && exact) await computeShards(work);
     else if (working) await this.computePieces(epoch, samples, target, compute);
     const sum = working && exact ? manager.shardSum : undefined;
-    // a check's digests of this step's gradients: the held shards', and one shard of another rank's, recomputed
-    const recompute = async (shard: number): Promise<string> => {
-      this.checkVector ??= new Float32Array(this.P + this.B + 1);
-      await recomputeShard(work, shard, this.checkVector);
-      return crc64(this.checkVector);
-    };
-    const spotShard = checking && sum ? manager.spotShard() : undefined;
-    const gradients = checking
-      ? {
-          shards: new Map(sum ? sum.held.map((shard) => [shard, crc64(sum.slot(shard))]) : []),
-          spot: spotShard === undefined ? undefined : await recompute(spotShard),
-        }
-      : undefined;
     const committed = await manager.exchange(async () => {
       if (sharded) await sharded.update(sum!, lr, step, () => manager.enter('redundancy'));
       else if (sum) await sum.sum();
@@ -138,7 +127,7 @@ export class DataParallelStep {
       await world.feedSpares(!working ? this.contribution : sharded ? this.params.withTail : (sum?.total ?? this.contribution));
     });
     if (!committed) return false;
-    if (gradients && !(await manager.verify(gradients, recompute))) return false;
+    if (checking && !(await manager.verify(await this.gradientDigests(work, sum), (shard) => this.recompute(work, shard)))) return false;
     const { P, B } = this;
     const received = !working ? this.contribution : sharded ? this.params.withTail : (sum?.total ?? this.contribution);
     const garbled = manager.flipAt('collective', P);
@@ -166,6 +155,26 @@ export class DataParallelStep {
     this.flipState(sharded ? sharded.held().slots : (update?.slots ?? []));
     this.data.shrink?.commit(this.shrinkStep!);
     return true;
+  }
+
+  /**
+   * A check's digests of the step's gradients, once its sum committed (a rank's own error, such as
+   * bad data, has stopped the job by then rather than met a checker reading the same data): the
+   * held shards', and that of one shard of another rank's, recomputed here.
+   */
+  private async gradientDigests(work: ShardWork, sum: ShardSum | undefined): Promise<GradientDigests> {
+    const spot = sum ? this.manager.spotShard() : undefined;
+    return {
+      shards: new Map(sum ? sum.held.map((shard) => [shard, crc64(sum.slot(shard))]) : []),
+      spot: spot === undefined ? undefined : await this.recompute(work, spot),
+    };
+  }
+
+  /** The digest of shard s's vector at the step as this rank recomputes it (a check's). */
+  private async recompute(work: ShardWork, shard: number): Promise<string> {
+    this.checkVector ??= new Float32Array(this.P + this.B + 1);
+    await recomputeShard(work, shard, this.checkVector);
+    return crc64(this.checkVector);
   }
 
   /** An update-phase drill's flip of the optimizer state (`slots`: the replicated slots, or this rank's chunk of them), for tests. */
