@@ -193,7 +193,7 @@ export class ElasticLoop {
       this.started = performance.now();
       this.prepared = this.steps.prepare(lr);
       if (!(await this.steps.run(this.prepared, this.target, compute, this.optimizer))) continue;
-      if (this.manager.shardedState) this.initialSlots = undefined;
+      if (this.manager.shardedState && !this.manager.shardedState.needsInitial) this.initialSlots = undefined;
       return { loss: this.steps.lastLoss };
     }
   }

@@ -85,7 +85,7 @@ export interface TrainSettings {
   respawnLimit?: number;
   /** Fault drills "rank=R,step=K[,phase=P][,action=A]" (for tests; default none). */
   drill?: string[];
-  /** Check for silent data corruption every K steps (exact mode, replicated state; default 100 there, else 0; 0: never). */
+  /** Check for silent data corruption every K steps (exact mode; default 100 there, else 0; 0: never). */
   verifyEvery?: number;
   /** What a corruption a check names a rank for does: 'evict' (default: evict it, roll back, replay) or 'stop'. */
   onCorruption?: OnCorruption;
@@ -318,7 +318,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   verifyEvery: {
     kind: 'integer',
     min: 0,
-    describe: `check for silent data corruption every K steps: the ranks compare their state's digests, and each recomputes one shard another rank computed (0: never; default ${defaultVerifyEvery} with --on-failure exact and replicated state, else 0). A corrupted state or a faulty core is caught at the next check; a one-off flip of a gradient is caught only if it hits the checked step and shard (probability N/(S*K) at N ranks, S shards: measured 1% at the default K with S = N)`,
+    describe: `check for silent data corruption every K steps: the ranks compare their state's digests, and each recomputes one shard another rank computed (0: never; default ${defaultVerifyEvery} with --on-failure exact, else 0; with sharded state each chunk is also checked against the copies peers keep of it, not against parities). A corrupted state or a faulty core is caught at the next check; a one-off flip of a gradient is caught only if it hits the checked step and shard (probability N/(S*K) at N ranks, S shards: measured 1% at the default K with S = N)`,
     group: 'Fault tolerance',
   },
   onCorruption: {
@@ -445,8 +445,6 @@ export function resolveTrainOptions(
   if (a.respawn && a.onFailure !== 'exact') fail(`${label('respawn')} needs ${label('onFailure')} exact, got ${a.onFailure}`);
   if (a.verifyEvery !== undefined && a.verifyEvery > 0 && a.onFailure !== 'exact')
     fail(`${label('verifyEvery')} needs ${label('onFailure')} exact (equal bits whoever computes), got ${a.onFailure}`);
-  if (a.verifyEvery !== undefined && a.verifyEvery > 0 && a.optimizerState === 'sharded')
-    fail(`${label('verifyEvery')} needs ${label('optimizerState')} replicated (a rollback of sharded state is not supported)`);
   if (a.respawnLimit !== undefined && !a.respawn) fail(`${label('respawnLimit')} applies with ${label('respawn')} only`);
   const parsed = <T>(parse: () => T): T => {
     try {
@@ -487,7 +485,7 @@ export function resolveTrainOptions(
     respawn: a.respawn,
     respawnLimit: a.respawnLimit,
     drills: parsed(() => a.drill.map(parseDrill)),
-    verifyEvery: a.verifyEvery ?? (a.onFailure === 'exact' && a.optimizerState === 'replicated' ? defaultVerifyEvery : 0),
+    verifyEvery: a.verifyEvery ?? (a.onFailure === 'exact' ? defaultVerifyEvery : 0),
     onCorruption: a.onCorruption,
     jitCheckpoint: a.jitCheckpoint === 'on',
     checkpointDir: a.checkpointDir ?? path.join(a.runDir, 'ckpt'),

@@ -27,8 +27,9 @@ interface JoinMessage extends WorldJoinFields {
   sumInBuckets: boolean;
   position: LoopPosition;
   sharded?: JoinMeta;
-  /** the step of the last verified state (-1: the run does not check) */
+  /** the step of the last verified state (-1: the run does not check), and the sharded state's layout then */
   verifiedStep: number;
+  verifiedSharded?: JoinMeta;
 }
 
 /** The Manager's parts a join reads and, on a joining rank, fills. */
@@ -82,8 +83,9 @@ export class Join {
       position: this.waiting ? { epoch: 0 } : source.position(),
       sharded: sumState.joinMeta(),
       verifiedStep: verified?.step ?? -1,
+      verifiedSharded: sumState.shardedState?.verifiedMeta(),
     };
-    const buffers = [...source.joinBuffers(), ...(verified ? verified.joinBuffers(source.state()) : [])];
+    const buffers = [...source.joinBuffers(), ...(verified ? verified.joinBuffers(() => source.state()) : [])];
     const message = await world.transferJoin(vote, sent, buffers, (received) => {
       if (this.waiting) takeStep(received.step); // the drill point names it
       this.parts.enter('join');
@@ -105,7 +107,10 @@ export class Join {
       source.joinAt(message.position);
       if (verified) verified.step = message.verifiedStep;
     }
-    if (message.joiners.includes(world.worldRank)) sumState.makeShardedState(source.initialState.bind(source), message.sharded);
+    if (message.joiners.includes(world.worldRank)) {
+      sumState.makeShardedState(source.initialState.bind(source), message.sharded);
+      if (message.verifiedSharded) sumState.shardedState?.joinVerified(message.verifiedSharded);
+    }
     const bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);
     observer.event({ event: 'join', step: message.step, ranks: message.joiners, bytes, duration_ms: now() - started });
     return message.joiners;

@@ -16,7 +16,7 @@
 import { type Communicator } from '../comm';
 import type { CheckpointMeta } from '../checkpoint/checkpoint';
 import * as fs from 'node:fs';
-import { removeCheckpointsAfter } from '../checkpoint/checkpoint';
+import { removeCheckpointsAfter, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
 import type { ShardLayout } from '../data/shard-layout';
 import type { ShardData } from '../data/split';
@@ -72,7 +72,7 @@ export class Manager implements StepPosition {
   /** when the current try at the step began its computation (a retried step's duration is reported) */
   private tryStarted = now();
   /** the state of the last step that passed a check (--verify-every) */
-  private readonly verified = new VerifiedState();
+  private readonly verified: VerifiedState;
 
   constructor(
     private readonly config: ProtocolConfig,
@@ -82,6 +82,7 @@ export class Manager implements StepPosition {
     private readonly observer: ProtocolObserver,
     private readonly faults: FaultInjector,
   ) {
+    this.verified = new VerifiedState(!config.sharded);
     this.membership = new Membership(config, world, this, observer, this.enter);
     this.vote = new Vote(config.onFailure, () => this.membership.comm, this, observer);
     this.repairs = new WorldRepair(config, this.membership, this.vote, this, this, observer);
@@ -218,7 +219,10 @@ export class Manager implements StepPosition {
     this.sumState.makeShardedState(source.initialState.bind(source));
     this.worldHistory.push({ step: this.currentStep, world: this.membership.size, lost: [] });
     // the start is verified by construction: the seed's init, or a checkpoint whose digests were checked
-    if (this.config.verifyEvery > 0) this.verified.keep(source.state(), this.currentStep);
+    if (this.config.verifyEvery > 0) {
+      this.verified.keep(source.state(), this.currentStep);
+      this.sumState.shardedState?.keepVerified();
+    }
     this.checkpoints.ready(source, true);
     if (resume) while (!(await this.agreeOn('resume', async () => undefined)));
   }
@@ -266,9 +270,17 @@ export class Manager implements StepPosition {
     const world = this.membership;
     const step = this.currentStep;
     const shards = this.config.shards;
-    const words = recordWords(shards);
+    const sharded = this.sumState.shardedState;
+    // sharded state: every working rank's chunk, and the copies of it that peers keep
+    const chunks = this.config.sharded ? world.size : 0;
+    const words = recordWords(shards, chunks);
     const assignments = spotAssignments(world.shardMap, step / this.config.verifyEvery);
-    const mine = encodeRecord({ ...gradients, state: stateDigest(this.source!.state()) }, shards);
+    const state = this.stepStartState();
+    const mine = encodeRecord(
+      { ...gradients, state: stateDigest(state, !this.config.sharded), chunks: sharded?.chunkDigests() },
+      shards,
+      chunks,
+    );
     let gathered = new Int32Array(0);
     let ranks: number[] = [];
     const first = await this.agreeOn('verify', async () => {
@@ -277,7 +289,7 @@ export class Manager implements StepPosition {
       await world.comm.allgather(mine, gathered);
     });
     if (!first) return false;
-    let finding = firstRound(ranks, gathered, shards, assignments, 'state');
+    let finding = firstRound(ranks, gathered, shards, assignments, 'state', chunks);
     if (finding.unattributable === undefined && finding.disputes.length > 0) {
       const { disputes } = finding;
       const thirds = new Int32Array(2 * disputes.length);
@@ -291,11 +303,19 @@ export class Manager implements StepPosition {
       );
     }
     if (finding.unattributable === undefined && finding.suspects.size === 0) {
-      this.verified.keep(this.source!.state(), step);
+      this.verified.keep(state, step);
+      sharded?.keepVerified();
       return true;
     }
     await this.corrupted(finding);
     return false;
+  }
+
+  /** The state at the current step's start: with sharded state the step's update has already put the new parameters in place, before the vote. */
+  private stepStartState(): TrainingState {
+    const state = this.source!.state();
+    const sharded = this.sumState.shardedState;
+    return sharded ? { ...state, params: sharded.stepStartParams() } : state;
   }
 
   /**
@@ -339,6 +359,7 @@ export class Manager implements StepPosition {
     const toldNow = world.isLeader;
     if (toldNow) this.observer.log(line(back));
     this.currentStep = this.verified.restore(this.source!.state());
+    this.sumState.shardedState?.restoreVerified();
     if (world.liveRanks.find((r) => !finding.suspects.has(r)) === world.worldRank)
       removeCheckpointsAfter(this.config.checkpointDir, this.currentStep);
     killDeclaredDead(this.config.pidsDir, suspects);

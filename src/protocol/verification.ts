@@ -58,20 +58,25 @@ export interface GradientDigests {
 export interface CheckDigests extends GradientDigests {
   /** crc64 of the state every live rank holds alike */
   state: string;
+  /** sharded state: crc64 of each chunk it holds, by chunk (its own, and the copies it keeps for peers) */
+  chunks?: Map<number, { digest: string; own: boolean }>;
 }
 
-/** The crc64 of what every rank holds alike of `state`: the parameters, the optimizer state where it is whole (replicated), the buffers. */
-export function stateDigest(state: TrainingState): string {
-  const whole = state.held.from === 0 && state.held.to === state.params.length;
-  return crc64(state.params, ...(whole ? state.slots.map((slot) => slot.data) : []), state.buffers?.data ?? new Float32Array(0));
+/** The crc64 of what every rank holds alike of `state`: the parameters, the optimizer state where it is whole (`slotsWhole`: replicated), the buffers. */
+export function stateDigest(state: TrainingState, slotsWhole: boolean): string {
+  return crc64(state.params, ...(slotsWhole ? state.slots.map((slot) => slot.data) : []), state.buffers?.data ?? new Float32Array(0));
 }
 
-/** Int32 words of a rank's record: state (2), spot (2, with a flag word), then 2 per shard of the run. */
-export const recordWords = (shards: number): number => 5 + 2 * shards;
+/** Int32 words of a rank's record: state (2), spot (2, with a flag word), 2 per shard of the run, then 3 per chunk of sharded state (a flag: 2 own, 1 a copy; the digest). */
+export const recordWords = (shards: number, chunks = 0): number => 5 + 2 * shards + 3 * chunks;
 
 /** This rank's record for the gather: absent digests are flagged, never read. */
-export function encodeRecord(digests: CheckDigests, shards: number): Int32Array {
-  const record = new Int32Array(recordWords(shards));
+export function encodeRecord(digests: CheckDigests, shards: number, chunks = 0): Int32Array {
+  const record = new Int32Array(recordWords(shards, chunks));
+  for (const [c, { digest, own }] of digests.chunks ?? []) {
+    record[5 + 2 * shards + 3 * c] = own ? 2 : 1;
+    record.set(digestWords(digest), 6 + 2 * shards + 3 * c);
+  }
   record.set(digestWords(digests.state), 0);
   if (digests.spot !== undefined) {
     record[2] = 1;
@@ -105,8 +110,10 @@ export interface CheckFinding {
 /**
  * The first round's finding, from every live rank's record (`ranks[i]`: the world rank of the
  * i-th record). State: the ranks off the majority's digest are suspect (no majority: nobody can
- * be named). Gradients: each checker's digest against the owner's; a mismatch between two ranks
- * neither of which is already suspect goes to a third working rank, when there is one.
+ * be named); so are, for each chunk of sharded state, the holders off the majority of its copies
+ * (with two, nobody can be named). Gradients: each checker's digest against the owner's; a
+ * mismatch between two ranks neither of which is already suspect goes to a third working rank,
+ * when there is one.
  */
 export function firstRound(
   ranks: readonly number[],
@@ -114,8 +121,9 @@ export function firstRound(
   shards: number,
   assignments: readonly SpotAssignment[],
   what: string,
+  chunks = 0,
 ): CheckFinding {
-  const words = recordWords(shards);
+  const words = recordWords(shards, chunks);
   const at = (rank: number): number => ranks.indexOf(rank) * words;
   const suspects = new Map<number, string>();
   const counts = new Map<string, number[]>();
@@ -135,6 +143,30 @@ export function firstRound(
       };
     }
     for (const rank of ranks) if (!majority.includes(rank)) suspects.set(rank, what);
+  }
+  for (let c = 0; c < chunks; ++c) {
+    const at = 5 + 2 * shards + 3 * c;
+    const holders = ranks.filter((_, i) => records[i * words + at] !== 0);
+    const copies = new Map<string, number[]>();
+    for (const rank of holders) {
+      const i = ranks.indexOf(rank) * words + at;
+      const digest = hexOf(records[i + 1], records[i + 2]);
+      copies.set(digest, [...(copies.get(digest) ?? []), rank]);
+    }
+    if (copies.size < 2) continue;
+    const owner = holders.find((rank) => records[ranks.indexOf(rank) * words + at] === 2);
+    const label = `optimizer state of chunk ${c}${owner === undefined ? '' : ` (rank ${owner}'s)`}`;
+    const [, majority] = [...copies].sort((a, b) => b[1].length - a[1].length)[0];
+    if (2 * majority.length <= holders.length) {
+      const involved = [...holders].sort((a, b) => a - b);
+      return {
+        suspects,
+        disputes: [],
+        unattributable: `ranks ${involved.join(' and ')} hold the ${label} with different bits, and no majority of copies can tell which is wrong`,
+        involved,
+      };
+    }
+    for (const rank of holders) if (!majority.includes(rank)) suspects.set(rank, label);
   }
   const disputes: Dispute[] = [];
   for (const { checker, owner, shard } of assignments) {
@@ -196,18 +228,22 @@ export function gatheredDigest(records: Int32Array, index: number, words: number
 
 /** The state of the last step that passed a check: copies of what every rank holds, allocated once. */
 export class VerifiedState {
+  /** `slotsWhole`: the optimizer state is replicated, and kept here too (sharded state keeps its own: ShardedState.keepVerified) */
+  constructor(private readonly slotsWhole: boolean) {}
+
   private params?: Float32Array;
   private slots: Float32Array[] = [];
   private buffers?: Float32Array;
   /** the step whose start it is (-1: none kept) */
   step = -1;
 
-  /** Keeps `state`, the state at the start of `step`. */
+  /** Keeps `state`, the state at the start of `step` (its optimizer state where it is whole: sharded state keeps its own). */
   keep(state: TrainingState, step: number): void {
     this.params ??= new Float32Array(state.params.length);
     this.params.set(state.params);
-    if (this.slots.length !== state.slots.length) this.slots = state.slots.map((slot) => new Float32Array(slot.data.length));
-    state.slots.forEach((slot, k) => this.slots[k].set(slot.data));
+    const slots = this.slotsWhole ? state.slots : [];
+    if (this.slots.length !== slots.length) this.slots = slots.map((slot) => new Float32Array(slot.data.length));
+    slots.forEach((slot, k) => this.slots[k].set(slot.data));
     const buffers = state.buffers?.data;
     if (buffers && buffers.length > 0) {
       this.buffers ??= new Float32Array(buffers.length);
@@ -217,14 +253,17 @@ export class VerifiedState {
   }
 
   /**
-   * What a join sends of it, in place: the kept copies, allocated like `state`'s arrays on a rank
-   * that has none (a rank that joins receives the run's last verified state with the run's state).
+   * What a join sends of it, in place: the kept copies; a rank that has none (it is joining)
+   * allocates them like `state()`'s arrays, and receives the run's last verified state with the
+   * run's state.
    */
-  joinBuffers(state: TrainingState): Float32Array[] {
-    this.params ??= new Float32Array(state.params.length);
-    if (this.slots.length !== state.slots.length) this.slots = state.slots.map((slot) => new Float32Array(slot.data.length));
-    const buffers = state.buffers?.data;
-    if (buffers && buffers.length > 0) this.buffers ??= new Float32Array(buffers.length);
+  joinBuffers(state: () => TrainingState): Float32Array[] {
+    if (!this.params) {
+      const { params, slots, buffers } = state();
+      this.params = new Float32Array(params.length);
+      if (this.slotsWhole) this.slots = slots.map((slot) => new Float32Array(slot.data.length));
+      if (buffers && buffers.data.length > 0) this.buffers = new Float32Array(buffers.data.length);
+    }
     return [this.params, ...this.slots, ...(this.buffers ? [this.buffers] : [])];
   }
 
@@ -232,7 +271,7 @@ export class VerifiedState {
   restore(state: TrainingState): number {
     if (this.step < 0 || !this.params) throw new Error('no verified state to roll back to');
     state.params.set(this.params);
-    state.slots.forEach((slot, k) => slot.data.set(this.slots[k]));
+    if (this.slotsWhole) state.slots.forEach((slot, k) => slot.data.set(this.slots[k]));
     if (this.buffers) state.buffers!.data.set(this.buffers);
     return this.step;
   }

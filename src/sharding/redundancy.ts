@@ -27,6 +27,14 @@ export function isCoded(plan: RedundancyPlan, c: number): boolean {
   return plan.kind === 'ec' && plan.groups.find((g) => g.data.includes(c))!.data.length > 1;
 }
 
+/** What a store held at a verified step (PeerRedundancy.snapshot). */
+export interface RedundancySnapshot {
+  store: PeerRedundancy;
+  stateArea: Float32Array;
+  inputs: Float32Array;
+  committed: Record<Item, Float32Array[]>;
+}
+
 export interface FragmentLengths {
   /** floats of one state fragment (equal on every rank: padded to the longest chunk) */
   state: number;
@@ -157,6 +165,25 @@ export class PeerRedundancy {
 
   /** The step failed: what it sent is dropped. */
   discard(): void {
+    this.exchanged.clear();
+  }
+
+  /** A copy of what a rollback needs back (the copies of others' state, the committed parities), for restore(). */
+  snapshot(): RedundancySnapshot {
+    return {
+      store: this,
+      stateArea: this.stateArea.slice(),
+      inputs: this.inputs.slice(),
+      committed: { state: this.committed.state.map((p) => p.slice()), input: this.committed.input.map((p) => p.slice()) },
+    };
+  }
+
+  /** Puts a snapshot() of this store back. */
+  restore(snapshot: RedundancySnapshot): void {
+    if (snapshot.store !== this) throw new Error('PeerRedundancy.restore: a snapshot of another store');
+    this.stateArea.set(snapshot.stateArea);
+    this.inputs.set(snapshot.inputs);
+    for (const item of ['state', 'input'] as const) snapshot.committed[item].forEach((p, i) => this.committed[item][i].set(p));
     this.exchanged.clear();
   }
 

@@ -23,7 +23,8 @@ import { receiveBuffer, type Communicator } from '../comm';
 import { ecDecode } from '../checkpoint/erasure';
 import { parameterChunks } from '../base/chunks';
 import { planRedundancy, unrecoverableChunks, type RedundancyPlan, type RedundancySpec } from './placement';
-import { isCoded, PeerRedundancy, type Item } from './redundancy';
+import { crc64 } from '../base/checksum';
+import { isCoded, PeerRedundancy, type Item, type RedundancySnapshot } from './redundancy';
 import type { ShardSum } from './shard-sum';
 import { ProtocolStop } from '../liveness/stop';
 
@@ -101,6 +102,20 @@ export interface JoinMeta {
 export const updatePhases = ['reduce', 'update', 'allgather', 'input', 'state_wait'] as const;
 export type UpdatePhase = (typeof updatePhases)[number];
 
+/**
+ * The state at the last verified step (a check for silent data corruption passed there), for a
+ * rollback: this rank's chunk and what it kept for peers, with the layout and what the redundancy
+ * stood for; a rank that joined since holds only the layout's meta (it held no chunk then).
+ */
+interface VerifiedChunks {
+  layout: Layout;
+  plan: RedundancyPlan;
+  pristine: boolean;
+  baseStep: number;
+  baseHasInput: boolean;
+  held?: { comm: Communicator; store: RedundancySnapshot; live: Float32Array; base: Float32Array; baseInput: Float32Array; coded: boolean };
+}
+
 /** What a recovery builds, put in place once its vote commits. */
 interface Next {
   layout: Layout;
@@ -144,6 +159,7 @@ export class ShardedState {
   private readonly stepPhases = Object.fromEntries(updatePhases.map((p) => [p, 0])) as Record<UpdatePhase, number>;
   private readonly phaseTotals = Object.fromEntries(updatePhases.map((p) => [p, 0])) as Record<UpdatePhase, number>;
   private committedSteps = 0;
+  private verified?: VerifiedChunks;
 
   /** The state at the run's start over `comm`; or, given `joining`, an empty one that takes part in the next rebuild. */
   constructor(
@@ -189,6 +205,91 @@ export class ShardedState {
   held(): { from: number; to: number; slots: Float32Array[] } {
     const c = this.comm!.rank;
     return { from: this.layout.from(c), to: this.layout.to(c), slots: this.slotViews(this.live, this.length(this.layout, c)) };
+  }
+
+  /** The parameters at the current step's start (the update's allgather overwrites them before the vote). */
+  stepStartParams(): Float32Array {
+    return (this.paramsTouched ? this.previous : this.config.params).subarray(0, this.layout.P);
+  }
+
+  /** Runs `run` (a check's recomputation of a gradient) with the step's start parameters in place, then puts the updated ones back. */
+  async atStepStart<T>(run: () => Promise<T>): Promise<T> {
+    if (!this.paramsTouched) return run();
+    const updated = this.config.params.slice();
+    this.config.params.set(this.previous);
+    try {
+      return await run();
+    } finally {
+      this.config.params.set(updated);
+    }
+  }
+
+  /**
+   * CRC-64 of each chunk's state this rank holds as of the step's start, by chunk (its owner's comm
+   * rank): its own (`own`) and the copies it keeps for peers. Parities are not checked.
+   */
+  chunkDigests(): Map<number, { digest: string; own: boolean }> {
+    const c = this.comm!.rank;
+    const digests = new Map([[c, { digest: crc64(this.live.subarray(0, this.slots * this.length(this.layout, c))), own: true }]]);
+    for (const d of this.store.sources) {
+      if (this.store.keepsCopyOf(d))
+        digests.set(d, { digest: crc64(this.store.replica(d).subarray(0, this.slots * this.length(this.layout, d))), own: false });
+    }
+    return digests;
+  }
+
+  /** Whether the state at the run's start may still be needed: before the first commit, or while the last verified state is from then. */
+  get needsInitial(): boolean {
+    return this.pristine || this.verified?.pristine === true;
+  }
+
+  /** A check passed at the current step (its vote held, its update not yet committed): the state at its start is the one to roll back to. */
+  keepVerified(): void {
+    const { layout, plan, pristine, baseStep, baseHasInput } = this;
+    const held = {
+      comm: this.comm!,
+      store: this.store.snapshot(),
+      live: this.live.slice(),
+      base: this.base.slice(),
+      baseInput: this.baseInput.slice(),
+      coded: this.coded,
+    };
+    this.verified = { layout, plan, pristine, baseStep, baseHasInput, held };
+  }
+
+  /** What a rank joining now needs of the last verified state (the layout's meta: it held no chunk of it). */
+  verifiedMeta(): JoinMeta | undefined {
+    const v = this.verified;
+    return v && { owners: [...v.layout.worldRanks], pristine: v.pristine, baseStep: v.baseStep, baseHasInput: v.baseHasInput };
+  }
+
+  /** A joining rank takes the last verified state's meta (verifiedMeta) as its own to roll back to. */
+  joinVerified(meta: JoinMeta): void {
+    const layout = new Layout(meta.owners, this.layout.P);
+    const plan = planRedundancy(this.config.redundancy, meta.owners.length).plan;
+    this.verified = { layout, plan, pristine: meta.pristine, baseStep: meta.baseStep, baseHasInput: meta.baseHasInput };
+  }
+
+  /**
+   * A rollback to the last verified state: its layout, this rank's chunk and its copies and parities
+   * as they were (a rank that joined since: none), and the parameters' place untouched; the
+   * recovery that follows rebuilds the chunks of the ranks gone since, for the world as it stands.
+   */
+  restoreVerified(): void {
+    const v = this.verified;
+    if (!v) throw new Error('ShardedState: no verified state to roll back to');
+    [this.layout, this.plan, this.pristine, this.baseStep, this.baseHasInput] = [v.layout, v.plan, v.pristine, v.baseStep, v.baseHasInput];
+    if (v.held) {
+      v.held.store.store.restore(v.held.store);
+      [this.comm, this.store, this.coded] = [v.held.comm, v.held.store.store, v.held.coded];
+      [this.live, this.base, this.baseInput] = [v.held.live.slice(), v.held.base.slice(), v.held.baseInput.slice()];
+    } else {
+      // as a rank joining at the verified step: it holds no chunk of that layout
+      [this.comm, this.store, this.coded] = [undefined, undefined as unknown as PeerRedundancy, false];
+    }
+    this.paramsTouched = false;
+    this.stateSending = undefined;
+    this.next = undefined;
   }
 
   /** At a step's start: ec sends the state while the step computes, when its parities are of an older one (copies need no state). */

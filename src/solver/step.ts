@@ -170,11 +170,13 @@ export class DataParallelStep {
     };
   }
 
-  /** The digest of shard s's vector at the step as this rank recomputes it (a check's). */
+  /** The digest of shard s's vector at the step as this rank recomputes it (a check's), from the step's start parameters. */
   private async recompute(work: ShardWork, shard: number): Promise<string> {
-    this.checkVector ??= new Float32Array(this.P + this.B + 1);
-    await recomputeShard(work, shard, this.checkVector);
-    return crc64(this.checkVector);
+    const vector = (this.checkVector ??= new Float32Array(this.P + this.B + 1));
+    const run = () => recomputeShard(work, shard, vector);
+    const sharded = this.manager.shardedState;
+    await (sharded ? sharded.atStepStart(run) : run());
+    return crc64(vector);
   }
 
   /** An update-phase drill's flip of the optimizer state (`slots`: the replicated slots, or this rank's chunk of them), for tests. */

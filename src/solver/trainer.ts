@@ -147,7 +147,7 @@ export class Trainer implements StateSource {
     const compute = (batch: MicroBatch): number =>
       this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples, batch.progress).loss;
     if (!(await this.steps.run(prepared, this.gradientTarget, compute, { optimizer: this.optimizer, slots: this.slots }))) return;
-    if (manager.shardedState) this.initialSlots = undefined;
+    if (manager.shardedState && !manager.shardedState.needsInitial) this.initialSlots = undefined;
     const { epoch, samples, lr } = prepared;
     const spares = manager.world.sparesLaunched ? { spares: manager.world.spares.length } : {};
     const record: StepRecord = {

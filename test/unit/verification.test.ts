@@ -147,7 +147,7 @@ describe('silent data corruption: the check', () => {
       held: { from: 0, to: 3 },
       buffers: { tensors: [], data: buffers },
     };
-    const kept = new VerifiedState();
+    const kept = new VerifiedState(true);
     assert.throws(() => kept.restore(state), { message: 'no verified state to roll back to' });
     kept.keep(state, 8);
     params.fill(0);
