@@ -5,7 +5,8 @@
 // bits of the run without the fault (which the check itself does not change). Also: the stops
 // where nobody can be named or --on-corruption stop says so, a corruption and a kill during the
 // replay (by a respawned rank) and during the eviction's recovery, a rank that joined since the last
-// check rolling back with the others, and the mutation check: without
+// check rolling back with the others; with sharded optimizer state, each chunk checked against its
+// copies and rolled back with them; and the mutation check: without
 // the check the drill's bits differ. Every fault is a drill at a fixed (rank, step, phase).
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
@@ -192,5 +193,70 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     );
     assert.equal(spare.params_sha256, baseline.get(3));
     assert.deepEqual([lost(spare), spare.world_final, spare.corruptions], [[1, 2], 2, 1]);
+  });
+
+  describe('with sharded optimizer state (AdamW)', () => {
+    const sharded = ['--optimizer', 'adamw', '--optimizer-state', 'sharded'];
+    const reference = new Map<number, string>();
+
+    before(async () => {
+      reference.set(3, summaryOf(await train(3, ...sharded)).params_sha256);
+      reference.set(4, summaryOf(await train(4, ...sharded, '--verify-every', '0')).params_sha256);
+    });
+
+    it('a faulty core under replicate:2 and ec:2+1, and the collective corrupted: evicted, the chunks rolled back, the same bits', async () => {
+      for (const extra of [
+        ['--drill', 'rank=1,step=5,action=corrupt'],
+        ['--redundancy', 'ec:2+1', '--drill', 'rank=2,step=3,action=corrupt'],
+        ['--drill', 'rank=0,step=6,phase=collective,action=corrupt'],
+      ]) {
+        const summary = summaryOf(await train(3, ...sharded, ...extra));
+        assert.equal(summary.params_sha256, reference.get(3), extra.join(' '));
+        assert.equal(summary.corruptions, 1);
+      }
+    });
+
+    it('a flipped chunk of optimizer state: under replicate:3 its holder is evicted; under replicate:2 nobody can be named, so the job stops', async () => {
+      const three = await train(
+        3,
+        ...sharded,
+        '--redundancy',
+        'replicate:3',
+        '--drill',
+        'rank=2,step=5,phase=update,action=flip,target=state',
+      );
+      assert.equal(summaryOf(three).params_sha256, reference.get(3));
+      const [event] = corruptionsOf(three);
+      assert.deepEqual([event.step, event.ranks, event.differed], [8, [2], ["optimizer state of chunk 2 (rank 2's)"]]);
+      const two = await train(3, ...sharded, '--drill', 'rank=2,step=5,phase=update,action=flip,target=state');
+      assert.equal(two.code, 1, `${two.stdout}\n${two.stderr}`);
+      assert.match(
+        two.stdout,
+        /silent data corruption found at step 8: ranks [01] and 2 hold the optimizer state of chunk 2 \(rank 2's\) with different bits, and no majority of copies can tell which is wrong; stopping/,
+      );
+    });
+
+    it('a rank lost since the last check: the rollback rebuilds from the copies of then, with a respawned rank or a spare, the same bits', async () => {
+      const respawned = summaryOf(
+        await ftRun(4, ...sharded, '--respawn', '--drill', 'rank=3,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt'),
+      );
+      assert.equal(respawned.params_sha256, reference.get(4));
+      assert.deepEqual([lost(respawned), respawned.world_final], [[1, 3], 4]);
+      const spare = summaryOf(
+        await train(5, ...sharded, '--spares', '1', '--drill', 'rank=3,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt'),
+      );
+      assert.equal(spare.params_sha256, reference.get(4));
+      assert.deepEqual([lost(spare), spare.world_final], [[1, 3], 3]);
+    });
+
+    it('more ranks lost since the last check than its copies cover: one line, exit 3 (the limit of rolling back sharded state)', async () => {
+      // replicate:2 at 4 ranks keeps chunks 0 and 1 on ranks 0 and 1 alone (group placement)
+      const run = await train(4, ...sharded, '--drill', 'rank=0,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt');
+      assert.equal(run.code, 3, `${run.stdout}\n${run.stderr}`);
+      assert.match(
+        run.stdout,
+        /the optimizer state of rank\(s\) 0, 1 \(chunk\(s\) 0, 1 of 4\) is lost: no copy of it survives in memory under --redundancy replicate:2/,
+      );
+    });
   });
 });

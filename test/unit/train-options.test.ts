@@ -78,15 +78,11 @@ describe('ft-train settings: one table for flags and options', () => {
       refused({ verifyEvery: 5, onFailure: 'shrink' }),
       'ft-train: verifyEvery needs onFailure exact (equal bits whoever computes), got shrink',
     );
-    assert.equal(
-      refused({ verifyEvery: 5, optimizerState: 'sharded' }),
-      'ft-train: verifyEvery needs optimizerState replicated (a rollback of sharded state is not supported)',
-    );
     assert.equal(refused({ onCorruption: 'ignore' }), 'ft-train: onCorruption expects one of evict, stop, got "ignore"');
     // the check is on by default where it can be, off where it cannot
     assert.equal(resolveTrainOptions(required).verifyEvery, 100);
     assert.equal(resolveTrainOptions({ ...required, onFailure: 'shrink' }).verifyEvery, 0);
-    assert.equal(resolveTrainOptions({ ...required, optimizerState: 'sharded' }).verifyEvery, 0);
+    assert.equal(resolveTrainOptions({ ...required, optimizerState: 'sharded' }).verifyEvery, 100);
     // the custom loop clips only before ft-train's own update
     const loop = { data: 'd', runDir: 'r', tensors: { w: [2, 2] }, clipNorm: 1 };
     assert.throws(() => resolveLoopSettings(loop), {

@@ -136,6 +136,66 @@ describe('silent data corruption: the check', () => {
     assert.equal(finding.disputes.length, 0);
   });
 
+  it('sharded state: a chunk off the majority of its copies names its holder; two copies that differ name nobody', () => {
+    const ranks = [0, 1, 2];
+    const map = ShardMap.initial(3, ranks);
+    const assignments = spotAssignments(map, 0);
+    const words = recordWords(3, 3);
+    /** chunk c owned by rank c, copies on every other rank (or only on `copyHolders[c]`); `bad` holds chunk 2 with other bits */
+    const records = (copyHolders: number[][], bad: number): Int32Array => {
+      const all = new Int32Array(ranks.length * words);
+      ranks.forEach((rank, i) => {
+        const chunks = new Map<number, { digest: string; own: boolean }>();
+        copyHolders.forEach((holders, c) => {
+          if (c !== rank && !holders.includes(rank)) return;
+          chunks.set(c, { digest: rank === bad && c === 2 ? C : gradient(100 + c), own: c === rank });
+        });
+        const held = new Map(map.shardsOf(rank).map((shard) => [shard, gradient(shard)]));
+        all.set(encodeRecord({ state: A, shards: held, spot: spots(assignments)[rank], chunks }, 3, 3), i * words);
+      });
+      return all;
+    };
+    const three = firstRound(
+      ranks,
+      records(
+        [
+          [1, 2],
+          [0, 2],
+          [0, 1],
+        ],
+        2,
+      ),
+      3,
+      assignments,
+      'state',
+      3,
+    );
+    assert.deepEqual([...three.suspects], [[2, "optimizer state of chunk 2 (rank 2's)"]]);
+    const copyOnZero = firstRound(
+      ranks,
+      records(
+        [
+          [1, 2],
+          [0, 2],
+          [0, 1],
+        ],
+        0,
+      ),
+      3,
+      assignments,
+      'state',
+      3,
+    );
+    assert.deepEqual([...copyOnZero.suspects], [[0, "optimizer state of chunk 2 (rank 2's)"]]);
+    const two = firstRound(ranks, records([[1], [2], [0]], 2), 3, assignments, 'state', 3);
+    assert.equal(
+      two.unattributable,
+      "ranks 0 and 2 hold the optimizer state of chunk 2 (rank 2's) with different bits, and no majority of copies can tell which is wrong",
+    );
+    assert.deepEqual(two.involved, [0, 2]);
+    assert.equal(firstRound(ranks, records([[1], [2], [0]], -1), 3, assignments, 'state', 3).suspects.size, 0);
+  });
+
   it('the verified state is a copy: restored after the live arrays changed, it brings back the kept step', () => {
     const params = Float32Array.of(1, 2, 3);
     const slot = Float32Array.of(4, 5, 6);
