@@ -2,7 +2,8 @@
 // TypeScript (its own forward, backward and SGD with momentum; no model spec, no ft-train kernels),
 // trained data-parallel and fault-tolerant by elastic(). Kill a rank and the survivors repair,
 // re-read its shards and finish with the same bits as a run that never failed. The protocol's
-// options are the trainer's: --on-failure exact|shrink|none, --spares K, --respawn; with
+// options are the trainer's: --on-failure exact|shrink|none, --spares K, --respawn, --verify-every K
+// (the check for silent data corruption, which rolls the registered state back); with
 // --optimizer sgd|adamw ft-train's optimizer makes the update (loop.update()) instead of this
 // file's own SGD, which also allows --optimizer-state sharded and its --redundancy.
 //
@@ -29,6 +30,7 @@ const { values: flags } = parseArgs({
     'checkpoint-every': { type: 'string', default: '0' },
     resume: { type: 'string' },
     drill: { type: 'string', multiple: true, default: [] },
+    'verify-every': { type: 'string' },
     'on-failure': { type: 'string', default: 'exact' },
     optimizer: { type: 'string' },
     'optimizer-state': { type: 'string', default: 'replicated' },
@@ -147,6 +149,7 @@ exitWhenDone(
       checkpointEvery: Number(flags['checkpoint-every']),
       resume: flags.resume,
       drill: flags.drill,
+      verifyEvery: flags['verify-every'] === undefined ? undefined : Number(flags['verify-every']),
       onFailure: flags['on-failure'] as FailurePolicy,
       spares: Number(flags.spares),
       respawn: flags.respawn,

@@ -6,6 +6,7 @@
 // keeps a spare state file ready beside training, so that a checkpoint overwrites one already
 // allocated instead of growing a new file.
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 import {
   checkpointDir,
   commitManifest,
@@ -48,6 +49,12 @@ export interface CheckpointSource {
 export class Checkpointing {
   /** the newest checkpoint committed (or resumed from a join) */
   lastCheckpoint: string | null = null;
+
+  /** A rollback to `step` removed the checkpoints written after it: the newest is no longer one of them. */
+  forgetAfter(step: number): void {
+    if (this.lastCheckpoint !== null && path.basename(this.lastCheckpoint) > path.basename(checkpointDir(this.config.checkpointDir, step)))
+      this.lastCheckpoint = null;
+  }
   /** this rank's checkpoint stripes' writer, made at the start: its staging buffers are touched then, not during the checkpoint */
   private readonly stripeWriter = newStripeWriter();
   /** the leader's, for the spare beside training (readySpare) */

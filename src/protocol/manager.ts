@@ -362,6 +362,7 @@ export class Manager implements StepPosition {
     this.sumState.shardedState?.restoreVerified();
     if (world.liveRanks.find((r) => !finding.suspects.has(r)) === world.worldRank)
       removeCheckpointsAfter(this.config.checkpointDir, this.currentStep);
+    this.checkpoints.forgetAfter(this.currentStep);
     killDeclaredDead(this.config.pidsDir, suspects);
     const error = new Error(`silent data corruption at step ${step}`);
     error.name = 'SilentDataCorruption';

@@ -195,6 +195,20 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     assert.deepEqual([lost(spare), spare.world_final, spare.corruptions], [[1, 2], 2, 1]);
   });
 
+  it('a custom loop (elastic(), its own update from sum()): the rank evicted, its registered state rolled back, the same bits', async () => {
+    const loop = async (...extra: string[]): Promise<Summary> => {
+      const dir = path.join(scratch, `run-${++runs}`);
+      const script = path.join(repoRoot, 'dist', 'examples', 'custom-loop', 'mlp.js');
+      const argv = [path.join(repoRoot, 'launch', 'ft-run'), '-n', '3', '--script', script, '--'];
+      const flags = ['--run-dir', dir, '--steps', '14', '--shards', '3', '--hang-timeout', '3', ...extra];
+      return summaryOf({ dir, ...(await runCommand(process.execPath, [...argv, ...flags], process.env, 120_000, 'mlp.js')) });
+    };
+    const clean = await loop('--verify-every', '0');
+    const repaired = await loop('--verify-every', String(every), '--drill', 'rank=1,step=5,action=corrupt');
+    assert.equal(repaired.params_sha256, clean.params_sha256);
+    assert.deepEqual([lost(repaired), repaired.corruptions], [[1], 1]);
+  });
+
   describe('with sharded optimizer state (AdamW)', () => {
     const sharded = ['--optimizer', 'adamw', '--optimizer-state', 'sharded'];
     const reference = new Map<number, string>();
