@@ -155,45 +155,21 @@ describe('silent data corruption: the check', () => {
       });
       return all;
     };
-    const three = firstRound(
-      ranks,
-      records(
-        [
-          [1, 2],
-          [0, 2],
-          [0, 1],
-        ],
-        2,
-      ),
-      3,
-      assignments,
-      'state',
-      3,
-    );
-    assert.deepEqual([...three.suspects], [[2, "optimizer state of chunk 2 (rank 2's)"]]);
-    const copyOnZero = firstRound(
-      ranks,
-      records(
-        [
-          [1, 2],
-          [0, 2],
-          [0, 1],
-        ],
-        0,
-      ),
-      3,
-      assignments,
-      'state',
-      3,
-    );
-    assert.deepEqual([...copyOnZero.suspects], [[0, "optimizer state of chunk 2 (rank 2's)"]]);
-    const two = firstRound(ranks, records([[1], [2], [0]], 2), 3, assignments, 'state', 3);
+    const decide = (copyHolders: number[][], bad: number) => firstRound(ranks, records(copyHolders, bad), 3, assignments, 'state', 3);
+    const everyOther = [
+      [1, 2],
+      [0, 2],
+      [0, 1],
+    ];
+    assert.deepEqual([...decide(everyOther, 2).suspects], [[2, "optimizer state of chunk 2 (rank 2's)"]]);
+    assert.deepEqual([...decide(everyOther, 0).suspects], [[0, "optimizer state of chunk 2 (rank 2's)"]]);
+    const two = decide([[1], [2], [0]], 2);
     assert.equal(
       two.unattributable,
       "ranks 0 and 2 hold the optimizer state of chunk 2 (rank 2's) with different bits, and no majority of copies can tell which is wrong",
     );
     assert.deepEqual(two.involved, [0, 2]);
-    assert.equal(firstRound(ranks, records([[1], [2], [0]], -1), 3, assignments, 'state', 3).suspects.size, 0);
+    assert.equal(decide([[1], [2], [0]], -1).suspects.size, 0);
   });
 
   it('the verified state is a copy: restored after the live arrays changed, it brings back the kept step', () => {
