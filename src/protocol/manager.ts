@@ -14,9 +14,8 @@
 // exchange(collective) (false: recovered, compute the step again), at a checked step verify(digests)
 // (false: rolled back, compute the step it names), commit(report); finish(write).
 import { type Communicator } from '../comm';
-import type { CheckpointMeta } from '../checkpoint/checkpoint';
 import * as fs from 'node:fs';
-import { removeCheckpointsAfter, type TrainingState } from '../checkpoint/checkpoint';
+import { removeCheckpointsAfter, type CheckpointMeta, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
 import type { ShardLayout } from '../data/shard-layout';
 import type { ShardData } from '../data/split';

@@ -231,24 +231,16 @@ export class VerifiedState {
   /** `slotsWhole`: the optimizer state is replicated, and kept here too (sharded state keeps its own: ShardedState.keepVerified) */
   constructor(private readonly slotsWhole: boolean) {}
 
-  private params?: Float32Array;
-  private slots: Float32Array[] = [];
-  private buffers?: Float32Array;
+  /** copies of live()'s arrays, in its order (none until the first keep or join) */
+  private copies: Float32Array[] = [];
   /** the step whose start it is (-1: none kept) */
   step = -1;
 
   /** Keeps `state`, the state at the start of `step` (its optimizer state where it is whole: sharded state keeps its own). */
   keep(state: TrainingState, step: number): void {
-    this.params ??= new Float32Array(state.params.length);
-    this.params.set(state.params);
-    const slots = this.slotsWhole ? state.slots : [];
-    if (this.slots.length !== slots.length) this.slots = slots.map((slot) => new Float32Array(slot.data.length));
-    slots.forEach((slot, k) => this.slots[k].set(slot.data));
-    const buffers = state.buffers?.data;
-    if (buffers && buffers.length > 0) {
-      this.buffers ??= new Float32Array(buffers.length);
-      this.buffers.set(buffers);
-    }
+    const live = this.live(state);
+    this.allocate(live);
+    live.forEach((array, i) => this.copies[i].set(array));
     this.step = step;
   }
 
@@ -258,21 +250,28 @@ export class VerifiedState {
    * run's state.
    */
   joinBuffers(state: () => TrainingState): Float32Array[] {
-    if (!this.params) {
-      const { params, slots, buffers } = state();
-      this.params = new Float32Array(params.length);
-      if (this.slotsWhole) this.slots = slots.map((slot) => new Float32Array(slot.data.length));
-      if (buffers && buffers.data.length > 0) this.buffers = new Float32Array(buffers.data.length);
-    }
-    return [this.params, ...this.slots, ...(this.buffers ? [this.buffers] : [])];
+    if (this.copies.length === 0) this.allocate(this.live(state()));
+    return this.copies;
   }
 
   /** Puts the kept state back into `state`'s arrays; the step it is the start of. */
   restore(state: TrainingState): number {
-    if (this.step < 0 || !this.params) throw new Error('no verified state to roll back to');
-    state.params.set(this.params);
-    if (this.slotsWhole) state.slots.forEach((slot, k) => slot.data.set(this.slots[k]));
-    if (this.buffers) state.buffers!.data.set(this.buffers);
+    if (this.step < 0 || this.copies.length === 0) throw new Error('no verified state to roll back to');
+    this.live(state).forEach((array, i) => array.set(this.copies[i]));
     return this.step;
+  }
+
+  /** What is kept of `state`: the parameters, the optimizer state where it is whole, the buffers where there are any. */
+  private live(state: TrainingState): Float32Array[] {
+    const buffers = state.buffers?.data;
+    return [
+      state.params,
+      ...(this.slotsWhole ? state.slots.map((slot) => slot.data) : []),
+      ...(buffers && buffers.length > 0 ? [buffers] : []),
+    ];
+  }
+
+  private allocate(live: Float32Array[]): void {
+    if (this.copies.length === 0) this.copies = live.map((array) => new Float32Array(array.length));
   }
 }

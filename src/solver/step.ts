@@ -119,17 +119,17 @@ export class DataParallelStep {
     if (working && exact) await computeShards(work);
     else if (working) await this.computePieces(epoch, samples, target, compute);
     const sum = working && exact ? manager.shardSum : undefined;
+    // the step's outcome on this rank: [updated parameters | loss] with sharded state, else [summed gradient | loss]; a spare's, received
+    const received = !working ? this.contribution : sharded ? this.params.withTail : (sum?.total ?? this.contribution);
     const committed = await manager.exchange(async () => {
       if (sharded) await sharded.update(sum!, lr, step, () => manager.enter('redundancy'));
       else if (sum) await sum.sum();
       else if (working) await world.allreduce(this.contribution);
-      // [updated parameters | loss] with sharded state, else [summed gradient | loss]
-      await world.feedSpares(!working ? this.contribution : sharded ? this.params.withTail : (sum?.total ?? this.contribution));
+      await world.feedSpares(received);
     });
     if (!committed) return false;
     if (checking && !(await manager.verify(await this.gradientDigests(work, sum), (shard) => this.recompute(work, shard)))) return false;
     const { P, B } = this;
-    const received = !working ? this.contribution : sharded ? this.params.withTail : (sum?.total ?? this.contribution);
     const garbled = manager.flipAt('collective', P);
     if (garbled) applyFlip(received, garbled);
 
