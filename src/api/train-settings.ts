@@ -12,6 +12,7 @@ import { parseLrSchedule, withWarmup, type LrSchedule } from '../solver/lr-sched
 import { optimizerNames, type OptimizerName, type OptimizerSettings } from '../solver/optimizer';
 import type { FailurePolicy } from '../protocol/contracts';
 import type { OnCorruption } from '../protocol/verification';
+import type { BalanceSettings } from '../protocol/balance';
 
 /** The default --hang-timeout, seconds (launch/ft-run gives MPI's detector the same value). */
 export const defaultHangTimeoutS = 30;
@@ -89,6 +90,14 @@ export interface TrainSettings {
   verifyEvery?: number;
   /** What a corruption a check names a rank for does: 'evict' (default: evict it, roll back, replay) or 'stop'. */
   onCorruption?: OnCorruption;
+  /** Slow ranks: 'auto' (default in exact mode) moves shards off them at step ends, the bits unchanged; 'off'. */
+  rebalance?: 'auto' | 'off';
+  /** A rank is slow when its compute time per shard is at least 1 + M times the others' (default 0.5). */
+  slowMargin?: number;
+  /** Steps a rank's speed is the median of, and the fewest steps between two rebalances (default 3). */
+  slowSteps?: number;
+  /** A rank this many times slower than the others at 4 x slowSteps steps in a row is evicted where a spare or respawn takes its place (default 4; 0: never). */
+  evictSlower?: number;
   /** 'on' (default): after a failure the survivors write a checkpoint of the failed step's start. */
   jitCheckpoint?: 'on' | 'off';
   /** Where checkpoints go (default: <runDir>/ckpt). */
@@ -141,6 +150,8 @@ export interface TrainOptions {
   drills: Drill[];
   verifyEvery: number;
   onCorruption: OnCorruption;
+  /** --rebalance auto: how slow ranks are found and handled (undefined: off) */
+  rebalance?: BalanceSettings;
   jitCheckpoint: boolean;
   checkpointDir: string;
   checkpointEvery: number;
@@ -312,7 +323,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   drill: {
     kind: 'strings',
     default: [],
-    describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang|host|cut|flip|corrupt][,target=params|state]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), spins forever (hang), loses its host or is cut off, at phase P of step K; flip: one bit of what phase compute|collective|update holds (a gradient, the sum received, the parameters, or with target=state the optimizer state), once; corrupt: the same at every step from K on (repeatable; for tests). P: ${phases.join('|')}`,
+    describe: `rank=R,step=K[,phase=P][,action=kill|stop|term|hang|host|cut|flip|corrupt|slow][,target=params|state][,factor=F]: that rank sends itself SIGKILL (SIGSTOP, SIGTERM), spins forever (hang), loses its host or is cut off, at phase P of step K; flip: one bit of what phase compute|collective|update holds (a gradient, the sum received, the parameters, or with target=state the optimizer state), once; corrupt: the same at every step from K on; slow,factor=F: its compute F times slower from step K on (factor=1 ends it) (repeatable; for tests). P: ${phases.join('|')}`,
     group: 'Fault tolerance',
   },
   verifyEvery: {
@@ -327,6 +338,36 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     default: 'evict',
     describe:
       'a check that names a rank for corruption: evict it (as failed), roll back to the last verified step and replay; or stop the job (exit 1)',
+    group: 'Fault tolerance',
+  },
+  rebalance: {
+    kind: 'choice',
+    choices: ['auto', 'off'],
+    describe:
+      "slow ranks: each rank's compute time per shard rides in every step's sum; auto moves shards off a rank that stays slower than the others (at step ends, each rank keeping one; the bits do not change), gives them back when it is fast again, and evicts one far slower when a spare or respawn can take its place (default auto with --on-failure exact; off elsewhere, where moving shards would change which samples a rank trains on)",
+    group: 'Fault tolerance',
+  },
+  slowMargin: {
+    kind: 'number',
+    min: 0,
+    above: true,
+    default: 0.5,
+    describe: 'with --rebalance auto: a rank is slow when its median time per shard is at least 1 + M times the median of the others',
+    group: 'Fault tolerance',
+  },
+  slowSteps: {
+    kind: 'integer',
+    min: 1,
+    default: 3,
+    describe: 'with --rebalance auto: the steps a rank\'s time per shard is the median of, and the fewest steps between two changes of the shard map',
+    group: 'Fault tolerance',
+  },
+  evictSlower: {
+    kind: 'number',
+    min: 0,
+    default: 4,
+    describe:
+      'with --rebalance auto: a rank this many times slower than the others at 4 x --slow-steps steps in a row is evicted as failed, when a spare or --respawn can take its place (0: never)',
     group: 'Fault tolerance',
   },
   jitCheckpoint: {
@@ -430,7 +471,17 @@ export function resolveTrainOptions(
   const a = settingValues(given, Object.keys(trainSettings) as (keyof TrainSettings)[], label, fail) as unknown as Required<
     Omit<
       TrainSettings,
-      'steps' | 'epochs' | 'lr' | 'weightDecay' | 'redundancy' | 'shards' | 'respawnLimit' | 'checkpointDir' | 'resume' | 'verifyEvery'
+      | 'steps'
+      | 'epochs'
+      | 'lr'
+      | 'weightDecay'
+      | 'redundancy'
+      | 'shards'
+      | 'respawnLimit'
+      | 'checkpointDir'
+      | 'resume'
+      | 'verifyEvery'
+      | 'rebalance'
     >
   > &
     TrainSettings;
@@ -445,6 +496,9 @@ export function resolveTrainOptions(
   if (a.respawn && a.onFailure !== 'exact') fail(`${label('respawn')} needs ${label('onFailure')} exact, got ${a.onFailure}`);
   if (a.verifyEvery !== undefined && a.verifyEvery > 0 && a.onFailure !== 'exact')
     fail(`${label('verifyEvery')} needs ${label('onFailure')} exact (equal bits whoever computes), got ${a.onFailure}`);
+  if (a.rebalance === 'auto' && a.onFailure !== 'exact')
+    fail(`${label('rebalance')} auto needs ${label('onFailure')} exact (the same bits whoever computes a shard), got ${a.onFailure}`);
+  if (a.evictSlower > 0 && a.evictSlower <= 1) fail(`${label('evictSlower')} expects 0 (never) or a factor above 1, got ${a.evictSlower}`);
   if (a.respawnLimit !== undefined && !a.respawn) fail(`${label('respawnLimit')} applies with ${label('respawn')} only`);
   const parsed = <T>(parse: () => T): T => {
     try {
@@ -487,6 +541,10 @@ export function resolveTrainOptions(
     drills: parsed(() => a.drill.map(parseDrill)),
     verifyEvery: a.verifyEvery ?? (a.onFailure === 'exact' ? defaultVerifyEvery : 0),
     onCorruption: a.onCorruption,
+    rebalance:
+      (a.rebalance ?? (a.onFailure === 'exact' ? 'auto' : 'off')) === 'auto'
+        ? { slowMargin: a.slowMargin, slowSteps: a.slowSteps, evictSlower: a.evictSlower }
+        : undefined,
     jitCheckpoint: a.jitCheckpoint === 'on',
     checkpointDir: a.checkpointDir ?? path.join(a.runDir, 'ckpt'),
     checkpointEvery: a.checkpointEvery,

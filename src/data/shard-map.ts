@@ -4,7 +4,9 @@
 // the lost ranks' shards go, lowest shard first, each to the live rank holding the fewest shards,
 // whether it held any before or not (ties: lowest rank). Survivors keep their own shards, so only the
 // lost shards are read back, and the per-rank shard counts stay within one of each other. Ranks
-// that join (spares, respawned ranks) take a lost rank's shards whole, lowest lost rank first.
+// that join (spares, respawned ranks) take a lost rank's shards whole, lowest lost rank first. A
+// rebalance (slow ranks) sets how many shards each rank holds: ranks above their new count give up
+// their highest shards, which go, lowest first, to the ranks below theirs, in rank order.
 
 export class ShardMap {
   /** owners[s] = world rank holding shard s */
@@ -87,6 +89,30 @@ export class ShardMap {
     const replaced = new ShardMap(this.owners.map((owner) => heir.get(owner) ?? owner));
     const workers = uniqueSorted([...replaced.ranks.filter((r) => alive.has(r)), ...joiners]);
     return replaced.without(lost.slice(joiners.length), workers);
+  }
+
+  /** How many shards each rank holding any holds, by rank (ascending). */
+  counts(): Map<number, number> {
+    return new Map(this.ranks.map((r) => [r, this.shardsOf(r).length]));
+  }
+
+  /**
+   * The map with `counts` shards on each rank (the same ranks as this map's, at least one each,
+   * summing to the shard count), moving as few shards as possible: each rank keeps its lowest
+   * shards up to its count; the rest go, lowest first, to the ranks short of theirs, in rank order.
+   */
+  withCounts(counts: ReadonlyMap<number, number>): ShardMap {
+    const ranks = this.ranks;
+    const given = [...counts.keys()].sort((a, b) => a - b);
+    const total = [...counts.values()].reduce((a, b) => a + b, 0);
+    if (given.join() !== ranks.join() || total !== this.shardCount || [...counts.values()].some((n) => !Number.isSafeInteger(n) || n < 1))
+      throw new RangeError(`withCounts: expected a count >= 1 for each of ranks ${JSON.stringify(ranks)} summing to ${this.shardCount}, got ${JSON.stringify([...counts])}`);
+    const owners = [...this.owners];
+    const freed: number[] = [];
+    for (const r of ranks) freed.push(...this.shardsOf(r).slice(counts.get(r)));
+    freed.sort((a, b) => a - b);
+    for (const r of ranks) for (let n = this.shardsOf(r).length; n < counts.get(r)!; ++n) owners[freed.shift()!] = r;
+    return new ShardMap(owners);
   }
 
   /** The shards whose owner differs in `next`, grouped by their new owner. */

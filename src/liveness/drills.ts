@@ -7,7 +7,9 @@
 // at a point that does not depend on timing. Silent data corruption is drilled too: flip flips one
 // bit, once, of what the phase holds (compute: a float of a shard's gradient; collective: of the
 // sum received; update: of the parameters), corrupt does so at every step from then on (a faulty
-// core); the float and the bit come from the seed, so a drill repeats exactly.
+// core); the float and the bit come from the seed, so a drill repeats exactly. A rank is slowed
+// too: slow,factor=F makes its compute F times slower from step K on (it sleeps F-1 times what each
+// shard took, awake for the watchdog), and factor=1 ends that.
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { hashKeys } from '../base/random';
@@ -24,6 +26,7 @@ export const phases = [
   'agree',
   'verify',
   'update',
+  'rebalance',
   'evaluation',
   'recovery',
   'spawn',
@@ -37,7 +40,7 @@ export const phases = [
 ] as const;
 export type Phase = (typeof phases)[number];
 
-export const actions = ['kill', 'stop', 'term', 'hang', 'host', 'cut', 'flip', 'corrupt'] as const;
+export const actions = ['kill', 'stop', 'term', 'hang', 'host', 'cut', 'flip', 'corrupt', 'slow'] as const;
 export type Action = (typeof actions)[number];
 
 /** The phases whose data a flip or corrupt drill changes. */
@@ -69,19 +72,21 @@ export interface Drill {
   action: Action;
   /** flip and corrupt at update: what they change */
   target?: FlipTarget;
+  /** slow: how many times slower the rank computes from this step on (1: as fast as it can) */
+  factor?: number;
 }
 
-/** "rank=R,step=K[,phase=P][,action=A]" (phase defaults to compute, action to kill). */
+/** "rank=R,step=K[,phase=P][,action=A][,target=T][,factor=F]" (phase defaults to compute, action to kill). */
 export function parseDrill(text: string): Drill {
   const fields = new Map<string, string>();
   for (const part of text.split(',')) {
     const [key, value, ...rest] = part.split('=');
     if (value === undefined || rest.length > 0 || fields.has(key))
-      throw new Error(`--drill expects rank=R,step=K[,phase=P][,action=${actions.join('|')}], got "${text}"`);
+      throw new Error(`--drill expects rank=R,step=K[,phase=P][,action=${actions.join('|')}][,target=T][,factor=F], got "${text}"`);
     fields.set(key, value);
   }
-  const unknown = [...fields.keys()].filter((k) => !['rank', 'step', 'phase', 'action', 'target'].includes(k));
-  if (unknown.length > 0) throw new Error(`--drill: unknown field "${unknown[0]}" in "${text}" (rank, step, phase, action, target)`);
+  const unknown = [...fields.keys()].filter((k) => !['rank', 'step', 'phase', 'action', 'target', 'factor'].includes(k));
+  if (unknown.length > 0) throw new Error(`--drill: unknown field "${unknown[0]}" in "${text}" (rank, step, phase, action, target, factor)`);
   const integer = (key: string): number => {
     const value = Number(fields.get(key));
     if (!fields.has(key) || !Number.isSafeInteger(value) || value < 0)
@@ -97,7 +102,20 @@ export function parseDrill(text: string): Drill {
   const target = fields.get('target');
   if (target !== undefined && !(corrupting(action) && phase === 'update' && (target === 'params' || target === 'state')))
     throw new Error(`--drill: target expects params|state, with action flip|corrupt at phase update, in "${text}"`);
-  return { rank: integer('rank'), step: integer('step'), phase, action, ...(target ? { target: target as FlipTarget } : {}) };
+  const factor = fields.get('factor');
+  if ((action === 'slow') !== (factor !== undefined))
+    throw new Error(`--drill: action slow takes factor=F (and only it does), in "${text}"`);
+  if (action === 'slow' && phase !== 'compute') throw new Error(`--drill: action slow applies at phase compute, got "${phase}"`);
+  if (factor !== undefined && !(Number(factor) >= 1 && Number(factor) <= 1000))
+    throw new Error(`--drill: factor expects a number in [1, 1000], got "${factor}" in "${text}"`);
+  return {
+    rank: integer('rank'),
+    step: integer('step'),
+    phase,
+    action,
+    ...(target ? { target: target as FlipTarget } : {}),
+    ...(factor !== undefined ? { factor: Number(factor) } : {}),
+  };
 }
 
 /** What each action does, for the note. */
@@ -110,6 +128,7 @@ const faults: Record<Action, string> = {
   cut: 'takes every network link of its host down',
   flip: 'flips a bit',
   corrupt: 'flips a bit (a faulty core, from now on)',
+  slow: 'computes slower',
 };
 
 /** What a flip changes in each phase, for the note. */
@@ -170,10 +189,22 @@ export class FaultInjector {
     return flip;
   }
 
+  /** How many times slower this rank computes at `step`: the factor of its latest slow drill up to then (1: none). */
+  slowFactor(step: number): number {
+    const latest = this.drills
+      .filter((d) => d.rank === this.worldRank && d.action === 'slow' && d.step <= step)
+      .reduce<Drill | undefined>((last, d) => (last === undefined || d.step >= last.step ? d : last), undefined);
+    return latest?.factor ?? 1;
+  }
+
   /** Injects the fault if a drill names this rank, step and phase (flip and corrupt drills: see flipAt). */
   at(step: number, phase: Phase): void {
     const drill = this.drills.find((d) => d.rank === this.worldRank && d.step === step && d.phase === phase && !corrupting(d.action));
     if (!drill) return;
+    if (drill.action === 'slow') {
+      fs.appendFileSync(this.note, `${new Date().toISOString()} drill: rank ${this.worldRank} computes ${drill.factor} times slower from step ${step} on\n`);
+      return;
+    }
     fs.appendFileSync(
       this.note,
       `${new Date().toISOString()} drill: rank ${this.worldRank} ${faults[drill.action]} at step ${step}, phase ${phase}\n`,

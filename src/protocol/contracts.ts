@@ -6,6 +6,7 @@ import type { CheckpointMeta, TrainingState } from '../checkpoint/checkpoint';
 import type { ShardMap } from '../data/shard-map';
 import type { RunEvent, StepRecord } from '../run/records';
 import type { ShardedStateConfig } from '../sharding/sharded-state';
+import type { BalanceSettings } from './balance';
 import type { OnCorruption } from './verification';
 
 /** What a failure does: exact (bit-identical result), shrink (survivors keep their batch), none (the job ends). */
@@ -37,6 +38,8 @@ export interface ProtocolConfig {
   verifyEvery: number;
   /** what a corruption the check names a rank for does */
   onCorruption: OnCorruption;
+  /** exact mode, --rebalance auto: how slow ranks are found, their shards moved and they evicted (absent: off) */
+  rebalance?: BalanceSettings;
   /** exact mode: the length of what one shard contributes to the sum, and the add in shard order */
   sumLength: number;
   add(acc: Float32Array, x: Float32Array): void;

@@ -107,6 +107,8 @@ export class Join {
       source.joinAt(message.position);
       if (verified) verified.step = message.verifiedStep;
     }
+    // a spare's map missed the working ranks' rebalances
+    else world.takeMap(message.owners);
     if (message.joiners.includes(world.worldRank)) {
       sumState.makeShardedState(source.initialState.bind(source), message.sharded);
       if (message.verifiedSharded) sumState.shardedState?.joinVerified(message.verifiedSharded);

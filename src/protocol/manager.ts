@@ -7,8 +7,9 @@
 // read back (shards.ts), the sum and sharded state remade for the new world (sum-and-state.ts), the
 // JIT checkpoint (checkpointing.ts). Every --verify-every K steps it checks the step for silent data
 // corruption (verification.ts): a rank named corrupt is evicted as failed, and the survivors roll
-// back to the last verified state and replay from there. It also ends the run: the final write, voted like the rest,
-// with the job's readback total. See docs/architecture.md.
+// back to the last verified state and replay from there. With --rebalance auto it moves shards off
+// slow ranks at step ends, and evicts a rank that stays far slower (balance.ts). It also ends the
+// run: the final write, voted like the rest, with the job's readback total. See docs/architecture.md.
 //
 // A client makes few calls: start(source), then per step enter(phase) at its drill points,
 // exchange(collective) (false: recovered, compute the step again), at a checked step verify(digests)
@@ -33,6 +34,7 @@ import type { ShardSum } from '../sharding/shard-sum';
 import { HeldShards } from './shards';
 import { ProtocolStop } from '../liveness/stop';
 import { SumAndState } from './sum-and-state';
+import { Balancer, ShardTimes, type BalanceDecision } from './balance';
 import { CARRY_ON, OK, Vote } from './vote';
 import {
   digestWords,
@@ -72,6 +74,11 @@ export class Manager implements StepPosition {
   private tryStarted = now();
   /** the state of the last step that passed a check (--verify-every) */
   private readonly verified: VerifiedState;
+  /** --rebalance auto: this rank's compute time per shard, and the decisions every rank draws from everyone's */
+  readonly shardTimes?: ShardTimes;
+  private readonly balancer?: Balancer;
+  /** what the committed step's times call for, done at the step's end */
+  private balanceDue?: BalanceDecision;
 
   constructor(
     private readonly config: ProtocolConfig,
@@ -82,6 +89,10 @@ export class Manager implements StepPosition {
     private readonly faults: FaultInjector,
   ) {
     this.verified = new VerifiedState(!config.sharded);
+    if (config.rebalance && config.onFailure === 'exact') {
+      this.shardTimes = new ShardTimes(config.shards);
+      this.balancer = new Balancer(config.rebalance);
+    }
     this.membership = new Membership(config, world, this, observer, this.enter);
     this.vote = new Vote(config.onFailure, () => this.membership.comm, this, observer);
     this.repairs = new WorldRepair(config, this.membership, this.vote, this, this, observer);
@@ -178,6 +189,11 @@ export class Manager implements StepPosition {
     return this.faults.flipAt(this.currentStep, phase, length, salt, target);
   }
 
+  /** How many times slower a slow drill makes this rank compute at the current step (1: none). */
+  slowFactor(): number {
+    return this.faults.slowFactor(this.currentStep);
+  }
+
   /** The current step enters `phase`: a drill point, and a sign of life for the watchdog. */
   readonly enter = (phase: Phase): void => {
     // a try at the step begins with its computation (a retried step's event reports the try's time)
@@ -231,8 +247,12 @@ export class Manager implements StepPosition {
    * this rank's request to stop. True: commit the step. False: the recovery has run; compute the
    * same step again on the repaired world. Errors that are not failures pass through.
    */
-  exchange(run: () => Promise<void>): Promise<boolean> {
-    return this.collectiveThenVote('collective', run, this.stopRequested);
+  async exchange(run: () => Promise<void>): Promise<boolean> {
+    const committed = await this.collectiveThenVote('collective', run, this.stopRequested);
+    // every working rank holds the same sum, and with it every shard's time: the same decision on each
+    if (committed && this.balancer && this.membership.working)
+      this.balanceDue = this.balancer.observe(this.shardSum.sidebandTotal, this.membership.shardMap, this.membership.canReplace);
+    return committed;
   }
 
   /** Any other collective of every live rank (`phase` names it: evaluation, resume) and the vote on it; false: recovered, run it again. */
@@ -344,30 +364,38 @@ export class Manager implements StepPosition {
       const what = finding.unattributable ?? `${named} corrupt (--on-corruption stop)`;
       throw new ProtocolStop('corruption', `silent data corruption found at step ${step}: ${what}; stopping`);
     }
-    const line = (to: number): string =>
-      `step ${step}: silent data corruption: evicting ${named}; rolling back to step ${to}, the last verified, and replaying ${step - to} step(s)`;
-    if (finding.suspects.has(world.worldRank)) {
-      fs.appendFileSync(
-        this.config.logFile,
-        `${new Date().toISOString()} rank ${world.worldRank}: evicted for silent data corruption at step ${step}\n`,
-      );
+    const line = `step ${step}: silent data corruption: evicting ${named}; rolling back to step ${back}, the last verified, and replaying ${step - back} step(s)`;
+    const error = new Error(`silent data corruption at step ${step}`);
+    error.name = 'SilentDataCorruption';
+    await this.evict([...finding.suspects.keys()], `for silent data corruption at step ${step}`, line, error, 'verify', () => {
+      this.currentStep = this.verified.restore(this.source!.state());
+      this.sumState.shardedState?.restoreVerified();
+      if (world.liveRanks.find((r) => !finding.suspects.has(r)) === world.worldRank)
+        removeCheckpointsAfter(this.config.checkpointDir, this.currentStep);
+      this.checkpoints.forgetAfter(this.currentStep);
+    });
+  }
+
+  /**
+   * `ranks` leave as failed: each kills itself (a line in its log says `why`), as a failed rank
+   * would be gone; the others do `before` (a rollback), then recover as from any failure (the
+   * failure `error`, met in `phase`). The leader says `line`, or, where it is the one evicted, its
+   * successor once the recovery names it.
+   */
+  private async evict(ranks: number[], why: string, line: string, error: Error, phase: Phase, before?: () => void): Promise<void> {
+    const world = this.membership;
+    if (ranks.includes(world.worldRank)) {
+      fs.appendFileSync(this.config.logFile, `${new Date().toISOString()} rank ${world.worldRank}: evicted ${why}\n`);
       process.kill(process.pid, 'SIGKILL');
       await new Promise(() => undefined);
     }
-    // the leader says so now, unless it is the one evicted: then its successor, once the recovery names it
     const toldNow = world.isLeader;
-    if (toldNow) this.observer.log(line(back));
-    this.currentStep = this.verified.restore(this.source!.state());
-    this.sumState.shardedState?.restoreVerified();
-    if (world.liveRanks.find((r) => !finding.suspects.has(r)) === world.worldRank)
-      removeCheckpointsAfter(this.config.checkpointDir, this.currentStep);
-    this.checkpoints.forgetAfter(this.currentStep);
-    killDeclaredDead(this.config.pidsDir, suspects);
-    const error = new Error(`silent data corruption at step ${step}`);
-    error.name = 'SilentDataCorruption';
-    this.vote.noteFailure(error, 'verify', 0);
+    if (toldNow) this.observer.log(line);
+    before?.();
+    killDeclaredDead(this.config.pidsDir, ranks);
+    this.vote.noteFailure(error, phase, 0);
     await this.recover();
-    if (!toldNow) this.observer.log(line(back));
+    if (!toldNow) this.observer.log(line);
   }
 
   /**
@@ -380,6 +408,10 @@ export class Manager implements StepPosition {
     if (this.vote.retrying) this.observer.event({ event: 'retry', step, duration_ms: now() - this.tryStarted });
     this.currentStep += 1;
     await report?.();
+    const balance = this.balanceDue;
+    this.balanceDue = undefined;
+    if (balance?.kind === 'rebalance' && !this.source!.done()) await this.rebalance(balance);
+    if (balance?.kind === 'evict' && !this.source!.done()) await this.evictSlow(balance);
     if (this.stopAgreed) {
       this.observer.log(`stopping after step ${step} on request (SIGTERM): checkpoint first`);
       await this.checkpoint('sigterm');
@@ -388,6 +420,47 @@ export class Manager implements StepPosition {
     }
     const every = this.config.checkpointEvery;
     if (every > 0 && this.currentStep % every === 0 && !this.source!.done()) await this.checkpoint('periodic');
+  }
+
+  /**
+   * A step's end where the shard map changes for slow ranks (every working rank alike, from the
+   * same times): the sum is remade for the new map, and a rank given shards it does not have reads
+   * the next step's record batches of them now and the rest in the background, as a readback does.
+   */
+  private async rebalance(decision: Extract<BalanceDecision, { kind: 'rebalance' }>): Promise<void> {
+    const world = this.membership;
+    const step = this.currentStep;
+    this.enter('rebalance');
+    const before = world.shardMap.counts();
+    const moved = world.rebalance(decision.counts);
+    this.sumState.rebuildSum(step);
+    const mine = (moved.get(world.worldRank) ?? []).filter((s) => !this.shards.has(s));
+    if (mine.length > 0) await this.shards.readBackFirst(mine, this.source!.stepRows(world.shardMap, mine));
+    const ranks = [...before.keys()];
+    const shards = [...moved.values()].flat().sort((a, b) => a - b);
+    const ms = ranks.map((r) => Math.round(decision.msPerShard.get(r)! * 1000) / 1000);
+    this.observer.event({
+      event: 'rebalance',
+      step,
+      ranks,
+      before: ranks.map((r) => before.get(r)!),
+      after: ranks.map((r) => decision.counts.get(r)!),
+      ms_per_shard: ms,
+      shards,
+    });
+    const fastest = Math.min(...ms);
+    const speeds = ranks.map((r, i) => `${r}: ${before.get(r)}->${decision.counts.get(r)} (${(ms[i] / fastest).toFixed(1)}x)`).join(', ');
+    this.observer.log(`step ${step}: moving ${shards.length} shard(s) off slow ranks; rank: shards (time per shard vs the fastest) ${speeds}`);
+  }
+
+  /** A step's end where a rank that stayed far slower than the others leaves as failed, for a spare or a respawned rank to take its place. */
+  private async evictSlow(decision: Extract<BalanceDecision, { kind: 'evict' }>): Promise<void> {
+    const { rank, slower, steps } = decision;
+    const step = this.currentStep;
+    const line = `step ${step}: rank ${rank} computed ${slower.toFixed(1)}x slower than the others at ${steps} steps in a row: evicting it for a rank to take its place`;
+    const error = new Error(`rank ${rank} too slow`);
+    error.name = 'SlowRank';
+    await this.evict([rank], `as too slow at step ${step}`, line, error, 'rebalance');
   }
 
   /** The trainer's last step is committed: a recovery during what follows (the final evaluation) no longer reads back or checkpoints. */
@@ -405,6 +478,9 @@ export class Manager implements StepPosition {
   private async recover(): Promise<void> {
     const world = this.membership;
     this.sumState.rollback();
+    // the world changes: slow ranks are measured afresh, and nothing decided before is done
+    this.balancer?.reset();
+    this.balanceDue = undefined;
     this.enter('recovery');
     if (!this.joining.awaiting && !this.vote.retrying) this.vote.noteFailure(new Error('agreed failure'), 'agree', 0);
     const lostShards = new Set<number>();

@@ -213,6 +213,19 @@ export class Membership {
     this.everyone = comm;
   }
 
+  /** A rebalance: each rank holds `counts` shards from now on; what moved to whom. */
+  rebalance(counts: ReadonlyMap<number, number>): Map<number, number[]> {
+    const next = this.map.withCounts(counts);
+    const moved = this.map.movedTo(next);
+    this.map = next;
+    return moved;
+  }
+
+  /** Whether a rank lost now would have its place taken (a spare waits, or a respawn is left). */
+  get canReplace(): boolean {
+    return this.spares.length > 0 || (this.config.respawn !== undefined && this.respawnsLeft > 0);
+  }
+
   /** The lost ranks' shards go to `joiners` (their places) or the survivors; what moved to whom. */
   handOver(joiners: number[]): Map<number, number[]> {
     const next = this.map.handOver(this.everyone.worldRanks, joiners);
@@ -320,6 +333,11 @@ export class Membership {
   /** What a joining rank learns of the world. */
   joinFields(): WorldJoinFields {
     return { owners: this.map.toJSON(), worldInitial: this.worldInitial, nextId: this.nextId, respawnsLeft: this.respawnsLeft };
+  }
+
+  /** A spare about to join takes the map the working ranks hold (a rebalance changed theirs, not its). */
+  takeMap(owners: number[]): void {
+    this.map = ShardMap.fromOwners(owners);
   }
 
   /** A joining rank takes up the world it was told of. */

@@ -34,6 +34,11 @@ export class HeldShards {
     return data;
   }
 
+  /** Whether shard s's data is here (held now, or before a rebalance took it away: it comes back without a read). */
+  has(s: number): boolean {
+    return this.held.has(s);
+  }
+
   /**
    * Resolves once `rows` of shard s are in memory: a shard being read back reads their record
    * batches ahead of the rest. Rejects when a read failed (bad data: the caller's error path).

@@ -22,7 +22,7 @@ export class SumAndState {
   private sharded?: ShardedState;
 
   constructor(
-    private readonly config: Pick<ProtocolConfig, 'onFailure' | 'sumLength' | 'add' | 'overlap' | 'sharded'>,
+    private readonly config: Pick<ProtocolConfig, 'onFailure' | 'sumLength' | 'add' | 'overlap' | 'sharded' | 'rebalance' | 'shards'>,
     private readonly world: Membership,
     private readonly observer: ProtocolObserver,
   ) {
@@ -42,12 +42,13 @@ export class SumAndState {
 
   /** The sum for the world as it stands; `step`: the step whose vectors a survivor carries over. */
   rebuildSum(step: number): void {
-    const { onFailure, sumLength, add } = this.config;
+    const { onFailure, sumLength, add, rebalance, shards } = this.config;
     const workers = this.world.workerComm;
     const previous = this.sum;
     this.sum =
       onFailure === 'exact' && workers
-        ? new ShardSum(workers, this.world.shardMap, sumLength, add, this.inBuckets ? ddpBuckets : oneBucket)
+        ? // with --rebalance auto, each shard's compute time rides in the sum's sideband (balance.ts)
+          new ShardSum(workers, this.world.shardMap, sumLength, add, this.inBuckets ? ddpBuckets : oneBucket, rebalance ? shards : 0)
         : undefined;
     // a survivor's vectors for the step being retried stay valid: the parameters are untouched
     if (previous && this.sum) this.sum.carryFrom(previous, step);

@@ -14,6 +14,10 @@
 // Each held shard's vector is stored whole in a slot of its own (code computing it may write it
 // there in place), tagged with its step, so that the sum a recovery builds for the smaller world
 // keeps the vectors the survivors already computed for the step being retried.
+//
+// A sideband may follow each vector (the last chunk's, never a parameter's): values added like the
+// rest, for what every rank must learn of every shard at each step without another collective
+// (balance.ts: the time each shard took its owner). Code computing a vector never sees it.
 import type { Communicator } from '../comm';
 import { chunkBounds } from '../base/chunks';
 import type { ShardMap } from '../data/shard-map';
@@ -53,13 +57,15 @@ interface Bucket {
 }
 
 export class ShardSum {
-  /** chunk c = elements [bounds[c], bounds[c+1]), owned by comm rank c */
+  /** chunk c = elements [bounds[c], bounds[c+1]), owned by comm rank c (the last one's sideband follows it) */
   readonly bounds: number[];
-  /** the chunks' lengths, in rank order (the counts of an allgatherv of the chunks) */
+  /** the chunks' lengths as reduced, the last with the sideband, in rank order (the counts of an allgatherv of the chunks) */
   readonly chunkLengths: number[];
+  /** a vector and its sideband: the distance between two held shards' vectors */
+  private readonly stride: number;
   /** this rank's shards, ascending */
   readonly held: number[];
-  /** held shard h's vector in [h * length, (h + 1) * length) */
+  /** held shard h's vector in [h * stride, h * stride + length), its sideband after it */
   private readonly slots: Float32Array;
   /** every shard's piece of this rank's chunk, by bucket */
   private readonly receiveBuffer: Float32Array;
@@ -71,19 +77,31 @@ export class ShardSum {
   private readonly inFlight: Promise<void>[] = [];
   /** the step whose vector held shard s's slot holds */
   private readonly stepOf = new Map<number, number>();
+  /** [the sum (length) | the summed sideband] */
+  private readonly full: Float32Array;
+  /** the shard-ordered sum of the vectors, once sum() has run */
   readonly total: Float32Array;
+  /** the summed sideband, once sum() (or, with sharded state, its update) has run */
+  readonly sidebandTotal: Float32Array;
 
-  /** `add(acc, x)`: acc += x element-wise (the backend's addInPlace); `sizes`: how the exchange is cut (ddpBuckets, oneBucket). */
+  /**
+   * `add(acc, x)`: acc += x element-wise (the backend's addInPlace); `sizes`: how the exchange is
+   * cut (ddpBuckets, oneBucket); `sideband`: the elements that follow each vector.
+   */
   constructor(
     private readonly comm: Communicator,
     map: ShardMap,
     readonly length: number,
     private readonly add: (acc: Float32Array, x: Float32Array) => void,
     sizes: BucketSizes,
+    readonly sideband = 0,
   ) {
     const size = comm.size;
+    const stride = (this.stride = length + sideband);
     this.bounds = chunkBounds(length, size);
-    this.chunkLengths = this.bounds.slice(1).map((end, c) => end - this.bounds[c]);
+    // the exchange's cut: the last chunk takes the sideband
+    const cut = [...this.bounds.slice(0, size), stride];
+    this.chunkLengths = cut.slice(1).map((end, c) => end - cut[c]);
     const heldBy = comm.worldRanks.map((worldRank) => map.shardsOf(worldRank));
     if (heldBy.reduce((n, shards) => n + shards.length, 0) !== map.shardCount) {
       throw new Error(
@@ -91,18 +109,18 @@ export class ShardSum {
       );
     }
     this.held = heldBy[comm.rank];
-    this.slots = streamVector(this.held.length * length, Stream.gradients);
-    const [mineFrom, mineTo] = [this.bounds[comm.rank], this.bounds[comm.rank + 1]];
+    this.slots = streamVector(this.held.length * stride, Stream.gradients);
+    const [mineFrom, mineTo] = [cut[comm.rank], cut[comm.rank + 1]];
     this.chunk = new Float32Array(mineTo - mineFrom);
     this.receiveBuffer = new Float32Array(map.shardCount * this.chunk.length);
     const calls = Math.max(...heldBy.map((shards) => shards.length));
-    const overlap = (from: number, to: number, c: number) => Math.max(0, Math.min(to, this.bounds[c + 1]) - Math.max(from, this.bounds[c]));
+    const overlap = (from: number, to: number, c: number) => Math.max(0, Math.min(to, cut[c + 1]) - Math.max(from, cut[c]));
     if (!(sizes.first >= 1 && sizes.rest >= 1))
       throw new RangeError(`ShardSum: bucket sizes must be positive, got ${JSON.stringify(sizes)}`);
     this.buckets = [];
     let received = 0;
-    for (let to = length, from: number; to > 0; to = from) {
-      from = Math.max(0, to - (to === length ? sizes.first : sizes.rest));
+    for (let to = stride, from: number; to > 0; to = from) {
+      from = Math.max(0, to - (to === stride ? sizes.first : sizes.rest));
       const mine = overlap(from, to, comm.rank);
       const partFrom = Math.max(from, mineFrom) - mineFrom;
       const pieces = new Array<Float32Array>(map.shardCount);
@@ -120,8 +138,8 @@ export class ShardSum {
         received += receive.length;
         const sends = j < this.held.length;
         bucketCalls.push({
-          send: sends ? this.slots.subarray(j * length + from, j * length + to) : new Float32Array(0),
-          sendCounts: this.bounds.slice(0, size).map((_, c) => (sends ? overlap(from, to, c) : 0)),
+          send: sends ? this.slots.subarray(j * stride + from, j * stride + to) : new Float32Array(0),
+          sendCounts: cut.slice(0, size).map((_, c) => (sends ? overlap(from, to, c) : 0)),
           receive,
           receiveCounts,
         });
@@ -129,14 +147,24 @@ export class ShardSum {
       this.buckets.push({ from, calls: bucketCalls, chunkPart: this.chunk.subarray(partFrom, partFrom + mine), pieces });
     }
     // alone with one shard, the sum is that shard's vector as stored: no copy
-    this.total = size === 1 && this.held.length === 1 ? this.slots : streamVector(length, Stream.gradients);
+    this.full = size === 1 && this.held.length === 1 ? this.slots : streamVector(stride, Stream.gradients);
+    this.total = this.full.subarray(0, length);
+    this.sidebandTotal = this.full.subarray(length);
   }
 
   /** Held shard s's vector: code computing it may write it here in place of put(), then call stored(). */
   slot(shard: number): Float32Array {
     const h = this.held.indexOf(shard);
     if (h < 0) throw new RangeError(`ShardSum.slot: shard ${shard} is not held by this rank (holds ${this.held})`);
-    return this.slots.subarray(h * this.length, (h + 1) * this.length);
+    return this.slots.subarray(h * this.stride, h * this.stride + this.length);
+  }
+
+  /** Sets held shard s's sideband to `values` (the sideband's length); send it with its vector. */
+  setSideband(shard: number, values: ArrayLike<number>): void {
+    const from = this.held.indexOf(shard) * this.stride + this.length;
+    if (from < this.length || values.length !== this.sideband)
+      throw new RangeError(`ShardSum.setSideband: shard ${shard} held (${this.held}), ${values.length} values for a sideband of ${this.sideband}`);
+    this.slots.set(values, from);
   }
 
   /** Held shard s's slot holds its vector for `step`, all but the last element, which is `last` (its loss). */
@@ -218,16 +246,17 @@ export class ShardSum {
    * `into`, with no MPI call (the same additions in the same order as reduce()'s).
    */
   private addHeld(into: Float32Array): Float32Array {
-    if (into === this.slots) return into;
-    into.set(this.slots.subarray(0, this.length));
-    for (let h = 1; h < this.held.length; ++h) this.add(into, this.slots.subarray(h * this.length, (h + 1) * this.length));
+    if (into.buffer === this.slots.buffer && into.byteOffset === this.slots.byteOffset) return into;
+    const { stride } = this;
+    into.set(this.slots.subarray(0, stride));
+    for (let h = 1; h < this.held.length; ++h) this.add(into, this.slots.subarray(h * stride, (h + 1) * stride));
     return into;
   }
 
-  /** The shard-ordered sum of every shard's vector, on every rank (in `total`). */
+  /** The shard-ordered sum of every shard's vector, on every rank (in `total`, the sideband's in `sidebandTotal`). */
   async sum(): Promise<Float32Array> {
-    if (this.comm.size === 1) return this.addHeld(this.total);
-    await this.comm.allgatherv(await this.reduce(), this.total, this.chunkLengths);
+    if (this.comm.size === 1) this.addHeld(this.full);
+    else await this.comm.allgatherv(await this.reduce(), this.full, this.chunkLengths);
     return this.total;
   }
 }

@@ -149,8 +149,10 @@ export class ShardedState {
   /** ec: whether the committed redundancy also holds step baseStep's input (it then stands for step baseStep + 1) */
   private baseHasInput = false;
   private stateSending?: Promise<void>;
-  /** the updated chunk (and the loss, on the last rank): the allgather's contribution */
+  /** the updated chunk (and the loss and the sum's sideband, on the last rank): the allgather's contribution */
   private send!: Float32Array;
+  /** with a sideband in the sum: what the allgather receives, [parameters | loss | sideband] (the sideband has no place in the parameters' buffer) */
+  private gathered?: Float32Array;
   /** the parameters at the step's start, while the allgather overwrites them before the vote */
   private readonly previous: Float32Array;
   private paramsTouched = false;
@@ -329,11 +331,21 @@ export class ShardedState {
     }
     const out = { params: this.send.subarray(0, L), state: this.slotViews(this.scratch, L) };
     this.config.optimizer.update(own, grads, this.slotViews(this.live, L), lr, step, from, out);
-    if (chunk.length > L) this.send[L] = chunk[L]; // the loss: the last chunk's last element
+    // the last chunk's loss, and the sideband after it
+    if (chunk.length > L) {
+      if (this.send.length < chunk.length) this.send = new Float32Array(chunk.length);
+      this.send.set(chunk.subarray(L), L);
+    }
     this.previous.set(params);
     this.paramsTouched = true;
     timed('update');
-    await this.comm!.allgatherv(this.send.subarray(0, chunk.length), params, sum.chunkLengths);
+    if (sum.sideband === 0) await this.comm!.allgatherv(this.send.subarray(0, chunk.length), params, sum.chunkLengths);
+    else {
+      this.gathered ??= new Float32Array(params.length + sum.sideband);
+      await this.comm!.allgatherv(this.send.subarray(0, chunk.length), this.gathered, sum.chunkLengths);
+      params.set(this.gathered.subarray(0, params.length));
+      sum.sidebandTotal.set(this.gathered.subarray(params.length));
+    }
     timed('allgather');
     if (input) {
       beforeRedundancy();

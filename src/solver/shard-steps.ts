@@ -109,16 +109,28 @@ export async function computeShards(work: ShardWork): Promise<void> {
   const { manager, step, target } = work;
   const sum = manager.shardSum;
   const missing = sum.held.filter((shard) => !sum.holds(shard, step));
+  const times = manager.shardTimes;
+  // --rebalance auto: each shard's time at the step before rides with it in the sum (balance.ts)
+  if (times) for (const shard of sum.held) sum.setSideband(shard, times.sideband(shard));
   await whileComputing(async () => {
     for (const shard of missing) {
       const slot = target.place ? sum.slot(shard) : undefined;
       const last = manager.overlap && slot !== undefined && shard === missing[missing.length - 1];
+      const started = performance.now();
       const loss = await computeShard(work, shard, slot, last);
+      await slowDrill(manager, started);
+      times?.record(shard, performance.now() - started);
       if (slot) sum.stored(shard, step, loss);
       else sum.put(shard, step, [target.gradient, target.statistics, [loss]]);
     }
   });
   sum.sendFrom(0);
+}
+
+/** A slow drill (action=slow, factor F): this rank sleeps F - 1 times what its work begun at `started` took, awake for the watchdog. */
+export async function slowDrill(manager: Manager, started: number): Promise<void> {
+  const factor = manager.slowFactor();
+  if (factor > 1) await new Promise((wake) => setTimeout(wake, (factor - 1) * (performance.now() - started)));
 }
 
 /**

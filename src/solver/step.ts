@@ -21,7 +21,7 @@ import { crc64 } from '../base/checksum';
 import { applyFlip } from '../liveness/drills';
 import type { GradientDigests } from '../protocol/verification';
 import type { ShardSum } from '../sharding/shard-sum';
-import { computeShards, recomputeShard, type BatchBuffers, type GradientFn, type GradientTarget, type ShardWork } from './shard-steps';
+import { computeShards, recomputeShard, slowDrill, type BatchBuffers, type GradientFn, type GradientTarget, type ShardWork } from './shard-steps';
 import type { DataPosition } from './data-position';
 import type { ShrinkStep } from './shrink-schedule';
 
@@ -221,8 +221,10 @@ export class DataParallelStep {
       const [x, labels] = this.buffers.view(rows);
       await manager.ready(piece.shard, piece.rows);
       gatherBatch(manager.shard(piece.shard), piece.rows, x, labels);
+      const started = performance.now();
       const key = { seed: this.settings.seed, epoch, step: manager.step, shard: piece.shard };
       const loss = compute({ x, labels, rows, samples, key });
+      await slowDrill(manager, started);
       this.backend.addInPlace(this.contribution.subarray(0, P), target.gradient);
       if (B > 0) this.backend.addInPlace(this.contribution.subarray(P, P + B), target.statistics);
       this.contribution[P + B] += loss * (rows / samples);

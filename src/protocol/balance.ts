@@ -1,0 +1,169 @@
+// Slow ranks and the shard map (--rebalance auto, exact mode). In synchronous data parallelism the
+// slowest rank sets the step's pace; in exact mode any rank may compute any shard with the same
+// bits, so moving shards off a slow rank changes the speed and never the result.
+//
+// Every step each working rank's compute time per shard reaches every working rank inside the
+// step's sum (the sum's sideband: shard s's vector carries the time s took its owner at the
+// previous step in element s, zeros elsewhere, so the sum holds every shard's time exactly; no
+// collective is added). From the same numbers every rank draws the same decisions without
+// talking, applied at the step's end:
+// - A rank's speed is the median, over the last K steps (--slow-steps), of its mean time per shard.
+//   A rank is slow when that is at least (1 + margin) times the others' median (--slow-margin).
+// - Rebalance: while a rank is slow, or once the shard counts are uneven (a slow rank that became
+//   fast again), the counts are re-planned so that each rank's expected time, its count times its
+//   time per shard, is as even as whole shards allow (each rank keeps at least one shard, so its
+//   speed stays measured); the map changes when that plan shortens the step by more than 5%, and at
+//   most once every K steps.
+// - Evict: a rank F times slower than the others' median (--evict-slower) at each of 4K steps in a
+//   row leaves as failed, when a spare or a respawn can take its place.
+// A recovery starts the measurements afresh (the world changed; a rank that joined has none).
+import type { ShardMap } from '../data/shard-map';
+
+export interface BalanceSettings {
+  /** a rank is slow when its time per shard is at least (1 + slowMargin) times the others' median */
+  slowMargin: number;
+  /** the steps a rank's speed is the median of, and the fewest steps between two changes of the map */
+  slowSteps: number;
+  /** a rank this many times slower than the others at each of 4 x slowSteps steps is evicted where it can be replaced (0: never) */
+  evictSlower: number;
+}
+
+/** What a step's end does about slow ranks. */
+export type BalanceDecision =
+  | {
+      kind: 'rebalance';
+      /** the shards each rank holds from the next step on */
+      counts: Map<number, number>;
+      /** each rank's measured time per shard (ms), the medians the plan used */
+      msPerShard: Map<number, number>;
+    }
+  | {
+      kind: 'evict';
+      rank: number;
+      /** how many times slower than the others' median it was at the last step */
+      slower: number;
+      /** the steps in a row it was */
+      steps: number;
+    };
+
+/** The smallest improvement of the expected step time that is worth a change of the map. */
+const worthMoving = 0.05;
+
+export class Balancer {
+  /** each rank's mean time per shard at the last K steps it was measured, oldest first */
+  private readonly windows = new Map<number, number[]>();
+  /** how many steps in a row each rank was evictSlower times slower than the others */
+  private readonly slowStreaks = new Map<number, number>();
+  private stepsSinceChange = 0;
+
+  constructor(private readonly settings: BalanceSettings) {}
+
+  /** A recovery: the measurements start again. */
+  reset(): void {
+    this.windows.clear();
+    this.slowStreaks.clear();
+    this.stepsSinceChange = 0;
+  }
+
+  /**
+   * A committed step's times per shard (`times[s]`: ms shard s took its owner at the step before,
+   * 0: unknown) under `map`; `canReplace`: a lost rank's place would be taken. What to do at the
+   * step's end, if anything.
+   */
+  observe(times: ArrayLike<number>, map: ShardMap, canReplace: boolean): BalanceDecision | undefined {
+    const ranks = map.ranks;
+    if (ranks.length < 2) return undefined;
+    const { slowMargin, slowSteps, evictSlower } = this.settings;
+    this.stepsSinceChange += 1;
+    const now = new Map<number, number>();
+    for (const r of ranks) {
+      const known = map.shardsOf(r).map((s) => times[s]).filter((ms) => ms > 0);
+      if (known.length === 0) continue;
+      const mean = known.reduce((a, b) => a + b, 0) / known.length;
+      now.set(r, mean);
+      const window = [...(this.windows.get(r) ?? []), mean].slice(-slowSteps);
+      this.windows.set(r, window);
+    }
+    if (evictSlower > 0) {
+      for (const r of ranks) {
+        const others = othersMedian(now, r);
+        const slower = now.has(r) && others !== undefined ? now.get(r)! / others : 0;
+        this.slowStreaks.set(r, slower >= evictSlower ? (this.slowStreaks.get(r) ?? 0) + 1 : 0);
+      }
+      const steps = 4 * slowSteps;
+      const evicted = ranks.find((r) => this.slowStreaks.get(r)! >= steps);
+      if (evicted !== undefined && canReplace) {
+        this.reset();
+        return { kind: 'evict', rank: evicted, slower: now.get(evicted)! / othersMedian(now, evicted)!, steps };
+      }
+    }
+    if (this.stepsSinceChange < slowSteps || ranks.some((r) => (this.windows.get(r)?.length ?? 0) < slowSteps)) return undefined;
+    const speeds = new Map(ranks.map((r) => [r, median(this.windows.get(r)!)]));
+    const current = map.counts();
+    const planned = planCounts(speeds, map.shardCount);
+    if (ranks.every((r) => planned.get(r) === current.get(r))) return undefined;
+    const slow = ranks.some((r) => speeds.get(r)! >= (1 + slowMargin) * othersMedian(speeds, r)!);
+    const counts = [...current.values()];
+    const uneven = Math.max(...counts) - Math.min(...counts) > 1;
+    if (!slow && !uneven) return undefined;
+    if (makespan(planned, speeds) > (1 - worthMoving) * makespan(current, speeds)) return undefined;
+    this.stepsSinceChange = 0;
+    return { kind: 'rebalance', counts: planned, msPerShard: speeds };
+  }
+}
+
+/**
+ * Whole shards over ranks of the given times per shard, so that the longest expected time (count x
+ * time) is as short as it can be: one shard each, then each next shard to the rank that would end
+ * soonest with it (ties: the lowest rank). Optimal for equal shards.
+ */
+export function planCounts(msPerShard: ReadonlyMap<number, number>, shards: number): Map<number, number> {
+  const ranks = [...msPerShard.keys()].sort((a, b) => a - b);
+  if (ranks.length > shards) throw new RangeError(`planCounts: ${ranks.length} ranks cannot each hold one of ${shards} shards`);
+  const counts = new Map(ranks.map((r) => [r, 1]));
+  for (let given = ranks.length; given < shards; ++given) {
+    let best = ranks[0];
+    for (const r of ranks) if ((counts.get(r)! + 1) * msPerShard.get(r)! < (counts.get(best)! + 1) * msPerShard.get(best)!) best = r;
+    counts.set(best, counts.get(best)! + 1);
+  }
+  return counts;
+}
+
+/** The longest expected compute time of a step: the largest count x time per shard. */
+export function makespan(counts: ReadonlyMap<number, number>, msPerShard: ReadonlyMap<number, number>): number {
+  return Math.max(...[...counts].map(([r, n]) => n * msPerShard.get(r)!));
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/** The median of every rank's value but r's (undefined: no other rank has one). */
+function othersMedian(values: ReadonlyMap<number, number>, r: number): number | undefined {
+  const others = [...values].filter(([rank]) => rank !== r).map(([, v]) => v);
+  return others.length === 0 ? undefined : median(others);
+}
+
+/** This rank's measured compute time of each shard it computed, sent at the next step in the sum's sideband. */
+export class ShardTimes {
+  private readonly last = new Map<number, number>();
+  private readonly values: Float32Array;
+
+  constructor(shards: number) {
+    this.values = new Float32Array(shards);
+  }
+
+  /** Shard s took `ms` to compute here. */
+  record(shard: number, ms: number): void {
+    this.last.set(shard, ms);
+  }
+
+  /** Shard s's sideband: the time it took here when last computed in element s (0: never), zeros elsewhere. Valid until the next call. */
+  sideband(shard: number): Float32Array {
+    this.values.fill(0);
+    this.values[shard] = this.last.get(shard) ?? 0;
+    return this.values;
+  }
+}
