@@ -16,7 +16,8 @@
 //   most once every K steps.
 // - Evict: a rank F times slower than the others' median (--evict-slower) at each of 4K steps in a
 //   row leaves as failed, when a spare or a respawn can take its place.
-// A recovery starts the measurements afresh (the world changed; a rank that joined has none).
+// The first K steps after the start or a recovery are not measured (warm-up, a retried step's
+// partial work), and a recovery starts the measurements afresh (a rank that joined has none).
 import type { ShardMap } from '../data/shard-map';
 
 export interface BalanceSettings {
@@ -55,6 +56,8 @@ export class Balancer {
   /** how many steps in a row each rank was evictSlower times slower than the others */
   private readonly slowStreaks = new Map<number, number>();
   private stepsSinceChange = 0;
+  /** steps seen since the start or the last reset: the first slowSteps are warm-up */
+  private stepsSeen = 0;
 
   constructor(private readonly settings: BalanceSettings) {}
 
@@ -63,6 +66,7 @@ export class Balancer {
     this.windows.clear();
     this.slowStreaks.clear();
     this.stepsSinceChange = 0;
+    this.stepsSeen = 0;
   }
 
   /**
@@ -75,6 +79,7 @@ export class Balancer {
     if (ranks.length < 2) return undefined;
     const { slowMargin, slowSteps, evictSlower } = this.settings;
     this.stepsSinceChange += 1;
+    if (++this.stepsSeen <= slowSteps) return undefined;
     const now = new Map<number, number>();
     for (const r of ranks) {
       const known = map.shardsOf(r).map((s) => times[s]).filter((ms) => ms > 0);

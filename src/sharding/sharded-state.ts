@@ -316,6 +316,7 @@ export class ShardedState {
     };
     const chunk = await sum.reduce();
     timed('reduce');
+    if (this.send.length < chunk.length) this.send = new Float32Array(chunk.length); // once: room for the sum's sideband
     const c = this.comm!.rank;
     const [from, L] = [this.layout.from(c), this.length(this.layout, c)];
     const params = this.config.params;
@@ -331,11 +332,7 @@ export class ShardedState {
     }
     const out = { params: this.send.subarray(0, L), state: this.slotViews(this.scratch, L) };
     this.config.optimizer.update(own, grads, this.slotViews(this.live, L), lr, step, from, out);
-    // the last chunk's loss, and the sideband after it
-    if (chunk.length > L) {
-      if (this.send.length < chunk.length) this.send = new Float32Array(chunk.length);
-      this.send.set(chunk.subarray(L), L);
-    }
+    if (chunk.length > L) this.send.set(chunk.subarray(L), L); // the last chunk's loss, and the sum's sideband after it
     this.previous.set(params);
     this.paramsTouched = true;
     timed('update');
