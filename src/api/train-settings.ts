@@ -359,7 +359,8 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     kind: 'integer',
     min: 1,
     default: 3,
-    describe: 'with --rebalance auto: the steps a rank\'s time per shard is the median of, and the fewest steps between two changes of the shard map',
+    describe:
+      "with --rebalance auto: the steps a rank's time per shard is the median of, and the fewest steps between two changes of the shard map",
     group: 'Fault tolerance',
   },
   evictSlower: {

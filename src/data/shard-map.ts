@@ -106,7 +106,9 @@ export class ShardMap {
     const given = [...counts.keys()].sort((a, b) => a - b);
     const total = [...counts.values()].reduce((a, b) => a + b, 0);
     if (given.join() !== ranks.join() || total !== this.shardCount || [...counts.values()].some((n) => !Number.isSafeInteger(n) || n < 1))
-      throw new RangeError(`withCounts: expected a count >= 1 for each of ranks ${JSON.stringify(ranks)} summing to ${this.shardCount}, got ${JSON.stringify([...counts])}`);
+      throw new RangeError(
+        `withCounts: expected a count >= 1 for each of ranks ${JSON.stringify(ranks)} summing to ${this.shardCount}, got ${JSON.stringify([...counts])}`,
+      );
     const owners = [...this.owners];
     const freed: number[] = [];
     for (const r of ranks) freed.push(...this.shardsOf(r).slice(counts.get(r)));

@@ -86,7 +86,8 @@ export function parseDrill(text: string): Drill {
     fields.set(key, value);
   }
   const unknown = [...fields.keys()].filter((k) => !['rank', 'step', 'phase', 'action', 'target', 'factor'].includes(k));
-  if (unknown.length > 0) throw new Error(`--drill: unknown field "${unknown[0]}" in "${text}" (rank, step, phase, action, target, factor)`);
+  if (unknown.length > 0)
+    throw new Error(`--drill: unknown field "${unknown[0]}" in "${text}" (rank, step, phase, action, target, factor)`);
   const integer = (key: string): number => {
     const value = Number(fields.get(key));
     if (!fields.has(key) || !Number.isSafeInteger(value) || value < 0)
@@ -202,7 +203,10 @@ export class FaultInjector {
     const drill = this.drills.find((d) => d.rank === this.worldRank && d.step === step && d.phase === phase && !corrupting(d.action));
     if (!drill) return;
     if (drill.action === 'slow') {
-      fs.appendFileSync(this.note, `${new Date().toISOString()} drill: rank ${this.worldRank} computes ${drill.factor} times slower from step ${step} on\n`);
+      fs.appendFileSync(
+        this.note,
+        `${new Date().toISOString()} drill: rank ${this.worldRank} computes ${drill.factor} times slower from step ${step} on\n`,
+      );
       return;
     }
     fs.appendFileSync(

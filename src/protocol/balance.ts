@@ -82,7 +82,10 @@ export class Balancer {
     if (++this.stepsSeen <= slowSteps) return undefined;
     const now = new Map<number, number>();
     for (const r of ranks) {
-      const known = map.shardsOf(r).map((s) => times[s]).filter((ms) => ms > 0);
+      const known = map
+        .shardsOf(r)
+        .map((s) => times[s])
+        .filter((ms) => ms > 0);
       if (known.length === 0) continue;
       const mean = known.reduce((a, b) => a + b, 0) / known.length;
       now.set(r, mean);

@@ -450,7 +450,9 @@ export class Manager implements StepPosition {
     });
     const fastest = Math.min(...ms);
     const speeds = ranks.map((r, i) => `${r}: ${before.get(r)}->${decision.counts.get(r)} (${(ms[i] / fastest).toFixed(1)}x)`).join(', ');
-    this.observer.log(`step ${step}: moving ${shards.length} shard(s) off slow ranks; rank: shards (time per shard vs the fastest) ${speeds}`);
+    this.observer.log(
+      `step ${step}: moving ${shards.length} shard(s) off slow ranks; rank: shards (time per shard vs the fastest) ${speeds}`,
+    );
   }
 
   /** A step's end where a rank that stayed far slower than the others leaves as failed, for a spare or a respawned rank to take its place. */

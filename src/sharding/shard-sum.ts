@@ -163,7 +163,9 @@ export class ShardSum {
   setSideband(shard: number, values: ArrayLike<number>): void {
     const from = this.held.indexOf(shard) * this.stride + this.length;
     if (from < this.length || values.length !== this.sideband)
-      throw new RangeError(`ShardSum.setSideband: shard ${shard} held (${this.held}), ${values.length} values for a sideband of ${this.sideband}`);
+      throw new RangeError(
+        `ShardSum.setSideband: shard ${shard} held (${this.held}), ${values.length} values for a sideband of ${this.sideband}`,
+      );
     this.slots.set(values, from);
   }
 

@@ -21,7 +21,15 @@ import { crc64 } from '../base/checksum';
 import { applyFlip } from '../liveness/drills';
 import type { GradientDigests } from '../protocol/verification';
 import type { ShardSum } from '../sharding/shard-sum';
-import { computeShards, recomputeShard, slowDrill, type BatchBuffers, type GradientFn, type GradientTarget, type ShardWork } from './shard-steps';
+import {
+  computeShards,
+  recomputeShard,
+  slowDrill,
+  type BatchBuffers,
+  type GradientFn,
+  type GradientTarget,
+  type ShardWork,
+} from './shard-steps';
 import type { DataPosition } from './data-position';
 import type { ShrinkStep } from './shrink-schedule';
 

@@ -50,7 +50,7 @@ describe('ft-train settings: one table for flags and options', () => {
       joinId: undefined,
     });
     assert.equal(flagName('respawnLimit'), 'respawn-limit');
-    assert.equal(Object.keys(trainSettings).length, 41);
+    assert.equal(Object.keys(trainSettings).length, 45);
   });
 
   it("a bad setting is one line in the caller's spelling", () => {
@@ -79,6 +79,28 @@ describe('ft-train settings: one table for flags and options', () => {
       'ft-train: verifyEvery needs onFailure exact (equal bits whoever computes), got shrink',
     );
     assert.equal(refused({ onCorruption: 'ignore' }), 'ft-train: onCorruption expects one of evict, stop, got "ignore"');
+    assert.equal(
+      refused({ rebalance: 'auto', onFailure: 'shrink' }),
+      'ft-train: rebalance auto needs onFailure exact (the same bits whoever computes a shard), got shrink',
+    );
+    assert.equal(refused({ evictSlower: 1 }), 'ft-train: evictSlower expects 0 (never) or a factor above 1, got 1');
+    assert.equal(refused({ slowMargin: 0 }), 'ft-train: slowMargin expects a number > 0, got 0');
+    assert.equal(
+      refused({ drill: ['rank=1,step=2,action=slow'] }),
+      'ft-train: --drill: action slow takes factor=F (and only it does), in "rank=1,step=2,action=slow"',
+    );
+    assert.equal(
+      refused({ drill: ['rank=1,step=2,factor=2'] }),
+      'ft-train: --drill: action slow takes factor=F (and only it does), in "rank=1,step=2,factor=2"',
+    );
+    assert.equal(
+      refused({ drill: ['rank=1,step=2,action=slow,factor=0.5'] }),
+      'ft-train: --drill: factor expects a number in [1, 1000], got "0.5" in "rank=1,step=2,action=slow,factor=0.5"',
+    );
+    // slow ranks are balanced by default where moving shards keeps the bits, not elsewhere
+    assert.deepEqual(resolveTrainOptions(required).rebalance, { slowMargin: 0.5, slowSteps: 3, evictSlower: 4 });
+    assert.equal(resolveTrainOptions({ ...required, onFailure: 'shrink' }).rebalance, undefined);
+    assert.equal(resolveTrainOptions({ ...required, rebalance: 'off' }).rebalance, undefined);
     // the check is on by default where it can be, off where it cannot
     assert.equal(resolveTrainOptions(required).verifyEvery, 100);
     assert.equal(resolveTrainOptions({ ...required, onFailure: 'shrink' }).verifyEvery, 0);
