@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
 import { mpirunCommand } from '../src/cli/mpirun';
 import { compileMpiC } from './mpi-c';
-import { median } from './median';
+import { median } from '../src/base/median';
 
 const sizes = [4, 16, 64, 256, 1024, 4096, 16384, 65536].map((kib) => kib * 1024);
 const rankCounts = [2, 4];

@@ -22,7 +22,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { newStripeWriter } from '../src/checkpoint/checkpoint';
 import { trainCommand } from '../src/cli/mpirun';
-import { median } from './median';
+import { median } from '../src/base/median';
 
 const root = path.resolve(__dirname, '..', '..');
 const scratch = path.join(root, 'bench', 'out', 'checkpoint');

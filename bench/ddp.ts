@@ -18,7 +18,7 @@ import { cpu } from '../src/nn/cpu';
 import { modelSpecJson } from '../src/nn/export';
 import { Net } from '../src/nn/net';
 import { loadSpec } from '../src/nn/spec';
-import { median } from './median';
+import { median } from '../src/base/median';
 
 const root = path.resolve(__dirname, '..', '..');
 const ranks = 2;

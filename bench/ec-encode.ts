@@ -6,7 +6,7 @@
 //   ec_encode_gbps_per_core, ec_decode_gbps_per_core, and by_code with each code's rates.
 import { randomFillSync } from 'node:crypto';
 import { ecDecode, ecEncode } from '../src/checkpoint/erasure';
-import { median } from './median';
+import { median } from '../src/base/median';
 
 const codes = [
   [2, 1],

@@ -11,7 +11,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { trainCommand } from '../src/cli/mpirun';
-import { median } from './median';
+import { median } from '../src/base/median';
 
 const root = path.resolve(__dirname, '..', '..');
 const modes = ['none', 'exact', 'shrink'] as const;

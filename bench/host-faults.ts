@@ -15,7 +15,7 @@ import { findCheckpoint } from '../src/checkpoint/checkpoint';
 import { jobProcesses } from '../src/cli/job-processes';
 import { readLines } from '../src/run/reader';
 import { hostsDown, hostsUp, type Hosts } from '../test/helpers/hosts';
-import { median } from './median';
+import { median } from '../src/base/median';
 
 const root = path.resolve(__dirname, '..', '..');
 export const partitionHangTimeoutS = 2;

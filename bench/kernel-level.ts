@@ -6,7 +6,7 @@
 //   level, onednn_isa {pinned, native}, openblas_core {pinned, native},
 //   pinned_vs_native (the worst model: pinned step speed / native; 1 = pinning costs nothing), models.
 import { spawnSync } from 'node:child_process';
-import { median } from './median';
+import { median } from '../src/base/median';
 import { modelStep, shippedModels } from './model-step';
 import type { CpuLevel, KernelSettings } from '../src/nn/backend';
 import { cpu } from '../src/nn/cpu';

@@ -31,7 +31,7 @@ import { mpirunCommand } from '../src/cli/mpirun';
 import { hostsUnavailable } from '../test/helpers/hosts';
 import { hostFaults, partitionHangTimeoutS } from './host-faults';
 import { compileMpiC } from './mpi-c';
-import { median } from './median';
+import { median } from '../src/base/median';
 
 const root = path.resolve(__dirname, '..', '..');
 const rankCounts = [2, 4, 8];

@@ -26,7 +26,7 @@ import { loadSpec } from '../src/nn/spec';
 import { Net } from '../src/nn/net';
 import { cpu } from '../src/nn/cpu';
 import { updatePhases } from '../src/sharding/sharded-state';
-import { median } from './median';
+import { median } from '../src/base/median';
 
 const root = path.resolve(__dirname, '..', '..');
 const modes = ['replicated', 'none', 'replicate:2', 'ec:2+1'] as const;

@@ -23,7 +23,7 @@ import { trainCommand } from '../src/cli/mpirun';
 import { ShardMap } from '../src/data/shard-map';
 import { spotAssignments } from '../src/protocol/verification';
 import type { EventRecord, StepRecord } from '../src/run/records';
-import { median } from './median';
+import { median } from '../src/base/median';
 
 const root = path.resolve(__dirname, '..', '..');
 const rounds = Number(process.env.BENCH_ROUNDS ?? 3);

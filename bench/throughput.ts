@@ -26,7 +26,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
-import { median } from './median';
+import { median } from '../src/base/median';
 import { languageModelAdamw, languageModelStep, modelStep, shippedModels } from './model-step';
 import { cpu } from '../src/nn/cpu';
 import { cudaAddon, cudaBackend } from '../src/nn/cuda';

@@ -4,22 +4,23 @@
 // world rank R (its pid from the run directory). --flip and --corrupt drill silent data corruption:
 // a bit flipped in what rank R holds at step K (once, or at every step from K on: a faulty core),
 // injected inside the rank at that point (ft-train's --drill action=flip|corrupt), since no signal
-// can flip a chosen bit of another process. Prints the run directory and a one-line verdict; exit
-// code 0 when the job finished with every killed rank lost, and every corrupting rank that a check
-// must catch evicted.
+// can flip a chosen bit of another process. --slow slows rank R from step K on, by SIGSTOP/SIGCONT
+// duty cycling: a real slow process, for --rebalance to find. Prints the run directory and a
+// one-line verdict; exit code 0 when the job finished with every killed rank lost, and every
+// corrupting rank that a check must catch evicted.
 import { commandLine, runMain } from './command';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { corruptible } from '../liveness/drills';
 import { runFiles } from '../run/files';
 import { readLines } from '../run/reader';
-import { parseKill, runDrill, type Kill } from './fault-drill';
+import { parseKill, parseSlow, runDrill, type Kill } from './fault-drill';
 import { trainFlag } from './mpirun';
 
 runMain('drill', async () => {
   const args = commandLine(
     'drill',
-    '$0 -n N [--kill R@K ...] [--stop R@K ...] [--flip R@K[:PHASE] ...] [--corrupt R@K[:PHASE] ...] -- <ft-train arguments>\n\nRuns ft-train under mpirun and kill -9s (or SIGSTOPs) world rank R once the metrics reach step K, or has it flip a bit at step K.',
+    '$0 -n N [--kill R@K ...] [--stop R@K ...] [--slow R@K:F ...] [--flip R@K[:PHASE] ...] [--corrupt R@K[:PHASE] ...] -- <ft-train arguments>\n\nRuns ft-train under mpirun and kill -9s (or SIGSTOPs, or slows) world rank R once the metrics reach step K, or has it flip a bit at step K.',
   )
     .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
     .option('kill', {
@@ -34,6 +35,14 @@ runMain('drill', async () => {
       default: [] as string[],
       describe: 'RANK@STEP: kill -STOP that rank once step STEP is committed (repeatable)',
     })
+    .option('slow', {
+      type: 'string',
+      array: true,
+      default: [] as string[],
+      describe:
+        'RANK@STEP:F: from step STEP on, that rank runs 1/F of every --slow-period (SIGSTOP, then SIGCONT): F times slower; F = 1 ends it (repeatable)',
+    })
+    .option('slow-period', { type: 'number', default: 20, describe: 'ms: the duty cycle of --slow' })
     .option('flip', {
       type: 'string',
       array: true,
@@ -48,8 +57,10 @@ runMain('drill', async () => {
     })
     .check((a) => {
       if (!Number.isSafeInteger(a.n) || a.n < 1) throw new Error(`-n expects an integer >= 1, got ${a.n}`);
-      if (a.kill.length + a.stop.length + a.flip.length + a.corrupt.length === 0)
-        throw new Error('give at least one --kill R@K, --stop R@K, --flip R@K or --corrupt R@K');
+      if (a.kill.length + a.stop.length + a.slow.length + a.flip.length + a.corrupt.length === 0)
+        throw new Error('give at least one --kill R@K, --stop R@K, --slow R@K:F, --flip R@K or --corrupt R@K');
+      if (!(a['slow-period'] >= 2 && a['slow-period'] <= 10_000)) throw new Error(`--slow-period expects ms in [2, 10000], got ${a['slow-period']}`);
+      for (const s of a.slow.map(parseSlow)) if (s.rank >= a.n) throw new Error(`--slow ${s.rank}@${s.step}: there are only ranks 0..${a.n - 1}`);
       for (const k of faults(a.kill, a.stop)) {
         if (k.rank >= a.n)
           throw new Error(`--${k.signal === 'SIGSTOP' ? 'stop' : 'kill'} ${k.rank}@${k.step}: there are only ranks 0..${a.n - 1}`);
@@ -65,13 +76,21 @@ runMain('drill', async () => {
   const flips = corruptions(args.flip, args.corrupt);
   const drills = flips.flatMap((c) => ['--drill', `rank=${c.rank},step=${c.step},phase=${c.phase},action=${c.action}`]);
   const kills = faults(args.kill, args.stop);
-  const { runDir, code, sent, summary, passed } = await runDrill(args.n, kills, [...args._.map(String), ...drills]);
+  const { runDir, code, sent, slowed, summary, passed } = await runDrill(
+    args.n,
+    kills,
+    [...args._.map(String), ...drills],
+    args.slow.map(parseSlow),
+    args['slow-period'],
+  );
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));
   const named = namedForCorruption(runDir);
   // a one-off flip of a gradient is caught only where the check recomputes it: the others must be
   const missed = flips.filter((c) => !lost.has(c.rank) && (c.action === 'corrupt' || c.phase !== 'compute'));
   const hit = [
     ...sent.map((k) => `killed rank ${k.rank}@${k.step}${k.signal === 'SIGSTOP' ? ' (stopped)' : ''}`),
+    ...slowed.map((s) => (s.factor > 1 ? `slowed rank ${s.rank}@${s.step} ${s.factor}x` : `rank ${s.rank} at full speed @${s.step}`)),
+    ...(slowed.length > 0 ? [`${rebalancesOf(runDir)} rebalance(s)`] : []),
     ...flips.map(
       (c) =>
         `${c.action} of rank ${c.rank}@${c.step} ${c.phase} ${!named.has(c.rank) ? 'not caught' : lost.has(c.rank) ? 'caught, rank evicted' : 'caught'}`,
@@ -87,6 +106,12 @@ runMain('drill', async () => {
   // ft-train refusing its arguments is bad input here too
   process.exitCode = passed && missed.length === 0 ? 0 : code === 2 && summary === null && sent.length === 0 ? 2 : 1;
 });
+
+/** How many times the run moved shards off slow ranks. */
+function rebalancesOf(runDir: string): number {
+  const file = path.join(runDir, runFiles.events);
+  return fs.existsSync(file) ? readLines(file).filter(({ value }) => value.event === 'rebalance').length : 0;
+}
 
 /** The ranks the run's corruption events name (suspects, or the ranks nobody could tell apart). */
 function namedForCorruption(runDir: string): Set<number> {

@@ -1,7 +1,8 @@
 // One training job under mpirun with real faults from outside: follows the run's metrics and,
 // when they reach step K, sends the process of world rank R (its pid from the run directory)
-// SIGKILL (a crash) or SIGSTOP (a hang, which the survivors detect, declare dead and kill).
-// Used by launch/drill, launch/compare and bench/recovery.
+// SIGKILL (a crash) or SIGSTOP (a hang, which the survivors detect, declare dead and kill), or
+// slows it from then on by SIGSTOP/SIGCONT duty cycling (a real slow process: it runs 1/F of each
+// period). Used by launch/drill, launch/compare, bench/recovery and bench/straggler.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -28,12 +29,25 @@ export interface Kill {
   error?: string;
 }
 
+/** A rank slowed from outside from step K on: it runs 1/factor of each period (factor 1: at full speed again). */
+export interface Slowdown {
+  rank: number;
+  step: number;
+  factor: number;
+  pid?: number;
+  /** when the slowing began */
+  time?: number;
+  error?: string;
+}
+
 export interface DrillOutcome {
   runDir: string;
   /** mpirun's exit code */
   code: number;
   /** the kills sent (pid and time set) */
   sent: Kill[];
+  /** the slowdowns begun (pid and time set) */
+  slowed: Slowdown[];
   summary: Pick<Summary, 'steps' | 'world_final' | 'ranks_lost' | 'params_sha256' | 'failures'> | null;
   /** the job finished, every kill was sent, and each killed rank is among the summary's lost ranks */
   passed: boolean;
@@ -46,6 +60,49 @@ export function parseKill(text: string, signal: DrillSignal = 'SIGKILL'): Kill {
   return { rank: Number(match[1]), step: Number(match[2]), signal };
 }
 
+/** "R@K:F", as --slow takes it. */
+export function parseSlow(text: string): Slowdown {
+  const match = /^(\d+)@(\d+):(\d+(?:\.\d+)?)$/.exec(text);
+  const factor = Number(match?.[3]);
+  if (!match || !(factor >= 1 && factor <= 100)) throw new Error(`--slow expects RANK@STEP:FACTOR with FACTOR in [1, 100] (e.g. 1@20:2), got "${text}"`);
+  return { rank: Number(match[1]), step: Number(match[2]), factor };
+}
+
+/** SIGSTOP and SIGCONT a process in turn so that it runs 1/factor of every period; ends with it running. */
+class DutyCycle {
+  private timer?: NodeJS.Timeout;
+
+  constructor(
+    private readonly pid: number,
+    private readonly factor: number,
+    private readonly periodMs: number,
+  ) {
+    this.run();
+  }
+
+  private signal(name: NodeJS.Signals): boolean {
+    try {
+      process.kill(this.pid, name);
+      return true;
+    } catch {
+      return false; // gone: nothing left to slow
+    }
+  }
+
+  private readonly run = (): void => {
+    if (!this.signal('SIGCONT')) return;
+    const running = this.periodMs / this.factor;
+    this.timer = setTimeout(() => {
+      if (this.signal('SIGSTOP')) this.timer = setTimeout(this.run, this.periodMs - running);
+    }, running);
+  };
+
+  end(): void {
+    clearTimeout(this.timer);
+    this.signal('SIGCONT');
+  }
+}
+
 /** The run directory named in ft-train's arguments. */
 function runDirOf(trainArgs: string[]): string {
   const runDir = trainFlag(trainArgs, 'run-dir');
@@ -53,10 +110,15 @@ function runDirOf(trainArgs: string[]): string {
   return runDir;
 }
 
-/** Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills`; writes drill.json when there are any. */
-export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]): Promise<DrillOutcome> {
+/**
+ * Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills` and `slows` (duty cycles of
+ * `periodMs`); writes drill.json when there are any.
+ */
+export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[], slows: Slowdown[] = [], periodMs = 20): Promise<DrillOutcome> {
   const runDir = runDirOf(trainArgs);
   const plan = kills.map((k) => ({ rank: k.rank, step: k.step, signal: k.signal }) as Kill);
+  const slowPlan = slows.map((s) => ({ rank: s.rank, step: s.step, factor: s.factor }) as Slowdown).sort((a, b) => a.step - b.step);
+  const cycles = new Map<number, DutyCycle>();
   const { command, args, env } = trainCommand(ranks, trainArgs);
   const job = spawn(command, args, { env, stdio: ['inherit', 'inherit', 'pipe'] });
   forwardJobStderr(job.stderr!);
@@ -87,7 +149,26 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
         console.log(`[drill] ${what} of world rank ${kill.rank} failed: ${kill.error}`);
       }
     }
-    if (plan.every((kill) => kill.time !== undefined || kill.error !== undefined)) stopFollowing();
+    for (const slow of slowPlan) {
+      if (slow.time !== undefined || slow.error !== undefined || step < slow.step) continue;
+      const file = readPidFile(path.join(runDir, runFiles.pids), slow.rank);
+      if (file === null || file.host !== os.hostname()) {
+        slow.error = file === null ? `no pid file for world rank ${slow.rank}` : `world rank ${slow.rank} runs on ${file.host}, not on this host`;
+        console.log(`[drill] slowing world rank ${slow.rank} failed: ${slow.error}`);
+        continue;
+      }
+      cycles.get(slow.rank)?.end();
+      cycles.delete(slow.rank);
+      [slow.pid, slow.time] = [file.pid, Date.now()];
+      if (slow.factor > 1) cycles.set(slow.rank, new DutyCycle(file.pid, slow.factor, periodMs));
+      console.log(
+        slow.factor > 1
+          ? `[drill] slowing ${file.pid} (world rank ${slow.rank}) ${slow.factor}x after step ${step}: SIGSTOP/SIGCONT, running ${(100 / slow.factor).toFixed(0)}% of every ${periodMs} ms`
+          : `[drill] world rank ${slow.rank} (${file.pid}) at full speed again after step ${step}`,
+      );
+    }
+    const pending = [...plan, ...slowPlan].some((fault) => fault.time === undefined && fault.error === undefined);
+    if (!pending) stopFollowing();
   }, 5);
   const stopFollowing = (): void => {
     clearInterval(follow);
@@ -98,15 +179,21 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
     code = await exited;
   } finally {
     stopFollowing();
+    for (const cycle of cycles.values()) cycle.end();
   }
 
   const summaryFile = path.join(runDir, runFiles.summary);
   const summary = fs.existsSync(summaryFile) ? (readObject(summaryFile) as DrillOutcome['summary']) : null;
   // ft-train refuses bad input before it creates the run directory: then there is no run to record kills in
-  if (plan.length > 0 && fs.existsSync(runDir))
-    writeAtomically(path.join(runDir, runFiles.drill), JSON.stringify({ ranks, kills: plan, mpirun_exit: code }, null, 2) + '\n');
+  if (plan.length + slowPlan.length > 0 && fs.existsSync(runDir))
+    writeAtomically(
+      path.join(runDir, runFiles.drill),
+      JSON.stringify({ ranks, kills: plan, ...(slowPlan.length > 0 ? { slows: slowPlan, period_ms: periodMs } : {}), mpirun_exit: code }, null, 2) + '\n',
+    );
   const sent = plan.filter((k) => k.time !== undefined);
+  const slowed = slowPlan.filter((s) => s.time !== undefined);
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));
-  const passed = code === 0 && summary !== null && sent.length === plan.length && sent.every((k) => lost.has(k.rank));
-  return { runDir, code, sent, summary, passed };
+  const passed =
+    code === 0 && summary !== null && sent.length === plan.length && sent.every((k) => lost.has(k.rank)) && slowPlan.every((s) => s.error === undefined);
+  return { runDir, code, sent, slowed, summary, passed };
 }

@@ -18,6 +18,7 @@
 //   row leaves as failed, when a spare or a respawn can take its place.
 // The first K steps after the start or a recovery are not measured (warm-up, a retried step's
 // partial work), and a recovery starts the measurements afresh (a rank that joined has none).
+import { median } from '../base/median';
 import type { ShardMap } from '../data/shard-map';
 
 export interface BalanceSettings {
@@ -140,12 +141,6 @@ export function planCounts(msPerShard: ReadonlyMap<number, number>, shards: numb
 /** The longest expected compute time of a step: the largest count x time per shard. */
 export function makespan(counts: ReadonlyMap<number, number>, msPerShard: ReadonlyMap<number, number>): number {
   return Math.max(...[...counts].map(([r, n]) => n * msPerShard.get(r)!));
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
 /** The median of every rank's value but r's (undefined: no other rank has one). */

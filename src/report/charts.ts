@@ -89,6 +89,16 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
         (c.action === 'evict' ? `evicted, rolled back to step ${c.to}` : 'stopped'),
     })),
   );
+  // each rank's shard count: before the first change, then as each change left it (a recovery's changes show at the next)
+  const shardCounts = runs.flatMap((run, i) =>
+    run.rebalances.flatMap((r, k) => [
+      ...(k === 0 ? r.ranks.map((rank, j) => ({ run: labels[i], rank: `rank ${rank}`, step: run.steps[0]?.step ?? 0, shards: r.before[j] })) : []),
+      ...r.ranks.map((rank, j) => ({ run: labels[i], rank: `rank ${rank}`, step: r.step, shards: r.after[j] })),
+      ...(k === run.rebalances.length - 1
+        ? r.ranks.map((rank, j) => ({ run: labels[i], rank: `rank ${rank}`, step: run.steps.at(-1)?.step ?? r.step, shards: r.after[j] }))
+        : []),
+    ]),
+  );
   const maxWorld = Math.max(...runs.map((run) => Math.max(...run.steps.map((s) => s.world))));
   const legend = { title: 'run (click to pick)', labelLimit: 260, symbolType: 'stroke', symbolOpacity: 1, symbolStrokeWidth: 3 };
   const color = { field: 'run', type: 'nominal' as const, scale: { domain: labels }, legend };
@@ -105,7 +115,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
     fields.map(([field, title, format]) => ({
       field,
       title,
-      type: field === 'run' ? 'nominal' : 'quantitative',
+      type: field === 'run' || field === 'rank' ? 'nominal' : 'quantitative',
       ...(format ? { format } : {}),
     }));
   const time = { field: 'seconds', type: 'quantitative', title: 'wall time (s)' };
@@ -323,6 +333,26 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
       },
     },
   );
+  if (shardCounts.length > 0) {
+    charts.push({
+      title: 'Shards per rank',
+      caption:
+        'How many shards each rank computed, from the rebalance events (--rebalance auto): a slow rank gives shards to faster ones and gets them back once fast again; the bits do not change. A recovery changes the counts too: they show as the next rebalance found them.',
+      spec: {
+        width,
+        height,
+        data: { values: shardCounts },
+        mark: { type: 'line', interpolate: 'step-after', strokeWidth: 2, point: true },
+        encoding: {
+          x: step,
+          y: { field: 'shards', type: 'quantitative', title: 'shards', axis: { format: 'd' }, scale: { zero: true } },
+          color: { field: 'rank', type: 'nominal', title: 'rank' },
+          strokeDash: { field: 'run', type: 'nominal', scale: { domain: labels }, title: 'run' },
+          tooltip: tooltip(['run', 'run'], ['rank', 'rank'], ['step', 'from step'], ['shards', 'shards']),
+        },
+      },
+    });
+  }
   if (evaluations.length > 0) {
     const accuracies = evaluations.map((e) => e.accuracy);
     const [low, high] = [Math.min(...accuracies), Math.max(...accuracies)];

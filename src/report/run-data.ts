@@ -47,6 +47,14 @@ export interface Corruption {
   to: number;
 }
 
+/** A change of the shard map for slow ranks (--rebalance auto): each rank's shard count before and after, from `step` on. */
+export interface Rebalance {
+  step: number;
+  ranks: number[];
+  before: number[];
+  after: number[];
+}
+
 /** A checkpoint the run wrote: why (jit, periodic, sigterm, ...) and how long it took, ms. */
 export interface CheckpointWrite {
   reason: string;
@@ -66,6 +74,8 @@ export interface Run {
   resumes: number[];
   /** the corruptions its checks found (--verify-every), in order */
   corruptions: Corruption[];
+  /** the shard map's changes for slow ranks, in order */
+  rebalances: Rebalance[];
   /** a language model's text at the end of training (sample.txt), if it wrote one */
   sample?: string;
 }
@@ -94,7 +104,16 @@ export function readRun(dir: string): Run {
     .map((e) => ({ reason: String(e.reason), durationMs: e.duration_ms as number }));
   const sampleFile = path.join(dir, runFiles.sample);
   const sample = fs.existsSync(sampleFile) ? fs.readFileSync(sampleFile, 'utf8') : undefined;
-  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes, corruptions, sample };
+  const rebalances = events.filter((e) => e.event === 'rebalance').map((e) => rebalanceOf(e, path.join(dir, runFiles.events)));
+  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes, corruptions, rebalances, sample };
+}
+
+function rebalanceOf(e: Json, file: string): Rebalance {
+  const { step, ranks, before, after } = e;
+  const counts = (value: unknown): value is number[] => isRanks(value) && value.length === (ranks as number[]).length;
+  if (typeof step !== 'number' || !isRanks(ranks) || !counts(before) || !counts(after))
+    throw new RunDirError(`${file}: a rebalance event without a step, or with ranks, before and after of different lengths`);
+  return { step, ranks, before, after };
 }
 
 function corruptionOf(e: Json, file: string): Corruption {

@@ -206,7 +206,7 @@ describe('The shard-ordered sum (ft/shard-sum.ts) on a real communicator', funct
   this.timeout(90_000);
 
   for (const size of [1, 2, 3]) {
-    it(`has the bits of one float32 addition after another in shard order at ${size} rank${size > 1 ? 's' : ''}, buckets sent early or late`, async () => {
+    it(`has the bits of one float32 addition after another in shard order at ${size} rank${size > 1 ? 's' : ''}, buckets sent early or late, a sideband summed with it`, async () => {
       const job = await runProgram<{ rank: number; sums: Record<string, string[]>; references: Record<string, string[]> }>(
         'shard-sum',
         size,
@@ -214,7 +214,7 @@ describe('The shard-ordered sum (ft/shard-sum.ts) on a real communicator', funct
       assert.equal(job.code, 0, job.stderr);
       assert.equal(job.results.length, size);
       for (const r of job.results) {
-        assert.deepEqual(Object.keys(r.sums), ['1001', '70001']);
+        assert.deepEqual(Object.keys(r.sums), ['1001', '70001', '1001+7']);
         for (const length of Object.keys(r.sums)) {
           assert.equal(r.sums[length].length, 2);
           r.sums[length].forEach((sum, step) =>

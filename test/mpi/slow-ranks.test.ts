@@ -85,7 +85,8 @@ describe('slow ranks: found, their shards moved, the bits unchanged', function (
       assert.ok(counts(first, 'after').get(rank)! < 2, `rank ${rank} keeps fewer shards: ${JSON.stringify(first)}`);
       assert.ok(counts(first, 'after').get(rank)! >= 1, 'a rank keeps one shard');
       const ms = first.ms_per_shard as number[];
-      assert.ok(ms[rank] > 4 * Math.max(...ms.filter((_, r) => r !== rank)), `rank ${rank} measured slow: ${JSON.stringify(first)}`);
+      // 8 times slower alone; sharing 2 cores here, the others are slowed too
+      assert.ok(ms[rank] > 2 * Math.max(...ms.filter((_, r) => r !== rank)), `rank ${rank} measured slow: ${JSON.stringify(first)}`);
       assert.match(
         run.stdout,
         new RegExp(`step 6: moving \\d shard\\(s\\) off slow ranks; rank: shards \\(time per shard vs the fastest\\) 0: 2->`),

@@ -1,6 +1,7 @@
 // The shard-ordered sum on a real communicator: seven shards held unevenly (two, two, three), a
 // vector cut into several buckets, some sent early as backward would (in a different pattern on
-// each rank), two steps in a row. Reports the digests of each rank's sums and of the reference: every shard's vector
+// each rank), two steps in a row; then with a sideband after each vector (shard s's value in its
+// element s, as balance.ts sends each shard's time). Reports the digests of each rank's sums and of the reference: every shard's vector
 // added in shard order, one float32 addition at a time, computed alone from the same seeded values.
 import { createHash } from 'node:crypto';
 import { finalize, init } from '../../../src/comm';
@@ -28,9 +29,18 @@ async function main(): Promise<void> {
   const map = ShardMap.fromOwners(owners.map((o) => o % world.size));
   const sums: Record<string, string[]> = {};
   const references: Record<string, string[]> = {};
-  for (const length of [1_001, 70_001]) {
+  for (const [length, sideband] of [
+    [1_001, 0],
+    [70_001, 0],
+    [1_001, owners.length],
+  ]) {
     // small buckets, so that both vectors go in several: 1,001 floats in 2, 70,001 in 6
-    const sum = new ShardSum(world, map, length, (acc, x) => cpu.addInPlace(acc, x), { first: 400, rest: 17_000 });
+    const sum = new ShardSum(world, map, length, (acc, x) => cpu.addInPlace(acc, x), { first: 400, rest: 17_000 }, sideband);
+    const side = (shard: number, step: number): Float32Array => {
+      const values = new Float32Array(sideband);
+      values[shard] = 1000.25 + 10 * step + shard;
+      return values;
+    };
     for (const step of [0, 1]) {
       sum.held.forEach((shard, h) => {
         const values = vector(shard, step, length);
@@ -41,6 +51,7 @@ async function main(): Promise<void> {
         } else {
           sum.put(shard, step, [values.subarray(0, length - 1), [values[length - 1]]]);
         }
+        if (sideband > 0) sum.setSideband(shard, side(shard, step));
       });
       // ranks send their buckets at different points, the last rank only at the end
       if (world.rank === 0) for (const from of [length - 10, Math.floor(length / 2), 1]) sum.sendFrom(from);
@@ -51,9 +62,11 @@ async function main(): Promise<void> {
         const values = vector(s, step, length);
         for (let i = 0; i < length; ++i) reference[i] = Math.fround(reference[i] + values[i]);
       }
-      const key = `${length}`;
-      (sums[key] ??= []).push(sha256(total));
-      (references[key] ??= []).push(sha256(reference));
+      const key = sideband > 0 ? `${length}+${sideband}` : `${length}`;
+      // with a sideband: the sum, then every shard's value where its vector put it
+      const expected = owners.map((_, s) => side(s, step)[s]);
+      (sums[key] ??= []).push(sha256(sideband > 0 ? Float32Array.from([...total, ...sum.sidebandTotal]) : total));
+      (references[key] ??= []).push(sha256(sideband > 0 ? Float32Array.from([...reference, ...expected]) : reference));
     }
   }
   report({ rank: world.rank, sums, references });

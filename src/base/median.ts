@@ -1,4 +1,5 @@
-// The benchmarks' summary statistic: the median, robust to the odd slow run on a shared machine.
+// The median: the summary statistic robust to the odd slow run or step (the benchmarks' figures,
+// and a rank's time per shard when slow ranks are looked for).
 export function median(values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
