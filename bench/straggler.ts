@@ -53,7 +53,8 @@ async function train(model: string, rebalance: 'off' | 'auto', runDir: string): 
   };
 }
 
-const stepMs = (run: Run, from: number, to = steps): number[] => run.metrics.filter((m) => m.step >= from && m.step < to).map((m) => m.step_ms);
+const stepMs = (run: Run, from: number, to = steps): number[] =>
+  run.metrics.filter((m) => m.step >= from && m.step < to).map((m) => m.step_ms);
 
 async function main(): Promise<void> {
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-straggler-'));
@@ -67,7 +68,9 @@ async function main(): Promise<void> {
       const detect: number[] = [];
       let equal = true;
       for (let round = 1; round <= rounds; ++round) {
-        process.stderr.write(`[bench] ${model} round ${round}/${rounds}: rank 1 ${factor}x slower from step ${slowFrom}, --rebalance off ...`);
+        process.stderr.write(
+          `[bench] ${model} round ${round}/${rounds}: rank 1 ${factor}x slower from step ${slowFrom}, --rebalance off ...`,
+        );
         const plain = await train(model, 'off', path.join(scratch, `${model}-off-${round}`));
         process.stderr.write(' auto ...');
         const balanced = await train(model, 'auto', path.join(scratch, `${model}-auto-${round}`));

@@ -59,8 +59,10 @@ runMain('drill', async () => {
       if (!Number.isSafeInteger(a.n) || a.n < 1) throw new Error(`-n expects an integer >= 1, got ${a.n}`);
       if (a.kill.length + a.stop.length + a.slow.length + a.flip.length + a.corrupt.length === 0)
         throw new Error('give at least one --kill R@K, --stop R@K, --slow R@K:F, --flip R@K or --corrupt R@K');
-      if (!(a['slow-period'] >= 2 && a['slow-period'] <= 10_000)) throw new Error(`--slow-period expects ms in [2, 10000], got ${a['slow-period']}`);
-      for (const s of a.slow.map(parseSlow)) if (s.rank >= a.n) throw new Error(`--slow ${s.rank}@${s.step}: there are only ranks 0..${a.n - 1}`);
+      if (!(a['slow-period'] >= 2 && a['slow-period'] <= 10_000))
+        throw new Error(`--slow-period expects ms in [2, 10000], got ${a['slow-period']}`);
+      for (const s of a.slow.map(parseSlow))
+        if (s.rank >= a.n) throw new Error(`--slow ${s.rank}@${s.step}: there are only ranks 0..${a.n - 1}`);
       for (const k of faults(a.kill, a.stop)) {
         if (k.rank >= a.n)
           throw new Error(`--${k.signal === 'SIGSTOP' ? 'stop' : 'kill'} ${k.rank}@${k.step}: there are only ranks 0..${a.n - 1}`);

@@ -64,7 +64,8 @@ export function parseKill(text: string, signal: DrillSignal = 'SIGKILL'): Kill {
 export function parseSlow(text: string): Slowdown {
   const match = /^(\d+)@(\d+):(\d+(?:\.\d+)?)$/.exec(text);
   const factor = Number(match?.[3]);
-  if (!match || !(factor >= 1 && factor <= 100)) throw new Error(`--slow expects RANK@STEP:FACTOR with FACTOR in [1, 100] (e.g. 1@20:2), got "${text}"`);
+  if (!match || !(factor >= 1 && factor <= 100))
+    throw new Error(`--slow expects RANK@STEP:FACTOR with FACTOR in [1, 100] (e.g. 1@20:2), got "${text}"`);
   return { rank: Number(match[1]), step: Number(match[2]), factor };
 }
 
@@ -114,7 +115,13 @@ function runDirOf(trainArgs: string[]): string {
  * Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills` and `slows` (duty cycles of
  * `periodMs`); writes drill.json when there are any.
  */
-export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[], slows: Slowdown[] = [], periodMs = 20): Promise<DrillOutcome> {
+export async function runDrill(
+  ranks: number,
+  kills: Kill[],
+  trainArgs: string[],
+  slows: Slowdown[] = [],
+  periodMs = 20,
+): Promise<DrillOutcome> {
   const runDir = runDirOf(trainArgs);
   const plan = kills.map((k) => ({ rank: k.rank, step: k.step, signal: k.signal }) as Kill);
   const slowPlan = slows.map((s) => ({ rank: s.rank, step: s.step, factor: s.factor }) as Slowdown).sort((a, b) => a.step - b.step);
@@ -153,7 +160,8 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
       if (slow.time !== undefined || slow.error !== undefined || step < slow.step) continue;
       const file = readPidFile(path.join(runDir, runFiles.pids), slow.rank);
       if (file === null || file.host !== os.hostname()) {
-        slow.error = file === null ? `no pid file for world rank ${slow.rank}` : `world rank ${slow.rank} runs on ${file.host}, not on this host`;
+        slow.error =
+          file === null ? `no pid file for world rank ${slow.rank}` : `world rank ${slow.rank} runs on ${file.host}, not on this host`;
         console.log(`[drill] slowing world rank ${slow.rank} failed: ${slow.error}`);
         continue;
       }
@@ -188,12 +196,20 @@ export async function runDrill(ranks: number, kills: Kill[], trainArgs: string[]
   if (plan.length + slowPlan.length > 0 && fs.existsSync(runDir))
     writeAtomically(
       path.join(runDir, runFiles.drill),
-      JSON.stringify({ ranks, kills: plan, ...(slowPlan.length > 0 ? { slows: slowPlan, period_ms: periodMs } : {}), mpirun_exit: code }, null, 2) + '\n',
+      JSON.stringify(
+        { ranks, kills: plan, ...(slowPlan.length > 0 ? { slows: slowPlan, period_ms: periodMs } : {}), mpirun_exit: code },
+        null,
+        2,
+      ) + '\n',
     );
   const sent = plan.filter((k) => k.time !== undefined);
   const slowed = slowPlan.filter((s) => s.time !== undefined);
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));
   const passed =
-    code === 0 && summary !== null && sent.length === plan.length && sent.every((k) => lost.has(k.rank)) && slowPlan.every((s) => s.error === undefined);
+    code === 0 &&
+    summary !== null &&
+    sent.length === plan.length &&
+    sent.every((k) => lost.has(k.rank)) &&
+    slowPlan.every((s) => s.error === undefined);
   return { runDir, code, sent, slowed, summary, passed };
 }

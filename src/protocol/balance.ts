@@ -14,6 +14,10 @@
 //   time per shard, is as even as whole shards allow (each rank keeps at least one shard, so its
 //   speed stays measured); the map changes when that plan shortens the step by more than 5%, and at
 //   most once every K steps.
+// - Judge each change: the step's compute (its slowest rank's summed shard times) over the K steps
+//   after a change is set against the K before it. A change that did not shorten it is undone (where
+//   ranks share cores a shard's time depends on the load, so the plan can be wrong), and the next
+//   change waits twice as long as the last did: 2K, 4K, ... steps.
 // - Evict: a rank F times slower than the others' median (--evict-slower) at each of 4K steps in a
 //   row leaves as failed, when a spare or a respawn can take its place.
 // The first K steps after the start or a recovery are not measured (warm-up, a retried step's
@@ -38,6 +42,8 @@ export type BalanceDecision =
       counts: Map<number, number>;
       /** each rank's measured time per shard (ms), the medians the plan used */
       msPerShard: Map<number, number>;
+      /** an undoing: the step's compute (ms, median) before the change undone, and since */
+      undone?: { beforeMs: number; sinceMs: number };
     }
   | {
       kind: 'evict';
@@ -59,8 +65,16 @@ export class Balancer {
   private stepsSinceChange = 0;
   /** steps seen since the start or the last reset: the first slowSteps are warm-up */
   private stepsSeen = 0;
+  /** the step's compute (its slowest rank's summed shard times, ms) at the last K steps where every shard's time was known */
+  private computeMs: number[] = [];
+  /** a change being judged: the counts before it and the step's compute then */
+  private trial?: { previous: Map<number, number>; beforeMs: number };
+  /** the fewest steps before the next change: K, doubled by each change undone in a row */
+  private holdOff: number;
 
-  constructor(private readonly settings: BalanceSettings) {}
+  constructor(private readonly settings: BalanceSettings) {
+    this.holdOff = settings.slowSteps;
+  }
 
   /** A recovery: the measurements start again. */
   reset(): void {
@@ -68,6 +82,9 @@ export class Balancer {
     this.slowStreaks.clear();
     this.stepsSinceChange = 0;
     this.stepsSeen = 0;
+    this.computeMs = [];
+    this.trial = undefined;
+    this.holdOff = this.settings.slowSteps;
   }
 
   /**
@@ -93,6 +110,10 @@ export class Balancer {
       const window = [...(this.windows.get(r) ?? []), mean].slice(-slowSteps);
       this.windows.set(r, window);
     }
+    if (Array.from(times).every((ms) => ms > 0)) {
+      const longest = Math.max(...ranks.map((r) => map.shardsOf(r).reduce((sum, s) => sum + times[s], 0)));
+      this.computeMs = [...this.computeMs, longest].slice(-slowSteps);
+    }
     if (evictSlower > 0) {
       for (const r of ranks) {
         const others = othersMedian(now, r);
@@ -106,8 +127,9 @@ export class Balancer {
         return { kind: 'evict', rank: evicted, slower: now.get(evicted)! / othersMedian(now, evicted)!, steps };
       }
     }
-    if (this.stepsSinceChange < slowSteps || ranks.some((r) => (this.windows.get(r)?.length ?? 0) < slowSteps)) return undefined;
-    const speeds = new Map(ranks.map((r) => [r, median(this.windows.get(r)!)]));
+    if (this.trial) return this.judge(map, this.trial);
+    if (this.stepsSinceChange < this.holdOff || ranks.some((r) => (this.windows.get(r)?.length ?? 0) < slowSteps)) return undefined;
+    const speeds = this.speeds(ranks);
     const current = map.counts();
     const planned = planCounts(speeds, map.shardCount);
     if (ranks.every((r) => planned.get(r) === current.get(r))) return undefined;
@@ -116,8 +138,34 @@ export class Balancer {
     const uneven = Math.max(...counts) - Math.min(...counts) > 1;
     if (!slow && !uneven) return undefined;
     if (makespan(planned, speeds) > (1 - worthMoving) * makespan(current, speeds)) return undefined;
-    this.stepsSinceChange = 0;
+    if (this.computeMs.length === slowSteps) this.trial = { previous: current, beforeMs: median(this.computeMs) };
+    this.changed();
     return { kind: 'rebalance', counts: planned, msPerShard: speeds };
+  }
+
+  /** Once K steps since a change are known: undone if the step's compute is not shorter by the margin it was made for. */
+  private judge(map: ShardMap, trial: { previous: Map<number, number>; beforeMs: number }): BalanceDecision | undefined {
+    const { slowSteps } = this.settings;
+    if (this.computeMs.length < slowSteps) return undefined;
+    const sinceMs = median(this.computeMs);
+    this.trial = undefined;
+    if (sinceMs <= (1 - worthMoving) * trial.beforeMs) {
+      this.holdOff = slowSteps;
+      return undefined;
+    }
+    this.holdOff *= 2;
+    this.changed();
+    return { kind: 'rebalance', counts: trial.previous, msPerShard: this.speeds(map.ranks), undone: { beforeMs: trial.beforeMs, sinceMs } };
+  }
+
+  private speeds(ranks: number[]): Map<number, number> {
+    return new Map(ranks.map((r) => [r, median(this.windows.get(r) ?? [0])]));
+  }
+
+  /** The map changes: the next is measured afresh from here. */
+  private changed(): void {
+    this.stepsSinceChange = 0;
+    this.computeMs = [];
   }
 }
 

@@ -438,7 +438,9 @@ export class Manager implements StepPosition {
     if (mine.length > 0) await this.shards.readBackFirst(mine, this.source!.stepRows(world.shardMap, mine));
     const ranks = [...before.keys()];
     const shards = [...moved.values()].flat().sort((a, b) => a - b);
-    const ms = ranks.map((r) => Math.round(decision.msPerShard.get(r)! * 1000) / 1000);
+    const round = (x: number): number => Math.round(x * 1000) / 1000;
+    const ms = ranks.map((r) => round(decision.msPerShard.get(r)!));
+    const { undone } = decision;
     this.observer.event({
       event: 'rebalance',
       step,
@@ -447,11 +449,14 @@ export class Manager implements StepPosition {
       after: ranks.map((r) => decision.counts.get(r)!),
       ms_per_shard: ms,
       shards,
+      ...(undone ? { undone: true, compute_ms_before: round(undone.beforeMs), compute_ms_since: round(undone.sinceMs) } : {}),
     });
     const fastest = Math.min(...ms);
     const speeds = ranks.map((r, i) => `${r}: ${before.get(r)}->${decision.counts.get(r)} (${(ms[i] / fastest).toFixed(1)}x)`).join(', ');
     this.observer.log(
-      `step ${step}: moving ${shards.length} shard(s) off slow ranks; rank: shards (time per shard vs the fastest) ${speeds}`,
+      undone
+        ? `step ${step}: the last rebalance did not shorten the step's compute (${undone.sinceMs.toFixed(1)} ms since, ${undone.beforeMs.toFixed(1)} ms before): moving ${shards.length} shard(s) back; rank: shards ${speeds}`
+        : `step ${step}: moving ${shards.length} shard(s) off slow ranks; rank: shards (time per shard vs the fastest) ${speeds}`,
     );
   }
 

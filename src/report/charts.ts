@@ -92,7 +92,9 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
   // each rank's shard count: before the first change, then as each change left it (a recovery's changes show at the next)
   const shardCounts = runs.flatMap((run, i) =>
     run.rebalances.flatMap((r, k) => [
-      ...(k === 0 ? r.ranks.map((rank, j) => ({ run: labels[i], rank: `rank ${rank}`, step: run.steps[0]?.step ?? 0, shards: r.before[j] })) : []),
+      ...(k === 0
+        ? r.ranks.map((rank, j) => ({ run: labels[i], rank: `rank ${rank}`, step: run.steps[0]?.step ?? 0, shards: r.before[j] }))
+        : []),
       ...r.ranks.map((rank, j) => ({ run: labels[i], rank: `rank ${rank}`, step: r.step, shards: r.after[j] })),
       ...(k === run.rebalances.length - 1
         ? r.ranks.map((rank, j) => ({ run: labels[i], rank: `rank ${rank}`, step: run.steps.at(-1)?.step ?? r.step, shards: r.after[j] }))

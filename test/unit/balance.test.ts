@@ -34,32 +34,114 @@ describe('slow ranks: the plan', () => {
       const shards = n + Math.floor(next() * 9);
       const ms = new Map(Array.from({ length: n }, (_, r) => [r * 2, 1 + Math.floor(next() * 40) / 4]));
       const counts = planCounts(ms, shards);
-      assert.equal([...counts.values()].reduce((a, b) => a + b, 0), shards);
+      assert.equal(
+        [...counts.values()].reduce((a, b) => a + b, 0),
+        shards,
+      );
       assert.ok([...counts.values()].every((c) => c >= 1));
       assert.equal(makespan(counts, ms), bestMakespan(ms, shards), JSON.stringify([...ms]));
     }
-    assert.deepEqual([...planCounts(new Map([[0, 1], [1, 8], [2, 1]]), 6)], [[0, 3], [1, 1], [2, 2]]);
-    assert.deepEqual([...planCounts(new Map([[0, 1], [1, 1]]), 8)], [[0, 4], [1, 4]]);
-    assert.throws(() => planCounts(new Map([[0, 1], [1, 1], [2, 1]]), 2), /3 ranks cannot each hold one of 2 shards/);
+    assert.deepEqual(
+      [
+        ...planCounts(
+          new Map([
+            [0, 1],
+            [1, 8],
+            [2, 1],
+          ]),
+          6,
+        ),
+      ],
+      [
+        [0, 3],
+        [1, 1],
+        [2, 2],
+      ],
+    );
+    assert.deepEqual(
+      [
+        ...planCounts(
+          new Map([
+            [0, 1],
+            [1, 1],
+          ]),
+          8,
+        ),
+      ],
+      [
+        [0, 4],
+        [1, 4],
+      ],
+    );
+    assert.throws(
+      () =>
+        planCounts(
+          new Map([
+            [0, 1],
+            [1, 1],
+            [2, 1],
+          ]),
+          2,
+        ),
+      /3 ranks cannot each hold one of 2 shards/,
+    );
   });
 
   it('moves only the shards a rank gives up, lowest first, and each rank keeps its lowest', () => {
     const map = ShardMap.initial(8, [0, 1, 2]); // [0,0,0,1,1,1,2,2]
-    const next = map.withCounts(new Map([[0, 4], [1, 1], [2, 3]]));
+    const next = map.withCounts(
+      new Map([
+        [0, 4],
+        [1, 1],
+        [2, 3],
+      ]),
+    );
     assert.deepEqual(next.toJSON(), [0, 0, 0, 1, 0, 2, 2, 2]);
-    assert.deepEqual([...map.movedTo(next)], [[0, [4]], [2, [5]]]);
+    assert.deepEqual(
+      [...map.movedTo(next)],
+      [
+        [0, [4]],
+        [2, [5]],
+      ],
+    );
     // back to the counts, not to the owners: rank 2 keeps shard 5, its lowest, and gives up 7
     assert.deepEqual(next.withCounts(map.counts()).toJSON(), [0, 0, 0, 1, 1, 2, 2, 1], 'and back');
     const random = stream(3);
     for (let trial = 0; trial < 100; ++trial) {
-      const counts = planCounts(new Map([[0, 1 + random() * 5], [1, 1 + random() * 5], [2, 1 + random() * 5]]), 8);
+      const counts = planCounts(
+        new Map([
+          [0, 1 + random() * 5],
+          [1, 1 + random() * 5],
+          [2, 1 + random() * 5],
+        ]),
+        8,
+      );
       const moved = [...map.movedTo(map.withCounts(counts)).values()].flat().length;
       const given = [...counts].reduce((n, [r, c]) => n + Math.max(0, c - map.shardsOf(r).length), 0);
       assert.equal(moved, given, 'no shard moves that need not');
       assert.deepEqual(map.withCounts(counts).counts(), counts);
     }
-    assert.throws(() => map.withCounts(new Map([[0, 8], [1, 0], [2, 0]])), /expected a count >= 1 for each of ranks \[0,1,2\] summing to 8/);
-    assert.throws(() => map.withCounts(new Map([[0, 4], [1, 4]])), /expected a count >= 1/);
+    assert.throws(
+      () =>
+        map.withCounts(
+          new Map([
+            [0, 8],
+            [1, 0],
+            [2, 0],
+          ]),
+        ),
+      /expected a count >= 1 for each of ranks \[0,1,2\] summing to 8/,
+    );
+    assert.throws(
+      () =>
+        map.withCounts(
+          new Map([
+            [0, 4],
+            [1, 4],
+          ]),
+        ),
+      /expected a count >= 1/,
+    );
   });
 });
 
@@ -67,7 +149,13 @@ describe('slow ranks: the decisions', () => {
   const map = ShardMap.initial(6, [0, 1, 2]);
 
   /** Feeds `steps` steps of per-rank times under `map`; the decisions, with the step each came at. */
-  function feed(balancer: Balancer, at: ShardMap, ms: number[], steps: number, canReplace = false): [number, ReturnType<Balancer['observe']>][] {
+  function feed(
+    balancer: Balancer,
+    at: ShardMap,
+    ms: number[],
+    steps: number,
+    canReplace = false,
+  ): [number, ReturnType<Balancer['observe']>][] {
     const made: [number, ReturnType<Balancer['observe']>][] = [];
     for (let step = 0; step < steps; ++step) {
       const decision = balancer.observe(timesOf(at, ms), at, canReplace);
@@ -85,8 +173,22 @@ describe('slow ranks: the decisions', () => {
     assert.equal(step, 5);
     assert.equal(decision?.kind, 'rebalance');
     if (decision?.kind !== 'rebalance') return;
-    assert.deepEqual([...decision.counts], [[0, 3], [1, 1], [2, 2]]);
-    assert.deepEqual([...decision.msPerShard], [[0, 1], [1, 3], [2, 1]]);
+    assert.deepEqual(
+      [...decision.counts],
+      [
+        [0, 3],
+        [1, 1],
+        [2, 2],
+      ],
+    );
+    assert.deepEqual(
+      [...decision.msPerShard],
+      [
+        [0, 1],
+        [1, 3],
+        [2, 1],
+      ],
+    );
   });
 
   it('leaves alone a rank within the margin, noise of one step in the window, and an even map', () => {
@@ -122,6 +224,34 @@ describe('slow ranks: the decisions', () => {
     assert.deepEqual(feed(balancer, map, [1, 4, 1], 5), [], 'warm-up and a fresh window again');
   });
 
+  it('undoes a change that did not shorten the step, and waits twice as long each time before the next', () => {
+    // ranks sharing cores: moving shards to ranks 2 and 3 loads their core, and their shards slow down
+    const four = ShardMap.initial(8, [0, 1, 2, 3]);
+    const balancer = new Balancer(settings);
+    let at = four;
+    const made: [number, boolean][] = [];
+    for (let step = 0; step < 60; ++step) {
+      const even = at.counts().get(0) === 2;
+      const decision = balancer.observe(timesOf(at, even ? [12, 11, 7, 7] : [10, 9, 9.5, 10]), at, false);
+      if (decision?.kind !== 'rebalance') continue;
+      made.push([step, decision.undone !== undefined]);
+      if (decision.undone) assert.deepEqual(decision.undone, { beforeMs: 24, sinceMs: 30 });
+      at = at.withCounts(decision.counts);
+    }
+    // judged K steps after each change; the next waits 2K, 4K, 8K steps
+    assert.deepEqual(made, [
+      [5, false],
+      [8, true],
+      [14, false],
+      [17, true],
+      [29, false],
+      [32, true],
+      [56, false],
+      [59, true],
+    ]);
+    assert.deepEqual([...at.counts().values()], [2, 2, 2, 2]);
+  });
+
   it('evicts a rank far slower at 4 x slowSteps steps in a row, only when it can be replaced', () => {
     const one = ShardMap.initial(3, [0, 1, 2]);
     const nobody = feed(new Balancer(settings), one, [1, 5, 1], 40, false);
@@ -130,7 +260,8 @@ describe('slow ranks: the decisions', () => {
     assert.deepEqual(evicted[0], [14, { kind: 'evict', rank: 1, slower: 5, steps: 12 }]);
     const broken = new Balancer(settings);
     // one step below the factor restarts the count
-    for (let step = 0; step < 14; ++step) assert.equal(broken.observe(timesOf(one, step === 10 ? [1, 3, 1] : [1, 5, 1]), one, true), undefined);
+    for (let step = 0; step < 14; ++step)
+      assert.equal(broken.observe(timesOf(one, step === 10 ? [1, 3, 1] : [1, 5, 1]), one, true), undefined);
     assert.deepEqual(feed(new Balancer({ ...settings, evictSlower: 0 }), one, [1, 50, 1], 40, true), [], 'evictSlower 0: never');
   });
 
