@@ -1,6 +1,6 @@
 // bench/straggler: what --rebalance auto wins back from a slow rank. 2 ranks, --threads 1, S = 8,
 // mlp and lenet on Fashion-MNIST; after a warm-up, rank 1 is slowed to 1/F of its speed from
-// outside (launch/drill's --slow: SIGSTOP/SIGCONT duty cycling of the real process), once with
+// outside (launch/drill's --slow: SIGSTOP/SIGCONT duty cycling of the real process, 5 ms cycles), once with
 // --rebalance off and once with auto, the runs of a round alternating. Per model:
 //   healthy_ms: the median step before the slowdown (both runs); slowed_off_ms: the median step
 //   once slowed, rebalance off; slowed_auto_ms: the median step with auto once it has settled
@@ -22,6 +22,8 @@ import { median } from '../src/base/median';
 const rounds = Number(process.env.BENCH_ROUNDS ?? 1);
 const steps = Number(process.env.BENCH_STEPS ?? 240);
 const factor = Number(process.env.BENCH_FACTOR ?? 2);
+// ms of each SIGSTOP/SIGCONT cycle: short against the step, so that the rank is slow all through it rather than stopped for whole steps
+const period = Number(process.env.BENCH_PERIOD ?? 5);
 const slowFrom = 60;
 const settle = 3; // --slow-steps' default
 const ranks = 2;
@@ -38,7 +40,7 @@ async function train(model: string, rebalance: 'off' | 'auto', runDir: string): 
     ...['--model', `models/${model}.json`, '--data', 'datasets/fashion-mnist', '--run-dir', runDir],
     ...['--steps', String(steps), '--shards', '8', '--threads', '1', '--batch', '256', '--rebalance', rebalance],
   ];
-  const outcome = await runDrill(ranks, [], args, [{ rank: 1, step: slowFrom, factor }]);
+  const outcome = await runDrill(ranks, [], args, [{ rank: 1, step: slowFrom, factor }], period);
   if (!outcome.passed) throw new Error(`${model} --rebalance ${rebalance}: the run failed (mpirun exit ${outcome.code})`);
   const read = <T>(file: string): T[] =>
     fs
@@ -102,7 +104,7 @@ async function main(): Promise<void> {
   } finally {
     fs.rmSync(scratch, { recursive: true, force: true });
   }
-  console.log(JSON.stringify({ ranks, shards: 8, threads: 1, batch: 256, factor, rounds, ...results }));
+  console.log(JSON.stringify({ ranks, shards: 8, threads: 1, batch: 256, factor, period_ms: period, rounds, ...results }));
 }
 
 void main().catch((error: Error) => {
