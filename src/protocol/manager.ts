@@ -430,6 +430,7 @@ export class Manager implements StepPosition {
   private async rebalance(decision: Extract<BalanceDecision, { kind: 'rebalance' }>): Promise<void> {
     const world = this.membership;
     const step = this.currentStep;
+    const started = now();
     this.enter('rebalance');
     const before = world.shardMap.counts();
     const moved = world.rebalance(decision.counts);
@@ -449,6 +450,7 @@ export class Manager implements StepPosition {
       after: ranks.map((r) => decision.counts.get(r)!),
       ms_per_shard: ms,
       shards,
+      duration_ms: now() - started,
       ...(undone ? { undone: true, compute_ms_before: round(undone.beforeMs), compute_ms_since: round(undone.sinceMs) } : {}),
     });
     const fastest = Math.min(...ms);

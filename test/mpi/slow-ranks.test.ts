@@ -8,10 +8,13 @@
 // held (worked out from the rebalance events). In shrink mode moving shards would change the
 // samples each rank trains on: it is refused, and a slow rank there only costs time.
 import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ShardMap } from '../../src/data/shard-map';
+import { writeReport } from '../../src/report/report';
+import { readRun } from '../../src/report/run-data';
 import type { EventRecord } from '../../src/run/records';
-import { runTrain } from '../helpers/mpi-job';
+import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { readbackBytes } from '../helpers/readback';
 import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -105,9 +108,56 @@ describe('slow ranks: found, their shards moved, the bits unchanged', function (
     assert.deepEqual([...counts(events[events.length - 1], 'after').values()], [2, 2], 'fast again, it has its shards back');
     for (let i = 1; i < events.length; ++i)
       assert.ok((events[i].step as number) - (events[i - 1].step as number) >= 3, JSON.stringify(events));
+    // the report draws each rank's shard count from the events
+    assert.equal(readRun(run.dir).rebalances.length, events.length);
+    const html = path.join(scratch, 'comes-and-goes.html');
+    await writeReport({ title: 'slow', runs: [readRun(run.dir)], skipped: [] }, html);
+    assert.ok(fs.readFileSync(html, 'utf8').includes('Shards per rank'), 'the report has the chart of shard counts');
   });
 
-  it('survives a kill during a rebalance, and a kill of the slow rank itself', async () => {
+  it('launch/drill --slow slows a real process from outside by SIGSTOP/SIGCONT, and ends with it running: found, the same bits', async () => {
+    const dir = path.join(scratch, 'external');
+    const args = [
+      '--model',
+      'models/lenet.json',
+      '--data',
+      'datasets/fashion-mnist',
+      '--steps',
+      '40',
+      '--shards',
+      '4',
+      '--hang-timeout',
+      '3',
+    ];
+    const plain = summaryOf(await train(2, ...args.slice(4), '--rebalance', 'off')).params_sha256;
+    const job = await runCommand(
+      process.execPath,
+      [path.join(repoRoot, 'launch', 'drill'), '-n', '2', '--slow', '1@8:4', '--slow', '1@30:1', '--', ...args, '--run-dir', dir],
+      process.env,
+      150_000,
+      'launch/drill --slow',
+    );
+    assert.equal(job.code, 0, job.stdout + job.stderr);
+    // a quarter of the time running: the rebalance cannot miss it
+    assert.match(
+      job.stdout,
+      /\[drill\] PASS: slowed rank 1@8 4x, rank 1 at full speed @30, [1-9]\d* rebalance\(s\); 2 of 2 ranks finished 40 steps/,
+    );
+    const record = JSON.parse(fs.readFileSync(path.join(dir, 'drill.json'), 'utf8'));
+    assert.deepEqual(
+      record.slows.map((s: { rank: number; step: number; factor: number }) => [s.rank, s.step, s.factor]),
+      [
+        [1, 8, 4],
+        [1, 30, 1],
+      ],
+    );
+    assert.ok(record.slows.every((s: { pid: number; time: number }) => s.pid > 0 && s.time > 0));
+    assert.equal(record.period_ms, 20);
+    assert.equal(job.stragglers, 0, 'no process left behind');
+    assert.equal(summaryOf({ dir, ...job }).params_sha256, plain);
+  });
+
+  it('survives a kill during a rebalance, a kill of the slow rank itself, and a kill after a rebalance that a spare replaces', async () => {
     const during = await train(3, '--shards', '6', ...slow(0, 3, 8), '--drill', 'rank=2,step=6,phase=rebalance');
     await assertExact(during, 'S6', 6, 3);
     assert.deepEqual(
@@ -121,6 +171,12 @@ describe('slow ranks: found, their shards moved, the bits unchanged', function (
       summaryOf(slowKilled).failures.flatMap((f) => f.lost),
       [1],
     );
+    // a spare that takes a place after a rebalance takes the working ranks' map, not the one it started with
+    const spared = await train(4, '--shards', '6', '--spares', '1', ...slow(1, 3, 8), '--drill', 'rank=2,step=10');
+    await assertExact(spared, 'S6', 6, 3);
+    assert.equal(rebalances(spared)[0].step, 6);
+    const join = lines<EventRecord>(spared, 'events.jsonl').find((e) => e.event === 'join')!;
+    assert.deepEqual([join.step, join.ranks], [10, [3]]);
   });
 
   it('with sharded optimizer state: the shards move, the chunks stay, the bits are those of the run without it', async () => {
