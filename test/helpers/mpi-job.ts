@@ -83,3 +83,14 @@ export function runTrain(ranks: number, args: string[], timeoutMs = 90_000): Pro
   const { command, args: argv, env } = trainCommand(ranks, args);
   return runCommand(command, argv, env, timeoutMs, `ft-train on ${ranks} ranks ${args.join(' ')}`);
 }
+
+/** Runs launch/drill with `args` (its flags, `--`, ft-train's). */
+export function runLaunchDrill(args: string[], timeoutMs = 90_000): Promise<JobResult<never>> {
+  return runCommand(
+    process.execPath,
+    [path.join(repoRoot, 'launch', 'drill'), ...args],
+    process.env,
+    timeoutMs,
+    `launch/drill ${args.join(' ')}`,
+  );
+}

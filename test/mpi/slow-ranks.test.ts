@@ -14,7 +14,7 @@ import { ShardMap } from '../../src/data/shard-map';
 import { writeReport } from '../../src/report/report';
 import { readRun } from '../../src/report/run-data';
 import type { EventRecord } from '../../src/run/records';
-import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { runLaunchDrill, runTrain } from '../helpers/mpi-job';
 import { readbackBytes } from '../helpers/readback';
 import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -130,13 +130,7 @@ describe('slow ranks: found, their shards moved, the bits unchanged', function (
       '3',
     ];
     const plain = summaryOf(await train(2, ...args.slice(4), '--rebalance', 'off')).params_sha256;
-    const job = await runCommand(
-      process.execPath,
-      [path.join(repoRoot, 'launch', 'drill'), '-n', '2', '--slow', '1@8:4', '--slow', '1@30:1', '--', ...args, '--run-dir', dir],
-      process.env,
-      150_000,
-      'launch/drill --slow',
-    );
+    const job = await runLaunchDrill(['-n', '2', '--slow', '1@8:4', '--slow', '1@30:1', '--', ...args, '--run-dir', dir], 150_000);
     assert.equal(job.code, 0, job.stdout + job.stderr);
     // a quarter of the time running: the rebalance cannot miss it
     assert.match(

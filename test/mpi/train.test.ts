@@ -14,7 +14,7 @@ import { Dataset } from '../../src/data/dataset';
 import { MicroBatches } from '../../src/data/micro-batches';
 import { trainCommand } from '../../src/cli/mpirun';
 import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
-import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { runCommand, runLaunchDrill, runTrain } from '../helpers/mpi-job';
 import { readbackBytes } from '../helpers/readback';
 import type { Run as JobRun } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -182,13 +182,7 @@ describe('ft-train', function () {
 
   it('exact: an external kill -9 from launch/drill', async () => {
     const dir = path.join(scratch, 'external');
-    const job = await runCommand(
-      process.execPath,
-      [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--kill', '2@30', '--', ...common, '--run-dir', dir],
-      process.env,
-      90_000,
-      'launch/drill',
-    );
+    const job = await runLaunchDrill(['-n', '4', '--kill', '2@30', '--', ...common, '--run-dir', dir]);
     assert.equal(job.code, 0, job.stdout + job.stderr);
     assert.match(
       job.stdout,
@@ -201,13 +195,7 @@ describe('ft-train', function () {
 
   it('exact: an external SIGSTOP from launch/drill: declared dead after --hang-timeout, killed by the survivors, the same bits', async () => {
     const dir = path.join(scratch, 'external-stop');
-    const job = await runCommand(
-      process.execPath,
-      [path.join(repoRoot, 'launch', 'drill'), '-n', '4', '--stop', '2@30', '--', ...common, '--run-dir', dir, '--hang-timeout', '2'],
-      process.env,
-      90_000,
-      'launch/drill --stop',
-    );
+    const job = await runLaunchDrill(['-n', '4', '--stop', '2@30', '--', ...common, '--run-dir', dir, '--hang-timeout', '2']);
     assert.equal(job.code, 0, job.stdout + job.stderr);
     assert.match(
       job.stdout,
