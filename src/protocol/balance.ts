@@ -5,7 +5,8 @@
 // Every step each working rank's compute time per shard reaches every working rank inside the
 // step's sum (the sum's sideband: shard s's vector carries the time s took its owner at the
 // previous step in element s, zeros elsewhere, so the sum holds every shard's time exactly; no
-// collective is added). From the same numbers every rank draws the same decisions without
+// collective is added). Shard 0's also carries, in element S, how long the previous step took on
+// its owner, commit to commit: the step time every rank judges changes by. From the same numbers every rank draws the same decisions without
 // talking, applied at the step's end:
 // - A rank's speed is the median, over the last K steps (--slow-steps), of its mean time per shard.
 //   A rank is slow when that is at least (1 + margin) times the others' median (--slow-margin).
@@ -14,10 +15,11 @@
 //   time per shard, is as even as whole shards allow (each rank keeps at least one shard, so its
 //   speed stays measured); the map changes when that plan shortens the step by more than 5%, and at
 //   most once every K steps.
-// - Judge each change: the step's compute (its slowest rank's summed shard times) over the K steps
-//   after a change is set against the K before it. A change that did not shorten it is undone (where
-//   ranks share cores a shard's time depends on the load, so the plan can be wrong), and the next
-//   change waits twice as long as the last did: 2K, 4K, ... steps.
+// - Judge each change: the step time over the K steps after a change (from the second on: the
+//   first reads the moved shards) is set against the K before it. A change that did not shorten it
+//   is undone (where ranks share cores a shard's time depends on the load, and a slow rank's part
+//   of the sum cannot move, so the plan can be wrong), and the next change waits twice as long as
+//   the last did: 2K, 4K, ... steps.
 // - Evict: a rank F times slower than the others' median (--evict-slower) at each of 4K steps in a
 //   row leaves as failed, when a spare or a respawn can take its place.
 // The first K steps after the start or a recovery are not measured (warm-up, a retried step's
@@ -42,7 +44,7 @@ export type BalanceDecision =
       counts: Map<number, number>;
       /** each rank's measured time per shard (ms), the medians the plan used */
       msPerShard: Map<number, number>;
-      /** an undoing: the step's compute (ms, median) before the change undone, and since */
+      /** an undoing: the step time (ms, median) before the change undone, and since */
       undone?: { beforeMs: number; sinceMs: number };
     }
   | {
@@ -65,9 +67,9 @@ export class Balancer {
   private stepsSinceChange = 0;
   /** steps seen since the start or the last reset: the first slowSteps are warm-up */
   private stepsSeen = 0;
-  /** the step's compute (its slowest rank's summed shard times, ms) at the last K steps where every shard's time was known */
-  private computeMs: number[] = [];
-  /** a change being judged: the counts before it and the step's compute then */
+  /** the step time (ms) at the last K steps since the last change's first */
+  private stepMs: number[] = [];
+  /** a change being judged: the counts before it and the step time then */
   private trial?: { previous: Map<number, number>; beforeMs: number };
   /** the fewest steps before the next change: K, doubled by each change undone in a row */
   private holdOff: number;
@@ -82,15 +84,15 @@ export class Balancer {
     this.slowStreaks.clear();
     this.stepsSinceChange = 0;
     this.stepsSeen = 0;
-    this.computeMs = [];
+    this.stepMs = [];
     this.trial = undefined;
     this.holdOff = this.settings.slowSteps;
   }
 
   /**
    * A committed step's times per shard (`times[s]`: ms shard s took its owner at the step before,
-   * 0: unknown) under `map`; `canReplace`: a lost rank's place would be taken. What to do at the
-   * step's end, if anything.
+   * 0: unknown; `times[S]`: the step before's time) under `map`; `canReplace`: a lost rank's place
+   * would be taken. What to do at the step's end, if anything.
    */
   observe(times: ArrayLike<number>, map: ShardMap, canReplace: boolean): BalanceDecision | undefined {
     const ranks = map.ranks;
@@ -110,10 +112,8 @@ export class Balancer {
       const window = [...(this.windows.get(r) ?? []), mean].slice(-slowSteps);
       this.windows.set(r, window);
     }
-    if (Array.from(times).every((ms) => ms > 0)) {
-      const longest = Math.max(...ranks.map((r) => map.shardsOf(r).reduce((sum, s) => sum + times[s], 0)));
-      this.computeMs = [...this.computeMs, longest].slice(-slowSteps);
-    }
+    // the step before a change, and the first after it (which reads the moved shards), do not show what it did
+    if (times[map.shardCount] > 0 && this.stepsSinceChange > 2) this.stepMs = [...this.stepMs, times[map.shardCount]].slice(-slowSteps);
     if (evictSlower > 0) {
       for (const r of ranks) {
         const others = othersMedian(now, r);
@@ -138,16 +138,16 @@ export class Balancer {
     const uneven = Math.max(...counts) - Math.min(...counts) > 1;
     if (!slow && !uneven) return undefined;
     if (makespan(planned, speeds) > (1 - worthMoving) * makespan(current, speeds)) return undefined;
-    if (this.computeMs.length === slowSteps) this.trial = { previous: current, beforeMs: median(this.computeMs) };
+    if (this.stepMs.length === slowSteps) this.trial = { previous: current, beforeMs: median(this.stepMs) };
     this.changed();
     return { kind: 'rebalance', counts: planned, msPerShard: speeds };
   }
 
-  /** Once K steps since a change are known: undone if the step's compute is not shorter by the margin it was made for. */
+  /** Once K steps since a change are known: undone if the step is not shorter by the margin it was made for. */
   private judge(map: ShardMap, trial: { previous: Map<number, number>; beforeMs: number }): BalanceDecision | undefined {
     const { slowSteps } = this.settings;
-    if (this.computeMs.length < slowSteps) return undefined;
-    const sinceMs = median(this.computeMs);
+    if (this.stepMs.length < slowSteps) return undefined;
+    const sinceMs = median(this.stepMs);
     this.trial = undefined;
     if (sinceMs <= (1 - worthMoving) * trial.beforeMs) {
       this.holdOff = slowSteps;
@@ -165,7 +165,7 @@ export class Balancer {
   /** The map changes: the next is measured afresh from here. */
   private changed(): void {
     this.stepsSinceChange = 0;
-    this.computeMs = [];
+    this.stepMs = [];
   }
 }
 
@@ -197,13 +197,27 @@ function othersMedian(values: ReadonlyMap<number, number>, r: number): number | 
   return others.length === 0 ? undefined : median(others);
 }
 
-/** This rank's measured compute time of each shard it computed, sent at the next step in the sum's sideband. */
+/** This rank's measured compute time of each shard it computed, and its step time, sent at the next step in the sum's sideband. */
 export class ShardTimes {
   private readonly last = new Map<number, number>();
+  /** [shard 0's time, ..., shard S-1's, the step's time] */
   private readonly values: Float32Array;
+  private stepEndedAt?: number;
+  private lastStepMs = 0;
 
-  constructor(shards: number) {
-    this.values = new Float32Array(shards);
+  constructor(private readonly shards: number) {
+    this.values = new Float32Array(shards + 1);
+  }
+
+  /** The sideband's length: a time per shard, and the step's. */
+  static sidebandLength(shards: number): number {
+    return shards + 1;
+  }
+
+  /** A step was committed here at `ms` (performance.now()): the time since the one before is the step's. */
+  stepEnded(ms: number): void {
+    this.lastStepMs = this.stepEndedAt === undefined ? 0 : ms - this.stepEndedAt;
+    this.stepEndedAt = ms;
   }
 
   /** Shard s took `ms` to compute here. */
@@ -211,10 +225,14 @@ export class ShardTimes {
     this.last.set(shard, ms);
   }
 
-  /** Shard s's sideband: the time it took here when last computed in element s (0: never), zeros elsewhere. Valid until the next call. */
+  /**
+   * Shard s's sideband: the time it took here when last computed in element s (0: never); shard
+   * 0's also the last step's time in element S; zeros elsewhere. Valid until the next call.
+   */
   sideband(shard: number): Float32Array {
     this.values.fill(0);
     this.values[shard] = this.last.get(shard) ?? 0;
+    if (shard === 0) this.values[this.shards] = this.lastStepMs;
     return this.values;
   }
 }

@@ -407,6 +407,7 @@ export class Manager implements StepPosition {
     const step = this.currentStep;
     if (this.vote.retrying) this.observer.event({ event: 'retry', step, duration_ms: now() - this.tryStarted });
     this.currentStep += 1;
+    this.shardTimes?.stepEnded(now());
     await report?.();
     const balance = this.balanceDue;
     this.balanceDue = undefined;
@@ -451,13 +452,13 @@ export class Manager implements StepPosition {
       ms_per_shard: ms,
       shards,
       duration_ms: now() - started,
-      ...(undone ? { undone: true, compute_ms_before: round(undone.beforeMs), compute_ms_since: round(undone.sinceMs) } : {}),
+      ...(undone ? { undone: true, step_ms_before: round(undone.beforeMs), step_ms_since: round(undone.sinceMs) } : {}),
     });
     const fastest = Math.min(...ms);
     const speeds = ranks.map((r, i) => `${r}: ${before.get(r)}->${decision.counts.get(r)} (${(ms[i] / fastest).toFixed(1)}x)`).join(', ');
     this.observer.log(
       undone
-        ? `step ${step}: the last rebalance did not shorten the step's compute (${undone.sinceMs.toFixed(1)} ms since, ${undone.beforeMs.toFixed(1)} ms before): moving ${shards.length} shard(s) back; rank: shards ${speeds}`
+        ? `step ${step}: the last rebalance did not shorten the step (${undone.sinceMs.toFixed(1)} ms since, ${undone.beforeMs.toFixed(1)} ms before): moving ${shards.length} shard(s) back; rank: shards ${speeds}`
         : `step ${step}: moving ${shards.length} shard(s) off slow ranks; rank: shards (time per shard vs the fastest) ${speeds}`,
     );
   }

@@ -7,6 +7,7 @@ import { ShardedState, type JoinMeta } from '../sharding/sharded-state';
 import type { ProtocolConfig, ProtocolObserver } from './contracts';
 import type { Membership } from './membership';
 import { ddpBuckets, oneBucket, ShardSum } from '../sharding/shard-sum';
+import { ShardTimes } from './balance';
 import type { Vote } from './vote';
 
 const now = (): number => performance.now();
@@ -48,7 +49,14 @@ export class SumAndState {
     this.sum =
       onFailure === 'exact' && workers
         ? // with --rebalance auto, each shard's compute time rides in the sum's sideband (balance.ts)
-          new ShardSum(workers, this.world.shardMap, sumLength, add, this.inBuckets ? ddpBuckets : oneBucket, rebalance ? shards : 0)
+          new ShardSum(
+            workers,
+            this.world.shardMap,
+            sumLength,
+            add,
+            this.inBuckets ? ddpBuckets : oneBucket,
+            rebalance ? ShardTimes.sidebandLength(shards) : 0,
+          )
         : undefined;
     // a survivor's vectors for the step being retried stay valid: the parameters are untouched
     if (previous && this.sum) this.sum.carryFrom(previous, step);

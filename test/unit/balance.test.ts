@@ -8,8 +8,9 @@ import { Balancer, makespan, planCounts, ShardTimes, type BalanceSettings } from
 
 const settings: BalanceSettings = { slowMargin: 0.5, slowSteps: 3, evictSlower: 4 };
 
-/** Every shard's time at one step: `ms[r]` for each shard of rank r under `map`. */
-const timesOf = (map: ShardMap, ms: number[]): Float32Array => Float32Array.from(map.owners, (owner) => ms[owner]);
+/** A step's sideband: `ms[r]` for each shard of rank r under `map`, then the step's time: its slowest rank's shards, one after another. */
+const timesOf = (map: ShardMap, ms: number[]): Float32Array =>
+  Float32Array.from([...map.owners.map((owner) => ms[owner]), Math.max(...map.ranks.map((r) => map.shardsOf(r).length * ms[r]))]);
 
 /** The smallest makespan of any counts >= 1 each summing to `shards` (all of them tried). */
 function bestMakespan(ms: Map<number, number>, shards: number): number {
@@ -238,16 +239,14 @@ describe('slow ranks: the decisions', () => {
       if (decision.undone) assert.deepEqual(decision.undone, { beforeMs: 24, sinceMs: 30 });
       at = at.withCounts(decision.counts);
     }
-    // judged K steps after each change; the next waits 2K, 4K, 8K steps
+    // judged by the K step times after each change's first two (the step before it, the one reading the moved shards); the next waits 2K, 4K, 8K steps
     assert.deepEqual(made, [
       [5, false],
-      [8, true],
-      [14, false],
-      [17, true],
-      [29, false],
-      [32, true],
-      [56, false],
-      [59, true],
+      [10, true],
+      [16, false],
+      [21, true],
+      [33, false],
+      [38, true],
     ]);
     assert.deepEqual([...at.counts().values()], [2, 2, 2, 2]);
   });
@@ -265,12 +264,17 @@ describe('slow ranks: the decisions', () => {
     assert.deepEqual(feed(new Balancer({ ...settings, evictSlower: 0 }), one, [1, 50, 1], 40, true), [], 'evictSlower 0: never');
   });
 
-  it("sends each shard's last time in its own element of its sideband", () => {
+  it("sends each shard's last time in its own element of its sideband, and shard 0 the step's time", () => {
     const times = new ShardTimes(4);
-    assert.deepEqual([...times.sideband(2)], [0, 0, 0, 0], 'never computed here: unknown');
+    assert.equal(ShardTimes.sidebandLength(4), 5);
+    assert.deepEqual([...times.sideband(2)], [0, 0, 0, 0, 0], 'never computed here: unknown');
     times.record(2, 1.5);
     times.record(3, 2.5);
-    assert.deepEqual([...times.sideband(2)], [0, 0, 1.5, 0]);
-    assert.deepEqual([...times.sideband(3)], [0, 0, 0, 2.5]);
+    times.record(0, 0.5);
+    times.stepEnded(100);
+    times.stepEnded(112.5);
+    assert.deepEqual([...times.sideband(2)], [0, 0, 1.5, 0, 0]);
+    assert.deepEqual([...times.sideband(3)], [0, 0, 0, 2.5, 0]);
+    assert.deepEqual([...times.sideband(0)], [0.5, 0, 0, 0, 12.5], "shard 0's owner sends the last step's time too");
   });
 });
