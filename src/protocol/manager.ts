@@ -458,7 +458,7 @@ export class Manager implements StepPosition {
     const speeds = ranks.map((r, i) => `${r}: ${before.get(r)}->${decision.counts.get(r)} (${(ms[i] / fastest).toFixed(1)}x)`).join(', ');
     this.observer.log(
       undone
-        ? `step ${step}: the last rebalance did not shorten the step (${undone.sinceMs.toFixed(1)} ms since, ${undone.beforeMs.toFixed(1)} ms before): moving ${shards.length} shard(s) back; rank: shards ${speeds}`
+        ? `step ${step}: the last rebalance made the step longer (${undone.sinceMs.toFixed(1)} ms since, ${undone.beforeMs.toFixed(1)} ms before): moving ${shards.length} shard(s) back; rank: shards ${speeds}`
         : `step ${step}: moving ${shards.length} shard(s) off slow ranks; rank: shards (time per shard vs the fastest) ${speeds}`,
     );
   }

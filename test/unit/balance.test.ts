@@ -225,7 +225,7 @@ describe('slow ranks: the decisions', () => {
     assert.deepEqual(feed(balancer, map, [1, 4, 1], 5), [], 'warm-up and a fresh window again');
   });
 
-  it('undoes a change that did not shorten the step, and waits twice as long each time before the next', () => {
+  it('undoes a change that made the step longer, and waits twice as long each time before the next', () => {
     // ranks sharing cores: moving shards to ranks 2 and 3 loads their core, and their shards slow down
     const four = ShardMap.initial(8, [0, 1, 2, 3]);
     const balancer = new Balancer(settings);
