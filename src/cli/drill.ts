@@ -13,7 +13,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { corruptible } from '../liveness/drills';
 import { runFiles } from '../run/files';
-import { readLines } from '../run/reader';
+import { readLines, type Json } from '../run/reader';
 import { parseKill, parseSlow, runDrill, type Kill } from './fault-drill';
 import { trainFlag } from './mpirun';
 
@@ -86,13 +86,14 @@ runMain('drill', async () => {
     args['slow-period'],
   );
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));
-  const named = namedForCorruption(runDir);
+  const events = runEvents(runDir);
+  const named = namedForCorruption(events);
   // a one-off flip of a gradient is caught only where the check recomputes it: the others must be
   const missed = flips.filter((c) => !lost.has(c.rank) && (c.action === 'corrupt' || c.phase !== 'compute'));
   const hit = [
     ...sent.map((k) => `killed rank ${k.rank}@${k.step}${k.signal === 'SIGSTOP' ? ' (stopped)' : ''}`),
     ...slowed.map((s) => (s.factor > 1 ? `slowed rank ${s.rank}@${s.step} ${s.factor}x` : `rank ${s.rank} at full speed @${s.step}`)),
-    ...(slowed.length > 0 ? [`${rebalancesOf(runDir)} rebalance(s)`] : []),
+    ...(slowed.length > 0 ? [`${events.filter((e) => e.event === 'rebalance').length} rebalance(s)`] : []),
     ...flips.map(
       (c) =>
         `${c.action} of rank ${c.rank}@${c.step} ${c.phase} ${!named.has(c.rank) ? 'not caught' : lost.has(c.rank) ? 'caught, rank evicted' : 'caught'}`,
@@ -109,17 +110,14 @@ runMain('drill', async () => {
   process.exitCode = passed && missed.length === 0 ? 0 : code === 2 && summary === null && sent.length === 0 ? 2 : 1;
 });
 
-/** How many times the run moved shards off slow ranks. */
-function rebalancesOf(runDir: string): number {
+/** The run's events (none where ft-train wrote no run directory). */
+function runEvents(runDir: string): Json[] {
   const file = path.join(runDir, runFiles.events);
-  return fs.existsSync(file) ? readLines(file).filter(({ value }) => value.event === 'rebalance').length : 0;
+  return fs.existsSync(file) ? readLines(file).map(({ value }) => value) : [];
 }
 
 /** The ranks the run's corruption events name (suspects, or the ranks nobody could tell apart). */
-function namedForCorruption(runDir: string): Set<number> {
-  const file = path.join(runDir, runFiles.events);
-  if (!fs.existsSync(file)) return new Set();
-  const events = readLines(file).map(({ value }) => value);
+function namedForCorruption(events: Json[]): Set<number> {
   return new Set(events.filter((e) => e.event === 'corruption' && Array.isArray(e.ranks)).flatMap((e) => e.ranks as number[]));
 }
 

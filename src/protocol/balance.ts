@@ -207,7 +207,7 @@ export class ShardTimes {
   private lastStepMs = 0;
 
   constructor(private readonly shards: number) {
-    this.values = new Float32Array(shards + 1);
+    this.values = new Float32Array(ShardTimes.sidebandLength(shards));
   }
 
   /** The sideband's length: a time per shard, and the step's. */
