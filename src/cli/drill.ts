@@ -5,7 +5,8 @@
 // a bit flipped in what rank R holds at step K (once, or at every step from K on: a faulty core),
 // injected inside the rank at that point (ft-train's --drill action=flip|corrupt), since no signal
 // can flip a chosen bit of another process. --slow slows rank R from step K on, by SIGSTOP/SIGCONT
-// duty cycling: a real slow process, for --rebalance to find. Prints the run directory and a
+// duty cycling: a real slow process, for --rebalance to find. --chaos S kill -9s a random working
+// rank every S seconds for as long as the job runs (see chaos.ts). Prints the run directory and a
 // one-line verdict; exit code 0 when the job finished with every killed rank lost, and every
 // corrupting rank that a check must catch evicted.
 import { commandLine, runMain } from './command';
@@ -20,7 +21,7 @@ import { trainFlag } from './mpirun';
 runMain('drill', async () => {
   const args = commandLine(
     'drill',
-    '$0 -n N [--kill R@K ...] [--stop R@K ...] [--slow R@K:F ...] [--flip R@K[:PHASE] ...] [--corrupt R@K[:PHASE] ...] -- <ft-train arguments>\n\nRuns ft-train under mpirun and kill -9s (or SIGSTOPs, or slows) world rank R once the metrics reach step K, or has it flip a bit at step K.',
+    '$0 -n N [--kill R@K ...] [--stop R@K ...] [--slow R@K:F ...] [--flip R@K[:PHASE] ...] [--corrupt R@K[:PHASE] ...] [--chaos S] -- <ft-train arguments>\n\nRuns ft-train under mpirun and kill -9s (or SIGSTOPs, or slows) world rank R once the metrics reach step K, or has it flip a bit at step K, or kill -9s a random working rank every S seconds.',
   )
     .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
     .option('kill', {
@@ -55,10 +56,19 @@ runMain('drill', async () => {
       default: [] as string[],
       describe: `RANK@STEP[:PHASE]: the same at every step from STEP on, a faulty core (default phase compute) (repeatable)`,
     })
+    .option('chaos', {
+      type: 'number',
+      describe:
+        'seconds: kill -9 a random working rank (the leader included) every S seconds, from one period after the first step, each once the job has recovered from the last',
+    })
+    .option('chaos-seed', { type: 'number', default: 1, describe: 'picks the ranks --chaos kills' })
     .check((a) => {
       if (!Number.isSafeInteger(a.n) || a.n < 1) throw new Error(`-n expects an integer >= 1, got ${a.n}`);
-      if (a.kill.length + a.stop.length + a.slow.length + a.flip.length + a.corrupt.length === 0)
-        throw new Error('give at least one --kill R@K, --stop R@K, --slow R@K:F, --flip R@K or --corrupt R@K');
+      if (a.kill.length + a.stop.length + a.slow.length + a.flip.length + a.corrupt.length === 0 && a.chaos === undefined)
+        throw new Error('give at least one --kill R@K, --stop R@K, --slow R@K:F, --flip R@K, --corrupt R@K or --chaos S');
+      if (a.chaos !== undefined && !(a.chaos >= 0.1 && a.chaos <= 86_400))
+        throw new Error(`--chaos expects seconds in [0.1, 86400], got ${a.chaos}`);
+      if (!Number.isSafeInteger(a['chaos-seed'])) throw new Error(`--chaos-seed expects an integer, got ${a['chaos-seed']}`);
       if (!(a['slow-period'] >= 2 && a['slow-period'] <= 10_000))
         throw new Error(`--slow-period expects ms in [2, 10000], got ${a['slow-period']}`);
       for (const s of a.slow.map(parseSlow))
@@ -78,12 +88,13 @@ runMain('drill', async () => {
   const flips = corruptions(args.flip, args.corrupt);
   const drills = flips.flatMap((c) => ['--drill', `rank=${c.rank},step=${c.step},phase=${c.phase},action=${c.action}`]);
   const kills = faults(args.kill, args.stop);
-  const { runDir, code, sent, slowed, summary, passed } = await runDrill(
+  const { runDir, code, sent, chaos, slowed, summary, passed } = await runDrill(
     args.n,
     kills,
     [...args._.map(String), ...drills],
     args.slow.map(parseSlow),
     args['slow-period'],
+    args.chaos === undefined ? undefined : { everyMs: args.chaos * 1000, seed: args['chaos-seed'] },
   );
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));
   const events = runEvents(runDir);
@@ -92,6 +103,7 @@ runMain('drill', async () => {
   const missed = flips.filter((c) => !lost.has(c.rank) && (c.action === 'corrupt' || c.phase !== 'compute'));
   const hit = [
     ...sent.map((k) => `killed rank ${k.rank}@${k.step}${k.signal === 'SIGSTOP' ? ' (stopped)' : ''}`),
+    ...(args.chaos !== undefined ? [`${chaos.length} chaos kill(s), one every ${args.chaos} s`] : []),
     ...slowed.map((s) => (s.factor > 1 ? `slowed rank ${s.rank}@${s.step} ${s.factor}x` : `rank ${s.rank} at full speed @${s.step}`)),
     ...(slowed.length > 0 ? [`${events.filter((e) => e.event === 'rebalance').length} rebalance(s)`] : []),
     ...flips.map(
@@ -107,7 +119,7 @@ runMain('drill', async () => {
       : `[drill] FAIL: ${what}; mpirun exit code ${code}; ${summary ? `${summary.ranks_lost} rank(s) lost per summary.json` : 'no summary.json'}`,
   );
   // ft-train refusing its arguments is bad input here too
-  process.exitCode = passed && missed.length === 0 ? 0 : code === 2 && summary === null && sent.length === 0 ? 2 : 1;
+  process.exitCode = passed && missed.length === 0 ? 0 : code === 2 && summary === null && sent.length + chaos.length === 0 ? 2 : 1;
 });
 
 /** The run's events (none where ft-train wrote no run directory). */

@@ -2,7 +2,8 @@
 // when they reach step K, sends the process of world rank R (its pid from the run directory)
 // SIGKILL (a crash) or SIGSTOP (a hang, which the survivors detect, declare dead and kill), or
 // slows it from then on by SIGSTOP/SIGCONT duty cycling (a real slow process: it runs 1/F of each
-// period). Used by launch/drill, launch/compare, bench/recovery and bench/straggler.
+// period), or kills a random working rank every period (a chaos drill, chaos.ts). Used by
+// launch/drill, launch/compare, bench/recovery, bench/straggler and bench/chaos.
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -14,6 +15,7 @@ import { JsonlFollower } from '../run/follower';
 import { readObject } from '../run/reader';
 import type { StepRecord, Summary } from '../run/records';
 import { forwardJobStderr, trainCommand, trainFlag } from './mpirun';
+import { ChaosKills, type ChaosPlan } from './chaos';
 
 export type DrillSignal = 'SIGKILL' | 'SIGSTOP';
 
@@ -46,10 +48,12 @@ export interface DrillOutcome {
   code: number;
   /** the kills sent (pid and time set) */
   sent: Kill[];
+  /** the chaos drill's kills (pid and time set, or the error) */
+  chaos: Kill[];
   /** the slowdowns begun (pid and time set) */
   slowed: Slowdown[];
   summary: Pick<Summary, 'steps' | 'world_final' | 'ranks_lost' | 'params_sha256' | 'failures'> | null;
-  /** the job finished, every kill was sent, and each killed rank is among the summary's lost ranks */
+  /** the job finished (its summary written), every kill was sent, and each killed rank is among the summary's lost ranks */
   passed: boolean;
 }
 
@@ -112,8 +116,8 @@ function runDirOf(trainArgs: string[]): string {
 }
 
 /**
- * Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills` and `slows` (duty cycles of
- * `periodMs`); writes drill.json when there are any.
+ * Runs ft-train on `ranks` ranks with `trainArgs`, sending `kills`, `slows` (duty cycles of
+ * `periodMs`) and `chaos`'s kills; writes drill.json when there are any.
  */
 export async function runDrill(
   ranks: number,
@@ -121,8 +125,10 @@ export async function runDrill(
   trainArgs: string[],
   slows: Slowdown[] = [],
   periodMs = 20,
+  chaos?: ChaosPlan,
 ): Promise<DrillOutcome> {
   const runDir = runDirOf(trainArgs);
+  const chaosKills = chaos ? new ChaosKills(chaos, runDir) : undefined;
   const plan = kills.map((k) => ({ rank: k.rank, step: k.step, signal: k.signal }) as Kill);
   const slowPlan = slows.map((s) => ({ rank: s.rank, step: s.step, factor: s.factor }) as Slowdown).sort((a, b) => a.step - b.step);
   const cycles = new Map<number, DutyCycle>();
@@ -137,8 +143,10 @@ export async function runDrill(
   // the metrics from where the last look left off; no more looking once every kill is sent or failed
   const metrics = new JsonlFollower<StepRecord>(path.join(runDir, runFiles.metrics));
   let step = -1;
+  let last: StepRecord | undefined;
   const follow = setInterval(() => {
-    for (const record of metrics.read()) step = record.step;
+    for (const record of metrics.read()) [last, step] = [record, record.step];
+    chaosKills?.poll(last);
     for (const kill of plan) {
       if (kill.time !== undefined || kill.error !== undefined || step < kill.step) continue;
       const what = kill.signal === 'SIGSTOP' ? 'kill -STOP' : 'kill -9';
@@ -176,11 +184,12 @@ export async function runDrill(
       );
     }
     const pending = [...plan, ...slowPlan].some((fault) => fault.time === undefined && fault.error === undefined);
-    if (!pending) stopFollowing();
+    if (!pending && !chaosKills) stopFollowing();
   }, 5);
   const stopFollowing = (): void => {
     clearInterval(follow);
     metrics.close();
+    chaosKills?.close();
   };
   let code: number;
   try {
@@ -193,11 +202,18 @@ export async function runDrill(
   const summaryFile = path.join(runDir, runFiles.summary);
   const summary = fs.existsSync(summaryFile) ? (readObject(summaryFile) as DrillOutcome['summary']) : null;
   // ft-train refuses bad input before it creates the run directory: then there is no run to record kills in
-  if (plan.length + slowPlan.length > 0 && fs.existsSync(runDir))
+  const chaosSent = chaosKills?.sent ?? [];
+  if (plan.length + slowPlan.length + chaosSent.length > 0 && fs.existsSync(runDir))
     writeAtomically(
       path.join(runDir, runFiles.drill),
       JSON.stringify(
-        { ranks, kills: plan, ...(slowPlan.length > 0 ? { slows: slowPlan, period_ms: periodMs } : {}), mpirun_exit: code },
+        {
+          ranks,
+          kills: plan,
+          ...(slowPlan.length > 0 ? { slows: slowPlan, period_ms: periodMs } : {}),
+          ...(chaos ? { chaos: chaosSent, chaos_every_ms: chaos.everyMs, chaos_seed: chaos.seed } : {}),
+          mpirun_exit: code,
+        },
         null,
         2,
       ) + '\n',
@@ -205,11 +221,11 @@ export async function runDrill(
   const sent = plan.filter((k) => k.time !== undefined);
   const slowed = slowPlan.filter((s) => s.time !== undefined);
   const lost = new Set(summary?.failures.flatMap((f) => f.lost));
+  // PRRTE counts the death of a rank the job spawned (--respawn) against it: the complete summary decides, as in launch/ft-run
   const passed =
-    code === 0 &&
     summary !== null &&
     sent.length === plan.length &&
-    sent.every((k) => lost.has(k.rank)) &&
+    [...sent, ...chaosSent].every((k) => k.error === undefined && lost.has(k.rank)) &&
     slowPlan.every((s) => s.error === undefined);
-  return { runDir, code, sent, slowed, summary, passed };
+  return { runDir, code, sent, chaos: chaosSent, slowed, summary, passed };
 }

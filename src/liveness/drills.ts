@@ -30,6 +30,7 @@ export const phases = [
   'evaluation',
   'recovery',
   'spawn',
+  'spawning',
   'join',
   'rebuild',
   'readback',

@@ -8,10 +8,12 @@
 // - anything else (a peer alive and beating but never arriving): every wait on the comm thread
 //   has a deadline of a few T, after which the thread revokes the communicator itself.
 // A rank declared dead may still exist (stopped): the survivors kill it, so it can never come back
-// and mpirun ends with the job.
+// and mpirun ends with the job. ULFM's detector watches only the ranks mpirun started (its ring is
+// their MPI_COMM_WORLD): a spawned rank that stops is seen only when a wait on it runs past its
+// deadline, and then by the survivors on its host, which find it stopped and kill it.
 import { addonPart } from '../base/addon';
 import type { HangBounds } from './hang-bounds';
-import { rankProcess, signalRanks } from '../run/pids';
+import { processStat, rankProcess, signalRanks } from '../run/pids';
 
 /** The addon's bounds on waiting: the comm thread's deadline and idle progress, the watchdog. */
 interface HangGuardPart {
@@ -64,4 +66,19 @@ export async function peersGone(pidsDir: string, worldRanks: readonly number[], 
     if (Date.now() > deadline) return false;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
+}
+
+/** Kills the processes of `worldRanks` that run on this host stopped (SIGSTOP, a debugger): hung, whatever the detector saw. The ranks killed. */
+export function killStopped(pidsDir: string, worldRanks: readonly number[]): number[] {
+  return worldRanks.filter((rank) => {
+    const pid = rankProcess(pidsDir, rank, []);
+    const state = pid === null ? undefined : processStat(pid)?.state;
+    if (state !== 'T' && state !== 't') return false;
+    try {
+      process.kill(pid!, 'SIGKILL');
+      return true;
+    } catch {
+      return false; // it ended meanwhile
+    }
+  });
 }

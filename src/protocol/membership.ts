@@ -263,11 +263,9 @@ export class Membership {
     let impossible: string | undefined;
     const ok = await vote.completes('spawn', async () => {
       try {
-        merged = await withDeadline(
-          this.everyone.spawn(respawn.command, respawn.args(firstId), count, firstId),
-          this.config.commTimeoutMs,
-          'MPI_Comm_spawn',
-        );
+        const spawning = this.everyone.spawn(respawn.command, respawn.args(firstId), count, firstId);
+        this.enter('spawning'); // the drill point while the comm thread is inside MPI_Comm_spawn
+        merged = await withDeadline(spawning, this.config.commTimeoutMs, 'MPI_Comm_spawn');
       } catch (error) {
         if (isFailure(error)) throw error;
         impossible = (error as Error).message;

@@ -7,7 +7,7 @@
 // majority (no split brain), and a rank's own error stops every survivor alike.
 import { CommTimeoutError, isFailure, type Communicator } from '../comm';
 import { withDeadline } from '../liveness/deadline';
-import { killDeclaredDead, peersGone } from '../liveness/hangs';
+import { killDeclaredDead, killStopped, peersGone } from '../liveness/hangs';
 import { goneFromHere } from '../run/pids';
 import type { ProtocolConfig, ProtocolObserver, RunHistory, StepPosition } from './contracts';
 import type { Membership } from './membership';
@@ -133,6 +133,16 @@ export class WorldRepair {
       this.history.worldHistory.push({ step, world: working, lost: fixed.lost });
     }
     return fixed.lost;
+  }
+
+  /**
+   * A wait ran past its deadline: the live ranks found stopped on this host are killed, so that the
+   * recovery meets their failure (a spawned rank's stop is seen by no detector).
+   */
+  killStopped(): void {
+    const killed = killStopped(this.config.pidsDir, this.world.comm.worldRanks);
+    if (killed.length > 0)
+      this.observer.log(`step ${this.position.step}: killed rank(s) ${killed.join(', ')}, found stopped when a wait on them ran past its deadline`);
   }
 
   /**

@@ -2,8 +2,10 @@
 // survivors) on whether it succeeded everywhere, so that no survivor ever goes on from a collective
 // that failed elsewhere. Bit 0 of the flag is "my collective succeeded", bit 1 "I do not ask to
 // stop". A failure met inside a collective or the agreement itself is noted once per step (the
-// failure event, with how long the call had waited) and decided alike on every survivor.
-import { isFailure, type Communicator } from '../comm';
+// failure event, with how long the call had waited) and decided alike on every survivor. A wait
+// that ran past its deadline is first reported to `timedOut` (which kills the stopped ranks it
+// can see, so that the agreement that follows meets a failure instead of waiting out its own).
+import { CommTimeoutError, isFailure, type Communicator } from '../comm';
 import type { Phase } from '../liveness/drills';
 import type { FailurePolicy, ProtocolObserver, StepPosition } from './contracts';
 
@@ -23,6 +25,7 @@ export class Vote {
     private readonly everyone: () => Communicator,
     private readonly position: StepPosition,
     private readonly observer: ProtocolObserver,
+    private readonly timedOut: () => void,
   ) {}
 
   /** Whether the current step met a failure (it is being retried once the recovery is done). */
@@ -40,6 +43,7 @@ export class Vote {
       return await comm.agree(flag);
     } catch (error) {
       if (!isFailure(error)) throw error;
+      if (error instanceof CommTimeoutError) this.timedOut();
       this.noteFailure(error, 'agree', now() - started);
       return null;
     }
@@ -56,6 +60,7 @@ export class Vote {
       return true;
     } catch (error) {
       if (!isFailure(error) || this.policy === 'none') throw error;
+      if (error instanceof CommTimeoutError) this.timedOut();
       this.noteFailure(error, phase, now() - started);
       return false;
     }

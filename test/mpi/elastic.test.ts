@@ -1,14 +1,17 @@
 // The world gets its size back under mpirun: hot spares (--spares) take a killed rank's place in
 // the same recovery, and with --respawn the survivors spawn replacements (MPI_Comm_spawn) that
 // receive the state and the lost shards; kills of the newcomer during its join and of a survivor
-// during the spawn are recovered like any other. Every run ends with the bits of the run without
-// failure, and the metrics show the working world back at its size.
+// during the spawn are recovered like any other, and so are the death of the rank that starts the
+// spawn while it is under way and a newcomer stopped during its join (which no failure detector
+// watches: the survivors find it stopped once their wait runs past its deadline, and kill it). A
+// chaos drill kills a random working rank every 2 s, spawned ones included. Every run ends with
+// the bits of the run without failure, and the metrics show the working world back at its size.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readRun } from '../../src/report/run-data';
 import type { EventRecord, StepRecord } from '../../src/run/records';
-import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { repoRoot, runCommand, runLaunchDrill, runTrain } from '../helpers/mpi-job';
 import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -179,6 +182,90 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.match(
       said[0],
       /^\[ft-train\] step 3: cannot spawn a rank to replace the lost: MPI_ERR_\w+: .* \(no free slot in the allocation, or an MPI without spawn support\); going on with the survivors, --respawn off$/,
+    );
+  });
+
+  it('--respawn: the rank that starts the spawn (the leader) killed while MPI_Comm_spawn is under way: the others spawn again, the same bits', async () => {
+    // rank 0 lost first, so rank 1 leads and is the spawn's root
+    const run = await ftRun(4, [], '--respawn', '--drill', 'rank=0,step=3,phase=compute', '--drill', 'rank=1,step=3,phase=spawning');
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(run), Array(12).fill(4));
+    const events = lines<EventRecord>(run, 'events.jsonl');
+    assert.deepEqual(
+      summaryOf(run).failures.map((f) => [f.step, f.lost]),
+      [
+        [3, [0]],
+        [3, [1]],
+      ],
+    );
+    // the interrupted spawn's ids are not reused: its processes may still be starting
+    const spawn = events.find((e) => e.event === 'spawn')!;
+    assert.deepEqual(spawn.ranks, [5, 6]);
+    assert.deepEqual(events.find((e) => e.event === 'join')!.ranks, [5, 6]);
+  });
+
+  it('--respawn: a newcomer stopped (SIGSTOP) during its join is found stopped after the deadline, killed, and replaced: the same bits', async () => {
+    const run = await ftRun(
+      4,
+      [],
+      '--respawn',
+      '--hang-timeout',
+      '2',
+      '--drill',
+      'rank=0,step=3,phase=compute',
+      '--drill',
+      'rank=4,step=3,phase=join,action=stop',
+    );
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(run), Array(12).fill(4));
+    assert.ok(
+      run.stdout.includes('[ft-train] step 3: killed rank(s) 4, found stopped when a wait on them ran past its deadline\n'),
+      run.stdout,
+    );
+    assert.deepEqual(
+      summaryOf(run).failures.map((f) => [f.step, f.lost]),
+      [
+        [3, [0]],
+        [3, [4]],
+      ],
+    );
+    const joins = lines<EventRecord>(run, 'events.jsonl').filter((e) => e.event === 'join');
+    assert.deepEqual(
+      joins.map((e) => e.ranks),
+      [[5]],
+    );
+  });
+
+  it('launch/drill --chaos 2: a random working rank killed every 2 s, respawned ones too; the same bits as without', async () => {
+    const args = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '160', '--batch', '64', '--shards', '4'];
+    const calm = await runTrain(4, [...args, '--run-dir', path.join(scratch, 'chaos-calm')], 150_000);
+    const dir = path.join(scratch, 'chaos');
+    const job = await runLaunchDrill(
+      ['-n', '4', '--chaos', '2', '--', ...args, '--run-dir', dir, '--respawn', '--respawn-limit', '50'],
+      150_000,
+    );
+    assert.equal(job.code, 0, job.stdout + job.stderr);
+    const drill = JSON.parse(fs.readFileSync(path.join(dir, 'drill.json'), 'utf8')) as {
+      chaos: { rank: number; step: number; pid: number; time: number }[];
+      chaos_every_ms: number;
+    };
+    assert.equal(drill.chaos_every_ms, 2000);
+    assert.ok(drill.chaos.length >= 2, `${drill.chaos.length} kill(s)`);
+    const summary = summaryOf({ dir, ...job });
+    assert.equal(summary.params_sha256, summaryOf({ dir: path.join(scratch, 'chaos-calm'), ...calm }).params_sha256);
+    // each kill is a failure of that rank, and each met a job back at 4 working ranks
+    assert.deepEqual(
+      summary.failures.map((f) => f.lost),
+      drill.chaos.map((k) => [k.rank]),
+    );
+    const metrics = lines<StepRecord>({ dir, ...job }, 'metrics.jsonl');
+    for (const kill of drill.chaos) assert.equal(metrics.find((m) => m.step === kill.step)!.world, 4);
+    for (const [a, b] of drill.chaos.slice(1).map((k, i) => [drill.chaos[i], k])) assert.ok(b.time - a.time >= 2000);
+    assert.match(
+      job.stdout,
+      new RegExp(`\\[drill\\] PASS: ${drill.chaos.length} chaos kill\\(s\\), one every 2 s; [34] of 4 ranks finished 160 steps`),
     );
   });
 });

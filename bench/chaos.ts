@@ -1,0 +1,171 @@
+// bench/chaos: useful time under a kill -9 every ten seconds. lenet on Fashion-MNIST, exact mode,
+// 4 working ranks kept at full strength by --respawn (each lost rank replaced by a spawned one),
+// about two minutes of training, first without a fault, then with launch/drill's --chaos: a kill -9
+// of a random working rank (the leader included) every BENCH_KILL_EVERY_S seconds (default 10)
+// from outside, each once the job has recovered from the last. Prints a table, then one JSON line:
+//   useful_fraction = (steps x the chaos run's median step time) / wall time from its first step to
+//     its last (no evaluation in between), target >= 0.99; fault_free_useful_fraction: the same
+//     figure for the fault-free run (what step-time jitter alone costs); wall_ratio: the chaos run's
+//     span over the fault-free one's, for the same steps;
+//   kills, params_equal (the chaos run's params_sha256 equals the fault-free run's: must be true);
+//   lost_ms_per_kill: (wall - steps x median) / kills, and its breakdown, medians over the kills
+//     (ms): detect (the kill to the survivors' failure event: the rest of the step they were
+//     computing, then the failed collective), repair (revoke, shrink, agree), spawn (the new rank
+//     started and merged in), join (the state sent to it), readback (what the retried step needs of
+//     the lost shards, before it), checkpoint (the JIT checkpoint), retry (the retried step),
+//     back_to_full_ms (the kill to the first step committed on 4 working ranks again) and
+//     slower_steps_ms (per kill: the time steps on fewer working ranks took beyond the median).
+// BENCH_STEPS sets the steps (default 4000, about two minutes here), BENCH_RESPAWN_LIMIT the ranks
+// that may be spawned (default 100). Whatever of a job outlives it is killed and reported.
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { runDrill } from '../src/cli/fault-drill';
+import { jobProcesses } from '../src/cli/job-processes';
+import type { EventRecord, StepRecord, Summary } from '../src/run/records';
+import { median } from '../src/base/median';
+
+const ranks = 4;
+const steps = Number(process.env.BENCH_STEPS ?? 4000);
+const killEveryS = Number(process.env.BENCH_KILL_EVERY_S ?? 10);
+const respawnLimit = Number(process.env.BENCH_RESPAWN_LIMIT ?? 100);
+
+interface Run {
+  metrics: StepRecord[];
+  events: EventRecord[];
+  summary: Summary;
+  kills: { rank: number; time: number }[];
+}
+
+let jobs = 0;
+
+async function train(runDir: string, chaos: boolean): Promise<Run> {
+  const args = [
+    ...['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', runDir],
+    ...['--steps', String(steps), '--respawn', '--respawn-limit', String(respawnLimit)],
+  ];
+  const marker = `${process.pid}-${++jobs}`;
+  process.env.FT_BENCH_JOB = marker;
+  const outcome = await runDrill(ranks, [], args, [], 20, chaos ? { everyMs: killEveryS * 1000, seed: 1 } : undefined);
+  const left = jobProcesses(`FT_BENCH_JOB=${marker}`);
+  for (const pid of left) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // ended meanwhile
+    }
+  }
+  if (left.length > 0)
+    throw new Error(`${left.length} process(es) of the ${chaos ? 'chaos' : 'fault-free'} run outlived it: ${left.join(' ')}`);
+  if (!outcome.passed) throw new Error(`the ${chaos ? 'chaos' : 'fault-free'} run failed (mpirun exit ${outcome.code}); see ${runDir}`);
+  const read = <T>(file: string): T[] =>
+    fs
+      .readFileSync(path.join(runDir, file), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as T);
+  return {
+    metrics: read<StepRecord>('metrics.jsonl'),
+    events: read<EventRecord>('events.jsonl'),
+    summary: JSON.parse(fs.readFileSync(path.join(runDir, 'summary.json'), 'utf8')) as Summary,
+    kills: outcome.chaos.map((k) => ({ rank: k.rank, time: k.time! })),
+  };
+}
+
+/** A run's steps without evaluations: the first and last, the median step time, the span between them, the useful fraction. */
+function steady(run: Run): { first: StepRecord; last: StepRecord; median: number; span: number; useful: number } {
+  const records = run.metrics.filter((m) => m.test_accuracy === undefined);
+  const [first, last] = [records[0], records[records.length - 1]];
+  const stepMedian = median(records.map((m) => m.step_ms));
+  const span = last.time - first.time;
+  return { first, last, median: stepMedian, span, useful: ((last.step - first.step) * stepMedian) / span };
+}
+
+interface KillCost {
+  detect: number;
+  repair: number;
+  spawn: number;
+  join: number;
+  readback: number;
+  checkpoint: number;
+  retry: number;
+  back_to_full_ms: number;
+  slower_steps_ms: number;
+}
+
+/** What each kill cost, from the events between it and the next kill. */
+function killCosts(run: Run, stepMedian: number): KillCost[] {
+  return run.kills.map((kill, i) => {
+    const until = run.kills[i + 1]?.time ?? Infinity;
+    const within = <T extends { time: number }>(records: T[]): T[] => records.filter((r) => r.time >= kill.time && r.time < until);
+    const events = within(run.events);
+    const first = (name: string): EventRecord | undefined => events.find((e) => e.event === name);
+    const duration = (name: string): number => events.filter((e) => e.event === name).reduce((sum, e) => sum + (e.duration_ms ?? 0), 0);
+    const failure = first('failure');
+    const metrics = within(run.metrics);
+    const back = metrics.find((m) => m.world === ranks && m.step > (failure?.step ?? -1));
+    return {
+      detect: failure ? failure.time - kill.time : NaN,
+      repair: duration('revoke+shrink') + duration('agree'),
+      spawn: duration('spawn'),
+      join: duration('join'),
+      readback: duration('readback'),
+      checkpoint: duration('checkpoint'),
+      retry: duration('retry'),
+      back_to_full_ms: back ? back.time - kill.time : NaN,
+      slower_steps_ms: metrics.filter((m) => m.world < ranks).reduce((sum, m) => sum + Math.max(0, m.step_ms - stepMedian), 0),
+    };
+  });
+}
+
+async function main(): Promise<void> {
+  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-chaos-'));
+  const round1 = (x: number): number => Math.round(x * 10) / 10;
+  const round4 = (x: number): number => Math.round(x * 10000) / 10000;
+  process.stderr.write(`[bench] lenet, ${ranks} ranks, ${steps} steps: fault-free ...`);
+  const calm = await train(path.join(scratch, 'fault-free'), false);
+  process.stderr.write(` chaos (a kill -9 every ${killEveryS} s) ...`);
+  const chaos = await train(path.join(scratch, 'chaos'), true);
+  process.stderr.write(' done\n');
+  const [c, f] = [steady(chaos), steady(calm)];
+  const kills = chaos.kills.length;
+  const lostMs = c.span - (c.last.step - c.first.step) * c.median;
+  const costs = killCosts(chaos, c.median);
+  const breakdown = Object.fromEntries(
+    (Object.keys(costs[0] ?? {}) as (keyof KillCost)[]).map((key) => [key, round1(median(costs.map((k) => k[key])))]),
+  );
+  console.log(
+    `fault-free: ${f.span.toFixed(0)} ms for ${f.last.step - f.first.step} steps, median ${f.median.toFixed(2)} ms/step, useful ${f.useful.toFixed(4)}`,
+  );
+  console.log(
+    `chaos: ${kills} kills in ${c.span.toFixed(0)} ms, median ${c.median.toFixed(2)} ms/step, useful ${c.useful.toFixed(4)}, lost ${(lostMs / Math.max(1, kills)).toFixed(1)} ms per kill`,
+  );
+  console.log(
+    `per kill, medians (ms): ${Object.entries(breakdown)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}`,
+  );
+  console.log(
+    JSON.stringify({
+      model: 'lenet',
+      ranks,
+      steps,
+      kill_every_s: killEveryS,
+      kills,
+      useful_fraction: round4(c.useful),
+      fault_free_useful_fraction: round4(f.useful),
+      wall_ratio: round4(c.span / f.span),
+      params_equal: chaos.summary.params_sha256 === calm.summary.params_sha256,
+      median_step_ms: round1(c.median),
+      lost_ms_per_kill: round1(lostMs / Math.max(1, kills)),
+      breakdown,
+    }),
+  );
+  // kept where a run failed, for its run directory
+  fs.rmSync(scratch, { recursive: true, force: true });
+}
+
+void main().catch((error: Error) => {
+  console.error(`bench/chaos: ${error.message}`);
+  process.exitCode = 1;
+});

@@ -1,0 +1,87 @@
+// A chaos drill from outside: a kill -9 of a random working rank (the leader included) every
+// period, for as long as the job runs. The working ranks are followed in the run's events (the
+// start's working world, less each repair's lost ranks, plus each join's), so a rank spawned to
+// replace a lost one is a target like the others. A kill falls due one period after the first
+// committed step, then one period after the last kill, and waits while a recovery is under way
+// (until a step has committed on as many working ranks as the events name): each kill meets a job
+// that has recovered from the one before. The last working rank is never killed.
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { stream } from '../base/random';
+import { runFiles } from '../run/files';
+import { JsonlFollower } from '../run/follower';
+import { readPidFile } from '../run/pids';
+import type { EventRecord, StepRecord } from '../run/records';
+import type { Kill } from './fault-drill';
+
+export interface ChaosPlan {
+  /** ms between kills */
+  everyMs: number;
+  /** picks the ranks (the same seed, the same choices among the same working ranks) */
+  seed: number;
+}
+
+export class ChaosKills {
+  private readonly events: JsonlFollower<EventRecord>;
+  private readonly random: () => number;
+  private readonly working = new Set<number>();
+  private started = false;
+  /** the step of the last change of the working ranks: a recovery is over once a later step commits on them */
+  private changedAt = -1;
+  private due?: number;
+  readonly sent: Kill[] = [];
+
+  constructor(
+    private readonly plan: ChaosPlan,
+    private readonly runDir: string,
+  ) {
+    this.events = new JsonlFollower<EventRecord>(path.join(runDir, runFiles.events));
+    this.random = stream(plan.seed);
+  }
+
+  /** Called as the metrics advance (`last`: the last committed step's record): sends the kill that is due, unless a recovery is under way. */
+  poll(last: StepRecord | undefined): void {
+    for (const event of this.events.read()) this.follow(event);
+    if (!this.started || last === undefined) return;
+    const now = Date.now();
+    this.due ??= now + this.plan.everyMs;
+    const { step, world } = last;
+    if (now < this.due || step <= this.changedAt || world !== this.working.size || world < 2) return;
+    const ranks = [...this.working].sort((a, b) => a - b);
+    const rank = ranks[Math.floor(this.random() * ranks.length)];
+    const kill: Kill = { rank, step, signal: 'SIGKILL' };
+    try {
+      const file = readPidFile(path.join(this.runDir, runFiles.pids), rank);
+      if (file === null) throw new Error(`no pid file for world rank ${rank}`);
+      if (file.host !== os.hostname()) throw new Error(`world rank ${rank} runs on ${file.host}, not on this host (${os.hostname()})`);
+      kill.pid = file.pid;
+      process.kill(file.pid, 'SIGKILL');
+      kill.time = Date.now();
+      console.log(`[drill] chaos: kill -9 ${file.pid} (world rank ${rank}) after step ${step}`);
+    } catch (error) {
+      kill.error = (error as Error).message;
+      console.log(`[drill] chaos: kill -9 of world rank ${rank} failed: ${kill.error}`);
+    }
+    this.sent.push(kill);
+    this.working.delete(rank);
+    this.changedAt = step;
+    this.due = now + this.plan.everyMs;
+  }
+
+  private follow(event: EventRecord): void {
+    if (event.event === 'start' && !this.started) {
+      this.started = true;
+      for (let rank = 0; rank < (event.world as number); ++rank) this.working.add(rank);
+    } else if (event.event === 'revoke+shrink') {
+      for (const rank of event.lost as number[]) this.working.delete(rank);
+      this.changedAt = Math.max(this.changedAt, event.step ?? -1);
+    } else if (event.event === 'join') {
+      for (const rank of event.ranks as number[]) this.working.add(rank);
+      this.changedAt = Math.max(this.changedAt, event.step ?? -1);
+    }
+  }
+
+  close(): void {
+    this.events.close();
+  }
+}
