@@ -94,7 +94,13 @@ export class Manager implements StepPosition {
       this.balancer = new Balancer(config.rebalance);
     }
     this.membership = new Membership(config, world, this, observer, this.enter);
-    this.vote = new Vote(config.onFailure, () => this.membership.comm, this, observer, () => this.repairs.killStopped());
+    this.vote = new Vote(
+      config.onFailure,
+      () => this.membership.comm,
+      this,
+      observer,
+      () => this.repairs.killStopped(),
+    );
     this.repairs = new WorldRepair(config, this.membership, this.vote, this, this, observer);
     this.shards = new HeldShards(dataset, layout, () => this.membership.worldRank);
     this.checkpoints = new Checkpointing(config, this.membership, this.vote, this, this, observer, this.enter);

@@ -142,7 +142,9 @@ export class WorldRepair {
   killStopped(): void {
     const killed = killStopped(this.config.pidsDir, this.world.comm.worldRanks);
     if (killed.length > 0)
-      this.observer.log(`step ${this.position.step}: killed rank(s) ${killed.join(', ')}, found stopped when a wait on them ran past its deadline`);
+      this.observer.log(
+        `step ${this.position.step}: killed rank(s) ${killed.join(', ')}, found stopped when a wait on them ran past its deadline`,
+      );
   }
 
   /**

@@ -69,7 +69,13 @@ function parts(
       observer,
       () => undefined,
     );
-    const vote = new Vote(options.onFailure ?? 'shrink', () => membership.comm, position, observer, () => undefined);
+    const vote = new Vote(
+      options.onFailure ?? 'shrink',
+      () => membership.comm,
+      position,
+      observer,
+      () => undefined,
+    );
     const history: RunHistory = { failures: [], worldHistory: [] };
     const repair = new WorldRepair(
       { maxRetries: 3, commTimeoutMs, pidsDir: options.pidsDir ?? noPids },
