@@ -41,6 +41,8 @@ export const checkpointFormat = 'ft-train-checkpoint/2';
 const stateFile = 'state.safetensors';
 const manifestFile = 'manifest.json';
 const stagingName = 'step-next';
+/** an empty file in a checkpoint root that a run made (see makeInRoot) */
+const madeMark = '.made-by-run';
 
 export interface Stripe {
   offset: number;
@@ -222,7 +224,7 @@ export function writeStripes(dir: string, state: TrainingState, chunks: readonly
     const { groups, buffers } = stripeParts('writeStripes', state, c, n);
     return [...groups.flat(), ...(buffers && c === 0 ? [buffers] : [])];
   });
-  fs.mkdirSync(dir, { recursive: true });
+  makeInRoot(dir);
   return writer.write(path.join(dir, stateFile), stateFileBytes(state), parts);
 }
 
@@ -252,7 +254,7 @@ export interface PreparedManifest {
 export function prepareManifest(staging: string, meta: CheckpointMeta, state: TrainingState, digests: string[][]): PreparedManifest {
   const manifest = sealManifest(meta, state, digests);
   const file = path.join(staging, manifestFile);
-  fs.mkdirSync(staging, { recursive: true });
+  makeInRoot(staging);
   const fd = namingFile(file, () => fs.openSync(file, 'w'));
   try {
     namingFile(file, () => fs.writeFileSync(fd, JSON.stringify(manifest, null, 1) + '\n'));
@@ -387,7 +389,7 @@ export async function readySpare(root: string, bytes: number, writer: StripeWrit
   if (fs.existsSync(path.join(stagingDir(root), stateFile))) return;
   removeEntries(root, (name) => name.startsWith(`${stagingName}.partial-`));
   const partial = path.join(root, `${stagingName}.partial-${process.pid}`);
-  fs.mkdirSync(partial, { recursive: true });
+  makeInRoot(partial);
   try {
     // never the disk's last bytes: a spare that filled it would make the run's own writes fail
     const { bavail, bsize } = fs.statfsSync(root);
@@ -402,12 +404,25 @@ export async function readySpare(root: string, bytes: number, writer: StripeWrit
 
 /**
  * Removes the staging directory (the spare, or an attempt that was never committed) and any partial
- * one; then `root` itself if that left it empty and `made` (this run made it, for the spare alone).
+ * one; then `root` itself if that left nothing in it but the mark of a run having made it (for the
+ * spare alone: a run that wrote no checkpoint leaves no directory).
  */
-export function removeStaging(root: string, made: boolean): void {
+export function removeStaging(root: string): void {
   if (!fs.existsSync(root)) return;
   removeEntries(root, (name) => name === stagingName || name.startsWith(`${stagingName}.partial-`));
-  if (made && fs.readdirSync(root).length === 0) fs.rmdirSync(root);
+  const left = fs.readdirSync(root);
+  if (left.length === 1 && left[0] === madeMark) fs.rmSync(root, { recursive: true });
+}
+
+/**
+ * Makes `dir`, a directory in the checkpoint root, and the root if need be. Whichever rank makes
+ * the root marks it (`madeMark`), so that any rank that leads at the end, a spawned one included,
+ * knows the run made it, which no rank's memory of the start can tell alike everywhere.
+ */
+function makeInRoot(dir: string): void {
+  const root = path.dirname(dir);
+  if (fs.mkdirSync(root, { recursive: true }) !== undefined) fs.writeFileSync(path.join(root, madeMark), '');
+  fs.mkdirSync(dir, { recursive: true });
 }
 
 /** Removes the entries of `root` (if it exists) whose names `which` picks. */
@@ -425,7 +440,7 @@ function removeEntries(root: string, which: (name: string) => boolean): void {
  */
 function placeSpare(file: string, root: string): void {
   const staging = stagingDir(root);
-  fs.mkdirSync(staging, { recursive: true });
+  makeInRoot(staging);
   try {
     fs.linkSync(file, path.join(staging, stateFile));
   } catch (error) {

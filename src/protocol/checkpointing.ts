@@ -5,7 +5,6 @@
 // uncommitted: the Manager recovers and tries again (stripes rewrite the same bytes). The leader
 // keeps a spare state file ready beside training, so that a checkpoint overwrites one already
 // allocated instead of growing a new file.
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import {
   checkpointDir,
@@ -61,8 +60,6 @@ export class Checkpointing {
   private spareWriter?: StripeWriter;
   private spare: Promise<void> = Promise.resolve();
   private spareUnderWay = false;
-  /** the checkpoint directory was there before this run (else a run that wrote no checkpoint leaves none) */
-  private readonly checkpointDirWasThere: boolean;
   /** every checkpoint's config_sha256 (the identity never changes) */
   private readonly configSha256: string;
 
@@ -78,7 +75,6 @@ export class Checkpointing {
     private readonly observer: ProtocolObserver,
     private readonly enter: (phase: Phase) => void,
   ) {
-    this.checkpointDirWasThere = fs.existsSync(config.checkpointDir);
     this.configSha256 = configSha256(config.identity);
   }
 
@@ -208,6 +204,6 @@ export class Checkpointing {
   async close(): Promise<void> {
     if (!this.world.isLeader || !this.config.spareCheckpoint) return;
     await withDeadline(this.spare, this.config.commTimeoutMs, "the spare checkpoint file's write").catch(() => undefined);
-    removeStaging(this.config.checkpointDir, !this.checkpointDirWasThere);
+    removeStaging(this.config.checkpointDir);
   }
 }

@@ -4,6 +4,7 @@
 // during the spawn are recovered like any other, and so are the death of the rank that starts the
 // spawn while it is under way and a newcomer stopped during its join (which no failure detector
 // watches: the survivors find it stopped once their wait runs past its deadline, and kill it). A
+// spawned rank that leads at the end cleans up the checkpoint directory as the first leader would. A
 // chaos drill kills a random working rank every 2 s, spawned ones included. Every run ends with
 // the bits of the run without failure, and the metrics show the working world back at its size.
 import { strict as assert } from 'node:assert';
@@ -235,6 +236,29 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.deepEqual(
       joins.map((e) => e.ranks),
       [[5]],
+    );
+  });
+
+  it('--respawn: every rank the job started lost, a spawned rank leads at the end and removes the checkpoint directory the run made for its spare alone', async () => {
+    const run = await ftRun(
+      4,
+      [],
+      '--respawn',
+      '--jit-checkpoint',
+      'off',
+      '--checkpoint-every',
+      '100',
+      ...[0, 1, 2, 3].flatMap((rank) => ['--drill', `rank=${rank},step=${2 * rank + 2},phase=compute`]),
+    );
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+    assert.deepEqual(
+      summaryOf(run).failures.map((f) => f.lost),
+      [[0], [1], [2], [3]],
+    );
+    assert.ok(
+      !fs.existsSync(path.join(run.dir, 'ckpt')),
+      `left: ${fs.existsSync(path.join(run.dir, 'ckpt')) && fs.readdirSync(path.join(run.dir, 'ckpt'))}`,
     );
   });
 
