@@ -180,6 +180,7 @@ function newManager(
       shards,
       identity,
       commTimeoutMs: job.bounds.commMs,
+      diskTimeoutMs: job.bounds.diskMs,
       pidsDir: job.pidsDir,
       logFile: job.runLog.logFile,
       spareCheckpoint: (options.onFailure !== 'none' && options.jitCheckpoint) || options.checkpointEvery > 0,
@@ -253,9 +254,9 @@ function summaryOf(
  */
 export function exitWhenDone(outcome: Promise<TrainOutcome<unknown>>): void {
   outcome.then(
-    ({ exitCode }) => {
-      process.exitCode = exitCode;
-    },
+    // the run has written all it owes and finalized: a write still pending on a stuck disk (the
+    // spare checkpoint file's fill, a stripe given up on) must not keep the process alive
+    ({ exitCode }) => process.exit(exitCode),
     (error: unknown) => {
       const input = error instanceof InputError;
       process.exitCode = input ? 2 : 1;

@@ -247,7 +247,7 @@ export interface PreparedManifest {
 
 /**
  * The leader's commit, first half: the manifest written into `staging` (where the stripes are
- * being written), made durable on libuv's pool meanwhile. It needs only the stripes' digests
+ * being written) and made durable on libuv's pool meanwhile. It needs only the stripes' digests
  * (`digests[c]`: stripeDigests of rank c), so it goes while they are still being
  * written. Nothing names the checkpoint complete until commitManifest.
  */
@@ -256,19 +256,15 @@ export function prepareManifest(staging: string, meta: CheckpointMeta, state: Tr
   const file = path.join(staging, manifestFile);
   makeInRoot(staging);
   const fd = namingFile(file, () => fs.openSync(file, 'w'));
-  try {
-    namingFile(file, () => fs.writeFileSync(fd, JSON.stringify(manifest, null, 1) + '\n'));
-  } catch (error) {
-    fs.closeSync(fd);
-    throw error;
-  }
-  const durable = new Promise<void>((resolve, reject) =>
-    fs.fdatasync(fd, (error) => {
+  // written and synced on the pool: a stuck disk holds neither the event loop nor its watchdog
+  const durable = new Promise<void>((resolve, reject) => {
+    const done = (error: Error | null): void => {
       fs.close(fd, () => undefined);
       if (error) reject(namedError(file, error));
       else resolve();
-    }),
-  );
+    };
+    fs.writeFile(fd, JSON.stringify(manifest, null, 1) + '\n', (error) => (error ? done(error) : fs.fdatasync(fd, done)));
+  });
   return { manifest, staging, durable };
 }
 
@@ -334,12 +330,24 @@ export function commitManifest(prepared: PreparedManifest, dir: string): Checkpo
     fs.rmSync(replaced, { recursive: true, force: true });
     fs.renameSync(dir, replaced);
   }
-  fs.renameSync(prepared.staging, dir);
+  try {
+    fs.renameSync(prepared.staging, dir);
+  } catch (error) {
+    // after the vote the staging directory holds a complete checkpoint, maybe the only one: keep it
+    if (replaced) fs.renameSync(replaced, dir);
+    throw new CommitError(
+      `${dir}: the checkpoint of step ${prepared.manifest.step} could not be put in place (${(error as Error).message}); ` +
+        `it is complete in ${prepared.staging}, kept there (rename that directory to ${path.basename(dir)} to resume from it)`,
+    );
+  }
   syncPath(dir);
   syncPath(root);
   if (replaced) fs.rmSync(replaced, { recursive: true, force: true });
   return prepared.manifest;
 }
+
+/** A voted checkpoint that could not be renamed into place: its staging directory holds it, and must be kept. */
+export class CommitError extends Error {}
 
 /**
  * Removes all but the newest `keep` complete checkpoints, and unfinished ones older than those. The

@@ -6,6 +6,8 @@ export interface HangBounds {
   watchdogMs: number;
   /** the longest any MPI wait may take before the communicator is revoked */
   commMs: number;
+  /** the longest a checkpoint's writes may take before the disk counts as stuck (below commMs: the writer stops the job before its peers give up on it) */
+  diskMs: number;
   /** the longest MPI's start-up may take (a rank lost before MPI_Init leaves the others in it) */
   startupMs: number;
 }
@@ -14,7 +16,7 @@ export interface HangBounds {
 export function hangBounds(seconds: number): HangBounds {
   const watchdogMs = Math.round(seconds * 1000);
   // a peer's compute is bounded by its watchdog and its death is seen within T by the detector
-  return { watchdogMs, commMs: 3 * watchdogMs, startupMs: Math.max(10_000, 3 * watchdogMs) };
+  return { watchdogMs, commMs: 3 * watchdogMs, diskMs: 2 * watchdogMs, startupMs: Math.max(10_000, 3 * watchdogMs) };
 }
 
 /**

@@ -8,6 +8,7 @@
 import * as path from 'node:path';
 import {
   checkpointDir,
+  CommitError,
   commitManifest,
   configSha256,
   newStripeWriter,
@@ -24,7 +25,7 @@ import {
   type StripeWriter,
   type TrainingState,
 } from '../checkpoint/checkpoint';
-import { withDeadline } from '../liveness/deadline';
+import { withDeadline, withDiskDeadline } from '../liveness/deadline';
 import type { Phase } from '../liveness/drills';
 import type { LoopPosition, ProtocolConfig, ProtocolObserver, RunHistory, StepPosition } from './contracts';
 import type { Membership } from './membership';
@@ -60,13 +61,15 @@ export class Checkpointing {
   private spareWriter?: StripeWriter;
   private spare: Promise<void> = Promise.resolve();
   private spareUnderWay = false;
+  /** a commit failed after its vote: the staging directory holds that checkpoint, whole, and stays */
+  private stagingKept = false;
   /** every checkpoint's config_sha256 (the identity never changes) */
   private readonly configSha256: string;
 
   constructor(
     private readonly config: Pick<
       ProtocolConfig,
-      'checkpointDir' | 'keepCheckpoints' | 'spareCheckpoint' | 'identity' | 'shards' | 'sharded' | 'commTimeoutMs'
+      'checkpointDir' | 'keepCheckpoints' | 'spareCheckpoint' | 'identity' | 'shards' | 'sharded' | 'commTimeoutMs' | 'diskTimeoutMs'
     >,
     private readonly world: Membership,
     private readonly vote: Vote,
@@ -109,12 +112,24 @@ export class Checkpointing {
       () => undefined,
       (error: unknown) => ({ error }),
     );
-    const failed = (await written) ?? (await manifestFailed);
+    // a stuck disk stops the job as a full one does, before the peers' vote gives up on this rank
+    const failed = await withDiskDeadline(
+      Promise.all([written, manifestFailed]).then(([stripes, manifest]) => stripes ?? manifest),
+      started,
+      this.config.diskTimeoutMs,
+      `the checkpoint's writes into ${staging}`,
+    );
     if (failed) throw failed.error;
     if ((await this.vote.agree(gathered ? OK : 0)) !== OK) return false;
     this.enter('checkpoint-commit');
     if (prepared) {
-      const manifest = commitManifest(prepared, dir);
+      let manifest;
+      try {
+        manifest = commitManifest(prepared, dir);
+      } catch (error) {
+        this.stagingKept ||= error instanceof CommitError;
+        throw error;
+      }
       this.observer.event({
         event: 'checkpoint',
         step,
@@ -200,9 +215,9 @@ export class Checkpointing {
       });
   }
 
-  /** At exit, on the leader: the spare (or an uncommitted attempt) is removed. */
+  /** At exit, on the leader: the spare (or an uncommitted attempt) is removed; a voted one that could not be put in place stays. */
   async close(): Promise<void> {
-    if (!this.world.isLeader || !this.config.spareCheckpoint) return;
+    if (!this.world.isLeader || !this.config.spareCheckpoint || this.stagingKept) return;
     await withDeadline(this.spare, this.config.commTimeoutMs, "the spare checkpoint file's write").catch(() => undefined);
     removeStaging(this.config.checkpointDir);
   }

@@ -30,6 +30,8 @@ export interface ProtocolConfig {
   identity: Record<string, unknown>;
   /** the longest a shrink may take (see liveness/hangs.ts) */
   commTimeoutMs: number;
+  /** the longest a checkpoint's writes to disk may take (see liveness/hang-bounds.ts) */
+  diskTimeoutMs: number;
   /** where the ranks' pid files are (to kill a rank declared dead for hanging) */
   pidsDir: string;
   /** this rank's log file: a line written at once (before a rank evicted for corruption kills itself) */

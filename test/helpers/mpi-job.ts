@@ -27,13 +27,14 @@ async function reap(marker: string, graceMs: number): Promise<void> {
   for (const pid of jobProcesses(marker)) process.kill(pid, 'SIGKILL');
 }
 
-/** Runs a command and every process it starts; kills them all after `timeoutMs`. */
+/** Runs a command and every process it starts; kills them all after `timeoutMs`. `watch` sees the stderr so far as it grows. */
 export function runCommand<T = never>(
   command: string,
   argv: string[],
   env: NodeJS.ProcessEnv,
   timeoutMs: number,
   label: string,
+  watch?: (stderr: string) => void,
 ): Promise<JobResult<T>> {
   const job = `${process.pid}-${++jobs}`;
   const marker = `FT_TEST_JOB=${job}`;
@@ -51,6 +52,7 @@ export function runCommand<T = never>(
     });
     child.stderr.on('data', (chunk) => {
       stderr += chunk;
+      watch?.(stderr);
     });
     const timer = setTimeout(() => {
       process.kill(-child.pid!, 'SIGKILL');
@@ -78,10 +80,10 @@ export function runProgram<T>(name: string, ranks: number, args: string[] = [], 
   return runCommand<T>(command, argv, env, timeoutMs, `${name} on ${ranks} ranks`);
 }
 
-/** Runs launch/ft-train.js on `ranks` ranks. */
-export function runTrain(ranks: number, args: string[], timeoutMs = 90_000): Promise<JobResult<never>> {
+/** Runs launch/ft-train.js on `ranks` ranks (`watch`: see runCommand). */
+export function runTrain(ranks: number, args: string[], timeoutMs = 90_000, watch?: (stderr: string) => void): Promise<JobResult<never>> {
   const { command, args: argv, env } = trainCommand(ranks, args);
-  return runCommand(command, argv, env, timeoutMs, `ft-train on ${ranks} ranks ${args.join(' ')}`);
+  return runCommand(command, argv, env, timeoutMs, `ft-train on ${ranks} ranks ${args.join(' ')}`, watch);
 }
 
 /** Runs launch/drill with `args` (its flags, `--`, ft-train's). */

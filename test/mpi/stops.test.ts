@@ -1,5 +1,6 @@
 // A rank's own error after MPI started (a label out of range, a record batch that fails its checksum
-// when a lost shard is read back, a full disk under the checkpoint or the run directory) stops the
+// when a lost shard is read back, a full disk under the checkpoint or the run directory, a stuck disk
+// or a failed rename under the checkpoint directory: a real FUSE file system, test/helpers) stops the
 // whole job: the lowest rank that erred prints one line naming the file and the problem, every rank
 // exits 1, no summary is written, no process of the job outlives mpirun, and the leader records the
 // stop in events.jsonl. The faults are put in place before they are met, so no test waits on a sleep.
@@ -14,6 +15,8 @@ import type { Manifest } from '../../src/data/manifest';
 import { writeDataset, type SplitSource } from '../../src/data/writer';
 import type { EventRecord, StepRecord } from '../../src/run/records';
 import { readPid } from '../../src/run/pids';
+import { verifyCheckpoint } from '../../src/checkpoint/checkpoint';
+import { faultyFsUnavailable, mountFaultyFs } from '../helpers/faulty-fs';
 import { repoRoot, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -264,6 +267,92 @@ describe("a rank's own error stops every rank", function () {
     // is what keeps growing (about 95 steps fill the tmpfs); the stop event still fits its page
     assertStopped(job, runDir, `ft-train: rank 0: ${path.join(runDir, 'metrics.jsonl')}: ENOSPC: no space left on device`);
     assert.deepEqual(stopEventRanks(runDir), [0]);
+  });
+
+  it('a stuck disk under the checkpoint directory: its writes meet their deadline (2 x --hang-timeout), one line, exit 1, nothing committed', async function () {
+    this.timeout(90_000);
+    const why = faultyFsUnavailable();
+    if (why) {
+      console.log(`      skipped: ${why}`);
+      this.skip();
+    }
+    const disk = await mountFaultyFs(path.join(scratch, 'stuck'), ['stall']);
+    try {
+      const runDir = newDir();
+      const checkpoints = path.join(disk.mountpoint, 'ck');
+      const args = [
+        '--model',
+        'models/lenet.json',
+        '--data',
+        'datasets/fashion-mnist',
+        '--steps',
+        '12',
+        '--checkpoint-every',
+        '5',
+        '--hang-timeout',
+        '2',
+      ];
+      // the disk stays stuck until the job has said so: only its deadline can end the wait
+      const job = await runTrain(4, [...args, '--checkpoint-dir', checkpoints, '--run-dir', runDir], jobTimeoutMs, (stderr) => {
+        if (stderr.includes('the disk is stuck')) disk.set([]);
+      });
+      const line = `ft-train: rank 0: the checkpoint's writes into ${path.join(checkpoints, 'step-next')} did not finish within 4 s: the disk is stuck`;
+      // the leader's manifest and the last rank's stripes wait alike: the lowest of them speaks
+      const rank = assertStopped(job, runDir, new RegExp(`^${escape(line).replace('rank 0', 'rank \\d')}$`));
+      // the stripes' writer (the last rank) too, where its own deadline passed before the stop reached it
+      const erred = stopEventRanks(runDir) as number[];
+      assert.ok(erred[0] === rank && erred.every((r) => r === 0 || r === 3), `ranks ${JSON.stringify(erred)}`);
+      const left = fs.existsSync(path.join(disk.backing, 'ck')) ? fs.readdirSync(path.join(disk.backing, 'ck')) : [];
+      assert.ok(!left.some((name) => /^step-\d{8}$/.test(name)), `committed: ${left}`);
+    } finally {
+      await disk.unmount();
+    }
+  });
+
+  it('a rename that fails after the checkpoint vote: one line naming it, exit 1, the complete checkpoint kept in the staging directory', async function () {
+    this.timeout(90_000);
+    const why = faultyFsUnavailable();
+    if (why) {
+      console.log(`      skipped: ${why}`);
+      this.skip();
+    }
+    const disk = await mountFaultyFs(path.join(scratch, 'no-rename'), ['fail-rename']);
+    try {
+      const runDir = newDir();
+      const checkpoints = path.join(disk.mountpoint, 'ck');
+      const job = await runTrain(
+        4,
+        [
+          ...common,
+          '--data',
+          'datasets/fashion-mnist',
+          '--steps',
+          '12',
+          '--checkpoint-every',
+          '5',
+          '--checkpoint-dir',
+          checkpoints,
+          '--run-dir',
+          runDir,
+        ],
+        jobTimeoutMs,
+      );
+      const staging = path.join(checkpoints, 'step-next');
+      const dir = path.join(checkpoints, 'step-00000005');
+      assertStopped(
+        job,
+        runDir,
+        `ft-train: rank 0: ${dir}: the checkpoint of step 5 could not be put in place (EIO: i/o error, rename '${staging}' -> '${dir}'); ` +
+          `it is complete in ${staging}, kept there (rename that directory to step-00000005 to resume from it)`,
+      );
+      assert.deepEqual(stopEventRanks(runDir), [0]);
+      disk.set([]);
+      // the kept checkpoint is whole: renamed by hand, a run resumes from it
+      fs.renameSync(staging, dir);
+      assert.equal(verifyCheckpoint(dir).step, 5);
+    } finally {
+      await disk.unmount();
+    }
   });
 
   it('the same label with --on-failure shrink: the same line, exit 1', async function () {

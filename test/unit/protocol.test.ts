@@ -519,6 +519,7 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         spareCheckpoint: false,
         identity: { seed: 1 },
         commTimeoutMs,
+        diskTimeoutMs: commTimeoutMs,
         pidsDir: noPids,
         logFile: path.join(dir, 'log'),
         verifyEvery: 0,

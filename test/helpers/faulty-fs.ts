@@ -1,0 +1,71 @@
+// A FUSE mount of test/helpers/faulty_fs.py over a scratch directory: a real file system whose
+// writes can be made to stall (a stuck disk) and whose renames onto a checkpoint's name can fail,
+// switched by the faults written to its control file.
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { repoRoot } from './mpi-job';
+
+export type DiskFault = 'stall' | 'fail-rename';
+
+export interface FaultyFs {
+  /** where the file system is mounted */
+  mountpoint: string;
+  /** what is stored under it */
+  backing: string;
+  /** from now on, these faults and no others */
+  set(faults: DiskFault[]): void;
+  /** lifts every fault, unmounts and ends the file system's process */
+  unmount(): Promise<void>;
+}
+
+const python = '/usr/bin/python3';
+
+/** Why a faulty file system cannot be mounted here, or undefined. */
+export function faultyFsUnavailable(): string | undefined {
+  if (process.getuid?.() !== 0) return 'mounting a FUSE file system needs root';
+  if (!fs.existsSync('/dev/fuse')) return 'no /dev/fuse';
+  try {
+    execFileSync(python, ['-c', 'import fuse'], { stdio: 'ignore' });
+    execFileSync('fusermount', ['-V'], { stdio: 'ignore' });
+  } catch {
+    return 'python3-fuse (and fuse) not installed: launch/setup installs them';
+  }
+  return undefined;
+}
+
+const mounted = (dir: string): boolean => fs.readFileSync('/proc/mounts', 'utf8').includes(` ${dir} fuse`);
+
+/** Mounts a faulty file system in `dir` (made), with `faults` from the start. */
+export async function mountFaultyFs(dir: string, faults: DiskFault[] = []): Promise<FaultyFs> {
+  const [mountpoint, backing, control] = ['mnt', 'backing', 'control'].map((name) => path.join(dir, name));
+  fs.mkdirSync(mountpoint, { recursive: true });
+  fs.mkdirSync(backing, { recursive: true });
+  const set = (list: DiskFault[]): void => fs.writeFileSync(control, list.join('\n') + '\n');
+  set(faults);
+  const daemon: ChildProcess = spawn(
+    python,
+    [path.join(repoRoot, 'test', 'helpers', 'faulty_fs.py'), mountpoint, '-f', '-o', `root=${backing},control=${control}`],
+    { stdio: 'ignore' },
+  );
+  for (const deadline = Date.now() + 10_000; !mounted(mountpoint);) {
+    if (Date.now() > deadline || daemon.exitCode !== null) {
+      daemon.kill('SIGKILL');
+      throw new Error(`faulty_fs.py did not mount ${mountpoint} within 10 s`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return {
+    mountpoint,
+    backing,
+    set,
+    async unmount() {
+      set([]);
+      execFileSync('fusermount', ['-u', '-z', mountpoint]);
+      const ended = new Promise((resolve) => daemon.once('exit', resolve));
+      daemon.kill('SIGTERM');
+      await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, 5000))]);
+      if (daemon.exitCode === null && daemon.signalCode === null) daemon.kill('SIGKILL');
+    },
+  };
+}
