@@ -33,6 +33,8 @@ const addon = addonPart<{
   FileWriter: new () => {
     write(file: string, fileBytes: number, parts: { at: number; bytes: ArrayBufferView }[]): Promise<void>;
     fill(file: string, fileBytes: number): Promise<void>;
+    /** A fill under way stops before its next MiB and rejects with ECANCELED. */
+    cancel(): void;
   };
 }>();
 
@@ -41,7 +43,7 @@ export const checkpointFormat = 'ft-train-checkpoint/2';
 const stateFile = 'state.safetensors';
 const manifestFile = 'manifest.json';
 const stagingName = 'step-next';
-/** an empty file in a checkpoint root that a run made (see makeInRoot) */
+/** an empty file in a checkpoint root that a run made, until a checkpoint is committed there (see makeInRoot) */
 const madeMark = '.made-by-run';
 
 export interface Stripe {
@@ -343,6 +345,8 @@ export function commitManifest(prepared: PreparedManifest, dir: string): Checkpo
   syncPath(dir);
   syncPath(root);
   if (replaced) fs.rmSync(replaced, { recursive: true, force: true });
+  // the root holds a checkpoint from now on: it stays, and needs no mark
+  fs.rmSync(path.join(root, madeMark), { force: true });
   return prepared.manifest;
 }
 

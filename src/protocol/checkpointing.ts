@@ -209,7 +209,9 @@ export class Checkpointing {
     this.spareWriter ??= newStripeWriter();
     this.spareUnderWay = true;
     this.spare = readySpare(this.config.checkpointDir, stateFileBytes(source.state()), this.spareWriter)
-      .catch((error: Error) => this.observer.log(`no spare checkpoint file (a checkpoint will write a new one): ${error.message}`))
+      .catch((error: NodeJS.ErrnoException) => {
+        if (error.code !== 'ECANCELED') this.observer.log(`no spare checkpoint file (a checkpoint will write a new one): ${error.message}`);
+      })
       .finally(() => {
         this.spareUnderWay = false;
       });
@@ -218,6 +220,8 @@ export class Checkpointing {
   /** At exit, on the leader: the spare (or an uncommitted attempt) is removed; a voted one that could not be put in place stays. */
   async close(): Promise<void> {
     if (!this.world.isLeader || !this.config.spareCheckpoint || this.stagingKept) return;
+    // no checkpoint will use a spare still being filled: it stops after the piece being written
+    if (this.spareUnderWay) this.spareWriter!.cancel();
     await withDeadline(this.spare, this.config.commTimeoutMs, "the spare checkpoint file's write").catch(() => undefined);
     removeStaging(this.config.checkpointDir);
   }

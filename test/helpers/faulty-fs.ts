@@ -1,12 +1,12 @@
 // A FUSE mount of test/helpers/faulty_fs.py over a scratch directory: a real file system whose
-// writes can be made to stall (a stuck disk) and whose renames onto a checkpoint's name can fail,
-// switched by the faults written to its control file.
+// writes can be made to stall (a stuck disk) or slow, and whose renames onto a checkpoint's name
+// can fail, switched by the faults written to its control file; it records every write.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { repoRoot } from './mpi-job';
 
-export type DiskFault = 'stall' | 'fail-rename';
+export type DiskFault = 'stall' | 'fail-rename' | 'slow';
 
 export interface FaultyFs {
   /** where the file system is mounted */
@@ -15,6 +15,8 @@ export interface FaultyFs {
   backing: string;
   /** from now on, these faults and no others */
   set(faults: DiskFault[]): void;
+  /** every write so far, in order: the path (from the mount's root) and its bytes */
+  writes(): { path: string; bytes: number }[];
   /** lifts every fault, unmounts and ends the file system's process */
   unmount(): Promise<void>;
 }
@@ -59,6 +61,13 @@ export async function mountFaultyFs(dir: string, faults: DiskFault[] = []): Prom
     mountpoint,
     backing,
     set,
+    writes: () =>
+      (fs.existsSync(`${control}.writes`) ? fs.readFileSync(`${control}.writes`, 'utf8').trim().split('\n') : [])
+        .filter(Boolean)
+        .map((line) => {
+          const at = line.lastIndexOf(' ');
+          return { path: line.slice(0, at), bytes: Number(line.slice(at + 1)) };
+        }),
     async unmount() {
       set([]);
       execFileSync('fusermount', ['-u', '-z', mountpoint]);

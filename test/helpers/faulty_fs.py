@@ -3,7 +3,9 @@
 # except those the faults named in a control file (one per line, read at each call) change:
 #   stall        writes, fsyncs and fallocates block until the line is gone or the file system is
 #                unmounted (a stuck disk: the writer waits in the kernel, as on a dead NFS server);
-#   fail-rename  a rename onto a name step-NNNNNNNN fails with EIO (a checkpoint's commit).
+#   fail-rename  a rename onto a name step-NNNNNNNN fails with EIO (a checkpoint's commit);
+#   slow         each write takes 50 ms more (a slow disk).
+# Every write is recorded, as "PATH BYTES" lines in the file CONTROL.writes (the bytes a run wrote).
 # Usage: faulty_fs.py MOUNTPOINT -f -o root=BACKING,control=FILE  (python3-fuse; the test unmounts it
 # with fusermount -u -z and kills this process).
 import errno
@@ -30,6 +32,12 @@ class Faults:
     def stall(self):
         while self.active('stall'):
             time.sleep(0.05)
+        if self.active('slow'):
+            time.sleep(0.05)
+
+    def wrote(self, path, length):
+        with open(self.control + '.writes', 'a') as f:
+            f.write(f'{path} {length}\n')
 
 
 class FaultyFs(fuse.Fuse):
@@ -44,6 +52,7 @@ class FaultyFs(fuse.Fuse):
 
         class File:
             def __init__(self, path, flags, *mode):
+                self.path = path
                 self.fd = os.open(root + path, flags & ~os.O_DIRECT, *mode)
 
             def read(self, length, offset):
@@ -51,7 +60,9 @@ class FaultyFs(fuse.Fuse):
 
             def write(self, buf, offset):
                 faults.stall()
-                return os.pwrite(self.fd, buf, offset)
+                written = os.pwrite(self.fd, buf, offset)
+                faults.wrote(self.path, written)
+                return written
 
             def fgetattr(self):
                 return os.fstat(self.fd)
@@ -115,9 +126,6 @@ class FaultyFs(fuse.Fuse):
 
     def statfs(self):
         return os.statvfs(self.root)
-
-    def fsyncdir(self, path, datasync):
-        self.faults.stall()
 
 
 def main():

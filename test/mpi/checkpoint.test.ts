@@ -1,12 +1,14 @@
 // Checkpoints under mpirun: a JIT checkpoint written by the survivors of a kill, then every rank
 // killed, then --resume on 3 ranks ends bit-identical to the uninterrupted run; the same after
 // SIGTERM (preemption) and below --min-ranks; a corrupt or truncated checkpoint is reported in one
-// line and the previous complete one is used.
+// line and the previous complete one is used; at the end, a spare state file still being written to
+// a slow disk (a real FUSE file system, test/helpers) is cut short rather than waited for.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readRun } from '../../src/report/run-data';
 import { readPid } from '../../src/run/pids';
+import { faultyFsUnavailable, mountFaultyFs } from '../helpers/faulty-fs';
 import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -168,6 +170,33 @@ describe('checkpoints and --resume', function () {
       new RegExp(`^ft-train: ${dir}: no complete checkpoint \\(.*corrupt: stripe 3.*; .*truncated: 1000 bytes, the manifest says \\d+\\)`),
     );
     assert.ok(!fs.existsSync(broken));
+  });
+
+  it('on a slow disk the end does not wait for the spare file: its fill is cut short, nothing of it left', async function () {
+    const why = faultyFsUnavailable();
+    if (why) {
+      console.log(`      skipped: ${why}`);
+      this.skip();
+    }
+    const disk = await mountFaultyFs(path.join(scratch, 'slow'), ['slow']);
+    try {
+      const dir = newDir();
+      const job = await train(4, dir, '--steps', '12', '--checkpoint-every', '11', '--checkpoint-dir', path.join(disk.mountpoint, 'ck'));
+      assert.equal(job.code, 0, job.stdout + job.stderr);
+      assert.deepEqual(fs.readdirSync(path.join(disk.backing, 'ck')), ['step-00000011']);
+      const manifest = JSON.parse(fs.readFileSync(path.join(disk.backing, 'ck', 'step-00000011', 'manifest.json'), 'utf8'));
+      // the fill begun once step 11's checkpoint was in place: it wrote less than a state file
+      const writes = disk.writes();
+      const committed = writes.map((w) => w.path).lastIndexOf('/ck/step-next/state.safetensors');
+      assert.ok(committed >= 0, 'the checkpoint wrote its stripes there');
+      const filled = writes
+        .slice(committed + 1)
+        .filter((w) => /^\/ck\/step-next\.partial-\d+\/state\.safetensors$/.test(w.path))
+        .reduce((sum, w) => sum + w.bytes, 0);
+      assert.ok(filled < manifest.file.bytes, `the spare's fill wrote ${filled} of ${manifest.file.bytes} bytes before the end`);
+    } finally {
+      await disk.unmount();
+    }
   });
 
   it('refuses to resume with settings that change the result, in one line', async () => {

@@ -15,7 +15,9 @@
 // -> Promise: creates the file if needed, sets its length to fileBytes, writes each view's bytes
 // at `at` (the views must not overlap in the file), and makes them durable (fdatasync);
 // writer.fill(path, fileBytes) -> Promise: a new file of fileBytes with every block written and
-// durable. One write or fill at a time per writer. An I/O error rejects with an Error like Node's
+// durable; writer.cancel() ends a fill under way after the piece being written (it rejects with
+// ECANCELED), so that nobody waits at exit for a file no checkpoint will use. One write or fill at
+// a time per writer. An I/O error rejects with an Error like Node's
 // fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
 #include "io/direct_write.h"
 
@@ -25,6 +27,7 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdint>
@@ -276,19 +279,24 @@ void WriteFile(Ring& ring, const std::string& path, uint64_t fileBytes, const st
   if (fdatasync(buffered.get()) != 0) throw IoError{errno, "fdatasync"};
 }
 
+// A fill's pieces: small enough that a cancel ends it soon on a slow disk.
+constexpr size_t kFillPieceBytes = size_t{1} << 20;
+
 // A new file of fileBytes whose every block is written (with whatever the ring holds) and durable:
-// later writes over it allocate nothing.
-void FillFile(Ring& ring, const std::string& path, uint64_t fileBytes) {
+// later writes over it allocate nothing. Checks `cancelled` before each piece.
+void FillFile(Ring& ring, const std::string& path, uint64_t fileBytes, const std::atomic<bool>& cancelled) {
   Fd buffered(path, O_WRONLY | O_CREAT | O_TRUNC);
   if (buffered.get() < 0) throw IoError{errno, "open"};
   Fd direct(path, O_WRONLY | O_DIRECT);
   if (direct.get() < 0 && errno != EINVAL) throw IoError{errno, "open"};
   uint64_t aligned = direct.get() < 0 ? 0 : AlignDown(fileBytes);
-  for (uint64_t at = 0; at < aligned; at += kSlotBytes) {
-    WriteDirect(direct.get(), buffered.get(), ring.Slot(0), std::min<uint64_t>(kSlotBytes, aligned - at), at);
-  }
-  for (uint64_t at = aligned; at < fileBytes; at += kSlotBytes) {
-    WriteAll(buffered.get(), ring.Slot(0), std::min<uint64_t>(kSlotBytes, fileBytes - at), at);
+  for (uint64_t at = 0; at < fileBytes; at += kFillPieceBytes) {
+    if (cancelled.load()) throw IoError{ECANCELED, "write"};
+    uint64_t end = std::min<uint64_t>(at + kFillPieceBytes, fileBytes);
+    // a piece is direct up to `aligned` and buffered past it (pieces and `aligned` are page multiples)
+    uint64_t directEnd = std::min(end, std::max(at, aligned));
+    if (directEnd > at) WriteDirect(direct.get(), buffered.get(), ring.Slot(0), directEnd - at, at);
+    if (end > directEnd) WriteAll(buffered.get(), ring.Slot(0), end - directEnd, directEnd);
   }
   if (fdatasync(buffered.get()) != 0) throw IoError{errno, "fdatasync"};
 }
@@ -296,10 +304,10 @@ void FillFile(Ring& ring, const std::string& path, uint64_t fileBytes) {
 class FileWriteWorker : public Napi::AsyncWorker {
  public:
   // fill: FillFile instead of WriteFile (runs empty)
-  FileWriteWorker(Napi::Env env, Ring& ring, bool& busy, std::string path, uint64_t fileBytes, bool fill,
-                  std::vector<Run> runs, Napi::Object writer, Napi::Object views)
+  FileWriteWorker(Napi::Env env, Ring& ring, bool& busy, const std::atomic<bool>& cancelled, std::string path, uint64_t fileBytes,
+                  bool fill, std::vector<Run> runs, Napi::Object writer, Napi::Object views)
       : Napi::AsyncWorker(env, "FileWriter.write"), deferred_(Napi::Promise::Deferred::New(env)), ring_(ring),
-        busy_(busy), path_(std::move(path)), fileBytes_(fileBytes), fill_(fill), runs_(std::move(runs)),
+        busy_(busy), cancelled_(cancelled), path_(std::move(path)), fileBytes_(fileBytes), fill_(fill), runs_(std::move(runs)),
         writer_(Napi::Persistent(writer)), views_(Napi::Persistent(views)) {}
 
   Napi::Promise Promise() { return deferred_.Promise(); }
@@ -307,7 +315,7 @@ class FileWriteWorker : public Napi::AsyncWorker {
  protected:
   void Execute() override {
     try {
-      if (fill_) FillFile(ring_, path_, fileBytes_);
+      if (fill_) FillFile(ring_, path_, fileBytes_, cancelled_);
       else WriteFile(ring_, path_, fileBytes_, runs_);
     } catch (const IoError& error) {
       error_ = error;
@@ -335,6 +343,7 @@ class FileWriteWorker : public Napi::AsyncWorker {
   Napi::Promise::Deferred deferred_;
   Ring& ring_;
   bool& busy_;
+  const std::atomic<bool>& cancelled_;
   std::string path_;
   uint64_t fileBytes_;
   bool fill_;
@@ -400,6 +409,12 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
     return Start(info, method, fileBytes, true, {}, Napi::Object::New(info.Env()));
   }
 
+  // cancel(): a fill under way stops before its next piece and rejects with ECANCELED.
+  Napi::Value Cancel(const Napi::CallbackInfo& info) {
+    cancelled_.store(true);
+    return info.Env().Undefined();
+  }
+
  private:
   // info[0] a path, info[1] a byte count
   static uint64_t FileBytes(const Napi::CallbackInfo& info, const char* method) {
@@ -415,7 +430,8 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
   Napi::Value Start(const Napi::CallbackInfo& info, const char* method, uint64_t fileBytes, bool fill, std::vector<Run> runs, Napi::Object views) {
     if (busy_) throw Napi::Error::New(info.Env(), std::string(method) + ": the previous write has not ended");
     busy_ = true;
-    auto* worker = new FileWriteWorker(info.Env(), ring_, busy_, info[0].As<Napi::String>().Utf8Value(), fileBytes, fill,
+    cancelled_.store(false);
+    auto* worker = new FileWriteWorker(info.Env(), ring_, busy_, cancelled_, info[0].As<Napi::String>().Utf8Value(), fileBytes, fill,
                                        std::move(runs), info.This().As<Napi::Object>(), views);
     worker->Queue();
     return worker->Promise();
@@ -423,12 +439,14 @@ class FileWriter : public Napi::ObjectWrap<FileWriter> {
 
   Ring ring_;
   bool busy_ = false;
+  std::atomic<bool> cancelled_{false};
 };
 }  // namespace
 
 void InitFileWriter(Napi::Env env, Napi::Object exports) {
   exports.Set("FileWriter", FileWriter::DefineClass(env, "FileWriter", {FileWriter::InstanceMethod<&FileWriter::Write>("write"),
-                                                                     FileWriter::InstanceMethod<&FileWriter::Fill>("fill")}));
+                                                                     FileWriter::InstanceMethod<&FileWriter::Fill>("fill"),
+                                                                     FileWriter::InstanceMethod<&FileWriter::Cancel>("cancel")}));
 }
 
 }  // namespace ft
