@@ -22,18 +22,16 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { runDrill } from '../src/cli/fault-drill';
 import { jobProcesses } from '../src/cli/job-processes';
-import type { EventRecord, StepRecord, Summary } from '../src/run/records';
+import type { EventRecord, StepRecord } from '../src/run/records';
 import { median } from '../src/base/median';
+import { runRecords, type RunRecords } from './run-records';
 
 const ranks = 4;
 const steps = Number(process.env.BENCH_STEPS ?? 4000);
 const killEveryS = Number(process.env.BENCH_KILL_EVERY_S ?? 10);
 const respawnLimit = Number(process.env.BENCH_RESPAWN_LIMIT ?? 100);
 
-interface Run {
-  metrics: StepRecord[];
-  events: EventRecord[];
-  summary: Summary;
+interface Run extends RunRecords {
   kills: { rank: number; time: number }[];
 }
 
@@ -58,16 +56,8 @@ async function train(runDir: string, chaos: boolean): Promise<Run> {
   if (left.length > 0)
     throw new Error(`${left.length} process(es) of the ${chaos ? 'chaos' : 'fault-free'} run outlived it: ${left.join(' ')}`);
   if (!outcome.passed) throw new Error(`the ${chaos ? 'chaos' : 'fault-free'} run failed (mpirun exit ${outcome.code}); see ${runDir}`);
-  const read = <T>(file: string): T[] =>
-    fs
-      .readFileSync(path.join(runDir, file), 'utf8')
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l) as T);
   return {
-    metrics: read<StepRecord>('metrics.jsonl'),
-    events: read<EventRecord>('events.jsonl'),
-    summary: JSON.parse(fs.readFileSync(path.join(runDir, 'summary.json'), 'utf8')) as Summary,
+    ...runRecords(runDir),
     kills: outcome.chaos.map((k) => ({ rank: k.rank, time: k.time! })),
   };
 }

@@ -16,8 +16,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { runDrill } from '../src/cli/fault-drill';
-import type { EventRecord, StepRecord, Summary } from '../src/run/records';
 import { median } from '../src/base/median';
+import { runRecords, type RunRecords } from './run-records';
 
 const rounds = Number(process.env.BENCH_ROUNDS ?? 1);
 const steps = Number(process.env.BENCH_STEPS ?? 240);
@@ -29,11 +29,7 @@ const settle = 3; // --slow-steps' default
 const ranks = 2;
 const models = ['mlp', 'lenet'];
 
-interface Run {
-  metrics: StepRecord[];
-  events: EventRecord[];
-  summary: Summary;
-}
+type Run = RunRecords;
 
 async function train(model: string, rebalance: 'off' | 'auto', runDir: string): Promise<Run> {
   const args = [
@@ -42,17 +38,7 @@ async function train(model: string, rebalance: 'off' | 'auto', runDir: string): 
   ];
   const outcome = await runDrill(ranks, [], args, [{ rank: 1, step: slowFrom, factor }], period);
   if (!outcome.passed) throw new Error(`${model} --rebalance ${rebalance}: the run failed (mpirun exit ${outcome.code})`);
-  const read = <T>(file: string): T[] =>
-    fs
-      .readFileSync(path.join(runDir, file), 'utf8')
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l) as T);
-  return {
-    metrics: read<StepRecord>('metrics.jsonl'),
-    events: read<EventRecord>('events.jsonl'),
-    summary: JSON.parse(fs.readFileSync(path.join(runDir, 'summary.json'), 'utf8')) as Summary,
-  };
+  return runRecords(runDir);
 }
 
 const stepMs = (run: Run, from: number, to = steps): number[] =>

@@ -78,3 +78,23 @@ export async function mountFaultyFs(dir: string, faults: DiskFault[] = []): Prom
     },
   };
 }
+
+/** Runs `body` with a faulty file system mounted in `dir` (unmounted after), or skips `test` with one line where none can be mounted. */
+export async function withFaultyFs(
+  test: Mocha.Context,
+  dir: string,
+  faults: DiskFault[],
+  body: (disk: FaultyFs) => Promise<void>,
+): Promise<void> {
+  const why = faultyFsUnavailable();
+  if (why) {
+    console.log(`      skipped: ${why}`);
+    test.skip();
+  }
+  const disk = await mountFaultyFs(dir, faults);
+  try {
+    await body(disk);
+  } finally {
+    await disk.unmount();
+  }
+}

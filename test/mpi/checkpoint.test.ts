@@ -8,7 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readRun } from '../../src/report/run-data';
 import { readPid } from '../../src/run/pids';
-import { faultyFsUnavailable, mountFaultyFs } from '../helpers/faulty-fs';
+import { withFaultyFs } from '../helpers/faulty-fs';
 import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -173,13 +173,7 @@ describe('checkpoints and --resume', function () {
   });
 
   it('on a slow disk the end does not wait for the spare file: its fill is cut short, nothing of it left', async function () {
-    const why = faultyFsUnavailable();
-    if (why) {
-      console.log(`      skipped: ${why}`);
-      this.skip();
-    }
-    const disk = await mountFaultyFs(path.join(scratch, 'slow'), ['slow']);
-    try {
+    await withFaultyFs(this, path.join(scratch, 'slow'), ['slow'], async (disk) => {
       const dir = newDir();
       const job = await train(4, dir, '--steps', '12', '--checkpoint-every', '11', '--checkpoint-dir', path.join(disk.mountpoint, 'ck'));
       assert.equal(job.code, 0, job.stdout + job.stderr);
@@ -194,9 +188,7 @@ describe('checkpoints and --resume', function () {
         .filter((w) => /^\/ck\/step-next\.partial-\d+\/state\.safetensors$/.test(w.path))
         .reduce((sum, w) => sum + w.bytes, 0);
       assert.ok(filled < manifest.file.bytes, `the spare's fill wrote ${filled} of ${manifest.file.bytes} bytes before the end`);
-    } finally {
-      await disk.unmount();
-    }
+    });
   });
 
   it('refuses to resume with settings that change the result, in one line', async () => {

@@ -16,7 +16,7 @@ import { writeDataset, type SplitSource } from '../../src/data/writer';
 import type { EventRecord, StepRecord } from '../../src/run/records';
 import { readPid } from '../../src/run/pids';
 import { verifyCheckpoint } from '../../src/checkpoint/checkpoint';
-import { faultyFsUnavailable, mountFaultyFs } from '../helpers/faulty-fs';
+import { withFaultyFs } from '../helpers/faulty-fs';
 import { repoRoot, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -271,13 +271,7 @@ describe("a rank's own error stops every rank", function () {
 
   it('a stuck disk under the checkpoint directory: its writes meet their deadline (2 x --hang-timeout), one line, exit 1, nothing committed', async function () {
     this.timeout(90_000);
-    const why = faultyFsUnavailable();
-    if (why) {
-      console.log(`      skipped: ${why}`);
-      this.skip();
-    }
-    const disk = await mountFaultyFs(path.join(scratch, 'stuck'), ['stall']);
-    try {
+    await withFaultyFs(this, path.join(scratch, 'stuck'), ['stall'], async (disk) => {
       const runDir = newDir();
       const checkpoints = path.join(disk.mountpoint, 'ck');
       const args = [
@@ -304,20 +298,12 @@ describe("a rank's own error stops every rank", function () {
       assert.ok(erred[0] === rank && erred.every((r) => r === 0 || r === 3), `ranks ${JSON.stringify(erred)}`);
       const left = fs.existsSync(path.join(disk.backing, 'ck')) ? fs.readdirSync(path.join(disk.backing, 'ck')) : [];
       assert.ok(!left.some((name) => /^step-\d{8}$/.test(name)), `committed: ${left}`);
-    } finally {
-      await disk.unmount();
-    }
+    });
   });
 
   it('a rename that fails after the checkpoint vote: one line naming it, exit 1, the complete checkpoint kept in the staging directory', async function () {
     this.timeout(90_000);
-    const why = faultyFsUnavailable();
-    if (why) {
-      console.log(`      skipped: ${why}`);
-      this.skip();
-    }
-    const disk = await mountFaultyFs(path.join(scratch, 'no-rename'), ['fail-rename']);
-    try {
+    await withFaultyFs(this, path.join(scratch, 'no-rename'), ['fail-rename'], async (disk) => {
       const runDir = newDir();
       const checkpoints = path.join(disk.mountpoint, 'ck');
       const job = await runTrain(
@@ -350,9 +336,7 @@ describe("a rank's own error stops every rank", function () {
       // the kept checkpoint is whole: renamed by hand, a run resumes from it
       fs.renameSync(staging, dir);
       assert.equal(verifyCheckpoint(dir).step, 5);
-    } finally {
-      await disk.unmount();
-    }
+    });
   });
 
   it('the same label with --on-failure shrink: the same line, exit 1', async function () {
