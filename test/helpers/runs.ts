@@ -26,3 +26,18 @@ export function lines<T>(run: Run, file: string): T[] {
     .split('\n')
     .map((l) => JSON.parse(l) as T);
 }
+
+/** Every message the run's ranks logged (logs/rank-R.log: JSON lines, beside a drill's plain ones), rank by rank. */
+export function logMessages(dir: string): string[] {
+  const logs = path.join(dir, 'logs');
+  return fs
+    .readdirSync(logs)
+    .sort()
+    .flatMap((file) =>
+      fs
+        .readFileSync(path.join(logs, file), 'utf8')
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => (JSON.parse(line) as { message: string }).message),
+    );
+}

@@ -13,7 +13,7 @@ import * as path from 'node:path';
 import { readRun } from '../../src/report/run-data';
 import type { EventRecord, StepRecord } from '../../src/run/records';
 import { repoRoot, runCommand, runLaunchDrill, runTrain } from '../helpers/mpi-job';
-import { lines, summaryOf, type Run } from '../helpers/runs';
+import { lines, logMessages, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-elastic-');
@@ -221,9 +221,10 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.equal(run.code, 0, run.stderr);
     assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
     assert.deepEqual(worlds(run), Array(12).fill(4));
+    // said by the survivor that found it first (another finds it gone), in its log
     assert.ok(
-      run.stdout.includes('[ft-train] step 3: killed rank(s) 4, found stopped when a wait on them ran past its deadline\n'),
-      run.stdout,
+      logMessages(run.dir).includes('step 3: killed rank(s) 4, found stopped when a wait on them ran past its deadline'),
+      logMessages(run.dir).join('\n'),
     );
     assert.deepEqual(
       summaryOf(run).failures.map((f) => [f.step, f.lost]),

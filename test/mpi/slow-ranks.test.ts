@@ -105,7 +105,12 @@ describe('slow ranks: found, their shards moved, the bits unchanged', function (
     const events = rebalances(run);
     assert.ok(events.length >= 2, JSON.stringify(events));
     assert.ok(counts(events[0], 'after').get(1)! < 2);
-    assert.deepEqual([...counts(events[events.length - 1], 'after').values()], [2, 2], 'fast again, it has its shards back');
+    // fast again, it gets its shards back (a later change, judged by noisy step times, may take one
+    // away again: the undo rule's business, tested in the unit tests, not this test's)
+    assert.ok(
+      events.some((e) => (e.step as number) > 10 && [...counts(e, 'after').values()].join() === '2,2'),
+      `fast again, it has its shards back: ${JSON.stringify(events)}`,
+    );
     for (let i = 1; i < events.length; ++i)
       assert.ok((events[i].step as number) - (events[i - 1].step as number) >= 3, JSON.stringify(events));
     // the report draws each rank's shard count from the events

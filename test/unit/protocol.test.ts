@@ -439,6 +439,20 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       }
     });
 
+    it('a peer alive but silent (a stopped rank no detector sees, on a host without survivors): the shrink meets its deadline, every caller stops in one line', async () => {
+      const world = new ScriptedWorld(4);
+      const p = parts(world, { shards: 4, step: 10 });
+      // rank 3 never calls anything: ULFM does not count it failed, so the shrink waits for it
+      for (const [r, error] of errors(await onRanks([0, 1, 2], (r) => p[r].repair.run(false)))) {
+        assert.ok(error instanceof ProtocolStop, `rank ${r}: ${String(error)}`);
+        assert.equal(error.reason, 'unrecoverable');
+        assert.equal(
+          error.message,
+          `the repair at step 10 cannot finish: MPIX_Comm_shrink did not return within ${commTimeoutMs} ms: a peer is alive but does not take part`,
+        );
+      }
+    });
+
     it("a rank's own error: its peers' collective is revoked, and every rank stops for it, naming it", async () => {
       const world = new ScriptedWorld(4);
       const p = parts(world, { shards: 4, step: 2 });
