@@ -21,7 +21,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { runDrill } from '../src/cli/fault-drill';
-import { jobProcesses } from '../src/cli/job-processes';
+import { killJobProcesses } from '../src/cli/job-processes';
 import type { EventRecord, StepRecord } from '../src/run/records';
 import { median } from '../src/base/median';
 import { runRecords, type RunRecords } from './run-records';
@@ -45,14 +45,7 @@ async function train(runDir: string, chaos: boolean): Promise<Run> {
   const marker = `${process.pid}-${++jobs}`;
   process.env.FT_BENCH_JOB = marker;
   const outcome = await runDrill(ranks, [], args, [], 20, chaos ? { everyMs: killEveryS * 1000, seed: 1 } : undefined);
-  const left = jobProcesses(`FT_BENCH_JOB=${marker}`);
-  for (const pid of left) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // ended meanwhile
-    }
-  }
+  const left = killJobProcesses(`FT_BENCH_JOB=${marker}`);
   if (left.length > 0)
     throw new Error(`${left.length} process(es) of the ${chaos ? 'chaos' : 'fault-free'} run outlived it: ${left.join(' ')}`);
   if (!outcome.passed) throw new Error(`the ${chaos ? 'chaos' : 'fault-free'} run failed (mpirun exit ${outcome.code}); see ${runDir}`);

@@ -12,7 +12,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { findCheckpoint } from '../src/checkpoint/checkpoint';
-import { jobProcesses } from '../src/cli/job-processes';
+import { killJobProcesses } from '../src/cli/job-processes';
 import { readLines } from '../src/run/reader';
 import { hostsDown, hostsUp, type Hosts } from '../test/helpers/hosts';
 import { median } from '../src/base/median';
@@ -51,13 +51,7 @@ function ftRun(hosts: Hosts, runDir: string, extra: string[]): number {
   ];
   spawnSync(command, argv, { cwd: root, encoding: 'utf8', timeout: 300_000, env: { ...process.env, FT_BENCH_JOB: job } });
   const ended = Date.now();
-  for (const pid of jobProcesses(`FT_BENCH_JOB=${job}`)) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      /* ended meanwhile */
-    }
-  }
+  killJobProcesses(`FT_BENCH_JOB=${job}`);
   return ended;
 }
 

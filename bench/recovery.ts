@@ -26,7 +26,7 @@ import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { jobProcesses } from '../src/cli/job-processes';
+import { killJobProcesses } from '../src/cli/job-processes';
 import { mpirunCommand } from '../src/cli/mpirun';
 import { hostsUnavailable } from '../test/helpers/hosts';
 import { hostFaults, partitionHangTimeoutS } from './host-faults';
@@ -70,14 +70,7 @@ function drill(args: string[], label: string): void {
     timeout: 300_000,
     env: { ...process.env, FT_BENCH_JOB: job },
   });
-  const left = jobProcesses(`FT_BENCH_JOB=${job}`);
-  for (const pid of left) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // ended meanwhile
-    }
-  }
+  const left = killJobProcesses(`FT_BENCH_JOB=${job}`);
   if (left.length > 0)
     throw new Error(
       `${label}: ${left.length} process(es) of the job outlived it (killed now: ${left.join(', ')})\n${result.stdout}\n${result.stderr}`,

@@ -5,12 +5,10 @@
 // committed step, then one period after the last kill, and waits while a recovery is under way
 // (until a step has committed on as many working ranks as the events name): each kill meets a job
 // that has recovered from the one before. The last working rank is never killed.
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { stream } from '../base/random';
 import { runFiles } from '../run/files';
 import { JsonlFollower } from '../run/follower';
-import { readPidFile } from '../run/pids';
 import type { EventRecord, StepRecord } from '../run/records';
 import type { Kill } from './fault-drill';
 
@@ -31,9 +29,11 @@ export class ChaosKills {
   private due?: number;
   readonly sent: Kill[] = [];
 
+  /** `send` signals a kill's rank, recording its pid and time or the error (fault-drill's sendKill) */
   constructor(
     private readonly plan: ChaosPlan,
-    private readonly runDir: string,
+    runDir: string,
+    private readonly send: (kill: Kill) => void,
   ) {
     this.events = new JsonlFollower<EventRecord>(path.join(runDir, runFiles.events));
     this.random = stream(plan.seed);
@@ -50,18 +50,7 @@ export class ChaosKills {
     const ranks = [...this.working].sort((a, b) => a - b);
     const rank = ranks[Math.floor(this.random() * ranks.length)];
     const kill: Kill = { rank, step, signal: 'SIGKILL' };
-    try {
-      const file = readPidFile(path.join(this.runDir, runFiles.pids), rank);
-      if (file === null) throw new Error(`no pid file for world rank ${rank}`);
-      if (file.host !== os.hostname()) throw new Error(`world rank ${rank} runs on ${file.host}, not on this host (${os.hostname()})`);
-      kill.pid = file.pid;
-      process.kill(file.pid, 'SIGKILL');
-      kill.time = Date.now();
-      console.log(`[drill] chaos: kill -9 ${file.pid} (world rank ${rank}) after step ${step}`);
-    } catch (error) {
-      kill.error = (error as Error).message;
-      console.log(`[drill] chaos: kill -9 of world rank ${rank} failed: ${kill.error}`);
-    }
+    this.send(kill);
     this.sent.push(kill);
     this.working.delete(rank);
     this.changedAt = step;

@@ -108,6 +108,27 @@ class DutyCycle {
   }
 }
 
+/**
+ * Sends `kill`'s signal to its world rank's process (the pid from the run directory, on this host),
+ * recording the pid and the time, or why it could not; one `[drill] <label>...` line either way.
+ * `step`: the last committed step.
+ */
+export function sendKill(runDir: string, kill: Kill, step: number, label = ''): void {
+  const what = `${label}${kill.signal === 'SIGSTOP' ? 'kill -STOP' : 'kill -9'}`;
+  try {
+    const file = readPidFile(path.join(runDir, runFiles.pids), kill.rank);
+    if (file === null) throw new Error(`no pid file for world rank ${kill.rank}`);
+    if (file.host !== os.hostname()) throw new Error(`world rank ${kill.rank} runs on ${file.host}, not on this host (${os.hostname()})`);
+    kill.pid = file.pid;
+    process.kill(kill.pid, kill.signal);
+    kill.time = Date.now();
+    console.log(`[drill] ${what} ${kill.pid} (world rank ${kill.rank}) after step ${step}`);
+  } catch (error) {
+    kill.error = (error as Error).message;
+    console.log(`[drill] ${what} of world rank ${kill.rank} failed: ${kill.error}`);
+  }
+}
+
 /** The run directory named in ft-train's arguments. */
 function runDirOf(trainArgs: string[]): string {
   const runDir = trainFlag(trainArgs, 'run-dir');
@@ -128,7 +149,7 @@ export async function runDrill(
   chaos?: ChaosPlan,
 ): Promise<DrillOutcome> {
   const runDir = runDirOf(trainArgs);
-  const chaosKills = chaos ? new ChaosKills(chaos, runDir) : undefined;
+  const chaosKills = chaos ? new ChaosKills(chaos, runDir, (kill) => sendKill(runDir, kill, kill.step, 'chaos: ')) : undefined;
   const plan = kills.map((k) => ({ rank: k.rank, step: k.step, signal: k.signal }) as Kill);
   const slowPlan = slows.map((s) => ({ rank: s.rank, step: s.step, factor: s.factor }) as Slowdown).sort((a, b) => a.step - b.step);
   const cycles = new Map<number, DutyCycle>();
@@ -148,21 +169,7 @@ export async function runDrill(
     for (const record of metrics.read()) [last, step] = [record, record.step];
     chaosKills?.poll(last);
     for (const kill of plan) {
-      if (kill.time !== undefined || kill.error !== undefined || step < kill.step) continue;
-      const what = kill.signal === 'SIGSTOP' ? 'kill -STOP' : 'kill -9';
-      try {
-        const file = readPidFile(path.join(runDir, runFiles.pids), kill.rank);
-        if (file === null) throw new Error(`no pid file for world rank ${kill.rank}`);
-        if (file.host !== os.hostname())
-          throw new Error(`world rank ${kill.rank} runs on ${file.host}, not on this host (${os.hostname()})`);
-        kill.pid = file.pid;
-        process.kill(kill.pid, kill.signal);
-        kill.time = Date.now();
-        console.log(`[drill] ${what} ${kill.pid} (world rank ${kill.rank}) after step ${step}`);
-      } catch (error) {
-        kill.error = (error as Error).message;
-        console.log(`[drill] ${what} of world rank ${kill.rank} failed: ${kill.error}`);
-      }
+      if (kill.time === undefined && kill.error === undefined && step >= kill.step) sendKill(runDir, kill, step);
     }
     for (const slow of slowPlan) {
       if (slow.time !== undefined || slow.error !== undefined || step < slow.step) continue;

@@ -9,7 +9,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { commandLine, last, UsageError } from './command';
-import { jobProcesses } from './job-processes';
+import { killJobProcesses } from './job-processes';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { hangBounds, minorityStopMs } from '../liveness/hang-bounds';
@@ -160,13 +160,7 @@ function runJob(job: Command, runDir: string, was: Before, endGraceMs: number): 
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
       // what mpirun started and left behind here (ssh, in a session of its own, to a host it cannot reach)
-      for (const pid of jobProcesses(marker, true)) {
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          /* gone meanwhile */
-        }
-      }
+      killJobProcesses(marker, true);
       resolve({ code: code ?? 128 + (os.constants.signals[signal!] ?? 0), stopAsked: stopTimer !== undefined });
     });
   });

@@ -25,3 +25,16 @@ export function jobProcesses(marker: string, thisHostOnly = false): number[] {
     .map(Number)
     .filter((pid) => pid !== process.pid && environOf(pid)?.includes(marker) && (!thisHostOnly || hostOf(pid) === here));
 }
+
+/** SIGKILLs the processes jobProcesses finds (one that ends meanwhile is passed over); their pids. */
+export function killJobProcesses(marker: string, thisHostOnly = false): number[] {
+  const pids = jobProcesses(marker, thisHostOnly);
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return pids;
+}

@@ -70,15 +70,10 @@ export async function peersGone(pidsDir: string, worldRanks: readonly number[], 
 
 /** Kills the processes of `worldRanks` that run on this host stopped (SIGSTOP, a debugger): hung, whatever the detector saw. The ranks killed. */
 export function killStopped(pidsDir: string, worldRanks: readonly number[]): number[] {
-  return worldRanks.filter((rank) => {
+  const stopped = worldRanks.filter((rank) => {
     const pid = rankProcess(pidsDir, rank, []);
     const state = pid === null ? undefined : processStat(pid)?.state;
-    if (state !== 'T' && state !== 't') return false;
-    try {
-      process.kill(pid!, 'SIGKILL');
-      return true;
-    } catch {
-      return false; // it ended meanwhile
-    }
+    return state === 'T' || state === 't';
   });
+  return killDeclaredDead(pidsDir, stopped);
 }

@@ -1,7 +1,7 @@
 // Runs jobs under mpirun (test programs, ft-train, launch/drill) with a hard timeout.
 import { spawn } from 'node:child_process';
 import * as path from 'node:path';
-import { jobProcesses } from '../../src/cli/job-processes';
+import { jobProcesses, killJobProcesses } from '../../src/cli/job-processes';
 import { mpirunCommand, trainCommand } from '../../src/cli/mpirun';
 
 export interface JobResult<T> {
@@ -24,7 +24,7 @@ let jobs = 0;
 async function reap(marker: string, graceMs: number): Promise<void> {
   const deadline = Date.now() + graceMs;
   while (jobProcesses(marker).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-  for (const pid of jobProcesses(marker)) process.kill(pid, 'SIGKILL');
+  killJobProcesses(marker);
 }
 
 /** Runs a command and every process it starts; kills them all after `timeoutMs`. `watch` sees the stderr so far as it grows. */

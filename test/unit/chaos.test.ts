@@ -6,6 +6,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { ChaosKills } from '../../src/cli/chaos';
+import { sendKill, type Kill } from '../../src/cli/fault-drill';
 import { processStat } from '../../src/run/pids';
 import type { StepRecord } from '../../src/run/records';
 
@@ -34,6 +35,7 @@ describe('launch/drill --chaos (ChaosKills)', function () {
     time: Date.now(),
   });
   const killed = (): number[] => [...ranks].filter(([, child]) => child.signalCode === 'SIGKILL').map(([rank]) => rank);
+  const send = (kill: Kill): void => sendKill(dir, kill, kill.step, 'chaos: ');
   const settle = () => new Promise((resolve) => setTimeout(resolve, 100));
 
   beforeEach(() => {
@@ -50,7 +52,7 @@ describe('launch/drill --chaos (ChaosKills)', function () {
   it('kills one working rank per period, never a spare, and waits for the recovery before the next', async () => {
     for (const rank of [0, 1, 2, 3]) startRank(rank); // rank 3: a spare
     event({ event: 'start', world: 3, spares: 1 });
-    const chaos = new ChaosKills({ everyMs: 50, seed: 7 }, dir);
+    const chaos = new ChaosKills({ everyMs: 50, seed: 7 }, dir, send);
     chaos.poll(step(0, 3)); // the period starts at the first step
     chaos.poll(step(1, 3));
     assert.equal(chaos.sent.length, 0, 'nothing before a period has passed');
@@ -83,7 +85,7 @@ describe('launch/drill --chaos (ChaosKills)', function () {
   it('never kills the last working rank, and records a rank without a pid file as an error', async () => {
     event({ event: 'start', world: 1 });
     startRank(0);
-    const alone = new ChaosKills({ everyMs: 1, seed: 1 }, dir);
+    const alone = new ChaosKills({ everyMs: 1, seed: 1 }, dir, send);
     alone.poll(step(0, 1));
     await settle();
     alone.poll(step(9, 1));
@@ -93,7 +95,7 @@ describe('launch/drill --chaos (ChaosKills)', function () {
     fs.writeFileSync(path.join(dir, 'events.jsonl'), '');
     event({ event: 'start', world: 2 });
     fs.rmSync(path.join(dir, 'pids', '0'));
-    const chaos = new ChaosKills({ everyMs: 1, seed: 1 }, dir);
+    const chaos = new ChaosKills({ everyMs: 1, seed: 1 }, dir, send);
     chaos.poll(step(0, 2));
     await settle();
     for (let n = 1; chaos.sent.length === 0 && n < 100; ++n) chaos.poll(step(n, 2));
