@@ -85,17 +85,17 @@ export function hostFaults(scratch: string, rounds: number): Record<string, numb
     for (let round = 1; round <= rounds; ++round) {
       process.stderr.write(`[bench] 3 hosts of 2 ranks, round ${round}/${rounds}: host's ranks killed ...`);
       let dir = path.join(scratch, `hosts-ranks-${round}`);
-      ftRun(hosts, dir, ['--drill', `rank=2,step=${faultStep}`, '--drill', `rank=3,step=${faultStep}`]);
-      ranksLoss.push(toStep(dir, 2));
+      ftRun(hosts, dir, ['--drill', `rank=1,step=${faultStep}`, '--drill', `rank=4,step=${faultStep}`]);
+      ranksLoss.push(toStep(dir, 1));
       process.stderr.write(' link cut ...');
       dir = path.join(scratch, `hosts-cut-${round}`);
-      ftRun(hosts, dir, ['--hang-timeout', String(partitionHangTimeoutS), '--drill', `rank=4,step=${faultStep},action=cut`]);
+      ftRun(hosts, dir, ['--hang-timeout', String(partitionHangTimeoutS), '--drill', `rank=2,step=${faultStep},action=cut`]);
       hosts.mend('host3');
-      partition.push(toStep(dir, 4));
+      partition.push(toStep(dir, 2));
       process.stderr.write(' host lost with its daemon ...');
       dir = path.join(scratch, `hosts-daemon-${round}`);
-      const ended = ftRun(hosts, dir, ['--checkpoint-every', '4', '--drill', `rank=2,step=${faultStep},action=host`]);
-      daemonLoss.push(ended - drillTime(dir, 2));
+      const ended = ftRun(hosts, dir, ['--checkpoint-every', '4', '--drill', `rank=1,step=${faultStep},action=host`]);
+      daemonLoss.push(ended - drillTime(dir, 1));
       checkpointSteps.push(findCheckpoint(path.join(dir, 'ckpt')).manifest.step);
       process.stderr.write(' done\n');
     }

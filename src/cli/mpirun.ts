@@ -68,8 +68,8 @@ function detectorSettings(hangTimeoutS: number): string[] {
   ];
 }
 
-/** Slots of an Open MPI hostfile: the sum of `slots=K` over its host lines, a line without it counting 1. */
-function hostfileSlots(file: string): number {
+/** An Open MPI hostfile's hosts and slots: the sum of `slots=K` over its host lines, a line without it counting 1. */
+function hostfileSlots(file: string): { hosts: number; slots: number } {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
@@ -79,6 +79,7 @@ function hostfileSlots(file: string): number {
     });
   }
   let slots = 0;
+  const hosts = new Set<string>();
   text.split('\n').forEach((raw, index) => {
     const line = raw.replace(/#.*/, '').trim();
     if (line === '') return;
@@ -94,9 +95,10 @@ function hostfileSlots(file: string): number {
       hostSlots = Number(match[2]);
     }
     slots += hostSlots;
+    hosts.add(host);
   });
   if (slots === 0) throw new Error(`${file}: the hostfile names no host`);
-  return slots;
+  return { hosts: hosts.size, slots };
 }
 
 /** The variables that mark a job's processes (job-processes.ts): mpirun passes them to ranks on other hosts too. */
@@ -148,11 +150,20 @@ const collectiveSettings = ['--mca', 'coll_libnbc_iallreduce_algorithm', 'ring']
  * the cores are left to the OS. Ranks of one thread beyond the slots are still bound a core each,
  * several to a core: a rank's comm thread then hands back to its main thread on the same core
  * (at 4 ranks on 2 cores a 4 KiB allreduce took 57 us so, against 85 unbound).
+ *
+ * Across hosts the ranks are dealt to them in turn (rank r on host r mod H while every host has
+ * slots left), not a host's slots filled first. ULFM's detector watches a ring of the ranks, each
+ * rank its neighbour, and finds a silent rank only after the one before it in the ring: a host cut
+ * off with its K ranks side by side took K hang timeouts to be declared lost (6 ranks on 3 hosts,
+ * 2 s: 5.8 s), dealt out each is watched from another host. Placement groups of consecutive
+ * ranks (sharded state's replicas) then also span hosts.
  */
-function bindingSettings(ranks: number, threads: number, slots: number): string[] {
-  if (ranks * (threads + 1) <= slots) return ['--map-by', `slot:PE=${threads + 1}`];
-  if (threads <= 1) return ranks <= slots ? [] : ['--bind-to', 'core:overload-allowed'];
-  return ranks * threads <= slots ? ['--map-by', `slot:PE=${threads}`] : ['--bind-to', 'none'];
+function bindingSettings(ranks: number, threads: number, { hosts, slots }: { hosts: number; slots: number }): string[] {
+  const order = hosts > 1 ? 'node' : 'slot';
+  if (ranks * (threads + 1) <= slots) return ['--map-by', `${order}:PE=${threads + 1}`];
+  const map = hosts > 1 ? ['--map-by', order] : [];
+  if (threads <= 1) return ranks <= slots ? map : [...map, '--bind-to', 'core:overload-allowed'];
+  return ranks * threads <= slots ? ['--map-by', `${order}:PE=${threads}`] : [...map, '--bind-to', 'none'];
 }
 
 /**
@@ -162,7 +173,7 @@ function bindingSettings(ranks: number, threads: number, slots: number): string[
  * Open MPI's explicit consent.
  */
 export function mpirunCommand(options: MpirunOptions): Command {
-  const slots = options.hostfile !== undefined ? hostfileSlots(options.hostfile) : os.availableParallelism();
+  const { hosts, slots } = options.hostfile !== undefined ? hostfileSlots(options.hostfile) : { hosts: 1, slots: os.availableParallelism() };
   const envSet: Record<string, string> =
     process.getuid?.() === 0 ? { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } : {};
   return {
@@ -174,7 +185,7 @@ export function mpirunCommand(options: MpirunOptions): Command {
       '-n',
       String(options.ranks),
       ...(options.hostfile !== undefined ? ['--hostfile', options.hostfile] : []),
-      ...bindingSettings(options.ranks, options.threads ?? 1, slots),
+      ...bindingSettings(options.ranks, options.threads ?? 1, { hosts, slots }),
       ...clusterSettings(options.sshConfig),
       ...collectiveSettings,
       ...detectorSettings(options.hangTimeoutS ?? defaultHangTimeoutS),

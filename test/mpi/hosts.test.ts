@@ -1,5 +1,6 @@
 // Jobs across hosts: three test hosts (launch/netns-hosts: network namespaces with sshd), 6 ranks,
-// 2 per host, started by launch/ft-run on host1 over ssh as on a cluster. Every rank of one host
+// 2 per host (dealt in turn: host1 has ranks 0 and 3), started by launch/ft-run on host1 over ssh as on
+// a cluster. Every rank of one host
 // killed: the other hosts carry on with the bits of the run without failure and read back only the
 // lost shards. The whole host lost, its daemon too: PRRTE 3.0.8 ends the job, after the survivors'
 // JIT checkpoint, and --resume on the hosts left gives the same bits. A host cut off the network:
@@ -69,34 +70,34 @@ describe('across hosts (network namespaces with sshd)', function () {
     removeScratch(scratch);
   });
 
-  it('6 ranks on 3 hosts, 2 each: the bits of the single-host run', async () => {
+  it('6 ranks on 3 hosts, 2 each, dealt to the hosts in turn: the bits of the single-host run', async () => {
     const run = await ftRun(6, []);
     assert.equal(summaryOf(run).params_sha256, reference);
     const placed = [0, 1, 2, 3, 4, 5].map((rank) => readPidFile(path.join(run.dir, 'pids'), rank)!.host);
-    assert.deepEqual(placed, ['host1', 'host1', 'host2', 'host2', 'host3', 'host3']);
+    assert.deepEqual(placed, ['host1', 'host2', 'host3', 'host1', 'host2', 'host3']);
   });
 
   it('every rank of host2 killed: the other hosts carry on, read back only its shards, the same bits', async () => {
-    const run = await ftRun(6, ['--drill', 'rank=2,step=3', '--drill', 'rank=3,step=3']);
+    const run = await ftRun(6, ['--drill', 'rank=1,step=3', '--drill', 'rank=4,step=3']);
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference);
     assert.deepEqual(
       summary.failures.map((f) => [f.step, f.lost]),
-      [[3, [2, 3]]],
+      [[3, [1, 4]]],
     );
     assert.deepEqual(
       lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.world),
       [6, 6, 6, ...Array(9).fill(4)],
     );
     const readback = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'readback')!;
-    assert.deepEqual(readback.shards, [2, 3]);
-    const expected = await readbackBytes(6, [2, 3], 3);
+    assert.deepEqual(readback.shards, [1, 4]);
+    const expected = await readbackBytes(6, [1, 4], 3);
     assert.equal(readback.bytes_before_retry, expected.beforeRetry);
     assert.equal(summary.bytes_read_back, expected.total);
   });
 
   it('host2 lost with its daemon: PRRTE ends the job, a bounded stop with one line and a non-zero exit; --resume on host1 and host3 gives the same bits', async () => {
-    const run = await ftRun(6, ['--checkpoint-every', '2', '--drill', 'rank=2,step=3,action=host']);
+    const run = await ftRun(6, ['--checkpoint-every', '2', '--drill', 'rank=1,step=3,action=host']);
     assert.notEqual(run.code, 0, `${run.stdout}\n${run.stderr}`);
     assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
     const said = run.stderr.split('\n').filter((line) => line.startsWith('ft-run: '));
@@ -117,19 +118,19 @@ describe('across hosts (network namespaces with sshd)', function () {
   });
 
   it('host3 cut off the network: the majority carries on with the same bits, host3 stops without writing, mpirun ends', async () => {
-    const run = await ftRun(6, ['--hang-timeout', '3', '--drill', 'rank=4,step=3,action=cut']).finally(() => hosts.mend('host3'));
+    const run = await ftRun(6, ['--hang-timeout', '3', '--drill', 'rank=2,step=3,action=cut']).finally(() => hosts.mend('host3'));
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference);
     assert.deepEqual(
       summary.failures.map((f) => [f.step, f.lost]),
-      [[3, [4, 5]]],
+      [[3, [2, 5]]],
     );
     // one writer: every step once, in order
     assert.deepEqual(
       lines<StepRecord>(run, 'metrics.jsonl').map((r) => [r.step, r.world]),
       Array.from({ length: 12 }, (_, s) => [s, s < 3 ? 6 : 4]),
     );
-    for (const rank of [4, 5]) {
+    for (const rank of [2, 5]) {
       const log = fs.readFileSync(path.join(run.dir, 'logs', `rank-${rank}.log`), 'utf8');
       assert.match(
         log,
