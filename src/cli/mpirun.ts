@@ -173,7 +173,8 @@ function bindingSettings(ranks: number, threads: number, { hosts, slots }: { hos
  * Open MPI's explicit consent.
  */
 export function mpirunCommand(options: MpirunOptions): Command {
-  const { hosts, slots } = options.hostfile !== undefined ? hostfileSlots(options.hostfile) : { hosts: 1, slots: os.availableParallelism() };
+  const { hosts, slots } =
+    options.hostfile !== undefined ? hostfileSlots(options.hostfile) : { hosts: 1, slots: os.availableParallelism() };
   const envSet: Record<string, string> =
     process.getuid?.() === 0 ? { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } : {};
   return {
