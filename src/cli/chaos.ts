@@ -54,7 +54,8 @@ export class ChaosKills {
     this.sent.push(kill);
     this.working.delete(rank);
     this.changedAt = step;
-    this.due = now + this.plan.everyMs;
+    // from the kill's own time, which the send takes after reading the pid file: a period apart as recorded
+    this.due = (kill.time ?? Date.now()) + this.plan.everyMs;
   }
 
   private follow(event: EventRecord): void {
