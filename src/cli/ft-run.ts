@@ -2,6 +2,7 @@
 // mpirun, builds its command (src/cli/mpirun.ts: --with-ft ulfm, the hang detector, oversubscription
 // only past the slots, root's consent), turns Ctrl-C or SIGTERM into ft-train's clean stop, and
 // judges the outcome by the run directory, since mpirun exits 0 even when every rank was killed.
+// With --max-restarts it starts an unfinished job again from its newest checkpoint (restart.ts).
 // Exit codes: 0 the run completed (whatever mpirun says: it counts the death of a spawned rank against
 // the job) or stopped cleanly, 1 it ended without finishing, 2 bad input or no ULFM, otherwise mpirun's own.
 import { spawn } from 'node:child_process';
@@ -10,12 +11,14 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { commandLine, last, UsageError } from './command';
 import { killJobProcesses } from './job-processes';
+import { NoRestart, planRestart, type Restart } from './restart';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { hangBounds, minorityStopMs } from '../liveness/hang-bounds';
 import { runFiles } from '../run/files';
 import { rankList, signalRanks } from '../run/pids';
 import { fileSize, readObject } from '../run/reader';
+import { appendRunEvent } from '../run/writer';
 
 /** How long the ranks get to checkpoint and stop after the first SIGINT/SIGTERM before mpirun is told to end the job. */
 const stopGraceMs = 30_000;
@@ -28,7 +31,10 @@ machine's cores, or the sum of the hostfile's slots=K), and ULFM's hang detector
 --hang-timeout (default ${defaultHangTimeoutS} s). The first Ctrl-C or SIGTERM asks the ranks to checkpoint and stop;
 ${stopGraceMs / 1000} s later (or at a second one) mpirun ends the job. Exit code 0 only if the run directory
 holds a complete summary.json or a clean stop, 1 if the job ended without finishing, 2 on bad input
-or no ULFM, otherwise mpirun's own. With --script, every rank runs \`node --single-threaded-gc FILE <flags>\` instead of ft-train:
+or no ULFM, otherwise mpirun's own. With --max-restarts R, a job that ends without finishing (not
+one stopped by Ctrl-C) starts again, up to R times, from the newest complete checkpoint into the same
+run directory, on the hosts that still answer over ssh with as many ranks as their slots allow (at
+most N), leaving out --drill points it already reached; one line and one restart event each. With --script, every rank runs \`node --single-threaded-gc FILE <flags>\` instead of ft-train:
 a program over the library (train() or elastic()) that takes at least --run-dir DIR (and
 --hang-timeout S, if not the default) among its flags.`;
 
@@ -166,78 +172,144 @@ function runJob(job: Command, runDir: string, was: Before, endGraceMs: number): 
   });
 }
 
+/** ft-run's command line, checked. */
+interface Invocation {
+  ranks: number;
+  trainArgs: string[];
+  runDir: string;
+  hostfile?: string;
+  sshConfig?: string;
+  script?: string;
+  maxRestarts: number;
+  dryRun: boolean;
+}
+
+/** Parses and checks ft-run's command line; throws UsageError with the line to print. */
+function parse(): Invocation {
+  const args = commandLine('ft-run', usage)
+    .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
+    .option('hostfile', { type: 'string', describe: 'Open MPI hostfile (HOST [slots=K] per line) (default: none, this machine alone)' })
+    .option('ssh-config', {
+      type: 'string',
+      describe: "ssh client configuration for reaching the hosts (ssh -F FILE) (default: ssh's own)",
+    })
+    .option('script', {
+      type: 'string',
+      describe:
+        'run this node program on every rank instead of ft-train (one over the library: train() or elastic()) (default: none, ft-train)',
+    })
+    .option('max-restarts', {
+      type: 'number',
+      default: 0,
+      describe:
+        'when the job ends without finishing, start it again from the newest complete checkpoint on the hosts that still answer, at most this many times',
+    })
+    .option('dry-run', { type: 'boolean', default: false, describe: 'print the mpirun command line and exit' })
+    .parseSync();
+  const ranks = last(args.n);
+  if (!Number.isSafeInteger(ranks) || ranks < 1) throw new UsageError(`ft-run: -n expects an integer >= 1, got ${ranks}`);
+  const maxRestarts = last(args['max-restarts']);
+  if (!Number.isSafeInteger(maxRestarts) || maxRestarts < 0)
+    throw new UsageError(`ft-run: --max-restarts expects an integer >= 0, got ${maxRestarts}`);
+  const trainArgs = args._.map(String);
+  if (trainArgs.length === 0) throw new UsageError('ft-run: give the ft-train flags after -- (see --help)');
+  const runDir = trainFlag(trainArgs, 'run-dir') ?? '';
+  if (runDir === '')
+    throw new UsageError(
+      `ft-run: the ${args.script === undefined ? 'ft-train' : "script's"} flags need --run-dir DIR (its summary.json tells whether the run finished)`,
+    );
+  if (maxRestarts > 0 && trainFlag(trainArgs, 'on-failure') === 'none')
+    throw new UsageError(
+      'ft-run: --max-restarts with --on-failure none: none is the overhead baseline, whose job ends at a failure by design; choose exact or shrink to restart',
+    );
+  const sshConfig = args['ssh-config'] === undefined ? undefined : last(args['ssh-config']);
+  if (sshConfig !== undefined && !fs.existsSync(sshConfig)) throw new UsageError(`ft-run: --ssh-config ${sshConfig}: no such file`);
+  const script = args.script === undefined ? undefined : path.resolve(last(args.script));
+  if (script !== undefined && !fs.existsSync(script)) throw new UsageError(`ft-run: --script ${last(args.script!)}: no such file`);
+  const hostfile = args.hostfile === undefined ? undefined : last(args.hostfile);
+  return { ranks, trainArgs, runDir, hostfile, sshConfig, script, maxRestarts, dryRun: last(args['dry-run']) };
+}
+
 async function main(): Promise<number> {
   let job: Command;
-  let runDir: string;
-  let dryRun: boolean;
-  let trainArgs: string[];
+  let invocation: Invocation;
   try {
-    const args = commandLine('ft-run', usage)
-      .option('n', { type: 'number', demandOption: true, describe: 'ranks to start' })
-      .option('hostfile', { type: 'string', describe: 'Open MPI hostfile (HOST [slots=K] per line) (default: none, this machine alone)' })
-      .option('ssh-config', {
-        type: 'string',
-        describe: "ssh client configuration for reaching the hosts (ssh -F FILE) (default: ssh's own)",
-      })
-      .option('script', {
-        type: 'string',
-        describe:
-          'run this node program on every rank instead of ft-train (one over the library: train() or elastic()) (default: none, ft-train)',
-      })
-      .option('dry-run', { type: 'boolean', default: false, describe: 'print the mpirun command line and exit' })
-      .parseSync();
-    const ranks = last(args.n);
-    if (!Number.isSafeInteger(ranks) || ranks < 1) throw new UsageError(`ft-run: -n expects an integer >= 1, got ${ranks}`);
-    trainArgs = args._.map(String);
-    if (trainArgs.length === 0) throw new UsageError('ft-run: give the ft-train flags after -- (see --help)');
-    runDir = trainFlag(trainArgs, 'run-dir') ?? '';
-    if (runDir === '')
-      throw new UsageError(
-        `ft-run: the ${args.script === undefined ? 'ft-train' : "script's"} flags need --run-dir DIR (its summary.json tells whether the run finished)`,
-      );
-    dryRun = last(args['dry-run']);
+    invocation = parse();
     checkUlfm();
-    const sshConfig = args['ssh-config'] === undefined ? undefined : last(args['ssh-config']);
-    if (sshConfig !== undefined && !fs.existsSync(sshConfig)) throw new UsageError(`ft-run: --ssh-config ${sshConfig}: no such file`);
-    const script = args.script === undefined ? undefined : path.resolve(last(args.script));
-    if (script !== undefined && !fs.existsSync(script)) throw new UsageError(`ft-run: --script ${last(args.script!)}: no such file`);
-    job = trainCommand(ranks, trainArgs, { hostfile: args.hostfile === undefined ? undefined : last(args.hostfile), sshConfig }, script);
+    job = trainCommand(invocation.ranks, invocation.trainArgs, invocation, invocation.script);
   } catch (error) {
     console.error(error instanceof UsageError ? error.message : `ft-run: ${(error as Error).message}`);
     return 2;
   }
-  if (dryRun) {
+  if (invocation.dryRun) {
     const settings = Object.entries(job.envSet).map(([name, value]) => `${name}=${shellQuote(value)}`);
     console.log([...settings, ...[job.command, ...job.args].map(shellQuote)].join(' '));
     return 0;
   }
-  const was = before(runDir);
-  const { code, stopAsked } = await runJob(job, runDir, was, minorityStopMs(hangBounds(hangTimeoutOf(trainArgs))) + 10_000);
-  const why = unfinished(runDir, was);
-  const complete = why === undefined && summaryWritten(runDir, was);
+  const { runDir, hostfile, sshConfig, script, maxRestarts } = invocation;
+  let { ranks, trainArgs } = invocation;
+  const checkpointDir = trainFlag(trainArgs, 'checkpoint-dir') ?? path.join(runDir, 'ckpt');
+  const endGraceMs = minorityStopMs(hangBounds(hangTimeoutOf(trainArgs))) + 10_000;
+  for (let restarts = 0; ; ++restarts) {
+    const was = before(runDir);
+    const { code, stopAsked } = await runJob(job, runDir, was, endGraceMs);
+    const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was));
+    if (ended.unfinished === undefined) return ended.code;
+    if (stopAsked || restarts === maxRestarts) {
+      console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir)}`);
+      return ended.code;
+    }
+    let restart: Restart;
+    try {
+      restart = planRestart({ runDir, checkpointDir, trainArgs, ranks, hostfile, sshConfig, number: restarts + 1 });
+    } catch (error) {
+      if (!(error instanceof NoRestart)) throw error;
+      console.error(`ft-run: ${ended.unfinished}; cannot restart: ${error.message}`);
+      return ended.code;
+    }
+    const where = restart.unreachable.length > 0 ? ` (without ${restart.unreachable.join(', ')}, which did not answer)` : '';
+    console.error(
+      `ft-run: ${ended.unfinished}; restart ${restarts + 1} of ${maxRestarts}: resuming from ${restart.checkpoint} (step ${restart.step}) on ${restart.ranks} rank(s)${where}`,
+    );
+    appendRunEvent(runDir, {
+      event: 'restart',
+      step: restart.step,
+      restart: restarts + 1,
+      max_restarts: maxRestarts,
+      checkpoint: restart.checkpoint,
+      ...(restart.lastStep !== undefined ? { last_step: restart.lastStep } : {}),
+      world: restart.ranks,
+      unreachable: restart.unreachable,
+      exit: ended.code,
+    });
+    ({ trainArgs, ranks } = restart);
+    job = trainCommand(ranks, trainArgs, { hostfile: restart.hostfile, sshConfig }, script);
+  }
+}
+
+/**
+ * How a job ended, judged by its run directory: `unfinished` says how it did not finish (undefined:
+ * it completed or stopped cleanly on a SIGTERM asked for), `code` ft-run's exit code for it.
+ */
+function outcome(code: number, stopAsked: boolean, why: string | undefined, summary: boolean): { code: number; unfinished?: string } {
+  const complete = why === undefined && summary;
   // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the
   // survivors recovered and finished: the complete summary, written last and atomically, decides
   if (code !== 0 && complete) {
     console.error(
       `ft-run: mpirun exited ${code} (it counts a --respawn rank that died or could not start, or a host it lost, against the job), but the run completed: exit 0`,
     );
-    return 0;
+    return { code: 0 };
   }
-  const checkpoints = trainFlag(trainArgs, 'checkpoint-dir') ?? path.join(runDir, 'ckpt');
-  if (code !== 0 && !stopAsked && why === undefined) {
-    // a stop on SIGTERM that nobody here asked for: mpirun ending the job, as PRRTE does when it loses a host's daemon
-    console.error(
-      `ft-run: mpirun ended the job (exit ${code}; it does so when it loses a host or its daemon) and the ranks stopped cleanly: ${newestCheckpoint(checkpoints)}`,
-    );
-    return code;
-  }
-  if (code !== 0) {
-    console.error(`ft-run: mpirun exited ${code} and the run did not finish: ${why ?? 'stopped'}; ${newestCheckpoint(checkpoints)}`);
-    return code;
-  }
-  if (why === undefined) return 0;
-  console.error(`ft-run: the job ended without finishing: ${why} (mpirun exit 0); ${newestCheckpoint(checkpoints)}`);
-  return 1;
+  // a stop on SIGTERM that nobody here asked for: mpirun ending the job, as PRRTE does when it loses a host's daemon
+  if (code !== 0 && !stopAsked && why === undefined)
+    return {
+      code,
+      unfinished: `mpirun ended the job (exit ${code}; it does so when it loses a host or its daemon) and the ranks stopped cleanly`,
+    };
+  if (code !== 0) return { code, unfinished: `mpirun exited ${code} and the run did not finish: ${why ?? 'stopped'}` };
+  if (why === undefined) return { code: 0 };
+  return { code: 1, unfinished: `the job ended without finishing: ${why} (mpirun exit 0)` };
 }
 
 main().then(

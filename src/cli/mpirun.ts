@@ -68,8 +68,15 @@ function detectorSettings(hangTimeoutS: number): string[] {
   ];
 }
 
-/** An Open MPI hostfile's hosts and slots: the sum of `slots=K` over its host lines, a line without it counting 1. */
-function hostfileSlots(file: string): { hosts: number; slots: number } {
+/** One host line of an Open MPI hostfile: the host, its slots (`slots=K`, else 1) and the line as written. */
+export interface HostLine {
+  host: string;
+  slots: number;
+  line: string;
+}
+
+/** The host lines of an Open MPI hostfile; one line for a file it cannot read or a line it cannot parse. */
+export function readHostfile(file: string): HostLine[] {
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
@@ -78,27 +85,31 @@ function hostfileSlots(file: string): { hosts: number; slots: number } {
       cause: error,
     });
   }
-  let slots = 0;
-  const hosts = new Set<string>();
+  const hosts: HostLine[] = [];
   text.split('\n').forEach((raw, index) => {
     const line = raw.replace(/#.*/, '').trim();
     if (line === '') return;
     const [host, ...settings] = line.split(/\s+/);
     const bad = () => new Error(`${file}:${index + 1}: expected "HOST [slots=K] [key=value ...]" with K an integer >= 1, got "${line}"`);
     if (host.includes('=')) throw bad();
-    let hostSlots = 1;
+    let slots = 1;
     for (const setting of settings) {
       const match = /^([\w-]+)=(\S+)$/.exec(setting);
       if (!match) throw bad();
       if (match[1] !== 'slots') continue; // max_slots and the like: mpirun's business
       if (!/^[1-9]\d*$/.test(match[2])) throw bad();
-      hostSlots = Number(match[2]);
+      slots = Number(match[2]);
     }
-    slots += hostSlots;
-    hosts.add(host);
+    hosts.push({ host, slots, line });
   });
-  if (slots === 0) throw new Error(`${file}: the hostfile names no host`);
-  return { hosts: hosts.size, slots };
+  if (hosts.length === 0) throw new Error(`${file}: the hostfile names no host`);
+  return hosts;
+}
+
+/** A hostfile's distinct hosts and its slots in all. */
+function hostfileSlots(file: string): { hosts: number; slots: number } {
+  const lines = readHostfile(file);
+  return { hosts: new Set(lines.map((l) => l.host)).size, slots: lines.reduce((sum, l) => sum + l.slots, 0) };
 }
 
 /** The variables that mark a job's processes (job-processes.ts): mpirun passes them to ranks on other hosts too. */

@@ -129,6 +129,15 @@ export class RunLog {
   }
 }
 
+/**
+ * Appends `event` to the run's events.jsonl from outside the job (launch/ft-run between two jobs,
+ * when no rank writes): one write per line, like the leader's.
+ */
+export function appendRunEvent(dir: string, event: RunEvent): void {
+  const target = path.join(dir, runFiles.events);
+  namingFile(target, () => fs.appendFileSync(target, JSON.stringify({ time: Date.now(), ...event }) + '\n'));
+}
+
 /** The final model: its spec (when known) first, then the weights, each atomically. */
 export function writeModel(dir: string, safetensors: Uint8Array, spec?: string): void {
   if (spec !== undefined) writeAtomically(path.join(dir, runFiles.modelSpec), spec);

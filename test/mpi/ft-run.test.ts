@@ -80,13 +80,15 @@ describe('launch/ft-run', function () {
       });
     }
 
-    it('with a hostfile, the slots are the sum of its slots=K (a host without counts 1)', async () => {
+    it('with a hostfile, the slots are the sum of its slots=K (a host without counts 1), and ranks are dealt to the hosts in turn', async () => {
       const hostfile = path.join(scratch, 'hosts');
       fs.writeFileSync(hostfile, '# two nodes and a small one\nnode1 slots=4 max_slots=8\n\nnode2   slots=3  # comment\nnode3\n');
-      for (const ranks of [6, 8, 9]) {
+      for (const ranks of [4, 6, 8, 9]) {
         const job = await launch(['-n', String(ranks), '--hostfile', hostfile, '--dry-run', '--', ...flags]);
         assert.equal(job.code, 0, job.stderr);
-        assert.equal(job.stdout, expectedLine(ranks, 8, detector30, quoted, hostfile));
+        const binding =
+          ranks === 4 ? '--map-by node:PE=2' : ranks === 9 ? '--map-by node --bind-to core:overload-allowed' : '--map-by node';
+        assert.equal(job.stdout, expectedLine(ranks, 8, detector30, quoted, hostfile, binding));
         assert.equal(job.stdout.includes('--oversubscribe'), ranks === 9);
       }
     });
@@ -178,6 +180,16 @@ describe('launch/ft-run', function () {
         'ft-run: the ft-train flags need --run-dir DIR (its summary.json tells whether the run finished)',
       ],
       [
+        'a bad --max-restarts',
+        () => ['-n', '2', '--max-restarts', '-1', '--', ...trainFlags, '--run-dir', 'runs/x'],
+        'ft-run: --max-restarts expects an integer >= 0, got -1',
+      ],
+      [
+        '--max-restarts with --on-failure none',
+        () => ['-n', '2', '--max-restarts', '2', '--', ...trainFlags, '--run-dir', 'runs/x', '--on-failure', 'none'],
+        'ft-run: --max-restarts with --on-failure none: none is the overhead baseline, whose job ends at a failure by design; choose exact or shrink to restart',
+      ],
+      [
         'no Open MPI with ULFM',
         () => ['-n', '2', '--dry-run', '--', ...trainFlags, '--run-dir', 'runs/x'],
         'ft-run: /nonexistent/bin/ompi_info does not run: no Open MPI with ULFM in /nonexistent; launch/setup builds one (or set FT_MPI_HOME)',
@@ -215,6 +227,100 @@ describe('launch/ft-run', function () {
         job.stderr,
       );
       assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
+    });
+
+    it('--max-restarts 1, every rank killed before any checkpoint: no restart, one line, exit 1', async () => {
+      const runDir = path.join(scratch, 'killed-no-checkpoint');
+      const job = await launch(
+        [
+          '-n',
+          '2',
+          '--max-restarts',
+          '1',
+          '--',
+          ...trainFlags,
+          '--run-dir',
+          runDir,
+          '--steps',
+          '5',
+          '--drill',
+          'rank=0,step=2',
+          '--drill',
+          'rank=1,step=2',
+        ],
+        process.env,
+        90_000,
+      );
+      assert.equal(job.code, 1, `${job.stdout}\n${job.stderr}`);
+      assert.deepEqual(
+        job.stderr.split('\n').filter((line) => line.startsWith('ft-run: ')),
+        [
+          `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0); cannot restart: ${runDir}/ckpt: no complete checkpoint`,
+        ],
+      );
+    });
+
+    it('--max-restarts 2: a job stopped below --min-ranks restarts once from its checkpoint, without the drill that fired, and ends with the bits of a run without failure', async () => {
+      const common = [...trainFlags, '--steps', '12', '--shards', '4'];
+      const reference = path.join(scratch, 'restart-reference');
+      assert.equal((await launch(['-n', '4', '--', ...common, '--run-dir', reference], process.env, 120_000)).code, 0);
+      const runDir = path.join(scratch, 'restarted');
+      const job = await launch(
+        [
+          '-n',
+          '4',
+          '--max-restarts',
+          '2',
+          '--',
+          ...common,
+          '--run-dir',
+          runDir,
+          '--min-ranks',
+          '4',
+          '--drill',
+          'rank=2,step=5',
+          '--drill',
+          'rank=1,step=9',
+        ],
+        process.env,
+        240_000,
+      );
+      assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
+      const checkpoint = (step: number) => path.join(runDir, 'ckpt', `step-0000000${step}`);
+      // the drill at step 5 fired in the first job, the one at step 9 in the second: two restarts
+      assert.deepEqual(
+        job.stderr.split('\n').filter((line) => line.startsWith('ft-run: ')),
+        [5, 9].map(
+          (step, i) =>
+            `ft-run: mpirun exited 3 and the run did not finish: no summary.json in ${runDir}; restart ${i + 1} of 2: resuming from ${checkpoint(step)} (step ${step}) on 4 rank(s)`,
+        ),
+      );
+      const summaryOf = (dir: string) => JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')) as { params_sha256: string };
+      assert.equal(summaryOf(runDir).params_sha256, summaryOf(reference).params_sha256);
+      const events = fs
+        .readFileSync(path.join(runDir, 'events.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      assert.deepEqual(
+        events.filter((e) => e.event === 'restart').map(({ time, ...e }) => (assert.equal(typeof time, 'number'), e)),
+        [5, 9].map((step, i) => ({
+          event: 'restart',
+          step,
+          restart: i + 1,
+          max_restarts: 2,
+          checkpoint: checkpoint(step),
+          last_step: step - 1,
+          world: 4,
+          unreachable: [],
+          exit: 3,
+        })),
+      );
+      // each restart's job started once, from its checkpoint
+      assert.deepEqual(
+        events.filter((e) => e.event === 'resume').map((e) => e.step),
+        [5, 9],
+      );
     });
 
     it('SIGTERM to ft-run: the ranks checkpoint and stop cleanly, exit 0', async () => {

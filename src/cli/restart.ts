@@ -1,0 +1,123 @@
+// ft-run --max-restarts: what a job that ended without finishing is restarted with. It resumes from
+// the newest complete checkpoint into the same run directory, on the hosts that still answer (and
+// as many ranks as they have slots for, up to the first job's), with the drills that already fired
+// left out; or one line says why it cannot.
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { findCheckpoint } from '../checkpoint/checkpoint';
+import { runFiles } from '../run/files';
+import { lastRecord } from '../run/reader';
+import type { StepRecord } from '../run/records';
+import { readHostfile, trainFlag } from './mpirun';
+
+/** How long a host gets to answer over ssh before a restart leaves it out. */
+const reachSeconds = 10;
+
+export interface Restart {
+  /** the checkpoint it resumes from, and that checkpoint's step */
+  checkpoint: string;
+  step: number;
+  /** the last step the ended job committed (undefined: none was) */
+  lastStep?: number;
+  ranks: number;
+  /** the hosts that answered, as a hostfile (undefined: the job ran on this machine alone) */
+  hostfile?: string;
+  /** the hosts that did not answer */
+  unreachable: string[];
+  /** ft-train's flags for it */
+  trainArgs: string[];
+}
+
+/** What a restart needs to know of the job that ended. */
+export interface EndedJob {
+  runDir: string;
+  checkpointDir: string;
+  trainArgs: string[];
+  ranks: number;
+  hostfile?: string;
+  sshConfig?: string;
+  /** the restart's number (1 for the first), where its hostfile goes */
+  number: number;
+}
+
+/** Thrown when a restart is not possible: its message is the line ft-run prints. */
+export class NoRestart extends Error {}
+
+/** The restart of `job`: its checkpoint, hosts, ranks and flags; throws NoRestart with the reason. */
+export function planRestart(job: EndedJob): Restart {
+  let found;
+  try {
+    found = findCheckpoint(job.checkpointDir);
+  } catch (error) {
+    throw new NoRestart((error as Error).message, { cause: error });
+  }
+  const lastStep = lastRecord<StepRecord>(path.join(job.runDir, runFiles.metrics))?.step;
+  let ranks = job.ranks;
+  let hostfile: string | undefined;
+  const unreachable: string[] = [];
+  if (job.hostfile !== undefined) {
+    const lines = readHostfile(job.hostfile);
+    const answered = lines.filter((line) => answers(line.host, job.sshConfig) || (unreachable.push(line.host), false));
+    if (answered.length === 0) throw new NoRestart(`no host of ${job.hostfile} answers over ssh (${unreachable.join(', ')})`);
+    ranks = Math.min(
+      job.ranks,
+      answered.reduce((sum, line) => sum + line.slots, 0),
+    );
+    hostfile = path.join(os.tmpdir(), `ft-run-${process.pid}-restart-${job.number}.hosts`);
+    fs.writeFileSync(hostfile, answered.map((line) => line.line).join('\n') + '\n');
+  }
+  const minRanks = Number(trainFlag(job.trainArgs, 'min-ranks') ?? 1);
+  const spares = Number(trainFlag(job.trainArgs, 'spares') ?? 0);
+  if (ranks - spares < minRanks)
+    throw new NoRestart(
+      `the hosts that answer have room for ${ranks} rank(s)${spares > 0 ? ` (${spares} of them spares)` : ''}, below --min-ranks ${minRanks}` +
+        (unreachable.length > 0 ? ` (${unreachable.join(', ')} did not answer)` : ''),
+    );
+  return {
+    checkpoint: found.dir,
+    step: found.manifest.step,
+    lastStep,
+    ranks,
+    hostfile,
+    unreachable,
+    trainArgs: restartArgs(job.trainArgs, found.dir, lastStep === undefined ? found.manifest.step : lastStep + 1),
+  };
+}
+
+/**
+ * ft-train's flags for a restart from `checkpoint`: --resume replaced, and the drills of steps up to
+ * `reached` (the step the ended job was in) left out, since they fired then.
+ */
+export function restartArgs(trainArgs: string[], checkpoint: string, reached: number): string[] {
+  const kept: string[] = [];
+  for (let i = 0; i < trainArgs.length; ++i) {
+    const [flag, inline] = splitFlag(trainArgs[i]);
+    if (flag !== '--resume' && flag !== '--drill') {
+      kept.push(trainArgs[i]);
+      continue;
+    }
+    const value = inline ?? trainArgs[i + 1];
+    if (inline === undefined) ++i;
+    const step = flag === '--drill' ? /(?:^|,)step=(\d+)(?:,|$)/.exec(value ?? '') : null;
+    if (flag === '--drill' && (step === null || Number(step[1]) > reached)) kept.push('--drill', value);
+  }
+  return [...kept, '--resume', checkpoint];
+}
+
+function splitFlag(arg: string): [string, string | undefined] {
+  const at = arg.indexOf('=');
+  return arg.startsWith('--') && at > 0 ? [arg.slice(0, at), arg.slice(at + 1)] : [arg, undefined];
+}
+
+/** Whether `host` runs a command over ssh within reachSeconds (this machine's own name always does). */
+function answers(host: string, sshConfig: string | undefined): boolean {
+  if (host === 'localhost' || host === os.hostname()) return true;
+  const ssh = spawnSync(
+    'ssh',
+    [...(sshConfig !== undefined ? ['-F', sshConfig] : []), '-o', 'BatchMode=yes', '-o', `ConnectTimeout=${reachSeconds}`, host, 'true'],
+    { stdio: 'ignore', timeout: (reachSeconds + 2) * 1000 },
+  );
+  return ssh.status === 0;
+}
