@@ -237,7 +237,9 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
   });
   const failureNote =
     (failures.length > 0 ? ' Dashed lines and triangles: failures (where the survivors saw them).' : '') +
-    (resumes.length > 0 ? ' Dotted lines: where a run resumed into the same run directory continued it.' : '') +
+    (resumes.length > 0
+      ? ' Dotted lines: where a run resumed into the same run directory (by hand, or restarted by ft-run --max-restarts) continued it.'
+      : '') +
     (corruptions.length > 0
       ? ' Solid lines and crosses: silent data corruption a check found (the steps since the last verified one were replayed).'
       : '');

@@ -53,6 +53,9 @@ export interface CostMeasurements {
   /** mean recovery: kill -9 to the next commit where a drill measured it, else detect to retry */
   recovery?: number;
   recoveryFrom?: 'kill → commit' | 'detect → retry';
+  /** launch/ft-run's restarts (--max-restarts): how many, and their mean cost where measured */
+  restarts: number;
+  restart?: number;
 }
 
 const mean = (values: number[]): number | undefined =>
@@ -69,8 +72,11 @@ export function costMeasurements(run: Run): CostMeasurements {
     (r) => r.detectMs + r.revokeShrinkMs + r.agreeMs + r.joinMs + r.readbackMs + r.checkpointMs + r.retryMs,
   );
   const recovery = mean(killed.length > 0 ? killed : phases);
+  const restart = mean(run.restarts.flatMap((r) => (r.costMs === undefined ? [] : [r.costMs])));
   return {
     step,
+    restarts: run.restarts.length,
+    ...(restart === undefined ? {} : { restart: restart / 1000 }),
     ...(checkpoint === undefined ? {} : { checkpoint: checkpoint / 1000, checkpointReason: writes[0].reason }),
     ...(recovery === undefined
       ? {}

@@ -235,8 +235,16 @@ function costSection(content: ReportContent): string {
   const f = failuresPerDay / secondsPerDay;
   const rows: string[] = [];
   const missing: string[] = [];
+  const restarts: string[] = [];
   content.runs.forEach((run, i) => {
     const m = costMeasurements(run);
+    if (m.restarts > 0)
+      restarts.push(
+        `${escape(content.labels[i])}: ${m.restarts} restart${m.restarts === 1 ? '' : 's'}` +
+          (m.restart === undefined
+            ? ' (none committed a new step)'
+            : `, ${seconds(m.restart)} each on average; were every failure to need one: ${ranks.map((n) => `${share(n * f * (m.step + m.restart!))} at N = ${n}`).join(', ')}`),
+      );
     if (m.checkpoint === undefined || m.recovery === undefined) {
       missing.push(`${escape(content.labels[i])} (${m.recovery === undefined ? 'no recovery' : 'no checkpoint'} measured)`);
       return;
@@ -265,7 +273,10 @@ function costSection(content: ReportContent): string {
     `<p class="note">At ${failuresPerDay} failures per rank per day (--failure-rate; ranks: --project). Periodic checkpointing at its optimal rate c* = sqrt(N f / 2o) ` +
     'wastes sqrt(2 N f o) + N f r of the time (Gupta et al., "Just-In-Time Checkpointing", EuroSys 2024; f per second); ft-train wastes N f (t + r): per failure, one step redone and the recovery, ' +
     'nothing between failures. t: the mean of the steps not retried; o: the mean periodic checkpoint of the run, or else its just-in-time ones; r: kill -9 to the next commit where a drill measured it, ' +
-    `or else detect to retry.${missing.length > 0 ? ` Not projected: ${missing.join(', ')}.` : ''}</p>`
+    `or else detect to retry.${missing.length > 0 ? ` Not projected: ${missing.join(', ')}.` : ''}</p>` +
+    (restarts.length === 0
+      ? ''
+      : `<p class="note">Restarts (launch/ft-run --max-restarts, after a job ended without finishing), each from the last step the ended job committed to the first new step after it, less that step's time (start-up, the steps redone from the checkpoint): ${restarts.join('; ')}.</p>`)
   );
 }
 

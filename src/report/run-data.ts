@@ -61,6 +61,13 @@ export interface CheckpointWrite {
   durationMs: number;
 }
 
+/** A restart by launch/ft-run: the checkpoint's step it resumed from, and what it cost. */
+export interface Restart {
+  step: number;
+  /** ms from the last step the ended job committed to the first new step after the restart, less that step's own time; undefined until one committed */
+  costMs?: number;
+}
+
 export interface Run {
   dir: string;
   /** undefined: the run did not finish (no summary.json) */
@@ -72,6 +79,8 @@ export interface Run {
   checkpoints: CheckpointWrite[];
   /** the steps where a run resumed into this directory continued it (--resume into the same --run-dir) */
   resumes: number[];
+  /** launch/ft-run's restarts of the run after a job ended without finishing (--max-restarts), in order */
+  restarts: Restart[];
   /** the corruptions its checks found (--verify-every), in order */
   corruptions: Corruption[];
   /** the shard map's changes for slow ranks, in order */
@@ -86,10 +95,12 @@ export function readRun(dir: string): Run {
   const events = readLines(path.join(dir, runFiles.events)).map(({ value }) => value);
   const corruptions = events.filter((e) => e.event === 'corruption').map((e) => corruptionOf(e, path.join(dir, runFiles.events)));
   const rollbacks = corruptions.filter((c) => c.action === 'evict').map((c) => c.to);
-  const { steps, resumes } = joinResumed(
-    readLines(metricsFile).map(({ value, line }) => checkStep(value, `${metricsFile} line ${line}`)),
-    rollbacks,
-  );
+  const records = readLines(metricsFile).map(({ value, line }) => checkStep(value, `${metricsFile} line ${line}`));
+  const joined = joinResumed(records, rollbacks);
+  const steps = joined.steps;
+  const restarts = events.filter((e) => e.event === 'restart').map((e) => restartOf(e, records, path.join(dir, runFiles.events)));
+  // a restart from a checkpoint of the step after the last one committed redoes no step: the metrics alone do not show it
+  const resumes = [...new Set([...joined.resumes, ...restarts.map((r) => r.step)])].sort((a, b) => a - b);
   const summary = readSummary(dir);
   const start = events.find((e) => e.event === 'start');
   if (start === undefined || typeof start.time !== 'number') throw new RunDirError(`${path.join(dir, runFiles.events)}: no start event`);
@@ -105,7 +116,16 @@ export function readRun(dir: string): Run {
   const sampleFile = path.join(dir, runFiles.sample);
   const sample = fs.existsSync(sampleFile) ? fs.readFileSync(sampleFile, 'utf8') : undefined;
   const rebalances = events.filter((e) => e.event === 'rebalance').map((e) => rebalanceOf(e, path.join(dir, runFiles.events)));
-  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes, corruptions, rebalances, sample };
+  return { dir, summary, steps, startTime: start.time, recoveries, checkpoints, resumes, restarts, corruptions, rebalances, sample };
+}
+
+/** A restart event, and its cost from `records` (metrics.jsonl's every line, in file order). */
+function restartOf(e: Json, records: StepRecord[], file: string): Restart {
+  const { step, time } = e;
+  if (typeof step !== 'number' || typeof time !== 'number') throw new RunDirError(`${file}: a restart event without a step or time`);
+  const before = records.filter((r) => r.time <= time).at(-1);
+  const next = before && records.find((r) => r.time > time && r.step > before.step);
+  return next ? { step, costMs: next.time - before.time - next.step_ms } : { step };
 }
 
 function rebalanceOf(e: Json, file: string): Rebalance {

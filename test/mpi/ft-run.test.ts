@@ -9,6 +9,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { mpiHome } from '../../src/cli/mpirun';
 import { readPid } from '../../src/run/pids';
+import { readRun } from '../../src/report/run-data';
 import { repoRoot, runCommand, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -260,7 +261,7 @@ describe('launch/ft-run', function () {
       );
     });
 
-    it('--max-restarts 2: a job stopped below --min-ranks restarts once from its checkpoint, without the drill that fired, and ends with the bits of a run without failure', async () => {
+    it('--max-restarts 2: a job stopped below --min-ranks restarts from its checkpoint without the drill that fired, twice, ends with the bits of a run without failure, and the report counts the restarts', async () => {
       const common = [...trainFlags, '--steps', '12', '--shards', '4'];
       const reference = path.join(scratch, 'restart-reference');
       assert.equal((await launch(['-n', '4', '--', ...common, '--run-dir', reference], process.env, 120_000)).code, 0);
@@ -320,6 +321,29 @@ describe('launch/ft-run', function () {
       assert.deepEqual(
         events.filter((e) => e.event === 'resume').map((e) => e.step),
         [5, 9],
+      );
+      // the report marks both as resumes (neither redid a step) and counts their cost
+      const run = readRun(runDir);
+      assert.deepEqual(run.resumes, [5, 9]);
+      assert.deepEqual(
+        run.restarts.map((r) => [r.step, r.costMs! > 0]),
+        [
+          [5, true],
+          [9, true],
+        ],
+      );
+      const report = path.join(scratch, 'restarted.html');
+      const reported = await runCommand(
+        process.execPath,
+        [path.join(repoRoot, 'launch', 'ft-report.js'), runDir, '-o', report],
+        process.env,
+        60_000,
+        'ft-report',
+      );
+      assert.equal(reported.code, 0, reported.stderr);
+      assert.match(
+        fs.readFileSync(report, 'utf8'),
+        /Restarts \(launch\/ft-run --max-restarts[^<]*: restarted: 2 restarts, [\d.]+ (?:ms|s) each on average/,
       );
     });
 
