@@ -2,7 +2,9 @@
 // cores or a hostfile's slots, the hang detector from ft-train's --hang-timeout, the ranks' cores
 // from its --threads, root's consent),
 // its one-line refusals, and real jobs judged by their run directory: a finished run exits 0, a job
-// whose ranks were all killed exits 1 although mpirun exits 0, and SIGTERM ends in a clean stop.
+// whose ranks were all killed exits 1 although mpirun exits 0, and SIGTERM ends in a clean stop;
+// --max-restarts: a job stopped below --min-ranks restarted from its checkpoint to the same bits, and
+// no restart without a checkpoint.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
