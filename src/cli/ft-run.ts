@@ -250,9 +250,12 @@ async function main(): Promise<number> {
   let { ranks, trainArgs } = invocation;
   const checkpointDir = trainFlag(trainArgs, 'checkpoint-dir') ?? path.join(runDir, 'ckpt');
   const endGraceMs = minorityStopMs(hangBounds(hangTimeoutOf(trainArgs))) + 10_000;
+  let restartHosts: string | undefined;
   for (let restarts = 0; ; ++restarts) {
     const was = before(runDir);
-    const { code, stopAsked } = await runJob(job, runDir, was, endGraceMs);
+    const { code, stopAsked } = await runJob(job, runDir, was, endGraceMs).finally(() => {
+      if (restartHosts !== undefined) fs.rmSync(restartHosts, { force: true });
+    });
     const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was));
     if (ended.unfinished === undefined) return ended.code;
     if (stopAsked || restarts === maxRestarts) {
@@ -283,6 +286,7 @@ async function main(): Promise<number> {
       exit: ended.code,
     });
     ({ trainArgs, ranks } = restart);
+    restartHosts = restart.hostfile;
     job = trainCommand(ranks, trainArgs, { hostfile: restart.hostfile, sshConfig }, script);
   }
 }

@@ -25,6 +25,8 @@ export interface ReportContent {
   /** what failures would cost: at these world sizes, failing this often per rank per day */
   projection: Projection;
   generated: Date;
+  /** served live (ft-report --serve): the runs' version this page shows; it asks its server for newer ones */
+  live?: string;
 }
 
 const style = `
@@ -56,7 +58,6 @@ figure.interactive img { display: none; }
 /** Draws each figure's chart with vega where scripts run; a tooltip element follows the hovered mark. */
 const interactive = `
 (function () {
-  var specs = JSON.parse(document.getElementById('vega-specs').textContent);
   var tip;
   function text(value) { return String(value).replace(/[&<>]/g, function (c) { return '&#' + c.charCodeAt(0) + ';'; }); }
   function tooltip(handler, event, item, value) {
@@ -66,12 +67,44 @@ const interactive = `
     tip.style.left = (event.clientX + 12) + 'px';
     tip.style.top = (event.clientY + 12) + 'px';
   }
-  document.querySelectorAll('figure[data-chart]').forEach(function (figure) {
-    var box = document.createElement('div');
-    figure.insertBefore(box, figure.firstChild);
-    new vega.View(vega.parse(specs[Number(figure.getAttribute('data-chart'))]), { renderer: 'svg', container: box, hover: true })
-      .tooltip(tooltip).runAsync().then(function () { figure.classList.add('interactive'); });
-  });
+  // again after a live page swapped in a newer body (its scripts do not run again)
+  window.ftDrawCharts = function () {
+    var specs = JSON.parse(document.getElementById('vega-specs').textContent);
+    document.querySelectorAll('figure[data-chart]').forEach(function (figure) {
+      var box = document.createElement('div');
+      figure.insertBefore(box, figure.firstChild);
+      new vega.View(vega.parse(specs[Number(figure.getAttribute('data-chart'))]), { renderer: 'svg', container: box, hover: true })
+        .tooltip(tooltip).runAsync().then(function () { figure.classList.add('interactive'); });
+    });
+  };
+  window.ftDrawCharts();
+})();
+`;
+
+/**
+ * A served page's follower: every second it asks its server for the runs' version, and when it
+ * changed fetches the page again, swaps in its body and draws the charts anew: no reload, and no
+ * request beyond the server that sent it.
+ */
+const live = `
+(function () {
+  var version = document.documentElement.getAttribute('data-version');
+  var busy = false;
+  function check() {
+    if (busy) return;
+    busy = true;
+    fetch('/version', { cache: 'no-store' }).then(function (answer) { return answer.text(); }).then(function (current) {
+      if (current === version) return;
+      return fetch('/', { cache: 'no-store' }).then(function (answer) { return answer.text(); }).then(function (html) {
+        var next = new DOMParser().parseFromString(html, 'text/html');
+        version = next.documentElement.getAttribute('data-version');
+        document.title = next.title;
+        document.body.innerHTML = next.body.innerHTML;
+        window.ftDrawCharts();
+      });
+    }).catch(function () {}).then(function () { busy = false; });
+  }
+  setInterval(check, 1000);
 })();
 `;
 
@@ -293,10 +326,10 @@ export function reportHtml(content: ReportContent): string {
       `<figcaption><b>${escape(chart.title)}.</b> ${escape(chart.caption)}</figcaption></figure>`,
   );
   return `<!doctype html>
-<html lang="en">
+<html lang="en"${content.live === undefined ? '' : ` data-version="${escape(content.live)}"`}>
 <head>
 <meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'unsafe-inline' 'unsafe-eval'">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'unsafe-inline' 'unsafe-eval'${content.live === undefined ? '' : "; connect-src 'self'"}">
 <title>${escape(content.title)}</title>
 <style>${style}</style>
 </head>
@@ -323,7 +356,7 @@ ${recoveriesTable(content)}
 ${costSection(content)}
 <script type="application/json" id="vega-specs">${scriptJson(content.charts.map((c) => c.vega))}</script>
 <script>${vegaRuntime()}</script>
-<script>${interactive}</script>
+<script>${interactive}</script>${content.live === undefined ? '' : `\n<script>${live}</script>`}
 </body>
 </html>
 `;

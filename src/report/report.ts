@@ -6,8 +6,8 @@ import * as path from 'node:path';
 import { Resvg } from '@resvg/resvg-js';
 import { writeAtomically } from '../base/atomic-write';
 import { RunDirError } from '../run/reader';
-import { compareWithBaselines } from './baseline';
-import { combined, compile, renderSvg, reportCharts, standalone } from './charts';
+import { compareWithBaselines, type Comparison } from './baseline';
+import { combined, compile, renderSvg, reportCharts, standalone, type Chart } from './charts';
 import { stepsCsv } from './csv';
 import { reportHtml, type Projection } from './html';
 import { readRun, type Run } from './run-data';
@@ -52,30 +52,45 @@ export function writeCsv(runs: Run[], file: string): void {
   writeAtomically(file, stepsCsv(runs, runLabels(runs)));
 }
 
-/**
- * Writes the HTML report and, when `pngFile` is given, its charts as one PNG at twice their size in
- * pixels (sharp on high-density screens and in print). Both are rendered before either is written;
- * each file is written atomically.
- */
-export async function writeReport(input: ReportInput, htmlFile: string, pngFile?: string): Promise<void> {
+/** The runs' names, their comparisons with their baselines and the report's charts. */
+function chartsOf(input: ReportInput): { labels: string[]; comparisons: Comparison[]; charts: Chart[] } {
   const labels = runLabels(input.runs);
   const comparisons = compareWithBaselines(input.runs, input.baseline);
-  const charts = reportCharts(input.runs, labels, comparisons);
+  return { labels, comparisons, charts: reportCharts(input.runs, labels, comparisons) };
+}
+
+async function pageOf(input: ReportInput, { labels, comparisons, charts }: ReturnType<typeof chartsOf>, live?: string): Promise<string> {
   const rendered = await Promise.all(
     charts.map(async (chart) => ({ chart, svg: await renderSvg(standalone(chart)), vega: compile(standalone(chart)) })),
   );
-  const html = reportHtml({
+  return reportHtml({
     ...input,
     projection: input.projection ?? defaultProjection,
     labels,
     comparisons,
     charts: rendered,
     generated: new Date(),
+    live,
   });
+}
+
+/** The report's HTML page, served live by ft-report --serve: `version` names the state of the runs it shows. */
+export function livePage(input: ReportInput, version: string): Promise<string> {
+  return pageOf(input, chartsOf(input), version);
+}
+
+/**
+ * Writes the HTML report and, when `pngFile` is given, its charts as one PNG at twice their size in
+ * pixels (sharp on high-density screens and in print). Both are rendered before either is written;
+ * each file is written atomically.
+ */
+export async function writeReport(input: ReportInput, htmlFile: string, pngFile?: string): Promise<void> {
+  const prepared = chartsOf(input);
+  const html = await pageOf(input, prepared);
   const png =
     pngFile === undefined
       ? undefined
-      : new Resvg(await renderSvg(combined(charts, input.title)), {
+      : new Resvg(await renderSvg(combined(prepared.charts, input.title)), {
           fitTo: { mode: 'zoom', value: 2 },
           font: { loadSystemFonts: true, defaultFontFamily: 'DejaVu Sans' },
         })

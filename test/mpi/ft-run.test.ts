@@ -12,6 +12,7 @@ import * as path from 'node:path';
 import { mpiHome } from '../../src/cli/mpirun';
 import { readPid } from '../../src/run/pids';
 import { readRun } from '../../src/report/run-data';
+import { NoRestart, planRestart } from '../../src/cli/restart';
 import { repoRoot, runCommand, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -346,6 +347,31 @@ describe('launch/ft-run', function () {
       assert.match(
         fs.readFileSync(report, 'utf8'),
         /Restarts \(launch\/ft-run --max-restarts[^<]*: restarted: 2 restarts, [\d.]+ (?:ms|s) each on average/,
+      );
+
+      // a restart across hosts takes those that answer over ssh, with as many ranks as their slots allow
+      const hostfile = path.join(scratch, 'restart-hosts');
+      fs.writeFileSync(hostfile, 'localhost slots=2\nno-such-host.invalid slots=3\n');
+      const ended = { runDir, checkpointDir: path.join(runDir, 'ckpt'), ranks: 4, hostfile, number: 7 };
+      const planned = planRestart({ ...ended, trainArgs: [...common, '--run-dir', runDir] });
+      assert.deepEqual(
+        { ...planned, hostfile: fs.readFileSync(planned.hostfile!, 'utf8') },
+        {
+          checkpoint: checkpoint(9),
+          step: 9,
+          lastStep: 11,
+          ranks: 2,
+          hostfile: 'localhost slots=2\n',
+          unreachable: ['no-such-host.invalid'],
+          trainArgs: [...common, '--run-dir', runDir, '--resume', checkpoint(9)],
+        },
+      );
+      fs.rmSync(planned.hostfile!);
+      assert.throws(
+        () => planRestart({ ...ended, trainArgs: [...common, '--run-dir', runDir, '--min-ranks', '3'] }),
+        (error: Error) =>
+          error instanceof NoRestart &&
+          error.message === 'the hosts that answer have room for 2 rank(s), below --min-ranks 3 (no-such-host.invalid did not answer)',
       );
     });
 

@@ -5,9 +5,12 @@
 // run is plotted up to its last step; --csv holds metrics.jsonl's values exactly; broken run
 // directories are named and passed over (or refused); and the report opens in headless Chromium
 // with no console error and no request, draws its charts interactively and shows a tooltip on
-// hover (the screenshot is kept in test-artifacts/).
+// hover (the screenshot is kept in test-artifacts/); --serve keeps a page current in Chromium as a run
+// that started after it opened goes on and loses a rank, and refuses a port in use.
 import { strict as assert } from 'node:assert';
+import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as http from 'node:http';
 import * as path from 'node:path';
 import { PNG } from 'pngjs';
 import puppeteer from 'puppeteer-core';
@@ -535,6 +538,130 @@ describe('reports', function () {
     } finally {
       await browser.close();
       removeScratch(profile);
+    }
+  });
+
+  it('--serve: the page shows a run that started after it opened, its steps and its failure as they come, without a reload and with no other request; SIGINT stops the server', async () => {
+    const live = path.join(scratch, 'live');
+    const server = spawn(process.execPath, [path.join(repoRoot, 'launch', 'ft-report.js'), run('n2-sgd'), live, '--serve', '--port', '0'], {
+      env: { ...process.env, FT_TEST_JOB: `${process.pid}-serve` },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    server.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    server.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => server.on('exit', (code) => resolve(code)));
+    const profile = makeScratch('ft-chromium-');
+    let browser: Awaited<ReturnType<typeof puppeteer.launch>> | undefined;
+    try {
+      for (const started = Date.now(); !stdout.includes('\n'); await new Promise((r) => setTimeout(r, 50)))
+        if (Date.now() - started > 30_000 || server.exitCode !== null) assert.fail(`ft-report --serve did not start: ${stdout}${stderr}`);
+      const url =
+        /^ft-report: serving the report of 1 run on (http:\/\/127\.0\.0\.1:\d+\/) \(kept current as the runs go on; Ctrl-C stops\)\n$/.exec(
+          stdout,
+        )?.[1];
+      assert.ok(url, stdout);
+      assert.equal(stderr, `ft-report: skipped ${live}: no such run directory\n`);
+
+      browser = await puppeteer.launch({
+        executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+        headless: true,
+        args: ['--no-sandbox', '--disable-gpu'],
+        userDataDir: profile,
+        timeout: 60_000,
+      });
+      const page = await browser.newPage();
+      const problems: string[] = [];
+      const elsewhere: string[] = [];
+      page.on('console', (message) => {
+        if (message.type() === 'error' || message.type() === 'warn') problems.push(`console ${message.type()}: ${message.text()}`);
+      });
+      page.on('pageerror', (error) => problems.push(`page error: ${String(error)}`));
+      page.on('request', (request) => {
+        if (!request.url().startsWith('data:') && !request.url().startsWith(url)) elsewhere.push(request.url());
+      });
+      await page.goto(url, { waitUntil: 'load' });
+      await page.evaluate('window.openedOnce = true');
+      // the rows of the table under the heading `title`
+      const rowsUnder = (title: string) =>
+        `Array.from(document.querySelectorAll("h2")).find((h) => h.textContent === ${JSON.stringify(title)}).nextElementSibling.querySelectorAll("tbody tr").length`;
+      const runRows = rowsUnder('Runs');
+      assert.equal(await page.evaluate(runRows), 1);
+      // the loss chart's failure triangles (its other symbols are the points of each step, circles)
+      const failureMarks =
+        'Array.from(document.querySelectorAll("figure")[0].querySelectorAll("svg g.mark-symbol.role-mark path")).filter((p) => !p.getAttribute("d").includes("A")).length';
+      await page.waitForFunction('document.querySelectorAll("figure.interactive").length > 0', { timeout: 30_000 });
+      assert.equal(await page.evaluate(failureMarks), 0);
+
+      // the run starts now, after the page opened; its rank 1 is killed at step 40 of 80
+      const job = await runCommand(
+        path.join(repoRoot, 'launch', 'ft-run'),
+        [
+          '-n',
+          '2',
+          '--',
+          '--model',
+          'models/lenet.json',
+          '--data',
+          'datasets/fashion-mnist',
+          '--steps',
+          '80',
+          '--run-dir',
+          live,
+          '--drill',
+          'rank=1,step=40',
+        ],
+        process.env,
+        120_000,
+        'the live run',
+      );
+      assert.equal(job.code, 0, job.stdout + job.stderr);
+      const liveRun = readRun(live);
+      // the page caught up: two runs, the live one finished with its 80 steps and its failure at step 40, in the table and on the loss chart
+      await page.waitForFunction(
+        `${runRows} === 2 && document.body.textContent.includes(${JSON.stringify(liveRun.summary!.params_sha256.slice(0, 16))}) && document.querySelectorAll("figure.interactive svg.marks").length === document.querySelectorAll("figure").length`,
+        { timeout: 60_000 },
+      );
+      assert.equal(await page.evaluate('window.openedOnce'), true, 'the page was reloaded');
+      assert.equal(liveRun.recoveries.length, 1);
+      assert.equal(await page.evaluate(rowsUnder('Recoveries')), readRun(run('n2-sgd')).recoveries.length + 1);
+      assert.equal(await page.evaluate(failureMarks), 1);
+      assert.deepEqual(problems, []);
+      assert.deepEqual(elsewhere, []);
+    } finally {
+      await browser?.close();
+      removeScratch(profile);
+      server.kill('SIGINT');
+    }
+    assert.equal(await exited, 0);
+    assert.match(stdout, /\nft-report: SIGINT: stopped serving http:\/\/127\.0\.0\.1:\d+\/\n$/);
+  });
+
+  it('--serve refuses a port in use, files to write beside it, and --port without it: one line each, exit 2, nothing served', async () => {
+    const busy = http.createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const port = (busy.address() as { port: number }).port;
+    try {
+      const cases: [string[], string][] = [
+        [
+          ['--serve', '--port', String(port)],
+          `ft-report: --port ${port}: in use on 127.0.0.1 (choose another, or --port 0 for any free one)`,
+        ],
+        [
+          ['--serve', '-o', path.join(scratch, 'served.html')],
+          'ft-report: --serve shows the report in a browser, -o, --png and --csv write it to files: give one or the other (see --help)',
+        ],
+        [['--port', '8808', '-o', path.join(scratch, 'served.html')], 'ft-report: --port goes with --serve (see --help)'],
+        [['--serve', '--port', '65536'], 'ft-report: --port expects an integer in [0, 65535], got 65536 (see --help)'],
+      ];
+      for (const [args, line] of cases) {
+        const job = await report([run('n2-sgd'), ...args]);
+        assert.deepEqual([job.code, job.stdout, job.stderr], [2, '', `${line}\n`]);
+      }
+      assert.ok(!fs.existsSync(path.join(scratch, 'served.html')));
+    } finally {
+      busy.close();
     }
   });
 });
