@@ -264,7 +264,7 @@ async function main(): Promise<number> {
     }
     let restart: Restart;
     try {
-      restart = planRestart({ runDir, checkpointDir, trainArgs, ranks, hostfile, sshConfig, number: restarts + 1 });
+      restart = await planRestart({ runDir, checkpointDir, trainArgs, ranks, hostfile, sshConfig, number: restarts + 1 });
     } catch (error) {
       if (!(error instanceof NoRestart)) throw error;
       console.error(`ft-run: ${ended.unfinished}; cannot restart: ${error.message}`);

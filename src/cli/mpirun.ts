@@ -6,6 +6,7 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { slurmAllocation } from './slurm';
 import { defaultHangTimeoutS } from '../api/train-settings';
 
 export { defaultHangTimeoutS };
@@ -112,6 +113,23 @@ function hostfileSlots(file: string): { hosts: number; slots: number } {
   return { hosts: new Set(lines.map((l) => l.host)).size, slots: lines.reduce((sum, l) => sum + l.slots, 0) };
 }
 
+/**
+ * Where a job's ranks go: the hostfile's hosts and slots; else, inside a Slurm allocation, its
+ * nodes and slots (mpirun reads the allocation itself; more ranks than it holds are refused here,
+ * in one line, rather than by mpirun); else this machine's cores.
+ */
+function placesOf(options: MpirunOptions): { hosts: number; slots: number } {
+  if (options.hostfile !== undefined) return hostfileSlots(options.hostfile);
+  const allocation = slurmAllocation(process.env);
+  if (allocation === undefined) return { hosts: 1, slots: os.availableParallelism() };
+  const slots = allocation.reduce((sum, node) => sum + node.slots, 0);
+  if (options.ranks > slots)
+    throw new Error(
+      `the Slurm allocation (job ${process.env.SLURM_JOB_ID}) has ${slots} slot(s) on ${allocation.length} node(s) (${allocation.map((n) => `${n.host}: ${n.slots}`).join(', ')}), fewer than -n ${options.ranks}`,
+    );
+  return { hosts: allocation.length, slots };
+}
+
 /** The variables that mark a job's processes (job-processes.ts): mpirun passes them to ranks on other hosts too. */
 const jobMarkers = ['FT_RUN_JOB', 'FT_TEST_JOB', 'FT_BENCH_JOB'];
 
@@ -184,10 +202,14 @@ function bindingSettings(ranks: number, threads: number, { hosts, slots }: { hos
  * Open MPI's explicit consent.
  */
 export function mpirunCommand(options: MpirunOptions): Command {
-  const { hosts, slots } =
-    options.hostfile !== undefined ? hostfileSlots(options.hostfile) : { hosts: 1, slots: os.availableParallelism() };
-  const envSet: Record<string, string> =
-    process.getuid?.() === 0 ? { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } : {};
+  const { hosts, slots } = placesOf(options);
+  const envSet: Record<string, string> = {
+    ...(process.getuid?.() === 0 ? { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } : {}),
+    // inside Slurm, mpirun starts its daemons with srun: their step may share CPUs with others, since
+    // the step of a job that lost a node stays until that node answers, holding its CPUs on the nodes
+    // still there, and a restart's daemons would wait for them
+    ...(process.env.SLURM_JOB_ID !== undefined ? { SLURM_OVERLAP: '1' } : {}),
+  };
   return {
     command: path.join(mpiHome, 'bin', 'mpirun'),
     args: [

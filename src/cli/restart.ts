@@ -1,8 +1,8 @@
 // ft-run --max-restarts: what a job that ended without finishing is restarted with. It resumes from
-// the newest complete checkpoint into the same run directory, on the hosts that still answer (and
-// as many ranks as they have slots for, up to the first job's), with the drills that already fired
-// left out; or one line says why it cannot.
-import { spawnSync } from 'node:child_process';
+// the newest complete checkpoint into the same run directory, on the hosts that still answer (a
+// hostfile's over ssh, a Slurm allocation's to srun) with as many ranks as they have slots for, up
+// to the first job's, and with the drills that already fired left out; or one line says why it cannot.
+import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -11,6 +11,7 @@ import { runFiles } from '../run/files';
 import { lastRecord } from '../run/reader';
 import type { StepRecord } from '../run/records';
 import { readHostfile, trainFlag } from './mpirun';
+import { slurmAllocation } from './slurm';
 
 /** How long a host gets to answer over ssh before a restart leaves it out. */
 const reachSeconds = 10;
@@ -46,7 +47,7 @@ export interface EndedJob {
 export class NoRestart extends Error {}
 
 /** The restart of `job`: its checkpoint, hosts, ranks and flags; throws NoRestart with the reason. */
-export function planRestart(job: EndedJob): Restart {
+export async function planRestart(job: EndedJob): Promise<Restart> {
   let found;
   try {
     found = findCheckpoint(job.checkpointDir);
@@ -57,10 +58,17 @@ export function planRestart(job: EndedJob): Restart {
   let ranks = job.ranks;
   let hostfile: string | undefined;
   const unreachable: string[] = [];
-  if (job.hostfile !== undefined) {
-    const lines = readHostfile(job.hostfile);
-    const answered = lines.filter((line) => answers(line.host, job.sshConfig) || (unreachable.push(line.host), false));
-    if (answered.length === 0) throw new NoRestart(`no host of ${job.hostfile} answers over ssh (${unreachable.join(', ')})`);
+  const allocation = job.hostfile !== undefined ? readHostfile(job.hostfile) : slurmAllocation(process.env);
+  if (allocation !== undefined) {
+    // a hostfile's hosts answer over ssh, an allocation's nodes run a job step: all asked at once
+    const asked = await Promise.all(
+      allocation.map((line) => (job.hostfile !== undefined ? answers(line.host, job.sshConfig) : runsStep(line.host))),
+    );
+    const answered = allocation.filter((line, i) => asked[i] || (unreachable.push(line.host), false));
+    if (answered.length === 0)
+      throw new NoRestart(
+        `no host answers (${job.hostfile !== undefined ? `of ${job.hostfile}, over ssh` : `of Slurm job ${process.env.SLURM_JOB_ID}, to srun`}: ${unreachable.join(', ')})`,
+      );
     ranks = Math.min(
       job.ranks,
       answered.reduce((sum, line) => sum + line.slots, 0),
@@ -111,13 +119,23 @@ function splitFlag(arg: string): [string, string | undefined] {
   return arg.startsWith('--') && at > 0 ? [arg.slice(0, at), arg.slice(at + 1)] : [arg, undefined];
 }
 
+/** Whether the allocation's node `host` runs a job step (srun, beside any other step) within reachSeconds. */
+function runsStep(host: string): Promise<boolean> {
+  return succeeds('srun', ['--overlap', '--nodes=1', '--ntasks=1', `--nodelist=${host}`, '--quiet', 'true']);
+}
+
 /** Whether `host` runs a command over ssh within reachSeconds (this machine's own name always does). */
-function answers(host: string, sshConfig: string | undefined): boolean {
-  if (host === 'localhost' || host === os.hostname()) return true;
-  const ssh = spawnSync(
-    'ssh',
-    [...(sshConfig !== undefined ? ['-F', sshConfig] : []), '-o', 'BatchMode=yes', '-o', `ConnectTimeout=${reachSeconds}`, host, 'true'],
-    { stdio: 'ignore', timeout: (reachSeconds + 2) * 1000 },
-  );
-  return ssh.status === 0;
+function answers(host: string, sshConfig: string | undefined): Promise<boolean> {
+  if (host === 'localhost' || host === os.hostname()) return Promise.resolve(true);
+  const config = sshConfig !== undefined ? ['-F', sshConfig] : [];
+  return succeeds('ssh', [...config, '-o', 'BatchMode=yes', '-o', `ConnectTimeout=${reachSeconds}`, host, 'true']);
+}
+
+/** Whether `command` exits 0 within reachSeconds (killed past it). */
+function succeeds(command: string, args: string[]): Promise<boolean> {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, { stdio: 'ignore', timeout: reachSeconds * 1000, killSignal: 'SIGKILL' });
+    child.on('error', () => resolve(false));
+    child.on('exit', (code) => resolve(code === 0));
+  });
 }

@@ -2,7 +2,7 @@
 // action=A` makes world rank R, when it reaches phase P of step K, SIGKILL (kill), SIGSTOP (stop)
 // or SIGTERM (term: a preemption notice) itself, spin its main thread forever (hang: a kernel that
 // never returns), lose its whole host (host: kill -9 of every rank of the job there and of the
-// runtime daemon that started it), or cut its host off the network (cut: every link of its network
+// runtime daemon that started it, and under Slurm of the node's slurmd and slurmstepd), or cut its host off the network (cut: every link of its network
 // namespace down, for test hosts such as launch/netns-hosts makes). A real fault of real processes,
 // at a point that does not depend on timing. Silent data corruption is drilled too: flip flips one
 // bit, once, of what the phase holds (compute: a float of a shard's gradient; collective: of the
@@ -126,7 +126,7 @@ const faults: Record<Action, string> = {
   stop: 'sends itself SIGSTOP',
   term: 'sends itself SIGTERM',
   hang: 'spins its main thread forever',
-  host: 'kills every rank of the job on its host, the runtime daemon and itself',
+  host: "kills every rank of the job on its host, the runtime daemon (and under Slurm the node's slurmd) and itself",
   cut: 'takes every network link of its host down',
   flip: 'flips a bit',
   corrupt: 'flips a bit (a faulty core, from now on)',
@@ -141,6 +141,29 @@ const flipped: Record<Corruptible, string> = {
 };
 
 /** Every network link of this process's network namespace but loopback. */
+/** The pids of slurmd and slurmstepd on this host: those in this process's network namespace (test hosts share one machine). */
+function slurmDaemonsHere(): number[] {
+  const netOf = (pid: string) => {
+    try {
+      return fs.readlinkSync(`/proc/${pid}/ns/net`);
+    } catch {
+      return undefined;
+    }
+  };
+  const here = netOf('self');
+  return fs
+    .readdirSync('/proc')
+    .filter((pid) => /^\d+$/.test(pid))
+    .filter((pid) => {
+      try {
+        return ['slurmd', 'slurmstepd'].includes(fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim()) && netOf(pid) === here;
+      } catch {
+        return false;
+      }
+    })
+    .map(Number);
+}
+
 function links(): string[] {
   return execFileSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' })
     .split('\n')
@@ -224,6 +247,8 @@ export class FaultInjector {
           () => [],
           'SIGKILL',
         );
+        // under Slurm the node's own daemons go too (slurmd, and the step's slurmstepd): a lost node
+        if (process.env.SLURM_JOB_ID !== undefined) for (const pid of slurmDaemonsHere()) process.kill(pid, 'SIGKILL');
         process.kill(process.ppid, 'SIGKILL'); // mpirun's daemon on this host (mpirun itself on the first host)
         process.kill(process.pid, 'SIGKILL');
         return;

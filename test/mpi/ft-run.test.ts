@@ -97,6 +97,20 @@ describe('launch/ft-run', function () {
       }
     });
 
+    it("inside a Slurm allocation: its nodes and slots (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE), no hostfile, ranks dealt to the nodes in turn, srun's steps allowed to overlap", async () => {
+      const slurm = { ...process.env, SLURM_JOB_ID: '77', SLURM_JOB_NODELIST: 'node[1-2],big', SLURM_TASKS_PER_NODE: '2(x2),4' };
+      for (const [ranks, binding] of [
+        [4, '--map-by node:PE=2'],
+        [8, '--map-by node'],
+      ] as const) {
+        const job = await launch(['-n', String(ranks), '--dry-run', '--', ...flags], slurm);
+        assert.equal(job.code, 0, job.stderr);
+        const root = 'OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ';
+        const line = expectedLine(ranks, 8, detector30, quoted, undefined, binding);
+        assert.equal(job.stdout, process.getuid?.() === 0 ? line.replace(root, `${root}SLURM_OVERLAP=1 `) : `SLURM_OVERLAP=1 ${line}`);
+      }
+    });
+
     it("--ssh-config: mpirun's daemons are started with ssh -F FILE", async () => {
       const config = path.join(scratch, 'ssh config');
       fs.writeFileSync(config, 'Host *\n  User root\n');
@@ -182,6 +196,30 @@ describe('launch/ft-run', function () {
         'no --run-dir',
         () => ['-n', '2', '--', ...trainFlags],
         'ft-run: the ft-train flags need --run-dir DIR (its summary.json tells whether the run finished)',
+      ],
+      [
+        'a Slurm allocation too small for -n',
+        () => ['-n', '7', '--', ...trainFlags, '--run-dir', 'runs/x'],
+        'ft-run: the Slurm allocation (job 77) has 6 slot(s) on 3 node(s) (n01: 2, n02: 2, n03: 2), fewer than -n 7',
+        { ...process.env, SLURM_JOB_ID: '77', SLURM_JOB_NODELIST: 'n[01-03]', SLURM_TASKS_PER_NODE: '2(x3)' },
+      ],
+      [
+        'a malformed Slurm node list',
+        () => ['-n', '2', '--', ...trainFlags, '--run-dir', 'runs/x'],
+        'ft-run: SLURM_JOB_NODELIST "n[01-03": cannot read "n[01-03"',
+        { ...process.env, SLURM_JOB_ID: '77', SLURM_JOB_NODELIST: 'n[01-03', SLURM_TASKS_PER_NODE: '2(x3)' },
+      ],
+      [
+        'a Slurm job without its node list',
+        () => ['-n', '2', '--', ...trainFlags, '--run-dir', 'runs/x'],
+        'ft-run: SLURM_JOB_ID is set (77) but SLURM_JOB_NODELIST or SLURM_TASKS_PER_NODE is not: run inside an allocation (sbatch, salloc), or unset SLURM_JOB_ID',
+        { ...process.env, SLURM_JOB_ID: '77', SLURM_JOB_NODELIST: undefined, SLURM_NODELIST: undefined, SLURM_TASKS_PER_NODE: '2' },
+      ],
+      [
+        'Slurm node and task counts that disagree',
+        () => ['-n', '2', '--', ...trainFlags, '--run-dir', 'runs/x'],
+        'ft-run: SLURM_JOB_NODELIST names 3 node(s) but SLURM_TASKS_PER_NODE "2(x2)" counts 2',
+        { ...process.env, SLURM_JOB_ID: '77', SLURM_JOB_NODELIST: 'n[1-3]', SLURM_TASKS_PER_NODE: '2(x2)' },
       ],
       [
         'a bad --max-restarts',
@@ -353,7 +391,7 @@ describe('launch/ft-run', function () {
       const hostfile = path.join(scratch, 'restart-hosts');
       fs.writeFileSync(hostfile, 'localhost slots=2\nno-such-host.invalid slots=3\n');
       const ended = { runDir, checkpointDir: path.join(runDir, 'ckpt'), ranks: 4, hostfile, number: 7 };
-      const planned = planRestart({ ...ended, trainArgs: [...common, '--run-dir', runDir] });
+      const planned = await planRestart({ ...ended, trainArgs: [...common, '--run-dir', runDir] });
       assert.deepEqual(
         { ...planned, hostfile: fs.readFileSync(planned.hostfile!, 'utf8') },
         {
@@ -367,8 +405,8 @@ describe('launch/ft-run', function () {
         },
       );
       fs.rmSync(planned.hostfile!);
-      assert.throws(
-        () => planRestart({ ...ended, trainArgs: [...common, '--run-dir', runDir, '--min-ranks', '3'] }),
+      await assert.rejects(
+        planRestart({ ...ended, trainArgs: [...common, '--run-dir', runDir, '--min-ranks', '3'] }),
         (error: Error) =>
           error instanceof NoRestart &&
           error.message === 'the hosts that answer have room for 2 rank(s), below --min-ranks 3 (no-such-host.invalid did not answer)',

@@ -1,0 +1,130 @@
+// ft-train under Slurm: a real cluster on three test hosts (launch/netns-hosts, launch/slurm-hosts:
+// munged, slurmctld on host1, a slurmd on each host), with the batch script users copy
+// (examples/slurm/train.sbatch) submitted by sbatch. launch/ft-run takes the nodes and slots from
+// the allocation and mpirun starts its daemons with srun: the bits of ft-run -n 6 on one host; every
+// rank of one node killed: the same bits; a node lost (its slurmd, the step's daemon and the ranks):
+// ft-run restarts from the newest checkpoint on the nodes left, to the same bits.
+import { strict as assert } from 'node:assert';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { readPidFile } from '../../src/run/pids';
+import type { EventRecord } from '../../src/run/records';
+import { hostsDown, hostsUnavailable, hostsUp, type Hosts } from '../helpers/hosts';
+import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { lines, summaryOf, type Run } from '../helpers/runs';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-slurm-');
+const slurmHosts = path.join(repoRoot, 'launch', 'slurm-hosts');
+const slurmConf = path.join(process.env.FT_SLURM_DIR ?? '/run/ft-slurm', 'slurm.conf');
+const steps = 30;
+let jobs = 0;
+
+/** Why this machine cannot run the Slurm cluster, or undefined. */
+function slurmUnavailable(): string | undefined {
+  const hosts = hostsUnavailable();
+  if (hosts !== undefined) return hosts;
+  for (const daemon of ['/usr/sbin/slurmd', '/usr/sbin/slurmctld', '/usr/sbin/munged', '/usr/bin/sbatch'])
+    if (!fs.existsSync(daemon)) return `no ${daemon} (launch/setup installs slurmctld, slurmd, slurm-client and munge)`;
+  return undefined;
+}
+
+describe('under Slurm (slurmctld and slurmd on test hosts)', function () {
+  this.timeout(600_000);
+  let hosts: Hosts;
+  let reference: string;
+
+  /** sbatch of the example batch script on host1, waiting for the job's end; `extra`: ft-train flags it passes on. */
+  async function sbatch(extra: string[]): Promise<Run & { output: string }> {
+    const dir = path.join(scratch, `run-${++jobs}`);
+    const output = `${dir}.out`;
+    const [command, ...on] = hosts.on('host1');
+    const argv = [
+      ...on,
+      'env',
+      `SLURM_CONF=${slurmConf}`,
+      `RUN_DIR=${dir}`,
+      `STEPS=${steps}`,
+      'sbatch',
+      '--wait',
+      '--quiet',
+      `--output=${output}`,
+      path.join(repoRoot, 'examples', 'slurm', 'train.sbatch'),
+      ...extra,
+    ];
+    const job = await runCommand(command, argv, process.env, 300_000, `sbatch ${extra.join(' ')}`);
+    const text = fs.existsSync(output) ? fs.readFileSync(output, 'latin1') : '';
+    assert.equal(job.code, 0, `${job.stderr}\n${text}`);
+    return { dir, ...job, stderr: text, output: text };
+  }
+
+  before(async function () {
+    const why = slurmUnavailable();
+    if (why !== undefined) {
+      console.log(`    skipped: Slurm tests need root, sshd and Slurm's daemons: ${why}`);
+      this.skip();
+    }
+    hosts = hostsUp(3);
+    execFileSync(slurmHosts, ['up'], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 60_000 });
+    const single = await runTrain(
+      6,
+      [
+        '--model',
+        'models/lenet.json',
+        '--data',
+        'datasets/fashion-mnist',
+        '--steps',
+        String(steps),
+        '--run-dir',
+        path.join(scratch, 'single-host'),
+      ],
+      150_000,
+    );
+    reference = summaryOf({ dir: path.join(scratch, 'single-host'), ...single }).params_sha256;
+  });
+
+  after(() => {
+    if (hosts !== undefined) {
+      execFileSync(slurmHosts, ['down'], { stdio: ['ignore', 'ignore', 'inherit'], timeout: 60_000 });
+      hostsDown();
+    }
+    removeScratch(scratch);
+  });
+
+  it('sbatch of examples/slurm/train.sbatch on 3 nodes: 2 ranks each, dealt to the nodes in turn, the bits of ft-run -n 6 on one host', async () => {
+    const run = await sbatch([]);
+    assert.equal(summaryOf(run).params_sha256, reference);
+    const placed = [0, 1, 2, 3, 4, 5].map((rank) => readPidFile(path.join(run.dir, 'pids'), rank)!.host);
+    assert.deepEqual(placed, ['host1', 'host2', 'host3', 'host1', 'host2', 'host3']);
+  });
+
+  it('every rank of one node killed: the job goes on on the other two with the same bits', async () => {
+    const run = await sbatch(['--drill', 'rank=1,step=5', '--drill', 'rank=4,step=5']);
+    const summary = summaryOf(run);
+    assert.equal(summary.params_sha256, reference);
+    assert.deepEqual(
+      summary.failures.map((f) => [f.step, f.lost]),
+      [[5, [1, 4]]],
+    );
+  });
+
+  it("a node lost (its slurmd, the step's daemon and its ranks): ft-run restarts from the newest checkpoint on the two nodes left, with the same bits", async () => {
+    const run = await sbatch(['--checkpoint-every', '5', '--drill', 'rank=1,step=12,action=host']);
+    assert.equal(summaryOf(run).params_sha256, reference);
+    const said = run.output.split('\n').filter((line) => line.startsWith('ft-run: '));
+    assert.equal(said.length, 1, run.output);
+    // the survivors' checkpoint of step 12 when it beat the end of the job, else the periodic one of step 10
+    const restart = new RegExp(
+      `^ft-run: the job ended without finishing: no summary\\.json in ${run.dir} \\(mpirun exit 0\\); restart 1 of 3: resuming from ${run.dir}/ckpt/step-000000(10|12) \\(step (10|12)\\) on 4 rank\\(s\\) \\(without host2, which did not answer\\)$`,
+    ).exec(said[0]);
+    assert.ok(restart, said[0]);
+    const restarts = lines<EventRecord>(run, 'events.jsonl').filter((e) => e.event === 'restart');
+    assert.deepEqual(
+      restarts.map((e) => [e.step, e.world, e.unreachable]),
+      [[Number(restart[2]), 4, ['host2']]],
+    );
+    const placed = [0, 1, 2, 3].map((rank) => readPidFile(path.join(run.dir, 'pids'), rank)!.host);
+    assert.deepEqual(placed, ['host1', 'host3', 'host1', 'host3']);
+  });
+});
