@@ -2,8 +2,9 @@
 // munged, slurmctld on host1, a slurmd on each host), with the batch script users copy
 // (examples/slurm/train.sbatch) submitted by sbatch. launch/ft-run takes the nodes and slots from
 // the allocation and mpirun starts its daemons with srun: the bits of ft-run -n 6 on one host; every
-// rank of one node killed: the same bits; a node lost (its slurmd, the step's daemon and the ranks):
-// ft-run restarts from the newest checkpoint on the nodes left, to the same bits.
+// rank of one node killed: the same bits; a job Slurm requeues stops with a checkpoint and resumes
+// from it, to the bits of a run never stopped; a node lost (its slurmd, the step's daemon and the
+// ranks): ft-run restarts from the newest checkpoint on the nodes left, to the same bits.
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -28,6 +29,24 @@ function slurmUnavailable(): string | undefined {
   for (const daemon of ['/usr/sbin/slurmd', '/usr/sbin/slurmctld', '/usr/sbin/munged', '/usr/bin/sbatch'])
     if (!fs.existsSync(daemon)) return `no ${daemon} (launch/setup installs slurmctld, slurmd, slurm-client and munge)`;
   return undefined;
+}
+
+/** Runs a Slurm command on host1 (with the cluster's configuration); its output. */
+function slurm(argv: string[]): string {
+  const [command, ...on] = [path.join(repoRoot, 'launch', 'netns-hosts'), 'exec', 'host1'];
+  const withConf = argv[0] === 'env' ? argv : ['env', `SLURM_CONF=${slurmConf}`, ...argv];
+  return execFileSync(command, [...on, ...withConf], { cwd: repoRoot, encoding: 'utf8', timeout: 30_000 });
+}
+
+/** The state scontrol gives job `id` (PENDING, RUNNING, COMPLETED, ...). */
+function jobState(id: string): string | undefined {
+  return /JobState=(\w+)/.exec(slurm(['scontrol', 'show', 'job', id]))?.[1];
+}
+
+/** Resolves once `ready()` holds, looking every 200 ms; rejects after `timeoutMs`. */
+async function until(ready: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  for (const started = Date.now(); !ready(); await new Promise((r) => setTimeout(r, 200)))
+    if (Date.now() - started > timeoutMs) throw new Error(`waited ${timeoutMs / 1000} s for ${what}`);
 }
 
 describe('under Slurm (slurmctld and slurmd on test hosts)', function () {
@@ -107,6 +126,45 @@ describe('under Slurm (slurmctld and slurmd on test hosts)', function () {
       summary.failures.map((f) => [f.step, f.lost]),
       [[5, [1, 4]]],
     );
+  });
+
+  it('a job Slurm requeues (scontrol requeue: SIGTERM, then the job again) stops with a checkpoint and resumes from it into the same run directory, with the bits of a run never stopped', async () => {
+    const longer = 150;
+    const single = path.join(scratch, 'single-host-longer');
+    const alone = await runTrain(
+      6,
+      ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', String(longer), '--run-dir', single],
+      150_000,
+    );
+    const dir = path.join(scratch, 'requeued');
+    const output = `${dir}.out`;
+    const env = [`SLURM_CONF=${slurmConf}`, `RUN_DIR=${dir}`, `STEPS=${longer}`];
+    const id = slurm([
+      'env',
+      ...env,
+      'sbatch',
+      '--parsable',
+      `--output=${output}`,
+      path.join(repoRoot, 'examples', 'slurm', 'train.sbatch'),
+      '--checkpoint-every',
+      '10',
+    ]).trim();
+    // requeued once its first periodic checkpoint exists, well before its end
+    await until(() => fs.existsSync(path.join(dir, 'ckpt', 'step-00000010', 'manifest.json')), 120_000, 'the first checkpoint');
+    slurm(['scontrol', 'requeue', id]);
+    // Slurm holds a requeued job back for a while: let it go at once
+    await until(() => jobState(id) === 'PENDING', 60_000, 'the job pending again');
+    slurm(['scontrol', 'update', `JobId=${id}`, 'StartTime=now']);
+    await until(() => jobState(id) === 'COMPLETED', 240_000, 'the requeued job to complete');
+    const text = fs.readFileSync(output, 'latin1');
+    const run = { dir, code: 0, signal: null, stdout: '', stderr: text, results: [], stragglers: 0 };
+    assert.equal(summaryOf(run).params_sha256, summaryOf({ dir: single, ...alone }).params_sha256);
+    const events = lines<EventRecord>(run, 'events.jsonl');
+    const stop = events.find((e) => e.event === 'stop');
+    const resume = events.find((e) => e.event === 'resume');
+    assert.equal(stop?.reason, 'sigterm', text);
+    assert.equal(resume?.step, stop?.step, text);
+    assert.match(text, /ft-run: SIGTERM: asked 2 rank\(s\) to checkpoint and stop/);
   });
 
   it("a node lost (its slurmd, the step's daemon and its ranks): ft-run restarts from the newest checkpoint on the two nodes left, with the same bits", async () => {
