@@ -13,7 +13,7 @@ import type { StepRecord } from '../run/records';
 import { readHostfile, trainFlag } from './mpirun';
 import { slurmAllocation } from './slurm';
 
-/** How long a host gets to answer over ssh before a restart leaves it out. */
+/** How long a host gets to answer (ssh, or srun under Slurm) before a restart leaves it out. */
 const reachSeconds = 10;
 
 export interface Restart {
