@@ -4,8 +4,7 @@
 // the report is refused instead).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { readRun, type Run } from '../report/run-data';
-import { defaultProjection, readRuns, writeCsv, writeReport } from '../report/report';
+import { baselineRun, defaultProjection, readRuns, writeCsv, writeReport } from '../report/report';
 import { commandLine, last, runMain, UsageError } from './command';
 import { serveReport, type LiveReport, type LiveReportSettings } from '../report/serve';
 
@@ -119,11 +118,7 @@ runMain('ft-report', async () => {
   for (const line of skipped) console.error(`ft-report: skipped ${line}`);
   if (runs.length === 0)
     throw new Error(`no readable run directory (${skipped.length} skipped); nothing ${args.serve ? 'served' : 'written'}`);
-  let baseline: Run | undefined;
-  if (args.baseline !== undefined) {
-    const dir = path.resolve(last(args.baseline));
-    baseline = runs.find((run) => path.resolve(run.dir) === dir) ?? readRun(last(args.baseline));
-  }
+  const baseline = args.baseline === undefined ? undefined : baselineRun(runs, last(args.baseline));
 
   if (args.serve) {
     await serve(

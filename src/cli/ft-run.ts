@@ -33,8 +33,8 @@ ${stopGraceMs / 1000} s later (or at a second one) mpirun ends the job. Exit cod
 holds a complete summary.json or a clean stop, 1 if the job ended without finishing, 2 on bad input
 or no ULFM, otherwise mpirun's own. With --max-restarts R, a job that ends without finishing (not
 one stopped by Ctrl-C) starts again, up to R times, from the newest complete checkpoint into the same
-run directory, on the hosts that still answer over ssh with as many ranks as their slots allow (at
-most N), leaving out --drill points it already reached; one line and one restart event each. With --script, every rank runs \`node --single-threaded-gc FILE <flags>\` instead of ft-train:
+run directory, on the hosts that still answer (over ssh, or to srun inside a Slurm allocation) with
+as many ranks as their slots allow (at most N), leaving out --drill points it already reached; one line and one restart event each. With --script, every rank runs \`node --single-threaded-gc FILE <flags>\` instead of ft-train:
 a program over the library (train() or elastic()) that takes at least --run-dir DIR (and
 --hang-timeout S, if not the default) among its flags.`;
 

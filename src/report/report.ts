@@ -40,6 +40,12 @@ export function readRuns(dirs: string[]): { runs: Run[]; skipped: string[] } {
   return { runs, skipped };
 }
 
+/** The run --baseline names: one of `runs` when it is listed, else read from `dir`. */
+export function baselineRun(runs: Run[], dir: string): Run {
+  const resolved = path.resolve(dir);
+  return runs.find((run) => path.resolve(run.dir) === resolved) ?? readRun(dir);
+}
+
 /** Each run's name: its directory's base name, or its path where base names repeat. */
 export function runLabels(runs: Run[]): string[] {
   const names = runs.map((run) => path.basename(path.resolve(run.dir)));

@@ -8,8 +8,7 @@ import * as fs from 'node:fs';
 import * as http from 'node:http';
 import * as path from 'node:path';
 import { runFiles } from '../run/files';
-import { livePage, readRuns, type ReportInput } from './report';
-import { readRun, type Run } from './run-data';
+import { baselineRun, livePage, readRuns, type ReportInput } from './report';
 
 /** How often the server looks at the run directories. */
 const lookMs = 1000;
@@ -64,9 +63,7 @@ export async function serveReport(dirs: string[], settings: LiveReportSettings, 
       if (runs.length === 0) throw new Error(`no readable run directory (${skipped.join('; ')})`);
       // a runner appending a line right now: the next look reads it whole
       if (skipped.some((line) => line.includes('half-written')) && shown.version !== '') return;
-      const resolved = settings.baseline === undefined ? undefined : path.resolve(settings.baseline);
-      let baseline: Run | undefined;
-      if (resolved !== undefined) baseline = runs.find((run) => path.resolve(run.dir) === resolved) ?? readRun(resolved);
+      const baseline = settings.baseline === undefined ? undefined : baselineRun(runs, settings.baseline);
       const html = await livePage({ title: settings.title, runs, baseline, skipped, projection: settings.projection }, version);
       shown = { version, html, runs: runs.length };
     } finally {
