@@ -51,8 +51,8 @@ struct Started {
 
 // init(): starts the comm thread, which initialises MPI (it alone calls MPI, so FUNNELED is
 // enough) and resolves with the world communicator: a dup of COMM_WORLD with MPI_ERRORS_RETURN,
-// or, in a process that ranks of a running job spawned (spawn()), the communicator merging them
-// with it (`joined` true; its ranks numbered as the spawning ranks said).
+// or, in a process that ranks of a running job spawned (spawn()), `joined` true and the
+// intercommunicator with them, which it merges (merge()) once ready to join them.
 Napi::Value InitMpi(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CommThread& thread = CommThread::Get();
@@ -76,13 +76,10 @@ Napi::Value InitMpi(const Napi::CallbackInfo& info) {
           // std::string(library), not `length`: it may count the NUL
           return Started{Describe(world, WorldIds(world)), false, provided, std::string(library)};
         }
-        MPI_CHECK(MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN));
-        int rc = MPI_Intercomm_merge(parent, /*high=*/1, &world);
-        MPI_Comm_free(&parent);
-        MPI_CHECK(rc);
-        MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
-        std::vector<int> ids = MergedIds(world, -1, -1);
-        return Started{Describe(world, std::move(ids)), true, provided, std::string(library)};
+        // spawned: the intercommunicator with the spawning ranks, merged once this process is ready
+        CommInfo link = Describe(parent, std::vector<int>(0));
+        link.link = std::make_shared<SpawnLink>(SpawnLink{false, -1, {}, {}});
+        return Started{link, true, provided, std::string(library)};
       },
       [](Napi::Env env, Started& started) {
         Napi::Object result = Napi::Object::New(env);

@@ -53,12 +53,25 @@ export interface Communicator {
    */
   split(color: number, key: number): Promise<Communicator | null>;
   /**
-   * MPI_Comm_spawn + MPI_Intercomm_merge (collective; blocking in MPI, so bound it): starts `count`
-   * processes running `command ...args` (their init() resolves with `joined` true) and resolves
-   * with one communicator of this one's ranks followed by theirs, theirs numbered firstId, firstId
-   * + 1, ... Rejects with MpiError (MPI_ERR_SPAWN and the like) when they cannot be started.
+   * MPI_Comm_spawn (collective; blocking in MPI, so bound it): starts `count` processes running
+   * `command ...args` (their init() resolves with `joined` true, as soon as their MPI runs) and
+   * resolves with the intercommunicator between them and this one's ranks, to be merged
+   * (merge()) once they are ready; theirs will be numbered firstId, firstId + 1, ... Rejects with
+   * MpiError (MPI_ERR_SPAWN and the like) when they cannot be started.
    */
   spawn(command: string, args: string[], count: number, firstId: number): Promise<Communicator>;
+  /**
+   * On rank 0 of the side that spawned, before merge(): whether every spawned process has said it
+   * is ready to merge (it does so in its merge()), without waiting. Rejects with ProcFailedError
+   * where one died before saying so.
+   */
+  spawnedReady(): Promise<boolean>;
+  /**
+   * MPI_Intercomm_merge of a spawn's intercommunicator (collective over both sides; blocking in
+   * MPI, so bound it): one communicator of the spawning ranks, then the spawned ones. A spawned
+   * process says it is ready first; the spawning side waits for that (bounded like the collectives).
+   */
+  merge(): Promise<Communicator>;
   /**
    * MPIX_Comm_agree: the bitwise AND of every live rank's flag, the same on each. Rejects with
    * ProcFailedError, alike on every survivor, if a failure is not yet acknowledged (the flag is
@@ -74,7 +87,7 @@ export interface Communicator {
 export interface MpiSession {
   /**
    * A dup of MPI_COMM_WORLD with MPI_ERRORS_RETURN, never COMM_WORLD itself; in a process that a
-   * running job spawned, the communicator merging it with the ranks that spawned it.
+   * running job spawned, the intercommunicator with the ranks that spawned it (merge() it to join them).
    */
   world: Communicator;
   /** this process was spawned by a running job's ranks (Communicator.spawn) */

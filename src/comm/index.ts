@@ -24,9 +24,18 @@ addon.registerErrorTypes({ MpiError, ProcFailedError, RevokedError, NotSupported
 /** True when the addon was built against an MPI with ULFM (revoke, shrink, agree). */
 export const ulfm: boolean = addon.ulfm;
 
-/** Starts the comm thread and initialises MPI; once per process. */
+let started: Promise<MpiSession> | undefined;
+
+/**
+ * Starts the comm thread and initialises MPI, once per process: later calls return the same
+ * promise (a spawned rank starts MPI first thing, for the ranks that spawn it wait until then).
+ */
 export function init(): Promise<MpiSession> {
-  return addon.init();
+  if (!started) {
+    started = addon.init();
+    started.catch(() => undefined); // its caller sees the rejection; started early, nobody may yet listen
+  }
+  return started;
 }
 
 /** Fails queued calls that have not started, then finalizes MPI and ends the comm thread. */

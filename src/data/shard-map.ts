@@ -4,8 +4,9 @@
 // the lost ranks' shards go, lowest shard first, each to the live rank holding the fewest shards,
 // whether it held any before or not (ties: lowest rank). Survivors keep their own shards, so only the
 // lost shards are read back, and the per-rank shard counts stay within one of each other. Ranks
-// that join (spares, respawned ranks) take a lost rank's shards whole, lowest lost rank first. A
-// rebalance (slow ranks) sets how many shards each rank holds: ranks above their new count give up
+// that join (spares, respawned ranks) take a lost rank's shards whole, lowest lost rank first; where
+// no lost rank's place is left (a rank spawned after the loss joins later), they take shards one at
+// a time from the ranks holding the most. A rebalance (slow ranks) sets how many shards each rank holds: ranks above their new count give up
 // their highest shards, which go, lowest first, to the ranks below theirs, in rank order.
 
 export class ShardMap {
@@ -87,8 +88,28 @@ export class ShardMap {
     if (taken.length > 0) throw new RangeError(`handOver: joiners ${JSON.stringify(taken)} hold shards already or are not live`);
     const heir = new Map(lost.slice(0, joiners.length).map((r, i) => [r, joiners[i]]));
     const replaced = new ShardMap(this.owners.map((owner) => heir.get(owner) ?? owner));
-    const workers = uniqueSorted([...replaced.ranks.filter((r) => alive.has(r)), ...joiners]);
-    return replaced.without(lost.slice(joiners.length), workers);
+    const workers = uniqueSorted([...replaced.ranks.filter((r) => alive.has(r)), ...joiners.slice(0, lost.length)]);
+    return replaced.without(lost.slice(joiners.length), workers).sharedWith(joiners.slice(lost.length));
+  }
+
+  /**
+   * The map once `joiners` (holding none), with no lost rank's place to take, share the others'
+   * shards: in turn, each takes the highest shard of the rank holding the most (ties: the highest
+   * rank) while that rank holds more than the joiner will. A joiner left without any holds none.
+   */
+  private sharedWith(joiners: readonly number[]): ShardMap {
+    const owners = [...this.owners];
+    const held = (rank: number): number => owners.filter((owner) => owner === rank).length;
+    for (let given = 0; ; given = 0) {
+      for (const joiner of joiners) {
+        const ranks = uniqueSorted(owners);
+        const richest = ranks.reduce((best, r) => (held(r) >= held(best) ? r : best), ranks[0]);
+        if (held(richest) <= held(joiner) + 1) continue;
+        owners[owners.lastIndexOf(richest)] = joiner;
+        given += 1;
+      }
+      if (given === 0) return new ShardMap(owners);
+    }
   }
 
   /** How many shards each rank holding any holds, by rank (ascending). */

@@ -31,6 +31,8 @@ export const phases = [
   'recovery',
   'spawn',
   'spawning',
+  'ready',
+  'admit',
   'join',
   'rebuild',
   'readback',

@@ -19,6 +19,8 @@ import type { Vote } from './vote';
 /** What the ranks already in the run tell the ones joining it. */
 interface JoinMessage extends WorldJoinFields {
   step: number;
+  /** the step is retried after a failure (not a join at a step's end) */
+  retrying: boolean;
   joiners: number[];
   failures: Failure[];
   worldHistory: CheckpointMeta['world_history'];
@@ -65,14 +67,22 @@ export class Join {
   }
 
   /**
-   * The join of `joiners` at `step` (on a joining rank: whatever step it holds; `takeStep` gives it
-   * the run's). The joiners as the leader named them, or null when a failure interrupted it.
+   * The join of `joiners` at `step`, retried after a failure or not (on a joining rank: whatever it
+   * holds; `takeStep` gives it the run's). The joiners as the leader named them, or null when a
+   * failure interrupted it.
    */
-  async run(joiners: number[], step: number, source: StateSource, takeStep: (step: number) => void): Promise<number[] | null> {
+  async run(
+    joiners: number[],
+    step: number,
+    retrying: boolean,
+    source: StateSource,
+    takeStep: (step: number) => void,
+  ): Promise<number[] | null> {
     const { world, vote, shards, checkpoints, sumState, verified, history, observer } = this.parts;
     const started = now();
     const sent: JoinMessage = {
       step,
+      retrying,
       joiners,
       ...world.joinFields(),
       failures: history.failures,
@@ -97,7 +107,7 @@ export class Join {
     if (this.waiting) {
       this.waiting = false;
       takeStep(message.step);
-      vote.joinRecoveryAt(message.step);
+      if (message.retrying) vote.joinRecoveryAt(message.step);
       world.takeJoinFields(message);
       history.failures.push(...message.failures);
       history.worldHistory.push(...message.worldHistory);

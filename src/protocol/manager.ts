@@ -35,7 +35,7 @@ import { HeldShards } from './shards';
 import { ProtocolStop } from '../liveness/stop';
 import { SumAndState } from './sum-and-state';
 import { Balancer, ShardTimes, type BalanceDecision } from './balance';
-import { CARRY_ON, OK, Vote } from './vote';
+import { CARRY_ON, OK, SPAWN_SOUND, SPAWN_WAITING, Vote } from './vote';
 import {
   digestWords,
   encodeRecord,
@@ -79,6 +79,8 @@ export class Manager implements StepPosition {
   private readonly balancer?: Balancer;
   /** what the committed step's times call for, done at the step's end */
   private balanceDue?: BalanceDecision;
+  /** the step's vote found the ranks spawned beside training ready (admit) or one of them lost: done at the step's end */
+  private spawnedDue?: 'admit' | 'lost';
 
   constructor(
     private readonly config: ProtocolConfig,
@@ -271,10 +273,13 @@ export class Manager implements StepPosition {
     const ok = await this.vote.completes(phase, run);
     if (this.config.onFailure === 'none') return ok;
     if (phase === 'collective') this.enter('agree');
-    const agreed = await this.vote.agree((ok ? OK : 0) | (stop ? 0 : CARRY_ON));
+    // a step's vote also says whether the ranks spawned beside training are ready to join
+    const spawnWord = phase === 'collective' ? await this.membership.spawnWord() : SPAWN_WAITING | SPAWN_SOUND;
+    const agreed = await this.vote.agree((ok ? OK : 0) | (stop ? 0 : CARRY_ON) | spawnWord);
     if (agreed !== null && (agreed & OK) !== 0) {
       this.shards.committed();
       if ((agreed & CARRY_ON) === 0) this.stopAgreed = true;
+      if ((agreed & SPAWN_WAITING) === 0) this.spawnedDue = (agreed & SPAWN_SOUND) !== 0 ? 'admit' : 'lost';
       return true;
     }
     await this.recover();
@@ -419,6 +424,10 @@ export class Manager implements StepPosition {
     this.balanceDue = undefined;
     if (balance?.kind === 'rebalance' && !this.source!.done()) await this.rebalance(balance);
     if (balance?.kind === 'evict' && !this.source!.done()) await this.evictSlow(balance);
+    const spawned = this.spawnedDue;
+    this.spawnedDue = undefined;
+    // (a recovery since the vote gave the spawned ranks up)
+    if (spawned && this.membership.spawnedWaiting.length > 0 && !this.source!.done()) await this.growBySpawned(spawned);
     if (this.stopAgreed) {
       this.observer.log(`stopping after step ${step} on request (SIGTERM): checkpoint first`);
       await this.checkpoint('sigterm');
@@ -479,33 +488,60 @@ export class Manager implements StepPosition {
     await this.evict([rank], `as too slow at step ${step}`, line, error, 'rebalance');
   }
 
+  /**
+   * A step's end where the ranks spawned beside training are ready: they join (a recovery without
+   * a failure: the join, their shards, the sharded state). Where one of them was lost before
+   * joining (it died, or was not ready within the comm deadline), they are given up and others
+   * spawned.
+   */
+  private async growBySpawned(due: 'admit' | 'lost'): Promise<void> {
+    const world = this.membership;
+    this.enter('admit');
+    if (due === 'admit') return this.recover(true);
+    const ids = await world.giveUpSpawn();
+    const line = `step ${this.currentStep}: spawned rank(s) ${ids.join(', ')} lost before joining (died, or not ready within ${this.config.commTimeoutMs / 1000} s); spawning again`;
+    this.observer.log(line);
+    this.observer.event({ event: 'spawn-lost', step: this.currentStep, ranks: ids });
+    if ((await world.grow(this.vote)) === null) await this.recover();
+  }
+
   /** The trainer's last step is committed: a recovery during what follows (the final evaluation) no longer reads back or checkpoints. */
   endTraining(): void {
     this.done = true;
   }
 
   /**
-   * The recovery protocol, run alike by every survivor: repair, replace the lost ranks (spares,
-   * spawned ranks) or give their shards to the least-loaded survivors, read back what the retried
-   * step needs of the lost shards, rebuild sharded state, write the JIT checkpoint. A failure
-   * during any of it starts it again. Throws ProtocolStop below --min-ranks (after a checkpoint)
-   * and when a rank reported an error. A spawned rank starts here, at the join.
+   * The recovery protocol, run alike by every survivor: repair, replace the lost ranks (spares now;
+   * spawned ranks join later, once ready) or give their shards to the least-loaded survivors, read
+   * back what the retried step needs of the lost shards, rebuild sharded state, write the JIT
+   * checkpoint. A failure during any of it starts it again. Throws ProtocolStop below --min-ranks
+   * (after a checkpoint) and when a rank reported an error. A spawned rank starts here, at the
+   * join. `admitting`: no failure; at a step's end, the spawned ranks ready to join are merged in
+   * and take their shards the same way.
    */
-  private async recover(): Promise<void> {
+  private async recover(admitting = false): Promise<void> {
     const world = this.membership;
-    this.sumState.rollback();
+    if (!admitting) {
+      this.sumState.rollback();
+      this.enter('recovery');
+      if (!this.joining.awaiting && !this.vote.retrying) this.vote.noteFailure(new Error('agreed failure'), 'agree', 0);
+    }
     // the world changes: slow ranks are measured afresh, and nothing decided before is done
     this.balancer?.reset();
     this.balanceDue = undefined;
-    this.enter('recovery');
-    if (!this.joining.awaiting && !this.vote.retrying) this.vote.noteFailure(new Error('agreed failure'), 'agree', 0);
     const lostShards = new Set<number>();
     const lost: number[] = [];
+    const joined: number[] = [];
     let readMs = 0;
     let readBeforeRetry = 0;
     for (;;) {
       let joiners: number[] = [];
-      if (!this.joining.awaiting) {
+      if (admitting) {
+        admitting = false;
+        const admitted = await world.admitSpawned(this.vote);
+        if (admitted === null) continue;
+        joiners = admitted;
+      } else if (!this.joining.awaiting) {
         lost.push(...(await this.repairs.run(false)));
         if (this.config.sharded && !this.done && world.liveWorkers.length === 0) {
           throw new ProtocolStop(
@@ -518,11 +554,12 @@ export class Manager implements StepPosition {
         joiners = grown;
       }
       if (joiners.length > 0 || this.joining.awaiting) {
-        const joined = await this.joining.run(joiners, this.currentStep, this.source!, (step) => {
+        const sent = await this.joining.run(joiners, this.currentStep, this.vote.retrying, this.source!, (step) => {
           this.currentStep = step;
         });
-        if (!joined) continue;
-        joiners = joined;
+        if (!sent) continue;
+        joiners = sent;
+        joined.push(...joiners);
       }
       const moved = world.handOver(joiners);
       if (!(await world.formWorkers(this.vote))) continue;
@@ -538,7 +575,8 @@ export class Manager implements StepPosition {
       for (const shards of moved.values()) for (const s of shards) lostShards.add(s);
       const step = this.currentStep;
       if (!this.done && !(await this.sumState.rebuildState(step, this.vote, this.enter))) continue;
-      if (world.size < this.config.minRanks) {
+      // ranks spawned and not yet joined count: they are on their way
+      if (world.size + world.spawnedWaiting.length < this.config.minRanks) {
         if (!(await this.checkpoints.write(this.source!, 'min-ranks'))) continue;
         this.observer.event({
           event: 'stop',
@@ -574,9 +612,18 @@ export class Manager implements StepPosition {
         duration_ms: readMs,
       });
       const spares = world.spares.length > 0 ? ` (+${world.spares.length} spare${world.spares.length > 1 ? 's' : ''})` : '';
+      const waiting = world.spawnedWaiting;
+      const coming = waiting.length > 0 ? `; rank(s) ${waiting.join(', ')} spawned, to join once ready` : '';
+      // a join without a failure (the step is not retried): no checkpoint on the way
+      if (!this.vote.retrying) {
+        this.observer.log(
+          `step ${step}: rank(s) ${joined.join(', ')} joined; read back their shards' first ${counts[0]} bytes in ${readMs.toFixed(1)} ms; ${world.size} ranks work${spares}`,
+        );
+        return;
+      }
       this.observer.log(
         `step ${step}: lost rank(s) ${lost.join(', ') || 'none'}; ` +
-          `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retrying on ${world.size} ranks${spares}`,
+          `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retrying on ${world.size} ranks${spares}${coming}`,
       );
       if (this.config.jitCheckpoint && !(await this.checkpoints.write(this.source!, 'jit'))) continue;
       return;
@@ -605,6 +652,8 @@ export class Manager implements StepPosition {
     const world = this.membership;
     this.done = true;
     await this.shards.stop();
+    // ranks spawned and not yet joined come too late: they are given up
+    await world.giveUpSpawn();
     for (;;) {
       this.enter('final-write');
       if (this.config.onFailure !== 'none') {
@@ -629,6 +678,7 @@ export class Manager implements StepPosition {
 
   /** Frees the communicator (at exit); the leader removes the spare checkpoint file (or an uncommitted attempt). */
   async close(): Promise<void> {
+    await this.membership.giveUpSpawn();
     await this.checkpoints.close();
     await this.membership.free();
   }

@@ -8,9 +8,10 @@
 import { isFailure, type Communicator } from '../comm';
 import { ShardMap } from '../data/shard-map';
 import { withDeadline } from '../liveness/deadline';
+import { killDeclaredDead } from '../liveness/hangs';
 import type { Phase } from '../liveness/drills';
 import type { ProtocolConfig, ProtocolObserver, StepPosition } from './contracts';
-import { CARRY_ON, OK, type Vote } from './vote';
+import { CARRY_ON, OK, SPAWN_SOUND, SPAWN_WAITING, type Vote } from './vote';
 
 const now = (): number => performance.now();
 
@@ -51,9 +52,11 @@ export class Membership {
   /** the id the next spawned rank gets, and how many more may be spawned */
   private nextId: number;
   private respawnsLeft: number;
+  /** ranks spawned beside training that have not joined yet: the link to them, their ids, since when */
+  private spawned?: { link: Communicator; ids: number[]; step: number; started: number };
 
   constructor(
-    private readonly config: Pick<ProtocolConfig, 'shards' | 'spares' | 'respawn' | 'joined' | 'commTimeoutMs'>,
+    private readonly config: Pick<ProtocolConfig, 'shards' | 'spares' | 'respawn' | 'joined' | 'commTimeoutMs' | 'pidsDir'>,
     world: Communicator,
     private readonly position: StepPosition,
     private readonly observer: ProtocolObserver,
@@ -235,37 +238,43 @@ export class Membership {
   }
 
   /**
-   * The ranks that take the lost ranks' places: spares first, then ranks spawned for the rest
-   * (--respawn), the communicator grown by them. Null when a failure interrupted the spawn.
+   * After a repair: the spares that take the lost working ranks' places now (a spawn under way is
+   * given up: its link names ranks that may be gone); for the places left, while respawns last,
+   * ranks are spawned to join once ready (see admitSpawned). Null when a failure interrupted the spawn.
    */
   async grow(vote: Vote): Promise<number[] | null> {
+    await this.giveUpSpawn();
     if (this.position.trainingDone) return [];
-    const vacant = this.map.ranks.length - this.liveWorkers.length;
-    const joiners = this.spares.slice(0, vacant);
+    const vacant = this.worldInitial - this.liveWorkers.length;
+    const joiners = this.spares.slice(0, Math.max(0, vacant));
     const count = Math.min(vacant - joiners.length, this.respawnsLeft);
-    if (count <= 0) return joiners;
-    const spawned = await this.spawn(count, vote);
-    return spawned === null ? null : [...joiners, ...spawned];
+    if (count > 0 && !(await this.spawn(count, vote))) return null;
+    return joiners;
+  }
+
+  /** The ranks spawned and not yet joined (their ids). */
+  get spawnedWaiting(): number[] {
+    return this.spawned?.ids ?? [];
   }
 
   /**
-   * Spawns `count` ranks and merges them into the communicator: their ids, or null when a failure
-   * interrupted it. Where spawning is not possible, says so once and turns respawning off.
+   * Spawns `count` ranks, which start beside training: false when a failure interrupted it. Where
+   * spawning is not possible, says so once and turns respawning off.
    */
-  private async spawn(count: number, vote: Vote): Promise<number[] | null> {
+  private async spawn(count: number, vote: Vote): Promise<boolean> {
     const respawn = this.config.respawn!;
     const step = this.position.step;
     const firstId = this.nextId;
     this.nextId += count;
     this.enter('spawn');
     const started = now();
-    let merged: Communicator | undefined;
+    let link: Communicator | undefined;
     let impossible: string | undefined;
     const ok = await vote.completes('spawn', async () => {
       try {
         const spawning = this.everyone.spawn(respawn.command, respawn.args(firstId), count, firstId);
         this.enter('spawning'); // the drill point while the comm thread is inside MPI_Comm_spawn
-        merged = await withDeadline(spawning, this.config.commTimeoutMs, 'MPI_Comm_spawn');
+        link = await withDeadline(spawning, this.config.commTimeoutMs, 'MPI_Comm_spawn');
       } catch (error) {
         if (isFailure(error)) throw error;
         impossible = (error as Error).message;
@@ -273,20 +282,18 @@ export class Membership {
     });
     const agreed = await vote.agree((ok && !impossible ? OK : 0) | (impossible ? 0 : CARRY_ON));
     if (agreed !== null && (agreed & OK) !== 0) {
-      const old = this.everyone;
-      this.everyone = merged!;
-      await old.free();
       this.respawnsLeft -= count;
-      const ids = this.everyone.worldRanks.slice(-count);
+      const ids = Array.from({ length: count }, (_, i) => firstId + i);
+      this.spawned = { link: link!, ids, step, started: now() };
       this.observer.event({ event: 'spawn', step, ranks: ids, duration_ms: now() - started });
-      return ids;
+      return true;
     }
-    if (merged)
-      await merged
+    if (link)
+      await link
         .revoke()
-        .then(() => merged!.free())
+        .then(() => link!.free())
         .catch(() => undefined);
-    if (agreed === null || (agreed & CARRY_ON) !== 0) return null;
+    if (agreed === null || (agreed & CARRY_ON) !== 0) return false;
     this.respawnsLeft = 0;
     this.observer.event({
       event: 'spawn',
@@ -299,7 +306,68 @@ export class Membership {
       `step ${step}: cannot spawn a rank to replace the lost: ${impossible ?? 'not possible on another rank'} ` +
         '(no free slot in the allocation, or an MPI without spawn support); going on with the survivors, --respawn off',
     );
-    return [];
+    return true;
+  }
+
+  /**
+   * Before a step's vote, this rank's word on the spawned ranks (bits of the vote's flag):
+   * SPAWN_WAITING stays set unless this rank (the spawn's root) finds them all ready to join, or
+   * one of them lost (dead, or not ready within the comm deadline: stopped?); SPAWN_SOUND stays
+   * set unless one is lost.
+   */
+  async spawnWord(): Promise<number> {
+    const spawned = this.spawned;
+    if (!spawned || spawned.link.rank !== 0) return SPAWN_WAITING | SPAWN_SOUND;
+    try {
+      if (await spawned.link.spawnedReady()) return SPAWN_SOUND;
+    } catch (error) {
+      if (!isFailure(error)) throw error;
+      return 0;
+    }
+    return now() - spawned.started > this.config.commTimeoutMs ? 0 : SPAWN_WAITING | SPAWN_SOUND;
+  }
+
+  /**
+   * At a step's end, once the vote said the spawned ranks are ready: the communicator grown by
+   * them (voted), their ids; null when a failure interrupted the merge.
+   */
+  async admitSpawned(vote: Vote): Promise<number[] | null> {
+    const spawned = this.spawned!;
+    this.spawned = undefined;
+    let merged: Communicator | undefined;
+    const ok = await vote.succeedsEverywhere('admit', async () => {
+      merged = await withDeadline(spawned.link.merge(), this.config.commTimeoutMs, 'MPI_Intercomm_merge');
+    });
+    await spawned.link.free().catch(() => undefined);
+    if (!ok) {
+      await merged
+        ?.revoke()
+        .then(() => merged!.free())
+        .catch(() => undefined);
+      return null;
+    }
+    const old = this.everyone;
+    this.everyone = merged!;
+    await old.free();
+    this.observer.event({ event: 'admit', step: this.position.step, ranks: spawned.ids, waited_ms: now() - spawned.started });
+    return spawned.ids;
+  }
+
+  /**
+   * The spawned ranks are given up (a failure changed the world, training ended, or one of them
+   * was lost): the link is revoked (each leaves when it tries to merge) and those still found on
+   * this host are killed (one stopped would never leave). Their ids; [] when none waited.
+   */
+  async giveUpSpawn(): Promise<number[]> {
+    const spawned = this.spawned;
+    if (!spawned) return [];
+    this.spawned = undefined;
+    await spawned.link
+      .revoke()
+      .then(() => spawned.link.free())
+      .catch(() => undefined);
+    killDeclaredDead(this.config.pidsDir, spawned.ids);
+    return spawned.ids;
   }
 
   /**

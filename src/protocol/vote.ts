@@ -1,7 +1,7 @@
 // The vote: after every collective, every live rank agrees (MPIX_Comm_agree, an AND over the
 // survivors) on whether it succeeded everywhere, so that no survivor ever goes on from a collective
 // that failed elsewhere. Bit 0 of the flag is "my collective succeeded", bit 1 "I do not ask to
-// stop". A failure met inside a collective or the agreement itself is noted once per step (the
+// stop"; a step's vote also carries what the spawn's root knows of the ranks spawned beside training. A failure met inside a collective or the agreement itself is noted once per step (the
 // failure event, with how long the call had waited) and decided alike on every survivor. A wait
 // that ran past its deadline is first reported to `timedOut` (which kills the stopped ranks it
 // can see, so that the agreement that follows meets a failure instead of waiting out its own).
@@ -13,6 +13,10 @@ import type { FailurePolicy, ProtocolObserver, StepPosition } from './contracts'
 export const OK = 1;
 /** Bit 1 of a vote's flag: this rank does not ask to stop. */
 export const CARRY_ON = 2;
+/** Bit 2 of a step's vote: the spawned ranks are not all ready to join yet (as far as this rank knows). */
+export const SPAWN_WAITING = 4;
+/** Bit 3 of a step's vote: none of the spawned ranks is known lost. */
+export const SPAWN_SOUND = 8;
 
 const now = (): number => performance.now();
 

@@ -131,8 +131,10 @@ export class RankJob {
     this.faults.at(this.settings.startStep, 'startup');
     try {
       ({ world: this.world, joined: this.joinedRun } = await withDeadline(init(), this.bounds.startupMs, 'MPI start-up'));
+      if (this.joinedRun) this.world = await this.mergeWithSpawners(this.world);
     } catch (error) {
       await closeLogger(this.logger);
+      if (this.settings.joinId !== undefined) return this.leave(`${(error as Error).message}`);
       return endStartup(
         `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
         this.pidsDir,
@@ -180,6 +182,24 @@ export class RankJob {
       await withDeadline(finalize(), this.bounds.commMs, 'MPI_Finalize').catch(() => undefined);
       return process.exit(2);
     }
+  }
+
+  /**
+   * A spawned rank, its code loaded: it tells the ranks that spawned it, which merge with it at
+   * their next step's end (bounded: they may have given it up, after a failure of theirs).
+   */
+  private async mergeWithSpawners(link: Communicator): Promise<Communicator> {
+    this.faults.at(this.settings.startStep, 'ready');
+    const merged = await withDeadline(link.merge(), this.bounds.commMs, 'the merge with the ranks that spawned it');
+    await link.free();
+    return merged;
+  }
+
+  /** A spawned rank that could not join leaves as failed (its spawners go on without it): a line in its log, then SIGKILL. */
+  private leave(why: string): never {
+    fs.appendFileSync(this.runLog.logFile, `${new Date().toISOString()} rank ${this.launchRank}: spawned, but cannot join: ${why}; leaving\n`);
+    process.kill(process.pid, 'SIGKILL');
+    throw new Error('unreachable');
   }
 
   /** Whether this rank was spawned into a running job. */

@@ -402,6 +402,14 @@ export class ScriptedComm implements Communicator {
     return Promise.reject(new NotSupportedError('scripted: spawn is not scripted', 0));
   }
 
+  spawnedReady(): Promise<boolean> {
+    return Promise.reject(new NotSupportedError('scripted: spawn is not scripted', 0));
+  }
+
+  merge(): Promise<Communicator> {
+    return Promise.reject(new NotSupportedError('scripted: spawn is not scripted', 0));
+  }
+
   agree(flag: number): Promise<number> {
     return this.world.call(this, 'agree', 'agree', flag, (arrivals) => {
       const all = arrivals.reduce((acc, a) => acc & (a.input as number), ~0);

@@ -63,7 +63,7 @@ function parts(
     const position = { step: options.step ?? 0, trainingDone: false };
     const observer = new RecordingObserver();
     const membership = new Membership(
-      { shards: options.shards, spares: options.spares ?? 0, joined: false, commTimeoutMs },
+      { shards: options.shards, spares: options.spares ?? 0, joined: false, commTimeoutMs, pidsDir: options.pidsDir ?? '' },
       comm,
       position,
       observer,

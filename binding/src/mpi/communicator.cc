@@ -21,6 +21,9 @@ Napi::FunctionReference& Constructor() {
 // Marks the external handed to the constructor by New(), so JS cannot construct one itself.
 char kToken = 0;
 
+// The tag of a spawned process's "ready" to the spawning side's rank 0.
+constexpr int kReadyTag = 0x5e4d;
+
 Napi::Value Undefined(Napi::Env env, Unit&) { return env.Undefined(); }
 
 // The bytes of `buffer` (comm thread: asks MPI the size of its type).
@@ -87,7 +90,7 @@ void RequireSameType(Napi::Env env, const char* method, const Buffer& send, cons
 
 CommInfo Describe(MPI_Comm comm, std::vector<int> ids) {
   MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
-  CommInfo info{comm, 0, 0, std::move(ids)};
+  CommInfo info{comm, 0, 0, std::move(ids), nullptr};
   MPI_CHECK(MPI_Comm_rank(comm, &info.rank));
   MPI_CHECK(MPI_Comm_size(comm, &info.size));
   return info;
@@ -134,6 +137,8 @@ void Communicator::Init(Napi::Env env, Napi::Object exports) {
           InstanceMethod<&Communicator::Shrink>("shrink"),
           InstanceMethod<&Communicator::Split>("split"),
           InstanceMethod<&Communicator::Spawn>("spawn"),
+          InstanceMethod<&Communicator::SpawnedReady>("spawnedReady"),
+          InstanceMethod<&Communicator::Merge>("merge"),
           InstanceMethod<&Communicator::Agree>("agree"),
           InstanceMethod<&Communicator::GetFailed>("getFailed"),
           InstanceMethod<&Communicator::Free>("free"),
@@ -437,9 +442,11 @@ Napi::Value Communicator::Split(const Napi::CallbackInfo& info) {
 }
 
 // spawn(command, args, count, firstId): collective; MPI_Comm_spawn of `count` processes running
-// `command args` (rank 0 starts them), merged with this communicator's ranks into one
-// communicator, theirs last, the new processes numbered firstId, firstId + 1, ... (they learn
-// their ids in the same call: see joinParent()). Blocking in MPI: bound it from JS.
+// `command args` (rank 0 starts them), to be numbered firstId, firstId + 1, ... once merged. It
+// returns as soon as their MPI has started (they call init() before anything else): the
+// intercommunicator with them, whose rank 0 has posted the receives of their "ready"
+// (spawnedReady() polls them); merge() joins the two sides into one communicator. Blocking in MPI:
+// bound it from JS.
 Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   MPI_Comm comm = Handle(env, "spawn");
@@ -465,13 +472,70 @@ Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
         MPI_Comm children;
         MPI_CHECK(MPI_Comm_spawn(command.c_str(), argv.data(), count, MPI_INFO_NULL, 0, comm,
                                  &children, codes.data()));
-        MPI_CHECK(MPI_Comm_set_errhandler(children, MPI_ERRORS_RETURN));
+        CommInfo spawned = Describe(children, ids);
+        spawned.link = std::make_shared<SpawnLink>(SpawnLink{true, firstId, {}, {}});
+        if (rank == 0) {
+          SpawnLink& link = *spawned.link;
+          link.ready.assign(count, 0);
+          link.requests.assign(count, MPI_REQUEST_NULL);
+          for (int child = 0; child < count; ++child) {
+            MPI_CHECK(MPI_Irecv(&link.ready[child], 1, MPI_INT, child, kReadyTag, children,
+                                &link.requests[child]));
+          }
+        }
+        return spawned;
+      },
+      [](Napi::Env env, CommInfo& spawned) { return New(env, spawned); });
+}
+
+// spawnedReady(): on the spawning side's rank 0, whether every spawned process said it is ready
+// (without waiting); a process that died before saying so fails it (ProcFailedError).
+Napi::Value Communicator::SpawnedReady(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  MPI_Comm comm = Handle(env, "spawnedReady");
+  if (!info_.link || !info_.link->spawning || info_.rank != 0) {
+    throw Napi::Error::New(env, "spawnedReady: only on rank 0 of the side that spawned, before merge()");
+  }
+  return CommThread::Get().Submit(
+      env, {},
+      [comm, link = info_.link] {
+        (void)comm;
+        bool all = true;
+        for (MPI_Request& request : link->requests) {
+          if (request == MPI_REQUEST_NULL) continue;
+          int done = 0;
+          MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+          all = all && done != 0;
+        }
+        return all;
+      },
+      [](Napi::Env env, bool& ready) { return Napi::Boolean::New(env, ready); });
+}
+
+// merge(): collective over a spawn's intercommunicator, both sides. A spawned process says it is
+// ready, then merges; the spawning side's rank 0 first waits for every "ready" (bounded like the
+// collectives). One communicator results, the spawning ranks first with their ids, then the
+// spawned ones numbered from spawn()'s firstId. The intercommunicator stays (free it).
+Napi::Value Communicator::Merge(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  MPI_Comm comm = Handle(env, "merge");
+  if (!info_.link) throw Napi::Error::New(env, "merge: not the intercommunicator of a spawn");
+  return CommThread::Get().Submit(
+      env, {},
+      [comm, link = info_.link, ids = info_.worldRanks, rank = info_.rank] {
+        if (link->spawning) {
+          for (MPI_Request& request : link->requests) {
+            if (request != MPI_REQUEST_NULL) CommThread::Get().Wait(&request, comm, "MPI_Irecv");
+          }
+        } else {
+          int ready = 1;
+          MPI_CHECK(MPI_Send(&ready, 1, MPI_INT, 0, kReadyTag, comm));
+        }
         MPI_Comm merged;
-        int rc = MPI_Intercomm_merge(children, /*high=*/0, &merged);
-        MPI_Comm_free(&children);
-        MPI_CHECK(rc);
-        MPI_CHECK(MPI_Comm_set_errhandler(merged, MPI_ERRORS_RETURN));
-        return Describe(merged, MergedIds(merged, ids[rank], firstId));
+        MPI_CHECK(MPI_Intercomm_merge(comm, /*high=*/link->spawning ? 0 : 1, &merged));
+        CommInfo info = Describe(merged, {});
+        info.worldRanks = link->spawning ? MergedIds(merged, ids[rank], link->firstId) : MergedIds(merged, -1, -1);
+        return info;
       },
       [](Napi::Env env, CommInfo& merged) { return New(env, merged); });
 }
@@ -482,7 +546,13 @@ Napi::Value Communicator::Free(const Napi::CallbackInfo& info) {
   freed_ = true;
   return CommThread::Get().Submit(
       env, {},
-      [comm]() mutable {
+      [comm, link = info_.link, noRequests = std::vector<MPI_Request>{}]() mutable {
+        // a spawn given up before its merge: the receives of "ready" still posted go with it
+        for (MPI_Request& request : link ? link->requests : noRequests) {
+          if (request == MPI_REQUEST_NULL) continue;
+          MPI_Cancel(&request);
+          MPI_Request_free(&request);
+        }
         MPI_CHECK(MPI_Comm_free(&comm));
         return Unit{};
       },

@@ -1,14 +1,25 @@
-// Communicator: a JS object over one MPI communicator (always a dup of COMM_WORLD, or derived
-// from one, with MPI_ERRORS_RETURN). Methods check their arguments here, on the main thread, then
-// queue a closure for the comm thread and return its Promise.
+// Communicator: a JS object over one MPI communicator (a dup of COMM_WORLD, one derived from it,
+// or a spawn's intercommunicator; always with MPI_ERRORS_RETURN). Methods check their arguments
+// here, on the main thread, then queue a closure for the comm thread and return its Promise.
 #pragma once
 #include <mpi.h>
 #include <napi.h>
 
+#include <memory>
 #include <optional>
 #include <vector>
 
 namespace ft {
+
+// The intercommunicator between ranks that spawned processes and those processes, until they
+// merge: the spawned ones merge once ready (their code loaded), saying so first to the spawn's
+// root, which posted one receive per spawned process. Comm thread only, but for `spawning` and `firstId`.
+struct SpawnLink {
+  bool spawning;  // this side spawned the other
+  int firstId;    // the ids the spawned processes take (the spawning side's)
+  std::vector<int> ready;
+  std::vector<MPI_Request> requests;  // the root's receives of `ready`, MPI_REQUEST_NULL once complete
+};
 
 // What the comm thread learns about a new communicator.
 struct CommInfo {
@@ -16,6 +27,7 @@ struct CommInfo {
   int rank;
   int size;
   std::vector<int> worldRanks;  // worldRanks[r] = the id of rank r here (see communicator.cc)
+  std::shared_ptr<SpawnLink> link;  // an intercommunicator of a spawn, not yet merged
 };
 
 // Comm thread: sets MPI_ERRORS_RETURN on `comm` and describes it, its ranks named by `ids`.
@@ -50,6 +62,8 @@ class Communicator : public Napi::ObjectWrap<Communicator> {
   Napi::Value Shrink(const Napi::CallbackInfo& info);
   Napi::Value Split(const Napi::CallbackInfo& info);
   Napi::Value Spawn(const Napi::CallbackInfo& info);
+  Napi::Value SpawnedReady(const Napi::CallbackInfo& info);
+  Napi::Value Merge(const Napi::CallbackInfo& info);
   Napi::Value Agree(const Napi::CallbackInfo& info);
   Napi::Value GetFailed(const Napi::CallbackInfo& info);
   Napi::Value Free(const Napi::CallbackInfo& info);
