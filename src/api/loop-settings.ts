@@ -22,6 +22,7 @@ const loopKeys = [
   'spares',
   'respawn',
   'respawnLimit',
+  'respawnJoin',
   'drill',
   'verifyEvery',
   'onCorruption',

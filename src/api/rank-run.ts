@@ -103,7 +103,7 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     joinId: options.joinId,
     steps: options.steps,
     stopOnSigterm: options.onFailure !== 'none',
-    startStep: resume?.manifest.step ?? 0,
+    startStep: resume?.manifest.step ?? options.joinStep ?? 0,
     isa: resume?.isa ?? levelAsked(options.isa),
   });
   const world = await job.start();
@@ -191,8 +191,9 @@ function newManager(
         options.optimizerState === 'sharded'
           ? { optimizer: new Optimizer(options.optimizer, cpu, loop.decayed), params: loop.paramsWithTail, redundancy: options.redundancy }
           : undefined,
-      respawn: options.respawn ? { limit: options.respawnLimit!, ...respawnCommand(shards, level) } : undefined,
+      respawn: options.respawn ? { limit: options.respawnLimit!, join: options.respawnJoin, ...respawnCommand(shards, level) } : undefined,
       joined: job.joined,
+      joinStep: options.joinStep,
     },
     world,
     dataset,

@@ -7,12 +7,12 @@ import type { CpuLevel } from '../nn/backend';
  * --resume (it receives the run's state from the ranks instead), with the shard count and the
  * kernels' level fixed and its id given (it joins under ids that no rank had).
  */
-export function respawnCommand(shards: number, level: CpuLevel): { command: string; args(firstId: number): string[] } {
+export function respawnCommand(shards: number, level: CpuLevel): { command: string; args(firstId: number, step: number): string[] } {
   const flags: string[] = [];
   const argv = process.argv.slice(2);
   for (let i = 0; i < argv.length; ++i) {
     const [flag] = argv[i].split('=');
-    if (['--resume', '--shards', '--isa', '--join-id'].includes(flag)) {
+    if (['--resume', '--shards', '--isa', '--join-id', '--join-step'].includes(flag)) {
       if (!argv[i].includes('=')) i += 1;
       continue;
     }
@@ -20,7 +20,7 @@ export function respawnCommand(shards: number, level: CpuLevel): { command: stri
   }
   return {
     command: process.execPath,
-    args: (firstId) => [
+    args: (firstId, step) => [
       ...process.execArgv,
       process.argv[1],
       ...flags,
@@ -30,15 +30,23 @@ export function respawnCommand(shards: number, level: CpuLevel): { command: stri
       level,
       '--join-id',
       String(firstId),
+      '--join-step',
+      String(step),
     ],
   };
 }
 
-/** `--shards S --isa L --join-id J` as respawnCommand appends them, if present: this rank was spawned. */
-export function spawnedAs(argv: string[]): { shards: number; isa: CpuLevel; joinId: number } | undefined {
+/** `--shards S --isa L --join-id J --join-step K` as respawnCommand appends them, if present: this rank was spawned. */
+export function spawnedAs(argv: string[]): { shards: number; isa: CpuLevel; joinId: number; joinStep: number } | undefined {
   const at = argv.lastIndexOf('--join-id');
+  const stepAt = argv.lastIndexOf('--join-step');
   const shardsAt = argv.lastIndexOf('--shards');
   const isaAt = argv.lastIndexOf('--isa');
-  if (at < 0 || shardsAt < 0 || isaAt < 0) return undefined;
-  return { shards: Number(argv[shardsAt + 1]), isa: argv[isaAt + 1] as CpuLevel, joinId: Number(argv[at + 1]) };
+  if (at < 0 || stepAt < 0 || shardsAt < 0 || isaAt < 0) return undefined;
+  return {
+    shards: Number(argv[shardsAt + 1]),
+    isa: argv[isaAt + 1] as CpuLevel,
+    joinId: Number(argv[at + 1]),
+    joinStep: Number(argv[stepAt + 1]),
+  };
 }

@@ -10,7 +10,7 @@ import type { ModelSpec } from '../nn/spec';
 import type { LevelRequest } from '../rank/kernel-level';
 import { parseLrSchedule, withWarmup, type LrSchedule } from '../solver/lr-schedule';
 import { optimizerNames, type OptimizerName, type OptimizerSettings } from '../solver/optimizer';
-import type { FailurePolicy } from '../protocol/contracts';
+import type { FailurePolicy, RespawnJoin } from '../protocol/contracts';
 import type { OnCorruption } from '../protocol/verification';
 import type { BalanceSettings } from '../protocol/balance';
 
@@ -84,6 +84,8 @@ export interface TrainSettings {
   respawn?: boolean;
   /** With respawn: ranks spawned in all, at most (default: the initial working world size). */
   respawnLimit?: number;
+  /** With respawn: when spawned ranks join: 'ready' (default: training goes on; they join at the first step's end once ready) or 'wait' (at the retried step's end, waiting for them). */
+  respawnJoin?: RespawnJoin;
   /** Fault drills "rank=R,step=K[,phase=P][,action=A]" (for tests; default none). */
   drill?: string[];
   /** Check for silent data corruption every K steps (exact mode; default 100 there, else 0; 0: never). */
@@ -147,6 +149,7 @@ export interface TrainOptions {
   spares: number;
   respawn: boolean;
   respawnLimit?: number;
+  respawnJoin: RespawnJoin;
   drills: Drill[];
   verifyEvery: number;
   onCorruption: OnCorruption;
@@ -164,6 +167,8 @@ export interface TrainOptions {
   isa: LevelRequest;
   /** set on a rank the job's ranks spawned: its id is joinId + its rank among those spawned with it */
   joinId?: number;
+  /** set on a rank the job's ranks spawned: the step they were at (its drill points' step until it joins) */
+  joinStep?: number;
   /**
    * Shrink and none modes: the samples each rank takes per step, fixed when the run starts
    * (batch / the initial world size; on resume, the checkpoint's initial world size), so the run
@@ -318,6 +323,14 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     kind: 'integer',
     min: 0,
     describe: 'with --respawn: ranks spawned in all, at most (default: the initial working world size)',
+    group: 'Fault tolerance',
+  },
+  respawnJoin: {
+    kind: 'choice',
+    choices: ['ready', 'wait'],
+    default: 'ready',
+    describe:
+      "with --respawn: when the spawned ranks join. ready: the survivors retry and train on without them, and they join at the first step's end once started (a recovery costs no process start-up); wait: the survivors wait for them at the retried step's end (the world is whole again one step after the failure, the start-up paid by all)",
     group: 'Fault tolerance',
   },
   drill: {
@@ -501,6 +514,7 @@ export function resolveTrainOptions(
     fail(`${label('rebalance')} auto needs ${label('onFailure')} exact (the same bits whoever computes a shard), got ${a.onFailure}`);
   if (a.evictSlower > 0 && a.evictSlower <= 1) fail(`${label('evictSlower')} expects 0 (never) or a factor above 1, got ${a.evictSlower}`);
   if (a.respawnLimit !== undefined && !a.respawn) fail(`${label('respawnLimit')} applies with ${label('respawn')} only`);
+  if (a.respawnJoin !== 'ready' && !a.respawn) fail(`${label('respawnJoin')} applies with ${label('respawn')} only`);
   const parsed = <T>(parse: () => T): T => {
     try {
       return parse();
@@ -539,6 +553,7 @@ export function resolveTrainOptions(
     spares: a.spares,
     respawn: a.respawn,
     respawnLimit: a.respawnLimit,
+    respawnJoin: a.respawnJoin,
     drills: parsed(() => a.drill.map(parseDrill)),
     verifyEvery: a.verifyEvery ?? (a.onFailure === 'exact' ? defaultVerifyEvery : 0),
     onCorruption: a.onCorruption,

@@ -39,14 +39,22 @@ export function parseTrainOptions(argv: string[]): TrainOptions {
     };
     parser = parser.option(flagName(key), option);
   }
-  const args = parser.option('join-id', { type: 'number', hidden: true, coerce: last }).parseSync() as Record<string, unknown>;
+  const args = parser
+    .option('join-id', { type: 'number', hidden: true, coerce: last })
+    .option('join-step', { type: 'number', hidden: true, coerce: last })
+    .parseSync() as Record<string, unknown>;
   const given: Record<string, unknown> = {};
   for (const key of Object.keys(trainSettings)) given[key] = args[key];
   const joinId = args.joinId as number | undefined;
-  if (joinId !== undefined && !(Number.isSafeInteger(joinId) && joinId >= 0))
-    throw new UsageError(`ft-train: --join-id expects an integer >= 0, got ${joinId} (see --help)`);
+  const joinStep = args.joinStep as number | undefined;
+  for (const [flag, value] of [
+    ['--join-id', joinId],
+    ['--join-step', joinStep],
+  ] as const)
+    if (value !== undefined && !(Number.isSafeInteger(value) && value >= 0))
+      throw new UsageError(`ft-train: ${flag} expects an integer >= 0, got ${value} (see --help)`);
   try {
-    return { ...resolveTrainOptions(given as unknown as TrainSettings, (key) => `--${flagName(key)}`), joinId };
+    return { ...resolveTrainOptions(given as unknown as TrainSettings, (key) => `--${flagName(key)}`), joinId, joinStep };
   } catch (error) {
     throw new UsageError(`${(error as Error).message} (see --help)`);
   }

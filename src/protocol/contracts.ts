@@ -12,6 +12,9 @@ import type { OnCorruption } from './verification';
 /** What a failure does: exact (bit-identical result), shrink (survivors keep their batch), none (the job ends). */
 export type FailurePolicy = 'exact' | 'shrink' | 'none';
 
+/** When spawned ranks join: at the first step's end once ready, or at the retried step's end, waited for. */
+export type RespawnJoin = 'ready' | 'wait';
+
 export interface ProtocolConfig {
   onFailure: FailurePolicy;
   shards: number;
@@ -56,9 +59,11 @@ export interface ProtocolConfig {
   /** --spares: the ranks of the job beyond the working ones (the highest ids) */
   spares: number;
   /** --respawn: how many ranks may be spawned in all, and the command a spawned rank runs given its first id */
-  respawn?: { limit: number; command: string; args(firstId: number): string[] };
-  /** this process was spawned by the job's ranks: it joins in their recovery */
+  respawn?: { limit: number; join: RespawnJoin; command: string; args(firstId: number, step: number): string[] };
+  /** this process was spawned by the job's ranks: it joins them at a step's end, once ready */
   joined: boolean;
+  /** a spawned rank: the step its spawners were at (its drill points' step until it joins) */
+  joinStep?: number;
 }
 
 /** What the protocol and the training loops report to the run directory and the console (one observer for all). */

@@ -96,10 +96,8 @@ export class Join {
       verifiedSharded: sumState.shardedState?.verifiedMeta(),
     };
     const buffers = [...source.joinBuffers(), ...(verified ? verified.joinBuffers(() => source.state()) : [])];
-    const message = await world.transferJoin(vote, sent, buffers, (received) => {
-      if (this.waiting) takeStep(received.step); // the drill point names it
-      this.parts.enter('join');
-    });
+    // a joining rank's drill point names the step it was spawned at, its own until it joins
+    const message = await world.transferJoin(vote, sent, buffers, () => this.parts.enter('join'));
     if (!message) {
       if (this.waiting) this.leave('the join failed');
       return null;

@@ -90,6 +90,7 @@ export class Manager implements StepPosition {
     private readonly observer: ProtocolObserver,
     private readonly faults: FaultInjector,
   ) {
+    this.currentStep = config.joinStep ?? 0;
     this.verified = new VerifiedState(!config.sharded);
     if (config.rebalance && config.onFailure === 'exact') {
       this.shardTimes = new ShardTimes(config.shards);
@@ -499,7 +500,7 @@ export class Manager implements StepPosition {
     this.enter('admit');
     if (due === 'admit') return this.recover(true);
     const ids = await world.giveUpSpawn();
-    const line = `step ${this.currentStep}: spawned rank(s) ${ids.join(', ')} lost before joining (died, or not ready within ${this.config.commTimeoutMs / 1000} s); spawning again`;
+    const line = `step ${this.currentStep}: spawned rank(s) ${ids.join(', ')} lost before joining (died, or not ready within ${this.config.commTimeoutMs / 2000} s); spawning again`;
     this.observer.log(line);
     this.observer.event({ event: 'spawn-lost', step: this.currentStep, ranks: ids });
     if ((await world.grow(this.vote)) === null) await this.recover();

@@ -272,7 +272,7 @@ export class Membership {
     let impossible: string | undefined;
     const ok = await vote.completes('spawn', async () => {
       try {
-        const spawning = this.everyone.spawn(respawn.command, respawn.args(firstId), count, firstId);
+        const spawning = this.everyone.spawn(respawn.command, respawn.args(firstId, step), count, firstId);
         this.enter('spawning'); // the drill point while the comm thread is inside MPI_Comm_spawn
         link = await withDeadline(spawning, this.config.commTimeoutMs, 'MPI_Comm_spawn');
       } catch (error) {
@@ -312,19 +312,26 @@ export class Membership {
   /**
    * Before a step's vote, this rank's word on the spawned ranks (bits of the vote's flag):
    * SPAWN_WAITING stays set unless this rank (the spawn's root) finds them all ready to join, or
-   * one of them lost (dead, or not ready within the comm deadline: stopped?); SPAWN_SOUND stays
-   * set unless one is lost.
+   * one of them lost (dead, or not ready within half the comm deadline: stopped?); SPAWN_SOUND
+   * stays set unless one is lost. With --respawn-join wait the root waits until either is so.
    */
   async spawnWord(): Promise<number> {
     const spawned = this.spawned;
     if (!spawned || spawned.link.rank !== 0) return SPAWN_WAITING | SPAWN_SOUND;
-    try {
-      if (await spawned.link.spawnedReady()) return SPAWN_SOUND;
-    } catch (error) {
-      if (!isFailure(error)) throw error;
-      return 0;
+    // --respawn-join wait: the root holds the vote (and with it every rank) until they are ready
+    const wait = this.config.respawn!.join === 'wait';
+    for (;;) {
+      try {
+        if (await spawned.link.spawnedReady()) return SPAWN_SOUND;
+      } catch (error) {
+        if (!isFailure(error)) throw error;
+        return 0;
+      }
+      // half the comm deadline: the other ranks wait for this one's word in the vote
+      if (now() - spawned.started > this.config.commTimeoutMs / 2) return 0;
+      if (!wait) return SPAWN_WAITING | SPAWN_SOUND;
+      await new Promise((resolve) => setTimeout(resolve, 1));
     }
-    return now() - spawned.started > this.config.commTimeoutMs ? 0 : SPAWN_WAITING | SPAWN_SOUND;
   }
 
   /**

@@ -23,6 +23,7 @@ const { values: flags } = parseArgs({
     respawn: { type: 'boolean', default: false },
     isa: { type: 'string' },
     'join-id': { type: 'string' },
+    'join-step': { type: 'string' },
   },
 });
 
