@@ -3,8 +3,9 @@
 // start's working world, less each repair's lost ranks, plus each join's), so a rank spawned to
 // replace a lost one is a target like the others. A kill falls due one period after the first
 // committed step, then one period after the last kill, and waits while a recovery is under way
-// (until a step has committed on as many working ranks as the events name): each kill meets a job
-// that has recovered from the one before. The last working rank is never killed.
+// (until a step has committed on as many working ranks as the events name, and no rank spawned to
+// replace a lost one is still on its way): each kill meets a job that has recovered from the one
+// before. The last working rank is never killed.
 import * as path from 'node:path';
 import { stream } from '../base/random';
 import { runFiles } from '../run/files';
@@ -23,6 +24,8 @@ export class ChaosKills {
   private readonly events: JsonlFollower<EventRecord>;
   private readonly random: () => number;
   private readonly working = new Set<number>();
+  /** ranks spawned and not yet joined */
+  private readonly coming = new Set<number>();
   private started = false;
   /** the step of the last change of the working ranks: a recovery is over once a later step commits on them */
   private changedAt = -1;
@@ -46,7 +49,7 @@ export class ChaosKills {
     const now = Date.now();
     this.due ??= now + this.plan.everyMs;
     const { step, world } = last;
-    if (now < this.due || step <= this.changedAt || world !== this.working.size || world < 2) return;
+    if (now < this.due || step <= this.changedAt || world !== this.working.size || world < 2 || this.coming.size > 0) return;
     const ranks = [...this.working].sort((a, b) => a - b);
     const rank = ranks[Math.floor(this.random() * ranks.length)];
     const kill: Kill = { rank, step, signal: 'SIGKILL' };
@@ -65,8 +68,16 @@ export class ChaosKills {
     } else if (event.event === 'revoke+shrink') {
       for (const rank of event.lost as number[]) this.working.delete(rank);
       this.changedAt = Math.max(this.changedAt, event.step ?? -1);
+      this.coming.clear(); // a recovery gives up the ranks still on their way (and spawns anew)
+    } else if (event.event === 'spawn') {
+      for (const rank of event.ranks as number[]) this.coming.add(rank);
+    } else if (event.event === 'spawn-lost') {
+      this.coming.clear();
     } else if (event.event === 'join') {
-      for (const rank of event.ranks as number[]) this.working.add(rank);
+      for (const rank of event.ranks as number[]) {
+        this.working.add(rank);
+        this.coming.delete(rank);
+      }
       this.changedAt = Math.max(this.changedAt, event.step ?? -1);
     }
   }

@@ -353,7 +353,10 @@ export class Membership {
         .catch(() => undefined);
       return null;
     }
+    // the working ranks' communicator is made anew for the grown world (formWorkers)
     const old = this.everyone;
+    if (this.workers !== old) await this.workers?.free();
+    this.workers = null;
     this.everyone = merged!;
     await old.free();
     this.observer.event({ event: 'admit', step: this.position.step, ranks: spawned.ids, waited_ms: now() - spawned.started });

@@ -1,12 +1,14 @@
 // The world gets its size back under mpirun: hot spares (--spares) take a killed rank's place in
 // the same recovery, and with --respawn the survivors spawn replacements (MPI_Comm_spawn) that
-// receive the state and the lost shards; kills of the newcomer during its join and of a survivor
-// during the spawn are recovered like any other, and so are the death of the rank that starts the
-// spawn while it is under way and a newcomer stopped during its join (which no failure detector
-// watches: the survivors find it stopped once their wait runs past its deadline, and kill it). A
-// spawned rank that leads at the end cleans up the checkpoint directory as the first leader would. A
-// chaos drill kills a random working rank every 2 s, spawned ones included. Every run ends with
-// the bits of the run without failure, and the metrics show the working world back at its size.
+// join once ready (or, with --respawn-join wait, at the retried step's end, which these tests use
+// where they name the steps of the world's sizes), receive the state and take shards; kills of the
+// newcomer before and during its join and of a survivor during the spawn are recovered like any
+// other, and so are the death of the rank that starts the spawn while it is under way and a
+// newcomer stopped during its join (which no failure detector watches: the survivors find it
+// stopped once their wait runs past its deadline, and kill it) or before it (given up, and another
+// spawned). A spawned rank that leads at the end cleans up the checkpoint directory as the first
+// leader would. A chaos drill kills a random working rank every 2 s, spawned ones included. Every
+// run ends with the bits of the run without failure.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -117,6 +119,8 @@ describe('elastic world: spares and respawned ranks', function () {
       4,
       [],
       '--respawn',
+      '--respawn-join',
+      'wait',
       '--drill',
       'rank=0,step=3,phase=compute',
       '--drill',
@@ -128,20 +132,21 @@ describe('elastic world: spares and respawned ranks', function () {
     );
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference.get('sgd'));
-    assert.deepEqual(worlds(run), Array(12).fill(4));
+    // each retried step on the survivors; rank 4, spawned at step 3, killed in its join at step 3's end
+    assert.deepEqual(worlds(run), [4, 4, 4, 3, 3, 4, 4, 2, 4, 4, 4, 4]);
     const events = lines<EventRecord>(run, 'events.jsonl');
     assert.deepEqual(
       events.filter((e) => e.event === 'join').map((e) => [e.step, e.ranks]),
       [
-        [3, [5]],
-        [7, [7, 8]],
+        [5, [5]],
+        [8, [7, 8]],
       ],
     );
     assert.deepEqual(
       summary.failures.map((f) => [f.step, f.lost]),
       [
         [3, [0]],
-        [3, [4]],
+        [4, [4]],
         [7, [1]],
         [7, [2]],
       ],
@@ -158,6 +163,8 @@ describe('elastic world: spares and respawned ranks', function () {
       '--respawn',
       '--respawn-limit',
       '1',
+      '--respawn-join',
+      'wait',
       '--optimizer',
       'adamw',
       '--optimizer-state',
@@ -168,8 +175,8 @@ describe('elastic world: spares and respawned ranks', function () {
       'rank=1,step=6,phase=compute',
     );
     assert.equal(summaryOf(run).params_sha256, reference.get('adamw'));
-    // one respawn allowed: back to 4 after the first kill, 3 after the second
-    assert.deepEqual(worlds(run), [...Array(6).fill(4), ...Array(6).fill(3)]);
+    // one respawn allowed: back to 4 after the first kill's retried step, 3 after the second
+    assert.deepEqual(worlds(run), [4, 4, 3, 4, 4, 4, ...Array(6).fill(3)]);
   });
 
   it('--respawn where no slot is free: one line says so, and the survivors go on, the same bits', async () => {
@@ -188,10 +195,20 @@ describe('elastic world: spares and respawned ranks', function () {
 
   it('--respawn: the rank that starts the spawn (the leader) killed while MPI_Comm_spawn is under way: the others spawn again, the same bits', async () => {
     // rank 0 lost first, so rank 1 leads and is the spawn's root
-    const run = await ftRun(4, [], '--respawn', '--drill', 'rank=0,step=3,phase=compute', '--drill', 'rank=1,step=3,phase=spawning');
+    const run = await ftRun(
+      4,
+      [],
+      '--respawn',
+      '--respawn-join',
+      'wait',
+      '--drill',
+      'rank=0,step=3,phase=compute',
+      '--drill',
+      'rank=1,step=3,phase=spawning',
+    );
     assert.equal(run.code, 0, run.stderr);
     assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
-    assert.deepEqual(worlds(run), Array(12).fill(4));
+    assert.deepEqual(worlds(run), [4, 4, 4, 2, ...Array(8).fill(4)]);
     const events = lines<EventRecord>(run, 'events.jsonl');
     assert.deepEqual(
       summaryOf(run).failures.map((f) => [f.step, f.lost]),
@@ -211,6 +228,8 @@ describe('elastic world: spares and respawned ranks', function () {
       4,
       [],
       '--respawn',
+      '--respawn-join',
+      'wait',
       '--hang-timeout',
       '2',
       '--drill',
@@ -220,17 +239,17 @@ describe('elastic world: spares and respawned ranks', function () {
     );
     assert.equal(run.code, 0, run.stderr);
     assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
-    assert.deepEqual(worlds(run), Array(12).fill(4));
+    assert.deepEqual(worlds(run), [4, 4, 4, 3, 3, ...Array(7).fill(4)]);
     // said by the survivor that found it first (another finds it gone), in its log
     assert.ok(
-      logMessages(run.dir).includes('step 3: killed rank(s) 4, found stopped when a wait on them ran past its deadline'),
+      logMessages(run.dir).includes('step 4: killed rank(s) 4, found stopped when a wait on them ran past its deadline'),
       logMessages(run.dir).join('\n'),
     );
     assert.deepEqual(
       summaryOf(run).failures.map((f) => [f.step, f.lost]),
       [
         [3, [0]],
-        [3, [4]],
+        [4, [4]],
       ],
     );
     const joins = lines<EventRecord>(run, 'events.jsonl').filter((e) => e.event === 'join');
@@ -245,6 +264,8 @@ describe('elastic world: spares and respawned ranks', function () {
       4,
       [],
       '--respawn',
+      '--respawn-join',
+      'wait',
       '--jit-checkpoint',
       'off',
       '--checkpoint-every',
