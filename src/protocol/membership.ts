@@ -9,6 +9,7 @@ import { isFailure, type Communicator } from '../comm';
 import { ShardMap } from '../data/shard-map';
 import { withDeadline } from '../liveness/deadline';
 import { killDeclaredDead } from '../liveness/hangs';
+import { goneFromHere } from '../run/pids';
 import type { Phase } from '../liveness/drills';
 import type { ProtocolConfig, ProtocolObserver, StepPosition } from './contracts';
 import { CARRY_ON, OK, SPAWN_SOUND, SPAWN_WAITING, type Vote } from './vote';
@@ -288,11 +289,7 @@ export class Membership {
       this.observer.event({ event: 'spawn', step, ranks: ids, duration_ms: now() - started });
       return true;
     }
-    if (link)
-      await link
-        .revoke()
-        .then(() => link!.free())
-        .catch(() => undefined);
+    if (link) await this.leaveSpawned({ link, ids: Array.from({ length: count }, (_, i) => firstId + i) });
     if (agreed === null || (agreed & CARRY_ON) !== 0) return false;
     this.respawnsLeft = 0;
     this.observer.event({
@@ -327,6 +324,8 @@ export class Membership {
         if (!isFailure(error)) throw error;
         return 0;
       }
+      // MPI does not see one die before it has talked to it: its pid file does, on this host
+      if (spawned.ids.some((id) => goneFromHere(this.config.pidsDir, id))) return 0;
       // half the comm deadline: the other ranks wait for this one's word in the vote
       if (now() - spawned.started > this.config.commTimeoutMs / 2) return 0;
       if (!wait) return SPAWN_WAITING | SPAWN_SOUND;
@@ -365,19 +364,25 @@ export class Membership {
 
   /**
    * The spawned ranks are given up (a failure changed the world, training ended, or one of them
-   * was lost): the link is revoked (each leaves when it tries to merge) and those still found on
-   * this host are killed (one stopped would never leave). Their ids; [] when none waited.
+   * was lost): see leaveSpawned. Their ids; [] when none waited.
    */
   async giveUpSpawn(): Promise<number[]> {
     const spawned = this.spawned;
     if (!spawned) return [];
     this.spawned = undefined;
-    await spawned.link
-      .revoke()
-      .then(() => spawned.link.free())
-      .catch(() => undefined);
-    killDeclaredDead(this.config.pidsDir, spawned.ids);
+    await this.leaveSpawned(spawned);
     return spawned.ids;
+  }
+
+  /**
+   * The link to spawned ranks is freed, and those found on this host are killed; one elsewhere
+   * leaves once its merge runs past its deadline. Not revoked: a revoke reaches out to every
+   * process of the link, and MPI waits without end for the address of one that died before it
+   * ever talked to this side.
+   */
+  private async leaveSpawned(spawned: { link: Communicator; ids: number[] }): Promise<void> {
+    killDeclaredDead(this.config.pidsDir, spawned.ids);
+    await spawned.link.free().catch(() => undefined);
   }
 
   /**

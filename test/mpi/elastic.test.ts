@@ -50,6 +50,7 @@ describe('elastic world: spares and respawned ranks', function () {
   before(async () => {
     reference.set('sgd', summaryOf(await train(4)).params_sha256);
     reference.set('adamw', summaryOf(await train(4, '--optimizer', 'adamw')).params_sha256);
+    reference.set('sgd80', summaryOf(await train(4, '--steps', '80')).params_sha256);
   });
 
   it('4 ranks + 1 spare, kill -9 of a working rank: 4 working ranks to the end, the same bits', async () => {
@@ -155,6 +156,82 @@ describe('elastic world: spares and respawned ranks', function () {
       run.stderr,
       /ft-run: mpirun exited 137 \(it counts a --respawn rank that died or could not start, or a host it lost, against the job\), but the run completed: exit 0/,
     );
+  });
+
+  it('--respawn: the survivors retry without waiting for the newcomer, which joins at a later step\'s end and takes the lost shard from the rank holding two: the same bits', async () => {
+    const run = await train(4, '--respawn', '--steps', '80', '--drill', 'rank=2,step=10,phase=compute');
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd80'));
+    const events = lines<EventRecord>(run, 'events.jsonl');
+    const spawn = events.find((e) => e.event === 'spawn')!;
+    assert.deepEqual([spawn.step, spawn.ranks], [10, [4]]);
+    // bounded by the run's length: 70 steps (seconds here) for a process start of well under one
+    const join = events.find((e) => e.event === 'join');
+    assert.ok(join, `rank 4 never joined: ${run.stdout}`);
+    assert.deepEqual(join.ranks, [4]);
+    const joinedAt = join.step!;
+    assert.ok(joinedAt > 10, `joined at step ${joinedAt}`);
+    assert.deepEqual(worlds(run), [...Array(10).fill(4), ...Array(joinedAt - 10).fill(3), ...Array(80 - joinedAt).fill(4)]);
+    // shard 2 went to rank 0 (the least loaded, lowest) and comes back to the newcomer: read twice in all
+    const readbacks = events.filter((e) => e.event === 'readback').map((e) => [e.step, e.shards]);
+    assert.deepEqual(readbacks, [
+      [10, [2]],
+      [joinedAt, [2]],
+    ]);
+    assert.match(run.stdout, new RegExp(`step ${joinedAt}: rank\\(s\\) 4 joined; read back their shards' first \\d+ bytes in [\\d.]+ ms; 4 ranks work`));
+  });
+
+  it('--respawn: a newcomer killed before it joins is found lost and another spawned; one stopped before it joins is given up after half the comm deadline, killed, and replaced: the same bits', async () => {
+    const killed = await ftRun(
+      4,
+      [],
+      '--respawn',
+      '--respawn-join',
+      'wait',
+      '--drill',
+      'rank=2,step=3,phase=compute',
+      '--drill',
+      'rank=4,step=3,phase=ready',
+    );
+    assert.equal(killed.code, 0, killed.stderr);
+    assert.equal(summaryOf(killed).params_sha256, reference.get('sgd'));
+    // the retried step 3 waits for rank 4 and finds it lost; rank 5 joins at step 4's end
+    assert.deepEqual(worlds(killed), [4, 4, 4, 3, 3, ...Array(7).fill(4)]);
+    const events = lines<EventRecord>(killed, 'events.jsonl');
+    assert.deepEqual(
+      events.filter((e) => ['spawn', 'spawn-lost', 'join'].includes(e.event)).map((e) => [e.event, e.step, e.ranks]),
+      [
+        ['spawn', 3, [4]],
+        ['spawn-lost', 4, [4]],
+        ['spawn', 4, [5]],
+        ['join', 5, [5]],
+      ],
+    );
+    assert.deepEqual(
+      summaryOf(killed).failures.map((f) => [f.step, f.lost]),
+      [[3, [2]]],
+    );
+    assert.match(killed.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 45 s\); spawning again/);
+
+    const stopped = await ftRun(
+      4,
+      [],
+      '--respawn',
+      '--respawn-join',
+      'wait',
+      '--hang-timeout',
+      '2',
+      '--drill',
+      'rank=2,step=3,phase=compute',
+      '--drill',
+      'rank=4,step=3,phase=ready,action=stop',
+    );
+    assert.equal(stopped.code, 0, stopped.stderr);
+    assert.equal(summaryOf(stopped).params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(stopped), [4, 4, 4, 3, 3, ...Array(7).fill(4)]);
+    assert.match(stopped.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 3 s\); spawning again/);
+    const pid = Number(fs.readFileSync(path.join(stopped.dir, 'pids', '4'), 'utf8').split(' ')[0]);
+    assert.throws(() => process.kill(pid, 0), /ESRCH/, `rank 4 (pid ${pid}) still runs`);
   });
 
   it('--respawn with sharded state: the newcomer receives its chunk in the redistribution, the same bits', async () => {
