@@ -160,6 +160,8 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     const corrupt = await ftRun(
       3,
       '--respawn',
+      '--respawn-join',
+      'wait',
       '--drill',
       'rank=1,step=5,action=corrupt',
       '--drill',
@@ -176,7 +178,16 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       ],
     );
     const killed = summaryOf(
-      await ftRun(3, '--respawn', '--drill', 'rank=1,step=5,action=corrupt', '--drill', 'rank=3,step=6,action=kill'),
+      await ftRun(
+        3,
+        '--respawn',
+        '--respawn-join',
+        'wait',
+        '--drill',
+        'rank=1,step=5,action=corrupt',
+        '--drill',
+        'rank=3,step=6,action=kill',
+      ),
     );
     assert.equal(killed.params_sha256, baseline.get(3));
     assert.deepEqual([lost(killed), killed.world_final], [[1, 3], 3]);
@@ -184,7 +195,16 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
 
   it('a rank that joined after the last check (respawned, or a spare) rolls back with the others: the join gave it the verified state', async () => {
     const respawned = summaryOf(
-      await ftRun(3, '--respawn', '--drill', 'rank=2,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt'),
+      await ftRun(
+        3,
+        '--respawn',
+        '--respawn-join',
+        'wait',
+        '--drill',
+        'rank=2,step=5,action=kill',
+        '--drill',
+        'rank=1,step=6,action=corrupt',
+      ),
     );
     assert.equal(respawned.params_sha256, baseline.get(3));
     assert.deepEqual([lost(respawned), respawned.world_final, respawned.corruptions], [[1, 2], 3, 1]);
@@ -252,7 +272,17 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
 
     it('a rank lost since the last check: the rollback rebuilds from the copies of then, with a respawned rank or a spare, the same bits', async () => {
       const respawned = summaryOf(
-        await ftRun(4, ...sharded, '--respawn', '--drill', 'rank=3,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt'),
+        await ftRun(
+          4,
+          ...sharded,
+          '--respawn',
+          '--respawn-join',
+          'wait',
+          '--drill',
+          'rank=3,step=5,action=kill',
+          '--drill',
+          'rank=1,step=6,action=corrupt',
+        ),
       );
       assert.equal(respawned.params_sha256, reference.get(4));
       assert.deepEqual([lost(respawned), respawned.world_final], [[1, 3], 4]);

@@ -126,7 +126,7 @@ describe('ft-train as a library', function () {
       ['replicated state', 3, []],
       ['sharded state', 3, ['--optimizer-state', 'sharded']],
       ['a hot spare taking the lost place', 4, ['--spares', '1']],
-      ['a rank respawned in its place', 3, ['--respawn']],
+      ['a rank respawned in its place', 3, ['--respawn', '--respawn-join', 'wait']],
     ] as const) {
       it(`${name}: a kill -9 of rank 1 at step 3 ends with the trainer's bits`, async () => {
         const flags: readonly string[] = extra;

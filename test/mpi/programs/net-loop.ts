@@ -21,6 +21,7 @@ const { values: flags } = parseArgs({
     'optimizer-state': { type: 'string', default: 'replicated' },
     spares: { type: 'string', default: '0' },
     respawn: { type: 'boolean', default: false },
+    'respawn-join': { type: 'string', default: 'ready' },
     isa: { type: 'string' },
     'join-id': { type: 'string' },
     'join-step': { type: 'string' },
@@ -47,6 +48,7 @@ exitWhenDone(
       optimizerState: flags['optimizer-state'] as 'replicated' | 'sharded',
       spares: Number(flags.spares),
       respawn: flags.respawn,
+      respawnJoin: flags.respawn ? (flags['respawn-join'] as 'ready' | 'wait') : undefined,
       // the trainer's defaults for sgd
       optimizer: 'sgd',
       momentum: 0.9,
