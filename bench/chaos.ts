@@ -1,5 +1,6 @@
 // bench/chaos: useful time under a kill -9 every ten seconds. lenet on Fashion-MNIST, exact mode,
-// 4 working ranks kept at full strength by --respawn (each lost rank replaced by a spawned one),
+// 4 working ranks kept at full strength by --respawn (each lost rank replaced by a spawned one,
+// which starts beside training and joins once ready; BENCH_RESPAWN_JOIN=wait: the survivors wait),
 // about two minutes of training, first without a fault, then with launch/drill's --chaos: a kill -9
 // of a random working rank (the leader included) every BENCH_KILL_EVERY_S seconds (default 10)
 // from outside, each once the job has recovered from the last. Prints a table, then one JSON line:
@@ -10,13 +11,14 @@
 //   kills, params_equal (the chaos run's params_sha256 equals the fault-free run's: must be true);
 //   lost_ms_per_kill: (wall - steps x median) / kills, and its breakdown, medians over the kills
 //     (ms): detect (the kill to the survivors' failure event: the rest of the step they were
-//     computing, then the failed collective), repair (revoke, shrink, agree), spawn (the new rank
-//     started and merged in), join (the state sent to it), readback (what the retried step needs of
-//     the lost shards, before it), checkpoint (the JIT checkpoint), retry (the retried step),
+//     computing, then the failed collective), repair (revoke, shrink, agree), spawn (MPI_Comm_spawn:
+//     until the new rank's MPI runs), ready (from then until it was ready to join, beside training),
+//     join (the state sent to it), readback (what the retried step needs of the lost shards, and
+//     the newcomer of its shards, before they compute), checkpoint (the JIT checkpoint), retry (the retried step),
 //     back_to_full_ms (the kill to the first step committed on 4 working ranks again) and
 //     slower_steps_ms (per kill: the time steps on fewer working ranks took beyond the median).
 // BENCH_STEPS sets the steps (default 4000, about two minutes here), BENCH_RESPAWN_LIMIT the ranks
-// that may be spawned (default 100). Whatever of a job outlives it is killed and reported.
+// that may be spawned (default 100), BENCH_RESPAWN_JOIN their --respawn-join (default ready). Whatever of a job outlives it is killed and reported.
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -30,6 +32,7 @@ const ranks = 4;
 const steps = Number(process.env.BENCH_STEPS ?? 4000);
 const killEveryS = Number(process.env.BENCH_KILL_EVERY_S ?? 10);
 const respawnLimit = Number(process.env.BENCH_RESPAWN_LIMIT ?? 100);
+const respawnJoin = process.env.BENCH_RESPAWN_JOIN ?? 'ready';
 
 interface Run extends RunRecords {
   kills: { rank: number; time: number }[];
@@ -40,7 +43,7 @@ let jobs = 0;
 async function train(runDir: string, chaos: boolean): Promise<Run> {
   const args = [
     ...['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', runDir],
-    ...['--steps', String(steps), '--respawn', '--respawn-limit', String(respawnLimit)],
+    ...['--steps', String(steps), '--respawn', '--respawn-limit', String(respawnLimit), '--respawn-join', respawnJoin],
   ];
   const marker = `${process.pid}-${++jobs}`;
   process.env.FT_BENCH_JOB = marker;
@@ -68,6 +71,7 @@ interface KillCost {
   detect: number;
   repair: number;
   spawn: number;
+  ready: number;
   join: number;
   readback: number;
   checkpoint: number;
@@ -91,6 +95,7 @@ function killCosts(run: Run, stepMedian: number): KillCost[] {
       detect: failure ? failure.time - kill.time : NaN,
       repair: duration('revoke+shrink') + duration('agree'),
       spawn: duration('spawn'),
+      ready: events.filter((e) => e.event === 'admit').reduce((sum, e) => sum + ((e.waited_ms as number | undefined) ?? 0), 0),
       join: duration('join'),
       readback: duration('readback'),
       checkpoint: duration('checkpoint'),
@@ -134,6 +139,7 @@ async function main(): Promise<void> {
       ranks,
       steps,
       kill_every_s: killEveryS,
+      respawn_join: respawnJoin,
       kills,
       useful_fraction: round4(c.useful),
       fault_free_useful_fraction: round4(f.useful),

@@ -115,7 +115,7 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
   loop.attach(manager, job.observer);
   job.progress.setTotal(loop.totalSteps);
   job.stopWith(() => manager.requestStop());
-  // started_ms: from this process's start to MPI's, what a spawned rank adds to a recovery
+  // started_ms: from this process's start to MPI's (a spawned rank's: to its merge with the ranks that spawned it)
   job.logger.info(job.joined ? 'joined' : 'start', { world: world.size, shards, started_ms: performance.now(), options });
   if (job.runLog.isLeader) {
     const working = world.size - options.spares;

@@ -86,6 +86,7 @@ describe('ft-train: bad input is refused before MPI starts', function () {
         'ft-train: --respawn needs --on-failure exact, got shrink (see --help)',
       ],
       ['--respawn-limit without --respawn', ['--respawn-limit', '2'], 'ft-train: --respawn-limit applies with --respawn only (see --help)'],
+      ['--respawn-join without --respawn', ['--respawn-join', 'wait'], 'ft-train: --respawn-join applies with --respawn only (see --help)'],
       ['--spares that leave no working rank', ['--spares', '1'], 'ft-train: --spares 1 leaves no working rank in the world size 1'],
     ];
     for (const [what, args, line] of cases) {
