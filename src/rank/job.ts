@@ -197,7 +197,10 @@ export class RankJob {
 
   /** A spawned rank that could not join leaves as failed (its spawners go on without it): a line in its log, then SIGKILL. */
   private leave(why: string): never {
-    fs.appendFileSync(this.runLog.logFile, `${new Date().toISOString()} rank ${this.launchRank}: spawned, but cannot join: ${why}; leaving\n`);
+    fs.appendFileSync(
+      this.runLog.logFile,
+      `${new Date().toISOString()} rank ${this.launchRank}: spawned, but cannot join: ${why}; leaving\n`,
+    );
     process.kill(process.pid, 'SIGKILL');
     throw new Error('unreachable');
   }

@@ -158,7 +158,7 @@ describe('elastic world: spares and respawned ranks', function () {
     );
   });
 
-  it('--respawn: the survivors retry without waiting for the newcomer, which joins at a later step\'s end and takes the lost shard from the rank holding two: the same bits', async () => {
+  it("--respawn: the survivors retry without waiting for the newcomer, which joins at a later step's end and takes the lost shard from the rank holding two: the same bits", async () => {
     const run = await train(4, '--respawn', '--steps', '80', '--drill', 'rank=2,step=10,phase=compute');
     assert.equal(run.code, 0, run.stderr);
     assert.equal(summaryOf(run).params_sha256, reference.get('sgd80'));
@@ -178,7 +178,10 @@ describe('elastic world: spares and respawned ranks', function () {
       [10, [2]],
       [joinedAt, [2]],
     ]);
-    assert.match(run.stdout, new RegExp(`step ${joinedAt}: rank\\(s\\) 4 joined; read back their shards' first \\d+ bytes in [\\d.]+ ms; 4 ranks work`));
+    assert.match(
+      run.stdout,
+      new RegExp(`step ${joinedAt}: rank\\(s\\) 4 joined; read back their shards' first \\d+ bytes in [\\d.]+ ms; 4 ranks work`),
+    );
   });
 
   it('--respawn: a newcomer killed before it joins is found lost and another spawned; one stopped before it joins is given up after half the comm deadline, killed, and replaced: the same bits', async () => {

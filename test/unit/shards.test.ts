@@ -132,14 +132,35 @@ describe('ShardMap', () => {
     assert.deepEqual(after.handOver([0, 1, 3, 4], [4]).toJSON(), [0, 1, 4, 3]);
     // 8 shards, 4 ranks, two lost and two joining later: each joiner takes 2, from the ranks holding 3
     const twoLost = ShardMap.initial(8, [0, 1, 2, 3]).without([1, 3], [0, 2]);
-    assert.deepEqual(twoLost.counts(), new Map([[0, 4], [2, 4]]));
+    assert.deepEqual(
+      twoLost.counts(),
+      new Map([
+        [0, 4],
+        [2, 4],
+      ]),
+    );
     const shared = twoLost.handOver([0, 2, 5, 6], [5, 6]);
-    assert.deepEqual(shared.counts(), new Map([[0, 2], [2, 2], [5, 2], [6, 2]]));
+    assert.deepEqual(
+      shared.counts(),
+      new Map([
+        [0, 2],
+        [2, 2],
+        [5, 2],
+        [6, 2],
+      ]),
+    );
     // a joiner with a lost rank's place takes it whole; one without shares the others' (ties: the highest rank gives)
     const oneLost = ShardMap.initial(6, [0, 1, 2]).without([1], [0, 2]);
     const refilled = ShardMap.initial(6, [0, 1, 2]).handOver([0, 2, 7, 8], [7, 8]);
     assert.deepEqual(refilled.toJSON(), [0, 0, 7, 8, 2, 2]);
-    assert.deepEqual(oneLost.handOver([0, 2, 8], [8]).counts(), new Map([[0, 2], [2, 2], [8, 2]]));
+    assert.deepEqual(
+      oneLost.handOver([0, 2, 8], [8]).counts(),
+      new Map([
+        [0, 2],
+        [2, 2],
+        [8, 2],
+      ]),
+    );
     // more joiners than shards to spare: the last holds none
     assert.deepEqual(ShardMap.initial(2, [0, 1]).handOver([0, 1, 4], [4]).toJSON(), [0, 1]);
   });
