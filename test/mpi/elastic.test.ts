@@ -365,7 +365,7 @@ describe('elastic world: spares and respawned ranks', function () {
   });
 
   it('launch/drill --chaos 2: a random working rank killed every 2 s, respawned ones too; the same bits as without', async () => {
-    const args = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '160', '--batch', '64', '--shards', '4'];
+    const args = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '320', '--batch', '64', '--shards', '4'];
     const calm = await runTrain(4, [...args, '--run-dir', path.join(scratch, 'chaos-calm')], 150_000);
     const dir = path.join(scratch, 'chaos');
     const job = await runLaunchDrill(
@@ -391,7 +391,7 @@ describe('elastic world: spares and respawned ranks', function () {
     for (const [a, b] of drill.chaos.slice(1).map((k, i) => [drill.chaos[i], k])) assert.ok(b.time - a.time >= 2000);
     assert.match(
       job.stdout,
-      new RegExp(`\\[drill\\] PASS: ${drill.chaos.length} chaos kill\\(s\\), one every 2 s; [34] of 4 ranks finished 160 steps`),
+      new RegExp(`\\[drill\\] PASS: ${drill.chaos.length} chaos kill\\(s\\), one every 2 s; [34] of 4 ranks finished 320 steps`),
     );
   });
 });

@@ -10,7 +10,7 @@ describe('ft-train settings: one table for flags and options', () => {
 
   it('the flags and the options object give the same options, defaults included', () => {
     const fromFlags = parseTrainOptions(['--model', required.model, '--data', required.data, '--run-dir', required.runDir]);
-    assert.deepEqual(fromFlags, { ...resolveTrainOptions(required), joinId: undefined });
+    assert.deepEqual(fromFlags, { ...resolveTrainOptions(required), joinId: undefined, joinStep: undefined });
     assert.equal(fromFlags.batch, 64);
     assert.equal(fromFlags.lr, 0.01);
     assert.equal(fromFlags.optimizer.weightDecay, 5e-4);
@@ -48,9 +48,10 @@ describe('ft-train settings: one table for flags and options', () => {
     assert.deepEqual(parseTrainOptions(['--model', required.model, '--data', required.data, '--run-dir', required.runDir, ...flags]), {
       ...resolveTrainOptions({ ...required, ...settings }),
       joinId: undefined,
+      joinStep: undefined,
     });
     assert.equal(flagName('respawnLimit'), 'respawn-limit');
-    assert.equal(Object.keys(trainSettings).length, 45);
+    assert.equal(Object.keys(trainSettings).length, 46);
   });
 
   it("a bad setting is one line in the caller's spelling", () => {
