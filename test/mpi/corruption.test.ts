@@ -18,6 +18,8 @@ import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
+/** --respawn, the survivors waiting for the newcomers at the retried step's end: the world's size at each step is known */
+const respawnWaiting = ['--respawn', '--respawn-join', 'wait'];
 const scratch = makeScratch('ft-corruption-');
 const every = 4;
 const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '14', '--hang-timeout', '3'];
@@ -159,9 +161,7 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
   it('--respawn: a newcomer that corrupts during the replay is evicted in turn, one killed during the replay is replaced, the same bits', async () => {
     const corrupt = await ftRun(
       3,
-      '--respawn',
-      '--respawn-join',
-      'wait',
+      ...respawnWaiting,
       '--drill',
       'rank=1,step=5,action=corrupt',
       '--drill',
@@ -178,16 +178,7 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       ],
     );
     const killed = summaryOf(
-      await ftRun(
-        3,
-        '--respawn',
-        '--respawn-join',
-        'wait',
-        '--drill',
-        'rank=1,step=5,action=corrupt',
-        '--drill',
-        'rank=3,step=6,action=kill',
-      ),
+      await ftRun(3, ...respawnWaiting, '--drill', 'rank=1,step=5,action=corrupt', '--drill', 'rank=3,step=6,action=kill'),
     );
     assert.equal(killed.params_sha256, baseline.get(3));
     assert.deepEqual([lost(killed), killed.world_final], [[1, 3], 3]);
@@ -195,16 +186,7 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
 
   it('a rank that joined after the last check (respawned, or a spare) rolls back with the others: the join gave it the verified state', async () => {
     const respawned = summaryOf(
-      await ftRun(
-        3,
-        '--respawn',
-        '--respawn-join',
-        'wait',
-        '--drill',
-        'rank=2,step=5,action=kill',
-        '--drill',
-        'rank=1,step=6,action=corrupt',
-      ),
+      await ftRun(3, ...respawnWaiting, '--drill', 'rank=2,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt'),
     );
     assert.equal(respawned.params_sha256, baseline.get(3));
     assert.deepEqual([lost(respawned), respawned.world_final, respawned.corruptions], [[1, 2], 3, 1]);
@@ -272,17 +254,7 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
 
     it('a rank lost since the last check: the rollback rebuilds from the copies of then, with a respawned rank or a spare, the same bits', async () => {
       const respawned = summaryOf(
-        await ftRun(
-          4,
-          ...sharded,
-          '--respawn',
-          '--respawn-join',
-          'wait',
-          '--drill',
-          'rank=3,step=5,action=kill',
-          '--drill',
-          'rank=1,step=6,action=corrupt',
-        ),
+        await ftRun(4, ...sharded, ...respawnWaiting, '--drill', 'rank=3,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt'),
       );
       assert.equal(respawned.params_sha256, reference.get(4));
       assert.deepEqual([lost(respawned), respawned.world_final], [[1, 3], 4]);

@@ -18,6 +18,8 @@ import { repoRoot, runCommand, runLaunchDrill, runTrain } from '../helpers/mpi-j
 import { lines, logMessages, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
+/** --respawn, the survivors waiting for the newcomers at the retried step's end: the world's size at each step is known */
+const respawnWaiting = ['--respawn', '--respawn-join', 'wait'];
 const scratch = makeScratch('ft-elastic-');
 const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '4'];
 let runs = 0;
@@ -119,9 +121,7 @@ describe('elastic world: spares and respawned ranks', function () {
     const run = await ftRun(
       4,
       [],
-      '--respawn',
-      '--respawn-join',
-      'wait',
+      ...respawnWaiting,
       '--drill',
       'rank=0,step=3,phase=compute',
       '--drill',
@@ -185,17 +185,7 @@ describe('elastic world: spares and respawned ranks', function () {
   });
 
   it('--respawn: a newcomer killed before it joins is found lost and another spawned; one stopped before it joins is given up after half the comm deadline, killed, and replaced: the same bits', async () => {
-    const killed = await ftRun(
-      4,
-      [],
-      '--respawn',
-      '--respawn-join',
-      'wait',
-      '--drill',
-      'rank=2,step=3,phase=compute',
-      '--drill',
-      'rank=4,step=3,phase=ready',
-    );
+    const killed = await ftRun(4, [], ...respawnWaiting, '--drill', 'rank=2,step=3,phase=compute', '--drill', 'rank=4,step=3,phase=ready');
     assert.equal(killed.code, 0, killed.stderr);
     assert.equal(summaryOf(killed).params_sha256, reference.get('sgd'));
     // the retried step 3 waits for rank 4 and finds it lost; rank 5 joins at step 4's end
@@ -219,9 +209,7 @@ describe('elastic world: spares and respawned ranks', function () {
     const stopped = await ftRun(
       4,
       [],
-      '--respawn',
-      '--respawn-join',
-      'wait',
+      ...respawnWaiting,
       '--hang-timeout',
       '2',
       '--drill',
@@ -240,11 +228,9 @@ describe('elastic world: spares and respawned ranks', function () {
   it('--respawn with sharded state: the newcomer receives its chunk in the redistribution, the same bits', async () => {
     const run = await train(
       4,
-      '--respawn',
+      ...respawnWaiting,
       '--respawn-limit',
       '1',
-      '--respawn-join',
-      'wait',
       '--optimizer',
       'adamw',
       '--optimizer-state',
@@ -275,17 +261,7 @@ describe('elastic world: spares and respawned ranks', function () {
 
   it('--respawn: the rank that starts the spawn (the leader) killed while MPI_Comm_spawn is under way: the others spawn again, the same bits', async () => {
     // rank 0 lost first, so rank 1 leads and is the spawn's root
-    const run = await ftRun(
-      4,
-      [],
-      '--respawn',
-      '--respawn-join',
-      'wait',
-      '--drill',
-      'rank=0,step=3,phase=compute',
-      '--drill',
-      'rank=1,step=3,phase=spawning',
-    );
+    const run = await ftRun(4, [], ...respawnWaiting, '--drill', 'rank=0,step=3,phase=compute', '--drill', 'rank=1,step=3,phase=spawning');
     assert.equal(run.code, 0, run.stderr);
     assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
     assert.deepEqual(worlds(run), [4, 4, 4, 2, ...Array(8).fill(4)]);
@@ -307,9 +283,7 @@ describe('elastic world: spares and respawned ranks', function () {
     const run = await ftRun(
       4,
       [],
-      '--respawn',
-      '--respawn-join',
-      'wait',
+      ...respawnWaiting,
       '--hang-timeout',
       '2',
       '--drill',
@@ -343,9 +317,7 @@ describe('elastic world: spares and respawned ranks', function () {
     const run = await ftRun(
       4,
       [],
-      '--respawn',
-      '--respawn-join',
-      'wait',
+      ...respawnWaiting,
       '--jit-checkpoint',
       'off',
       '--checkpoint-every',
