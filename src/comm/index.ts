@@ -24,18 +24,23 @@ addon.registerErrorTypes({ MpiError, ProcFailedError, RevokedError, NotSupported
 /** True when the addon was built against an MPI with ULFM (revoke, shrink, agree). */
 export const ulfm: boolean = addon.ulfm;
 
-let started: Promise<MpiSession> | undefined;
+/** MPI started by initEarly(), for init() to take over. */
+let early: Promise<MpiSession> | undefined;
 
 /**
- * Starts the comm thread and initialises MPI, once per process: later calls return the same
- * promise (a spawned rank starts MPI first thing, for the ranks that spawn it wait until then).
+ * Starts MPI now, before the rest of the program loads, for init() to take over: a spawned rank
+ * does so, for the ranks spawning it wait until its MPI runs.
  */
+export function initEarly(): void {
+  early = addon.init();
+  early.catch(() => undefined); // init()'s caller sees the rejection; nobody listens before that
+}
+
+/** Starts the comm thread and initialises MPI (or takes over initEarly's start); once per process. */
 export function init(): Promise<MpiSession> {
-  if (!started) {
-    started = addon.init();
-    started.catch(() => undefined); // its caller sees the rejection; started early, nobody may yet listen
-  }
-  return started;
+  const started = early;
+  early = undefined;
+  return started ?? addon.init();
 }
 
 /** Fails queued calls that have not started, then finalizes MPI and ends the comm thread. */

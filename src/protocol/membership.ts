@@ -55,6 +55,8 @@ export class Membership {
   private respawnsLeft: number;
   /** ranks spawned beside training that have not joined yet: the link to them, their ids, since when */
   private spawned?: { link: Communicator; ids: number[]; step: number; started: number };
+  /** ids of spawned ranks given up, or of a spawn a failure interrupted: killed where found, again at the end */
+  private readonly givenUp: number[] = [];
 
   constructor(
     private readonly config: Pick<ProtocolConfig, 'shards' | 'spares' | 'respawn' | 'joined' | 'commTimeoutMs' | 'pidsDir'>,
@@ -289,7 +291,8 @@ export class Membership {
       this.observer.event({ event: 'spawn', step, ranks: ids, duration_ms: now() - started });
       return true;
     }
-    if (link) await this.leaveSpawned({ link, ids: Array.from({ length: count }, (_, i) => firstId + i) });
+    // its processes may be starting even where this side's MPI_Comm_spawn failed
+    await this.leaveSpawned({ link, ids: Array.from({ length: count }, (_, i) => firstId + i) });
     if (agreed === null || (agreed & CARRY_ON) !== 0) return false;
     this.respawnsLeft = 0;
     this.observer.event({
@@ -375,14 +378,20 @@ export class Membership {
   }
 
   /**
-   * The link to spawned ranks is freed, and those found on this host are killed; one elsewhere
-   * leaves once its merge runs past its deadline. Not revoked: a revoke reaches out to every
-   * process of the link, and MPI waits without end for the address of one that died before it
-   * ever talked to this side.
+   * The link to spawned ranks (if any) is freed, and those found on this host are killed, now and
+   * at the end (killGivenUp: one still loading has no pid file yet); one elsewhere leaves once its
+   * merge runs past its deadline. Not revoked: a revoke reaches out to every process of the link,
+   * and MPI waits without end for the address of one that died before it ever talked to this side.
    */
-  private async leaveSpawned(spawned: { link: Communicator; ids: number[] }): Promise<void> {
+  private async leaveSpawned(spawned: { link?: Communicator; ids: number[] }): Promise<void> {
+    this.givenUp.push(...spawned.ids);
     killDeclaredDead(this.config.pidsDir, spawned.ids);
-    await spawned.link.free().catch(() => undefined);
+    await spawned.link?.free().catch(() => undefined);
+  }
+
+  /** At the end: the spawned ranks given up that still run on this host are killed (mpirun waits for them). */
+  killGivenUp(): void {
+    killDeclaredDead(this.config.pidsDir, this.givenUp);
   }
 
   /**
