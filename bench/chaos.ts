@@ -7,7 +7,8 @@
 //   useful_fraction = (steps x the chaos run's median step time) / wall time from its first step to
 //     its last (no evaluation in between), target >= 0.99; fault_free_useful_fraction: the same
 //     figure for the fault-free run (what step-time jitter alone costs); wall_ratio: the chaos run's
-//     span over the fault-free one's, for the same steps;
+//     span over the fault-free one's, for the same steps, and wall_lost_ms_per_kill: their
+//     difference per kill (what a kill costs against the run without one, slower steps included);
 //   kills, params_equal (the chaos run's params_sha256 equals the fault-free run's: must be true);
 //   lost_ms_per_kill: (wall - steps x median) / kills, and its breakdown, medians over the kills
 //     (ms): detect (the kill to the survivors' failure event: the rest of the step they were
@@ -144,6 +145,7 @@ async function main(): Promise<void> {
       useful_fraction: round4(c.useful),
       fault_free_useful_fraction: round4(f.useful),
       wall_ratio: round4(c.span / f.span),
+      wall_lost_ms_per_kill: round1((c.span - f.span) / Math.max(1, kills)),
       params_equal: chaos.summary.params_sha256 === calm.summary.params_sha256,
       median_step_ms: round1(c.median),
       lost_ms_per_kill: round1(lostMs / Math.max(1, kills)),
