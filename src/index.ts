@@ -19,7 +19,7 @@ export {
 export type { ModelSpec, LayerSpec, Inputs, LanguageModel } from './nn/spec';
 export type { BatchKey, Layer, MergeLayer } from './nn/layer';
 export type { ParameterStore, ParamView } from './nn/params';
-export type { Failure, FailurePolicy } from './protocol/contracts';
+export type { Failure, FailurePolicy, RespawnJoin } from './protocol/contracts';
 export type { OnCorruption } from './protocol/verification';
 export { Net, type StepResult, type GradientProgress } from './nn/net';
 export { loadSpec, parseSpec, SpecError } from './nn/spec';
