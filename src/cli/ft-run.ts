@@ -135,9 +135,15 @@ function runJob(job: Command, runDir: string, was: Before, endGraceMs: number): 
       return;
     }
     const signalled = stopRanks(runDir, marker);
-    if (signalled === 0) {
+    if (signalled === 0 && rankList(path.join(runDir, runFiles.pids)).length === 0) {
       console.error(`ft-run: ${signal}: no rank has started training yet: ending the job`);
       stopTimer = setTimeout(endJob, 0);
+    } else if (signalled === 0) {
+      // under Slurm a requeue or a time limit signals the ranks too, and they may be on their way out already
+      console.error(
+        `ft-run: ${signal}: no rank on this host left to ask (they stop on the signal too); the job ends in ${stopGraceMs / 1000} s at the latest`,
+      );
+      stopTimer = setTimeout(endJob, stopGraceMs);
     } else {
       console.error(
         `ft-run: ${signal}: asked ${signalled} rank(s) to checkpoint and stop; the job ends in ${stopGraceMs / 1000} s at the latest`,
