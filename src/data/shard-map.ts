@@ -6,8 +6,9 @@
 // lost shards are read back, and the per-rank shard counts stay within one of each other. Ranks
 // that join (spares, respawned ranks) take a lost rank's shards whole, lowest lost rank first; where
 // no lost rank's place is left (a rank spawned after the loss joins later), they take shards one at
-// a time from the ranks holding the most. A rebalance (slow ranks) sets how many shards each rank holds: ranks above their new count give up
-// their highest shards, which go, lowest first, to the ranks below theirs, in rank order.
+// a time from the ranks holding the most. A rebalance (slow ranks) sets how many shards each rank
+// holds: ranks above their new count give up their highest shards, which go, lowest first, to the
+// ranks below theirs, in rank order.
 
 export class ShardMap {
   /** owners[s] = world rank holding shard s */

@@ -54,7 +54,7 @@ export class Membership {
   private nextId: number;
   private respawnsLeft: number;
   /** ranks spawned beside training that have not joined yet: the link to them, their ids, since when */
-  private spawned?: { link: Communicator; ids: number[]; step: number; started: number };
+  private spawned?: { link: Communicator; ids: number[]; started: number };
   /** ids of spawned ranks given up, or of a spawn a failure interrupted: killed where found, again at the end */
   private readonly givenUp: number[] = [];
 
@@ -268,6 +268,7 @@ export class Membership {
     const respawn = this.config.respawn!;
     const step = this.position.step;
     const firstId = this.nextId;
+    const ids = Array.from({ length: count }, (_, i) => firstId + i);
     this.nextId += count;
     this.enter('spawn');
     const started = now();
@@ -286,13 +287,12 @@ export class Membership {
     const agreed = await vote.agree((ok && !impossible ? OK : 0) | (impossible ? 0 : CARRY_ON));
     if (agreed !== null && (agreed & OK) !== 0) {
       this.respawnsLeft -= count;
-      const ids = Array.from({ length: count }, (_, i) => firstId + i);
-      this.spawned = { link: link!, ids, step, started: now() };
+      this.spawned = { link: link!, ids, started: now() };
       this.observer.event({ event: 'spawn', step, ranks: ids, duration_ms: now() - started });
       return true;
     }
     // its processes may be starting even where this side's MPI_Comm_spawn failed
-    await this.leaveSpawned({ link, ids: Array.from({ length: count }, (_, i) => firstId + i) });
+    await this.leaveSpawned({ link, ids });
     if (agreed === null || (agreed & CARRY_ON) !== 0) return false;
     this.respawnsLeft = 0;
     this.observer.event({

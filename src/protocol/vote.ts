@@ -1,7 +1,8 @@
 // The vote: after every collective, every live rank agrees (MPIX_Comm_agree, an AND over the
 // survivors) on whether it succeeded everywhere, so that no survivor ever goes on from a collective
 // that failed elsewhere. Bit 0 of the flag is "my collective succeeded", bit 1 "I do not ask to
-// stop"; a step's vote also carries what the spawn's root knows of the ranks spawned beside training. A failure met inside a collective or the agreement itself is noted once per step (the
+// stop"; a step's vote also carries what the spawn's root knows of the ranks spawned beside
+// training. A failure met inside a collective or the agreement itself is noted once per step (the
 // failure event, with how long the call had waited) and decided alike on every survivor. A wait
 // that ran past its deadline is first reported to `timedOut` (which kills the stopped ranks it
 // can see, so that the agreement that follows meets a failure instead of waiting out its own).

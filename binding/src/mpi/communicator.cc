@@ -492,14 +492,13 @@ Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
 // (without waiting); a process that died before saying so fails it (ProcFailedError).
 Napi::Value Communicator::SpawnedReady(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  MPI_Comm comm = Handle(env, "spawnedReady");
+  Handle(env, "spawnedReady");  // throws once freed or finalized
   if (!info_.link || !info_.link->spawning || info_.rank != 0) {
     throw Napi::Error::New(env, "spawnedReady: only on rank 0 of the side that spawned, before merge()");
   }
   return CommThread::Get().Submit(
       env, {},
-      [comm, link = info_.link] {
-        (void)comm;
+      [link = info_.link] {
         bool all = true;
         for (MPI_Request& request : link->requests) {
           if (request == MPI_REQUEST_NULL) continue;
