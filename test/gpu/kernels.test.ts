@@ -6,6 +6,8 @@
 // pooling, within 1e-6 (sums in another order, or a sum divided where the CPU sums divided terms);
 // the loss within 1e-12 relative (double on both sides), its gradient within 1e-7.
 import { strict as assert } from 'node:assert';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { assertClose } from '../helpers/close';
 import { checkGradient, randomTensor } from '../helpers/gradcheck';
 import { requireGpu } from '../helpers/gpu';
@@ -154,7 +156,7 @@ describe('GPU backend: kernels against the CPU backend', function () {
     assertSameBits('scale', fromGpu(accGpu), accCpu);
   });
 
-  it("mirrors: a view shares its buffer's device memory; overlapping ranges merge, keeping what each held", () => {
+  it("mirrors: one per buffer, shared by its views; a collected buffer's freed, never found by a new buffer at its address", () => {
     const cuda = cudaAddon();
     const whole = randomTensor(4096, 16);
     gpu.upload(whole, whole);
@@ -162,15 +164,38 @@ describe('GPU backend: kernels against the CPU backend', function () {
     const view = whole.subarray(1000, 2000);
     assertSameBits('a view of an uploaded buffer', fromGpu(view), whole.subarray(1000, 2000));
     assert.equal(cuda.heldBytes(), held, 'a view of a mirrored buffer took device memory of its own');
-    // two ranges of a fresh buffer, mirrored apart, then one overlapping both: their union, contents kept
+    // a view mirrored first mirrors its whole buffer: the rest of it zero, later views inside it
     const fresh = randomTensor(3000, 17);
     const [left, right] = [fresh.subarray(0, 1000), fresh.subarray(2000, 3000)];
     gpu.upload(left, left);
+    assert.equal(cuda.heldBytes() - held, fresh.byteLength);
     gpu.upload(right, right);
-    const middle = fresh.subarray(500, 2500);
-    gpu.upload(fresh.subarray(1000, 2000), fresh.subarray(1000, 2000));
-    assertSameBits('the middle after the merge', fromGpu(middle), fresh.subarray(500, 2500));
-    assertSameBits('the whole after the merge', fromGpu(fresh), fresh);
+    assert.equal(cuda.heldBytes() - held, fresh.byteLength);
+    const expected = fresh.slice();
+    expected.fill(0, 1000, 2000);
+    assertSameBits('the whole buffer after two of its views', fromGpu(fresh), expected);
+    // buffers uploaded and dropped, then new ones of the same sizes (the allocator hands their
+    // addresses out again): each new buffer's mirror starts zeroed, and the dropped ones' are freed
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const sizes = Array.from({ length: 24 }, (_, i) => (1 << 16) + 1024 * (i % 3));
+    const base = cuda.heldBytes();
+    for (const size of sizes) gpu.upload(new Float32Array(size).fill(7), new Float32Array(size));
+    gc();
+    gc();
+    for (const [i, size] of sizes.entries()) {
+      const reborn = new Float32Array(size);
+      const values = fromGpu(reborn);
+      assert.ok(
+        values.every((v) => v === 0),
+        `new buffer ${i}: its mirror holds another buffer's values`,
+      );
+    }
+    gc();
+    gc();
+    gpu.upload(new Float32Array(1), new Float32Array(1)); // making a mirror frees the collected buffers'
+    const kept = cuda.heldBytes() - base;
+    assert.ok(kept <= 2 * 4 * ((1 << 16) + 2048), `mirrors of collected buffers kept: ${kept} bytes`);
   });
 
   it('page-locked host arrays: zeroed, and uploaded and downloaded as any array', () => {

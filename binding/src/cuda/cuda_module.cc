@@ -26,9 +26,16 @@ using cpu::LayoutArg;
 using cpu::NumberArg;
 
 namespace {
-template <typename T>
-T* Dev(T* host, size_t count) {
-  return MirrorOf(host, count);
+// The device mirror of argument `index`, an array already checked.
+template <typename T = float>
+T* Dev(const Napi::CallbackInfo& info, size_t index) {
+  return MirrorOf<T>(info[index].As<Napi::TypedArray>());
+}
+
+// The device mirror of argument `index`, checked as the CPU kernels check it: a Float32Array of `count` elements.
+float* DevArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name, size_t count) {
+  FloatArg(info, index, method, name, count);
+  return Dev(info, index);
 }
 
 size_t Product(const std::vector<int>& d, size_t from, size_t to) {
@@ -55,8 +62,8 @@ Napi::Value Conv2dForward(const Napi::CallbackInfo& info) {
   LayoutArg(info, 6, m, "yLayout");
   auto out = ConvOutput(d);
   const size_t xs = Product(d, 0, 4), ws = Product(d, 4, 7) * d[1], ys = size_t(d[0]) * d[4] * out[0] * out[1];
-  ConvForward(d, Dev(FloatArg(info, 0, m, "x", xs), xs), Dev(FloatArg(info, 1, m, "w", ws), ws),
-              Dev(FloatArg(info, 2, m, "b", d[4]), d[4]), Dev(FloatArg(info, 3, m, "y", ys), ys));
+  ConvForward(d, DevArg(info, 0, m, "x", xs), DevArg(info, 1, m, "w", ws),
+              DevArg(info, 2, m, "b", d[4]), DevArg(info, 3, m, "y", ys));
   return info.Env().Undefined();
 }
 
@@ -67,8 +74,8 @@ Napi::Value Conv2dBackwardData(const Napi::CallbackInfo& info) {
   LayoutArg(info, 5, m, "yLayout");
   auto out = ConvOutput(d);
   const size_t xs = Product(d, 0, 4), ws = Product(d, 4, 7) * d[1], ys = size_t(d[0]) * d[4] * out[0] * out[1];
-  ConvBackwardData(d, Dev(FloatArg(info, 0, m, "dy", ys), ys), Dev(FloatArg(info, 1, m, "w", ws), ws),
-                   Dev(FloatArg(info, 2, m, "dx", xs), xs));
+  ConvBackwardData(d, DevArg(info, 0, m, "dy", ys), DevArg(info, 1, m, "w", ws),
+                   DevArg(info, 2, m, "dx", xs));
   return info.Env().Undefined();
 }
 
@@ -79,8 +86,8 @@ Napi::Value Conv2dBackwardWeights(const Napi::CallbackInfo& info) {
   LayoutArg(info, 6, m, "yLayout");
   auto out = ConvOutput(d);
   const size_t xs = Product(d, 0, 4), ws = Product(d, 4, 7) * d[1], ys = size_t(d[0]) * d[4] * out[0] * out[1];
-  ConvBackwardWeights(d, Dev(FloatArg(info, 0, m, "x", xs), xs), Dev(FloatArg(info, 1, m, "dy", ys), ys),
-                      Dev(FloatArg(info, 2, m, "dw", ws), ws), Dev(FloatArg(info, 3, m, "db", d[4]), d[4]));
+  ConvBackwardWeights(d, DevArg(info, 0, m, "x", xs), DevArg(info, 1, m, "dy", ys),
+                      DevArg(info, 2, m, "dw", ws), DevArg(info, 3, m, "db", d[4]));
   return info.Env().Undefined();
 }
 
@@ -107,11 +114,11 @@ Napi::Value Pool2dForward(const Napi::CallbackInfo& info) {
   bool max = cpu::MaxPoolingArg(info, m);
   PoolGeometry g = PoolArg(info, 4, m);
   LayoutArg(info, 5, m, "layout");
-  const float* x = Dev(FloatArg(info, 1, m, "x", Inputs(g)), Inputs(g));
-  float* y = Dev(FloatArg(info, 2, m, "y", Outputs(g)), Outputs(g));
+  const float* x = DevArg(info, 1, m, "x", Inputs(g));
+  float* y = DevArg(info, 2, m, "y", Outputs(g));
   if (max) {
-    uint8_t* ws = BytesArg(info, 3, m, "workspace", Outputs(g) * sizeof(int32_t));
-    MaxPoolForward(x, y, reinterpret_cast<int32_t*>(Dev(ws, Outputs(g) * sizeof(int32_t))), g);
+    BytesArg(info, 3, m, "workspace", Outputs(g) * sizeof(int32_t));
+    MaxPoolForward(x, y, Dev<int32_t>(info, 3), g);
   } else {
     AvgPoolForward(x, y, g);
   }
@@ -123,11 +130,11 @@ Napi::Value Pool2dBackward(const Napi::CallbackInfo& info) {
   bool max = cpu::MaxPoolingArg(info, m);
   PoolGeometry g = PoolArg(info, 4, m);
   LayoutArg(info, 5, m, "layout");
-  const float* dy = Dev(FloatArg(info, 1, m, "dy", Outputs(g)), Outputs(g));
-  float* dx = Dev(FloatArg(info, 2, m, "dx", Inputs(g)), Inputs(g));
+  const float* dy = DevArg(info, 1, m, "dy", Outputs(g));
+  float* dx = DevArg(info, 2, m, "dx", Inputs(g));
   if (max) {
-    uint8_t* ws = BytesArg(info, 3, m, "workspace", Outputs(g) * sizeof(int32_t));
-    MaxPoolBackward(dy, dx, reinterpret_cast<const int32_t*>(Dev(ws, Outputs(g) * sizeof(int32_t))), g);
+    BytesArg(info, 3, m, "workspace", Outputs(g) * sizeof(int32_t));
+    MaxPoolBackward(dy, dx, Dev<int32_t>(info, 3), g);
   } else {
     AvgPoolBackward(dy, dx, g);
   }
@@ -140,8 +147,8 @@ Napi::Value ConvertLayout(const Napi::CallbackInfo& info) {
   std::vector<int> d = DimsArg(info, 2, m, "shape", 4);
   LayoutArg(info, 3, m, "to");
   const size_t n = Product(d, 0, 4);
-  const float* x = Dev(FloatArg(info, 0, m, "x", n), n);
-  float* y = Dev(FloatArg(info, 1, m, "y", n), n);
+  const float* x = DevArg(info, 0, m, "x", n);
+  float* y = DevArg(info, 1, m, "y", n);
   FT_CUDA_CHECK(cudaMemcpy(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice));
   return info.Env().Undefined();
 }
@@ -150,9 +157,9 @@ Napi::Value LinearForwardValue(const Napi::CallbackInfo& info) {
   const char* m = "linearForward";
   std::vector<int> d = DimsArg(info, 4, m, "shape", 3);
   const size_t n = d[0], in = d[1], out = d[2];
-  LinearForward(d[0], d[1], d[2], Dev(FloatArg(info, 0, m, "x", n * in), n * in),
-                Dev(FloatArg(info, 1, m, "w", out * in), out * in), Dev(FloatArg(info, 2, m, "b", out), out),
-                Dev(FloatArg(info, 3, m, "y", n * out), n * out));
+  LinearForward(d[0], d[1], d[2], DevArg(info, 0, m, "x", n * in),
+                DevArg(info, 1, m, "w", out * in), DevArg(info, 2, m, "b", out),
+                DevArg(info, 3, m, "y", n * out));
   return info.Env().Undefined();
 }
 
@@ -160,38 +167,36 @@ Napi::Value LinearBackwardValue(const Napi::CallbackInfo& info) {
   const char* m = "linearBackward";
   std::vector<int> d = DimsArg(info, 6, m, "shape", 3);
   const size_t n = d[0], in = d[1], out = d[2];
-  float* dx = info[3].IsNull() ? nullptr : Dev(FloatArg(info, 3, m, "dx", n * in), n * in);
-  LinearBackward(d[0], d[1], d[2], Dev(FloatArg(info, 0, m, "x", n * in), n * in),
-                 Dev(FloatArg(info, 1, m, "w", out * in), out * in), Dev(FloatArg(info, 2, m, "dy", n * out), n * out),
-                 dx, Dev(FloatArg(info, 4, m, "dw", out * in), out * in), Dev(FloatArg(info, 5, m, "db", out), out));
+  float* dx = info[3].IsNull() ? nullptr : DevArg(info, 3, m, "dx", n * in);
+  LinearBackward(d[0], d[1], d[2], DevArg(info, 0, m, "x", n * in),
+                 DevArg(info, 1, m, "w", out * in), DevArg(info, 2, m, "dy", n * out),
+                 dx, DevArg(info, 4, m, "dw", out * in), DevArg(info, 5, m, "db", out));
   return info.Env().Undefined();
 }
 
 Napi::Value ReluForwardValue(const Napi::CallbackInfo& info) {
-  auto [x, n] = FloatSpanArg(info, 0, "reluForward", "x");
-  float* y = FloatArg(info, 1, "reluForward", "y", n);
-  ReluForward(Dev(x, n), Dev(y, n), n);
+  size_t n = FloatSpanArg(info, 0, "reluForward", "x").length;
+  ReluForward(Dev(info, 0), DevArg(info, 1, "reluForward", "y", n), n);
   return info.Env().Undefined();
 }
 
 Napi::Value ReluBackwardValue(const Napi::CallbackInfo& info) {
-  auto [x, n] = FloatSpanArg(info, 0, "reluBackward", "x");
-  float* dy = FloatArg(info, 1, "reluBackward", "dy", n);
-  float* dx = FloatArg(info, 2, "reluBackward", "dx", n);
-  ReluBackward(Dev(x, n), Dev(dy, n), Dev(dx, n), n);
+  size_t n = FloatSpanArg(info, 0, "reluBackward", "x").length;
+  float* dy = DevArg(info, 1, "reluBackward", "dy", n);
+  float* dx = DevArg(info, 2, "reluBackward", "dx", n);
+  ReluBackward(Dev(info, 0), dy, dx, n);
   return info.Env().Undefined();
 }
 
 Napi::Value AddInPlaceValue(const Napi::CallbackInfo& info) {
-  auto [acc, n] = FloatSpanArg(info, 0, "addInPlace", "acc");
-  float* x = FloatArg(info, 1, "addInPlace", "x", n);
-  AddInPlace(Dev(acc, n), Dev(x, n), n);
+  size_t n = FloatSpanArg(info, 0, "addInPlace", "acc").length;
+  AddInPlace(Dev(info, 0), DevArg(info, 1, "addInPlace", "x", n), n);
   return info.Env().Undefined();
 }
 
 Napi::Value ScaleInPlaceValue(const Napi::CallbackInfo& info) {
-  auto [x, n] = FloatSpanArg(info, 0, "scaleInPlace", "x");
-  ScaleInPlace(Dev(x, n), static_cast<float>(NumberArg(info, 1, "scaleInPlace", "scale")), n);
+  size_t n = FloatSpanArg(info, 0, "scaleInPlace", "x").length;
+  ScaleInPlace(Dev(info, 0), static_cast<float>(NumberArg(info, 1, "scaleInPlace", "scale")), n);
   return info.Env().Undefined();
 }
 
@@ -201,9 +206,9 @@ Napi::Value SoftmaxCrossEntropyValue(const Napi::CallbackInfo& info) {
   const char* m = "softmaxCrossEntropy";
   std::vector<int> d = DimsArg(info, 3, m, "shape", 2);
   const size_t n = d[0], c = d[1];
-  float* logits = FloatArg(info, 0, m, "logits", n * c);
+  FloatArg(info, 0, m, "logits", n * c);
   const int32_t* labels = IntArrayArg(info, 1, m, "labels", n);
-  float* dlogits = FloatArg(info, 2, m, "dlogits", n * c);
+  FloatArg(info, 2, m, "dlogits", n * c);
   for (size_t i = 0; i < n; ++i) {
     if (labels[i] < 0 || static_cast<size_t>(labels[i]) >= c) {
       throw Napi::RangeError::New(info.Env(), std::string(m) + ": labels[" + std::to_string(i) + "] is " +
@@ -213,7 +218,7 @@ Napi::Value SoftmaxCrossEntropyValue(const Napi::CallbackInfo& info) {
   auto* deviceLabels = static_cast<int32_t*>(ScratchOf(Scratch::kLabels, n * sizeof(int32_t)));
   FT_CUDA_CHECK(cudaMemcpy(deviceLabels, labels, n * sizeof(int32_t), cudaMemcpyHostToDevice));
   auto* rowLoss = static_cast<double*>(ScratchOf(Scratch::kRowLoss, n * sizeof(double)));
-  SoftmaxCrossEntropy(Dev(logits, n * c), deviceLabels, Dev(dlogits, n * c), rowLoss, n, c);
+  SoftmaxCrossEntropy(Dev(info, 0), deviceLabels, Dev(info, 2), rowLoss, n, c);
   std::vector<double> losses(n);
   FT_CUDA_CHECK(cudaMemcpy(losses.data(), rowLoss, n * sizeof(double), cudaMemcpyDeviceToHost));
   double loss = 0.0;
@@ -224,16 +229,15 @@ Napi::Value SoftmaxCrossEntropyValue(const Napi::CallbackInfo& info) {
 // upload(host, mirrored): host's values into the device mirror of `mirrored` (same length).
 Napi::Value UploadValue(const Napi::CallbackInfo& info) {
   auto [host, n] = FloatSpanArg(info, 0, "upload", "host");
-  float* mirrored = FloatArg(info, 1, "upload", "mirrored", n);
-  Upload(host, mirrored, n * sizeof(float));
+  FloatArg(info, 1, "upload", "mirrored", n);
+  Upload(host, info[1].As<Napi::TypedArray>());
   return info.Env().Undefined();
 }
 
 // download(mirrored, host): the device mirror of `mirrored` into host's values.
 Napi::Value DownloadValue(const Napi::CallbackInfo& info) {
-  auto [mirrored, n] = FloatSpanArg(info, 0, "download", "mirrored");
-  float* host = FloatArg(info, 1, "download", "host", n);
-  Download(mirrored, host, n * sizeof(float));
+  size_t n = FloatSpanArg(info, 0, "download", "mirrored").length;
+  Download(info[0].As<Napi::TypedArray>(), FloatArg(info, 1, "download", "host", n));
   return info.Env().Undefined();
 }
 

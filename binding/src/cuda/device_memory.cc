@@ -5,10 +5,10 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
-#include <iterator>
 #include <map>
 #include <stdexcept>
-#include <vector>
+
+#include <napi.h>
 
 #include "cuda_check.h"
 
@@ -19,14 +19,16 @@ void Fail(const char* call, const std::string& message) {
 }
 
 namespace {
-struct Range {
-  uintptr_t end;
+// One ArrayBuffer's mirror, by its host start address; `buffer` is a weak reference, empty once JS
+// collected the buffer (V8 clears it before the buffer's memory can be reused).
+struct BufferMirror {
+  size_t bytes;
   char* device;
+  Napi::Reference<Napi::ArrayBuffer> buffer;
 };
-// by host start address
-std::map<uintptr_t, Range>& Ranges() {
-  static std::map<uintptr_t, Range> ranges;
-  return ranges;
+std::map<uintptr_t, BufferMirror>& Mirrors() {
+  static std::map<uintptr_t, BufferMirror> mirrors;
+  return mirrors;
 }
 size_t heldBytes = 0;
 
@@ -35,6 +37,22 @@ struct ScratchBuffer {
   size_t bytes = 0;
 };
 std::array<ScratchBuffer, static_cast<size_t>(Scratch::kCount)> scratch;
+
+// Frees the mirrors of collected buffers, and of any buffer overlapping host bytes [start, end)
+// (only a collected one can: its memory now belongs to the buffer being mirrored).
+void FreeStale(uintptr_t start, uintptr_t end) {
+  auto& mirrors = Mirrors();
+  for (auto it = mirrors.begin(); it != mirrors.end();) {
+    const bool overlaps = it->first < end && start < it->first + it->second.bytes;
+    if (overlaps || it->second.buffer.Value().IsEmpty()) {
+      FT_CUDA_CHECK(cudaFree(it->second.device));
+      heldBytes -= it->second.bytes;
+      it = mirrors.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
 }  // namespace
 
 int Device() {
@@ -49,51 +67,34 @@ int Device() {
   return device;
 }
 
-void* Mirror(const void* host, size_t bytes) {
+void* Mirror(const Napi::TypedArray& array) {
   Device();
-  auto& ranges = Ranges();
-  const uintptr_t start = reinterpret_cast<uintptr_t>(host);
-  const uintptr_t end = start + (bytes > 0 ? bytes : 1);
-  auto after = ranges.upper_bound(start);
-  if (after != ranges.begin()) {
-    auto holder = std::prev(after);
-    if (holder->first <= start && end <= holder->second.end) {
-      return holder->second.device + (start - holder->first);
-    }
+  Napi::ArrayBuffer buffer = array.ArrayBuffer();
+  const uintptr_t start = reinterpret_cast<uintptr_t>(buffer.Data());
+  const size_t bytes = std::max<size_t>(buffer.ByteLength(), 1);
+  auto& mirrors = Mirrors();
+  auto found = mirrors.find(start);
+  if (found != mirrors.end() && found->second.bytes == bytes) {
+    Napi::ArrayBuffer held = found->second.buffer.Value();
+    if (!held.IsEmpty() && held.StrictEquals(buffer)) return found->second.device + array.ByteOffset();
   }
-  // the union of every range overlapping [start, end)
-  uintptr_t low = start, high = end;
-  auto first = ranges.lower_bound(start);
-  if (first != ranges.begin() && std::prev(first)->second.end > start) --first;
-  auto last = first;
-  while (last != ranges.end() && last->first < end) {
-    low = std::min(low, last->first);
-    high = std::max(high, last->second.end);
-    ++last;
-  }
+  FreeStale(start, start + bytes);
   char* device = nullptr;
-  FT_CUDA_CHECK(cudaMalloc(&device, high - low));
-  FT_CUDA_CHECK(cudaMemset(device, 0, high - low));
-  heldBytes += high - low;
-  for (auto it = first; it != last; ++it) {
-    const size_t length = it->second.end - it->first;
-    FT_CUDA_CHECK(cudaMemcpy(device + (it->first - low), it->second.device, length, cudaMemcpyDeviceToDevice));
-    FT_CUDA_CHECK(cudaFree(it->second.device));
-    heldBytes -= length;
-  }
-  ranges.erase(first, last);
-  ranges.emplace(low, Range{high, device});
-  return device + (start - low);
+  FT_CUDA_CHECK(cudaMalloc(&device, bytes));
+  FT_CUDA_CHECK(cudaMemset(device, 0, bytes));
+  heldBytes += bytes;
+  mirrors.emplace(start, BufferMirror{bytes, device, Napi::Reference<Napi::ArrayBuffer>::New(buffer, 0)});
+  return device + array.ByteOffset();
 }
 
-void Upload(const void* host, const void* mirrored, size_t bytes) {
-  if (bytes == 0) return;
-  FT_CUDA_CHECK(cudaMemcpy(Mirror(mirrored, bytes), host, bytes, cudaMemcpyHostToDevice));
+void Upload(const void* host, const Napi::TypedArray& mirrored) {
+  if (mirrored.ByteLength() == 0) return;
+  FT_CUDA_CHECK(cudaMemcpy(Mirror(mirrored), host, mirrored.ByteLength(), cudaMemcpyHostToDevice));
 }
 
-void Download(const void* mirrored, void* host, size_t bytes) {
-  if (bytes == 0) return;
-  FT_CUDA_CHECK(cudaMemcpy(host, Mirror(mirrored, bytes), bytes, cudaMemcpyDeviceToHost));
+void Download(const Napi::TypedArray& mirrored, void* host) {
+  if (mirrored.ByteLength() == 0) return;
+  FT_CUDA_CHECK(cudaMemcpy(host, Mirror(mirrored), mirrored.ByteLength(), cudaMemcpyDeviceToHost));
 }
 
 void* ScratchOf(Scratch purpose, size_t bytes) {

@@ -109,9 +109,9 @@ Napi::Value Init(const Napi::CallbackInfo& info) {
 Napi::Value AllReduce(const Napi::CallbackInfo& info) {
   const char* m = "ncclAllReduce";
   NcclComm* comm = CommArg(info, m);
-  auto [host, n] = cpu::FloatSpanArg(info, 1, m, "array");
+  size_t n = cpu::FloatSpanArg(info, 1, m, "array").length;
   double timeoutMs = cpu::NumberArg(info, 2, m, "timeoutMs");
-  float* data = MirrorOf(host, n);
+  float* data = MirrorOf<float>(info[1].As<Napi::TypedArray>());
   ncclResult_t started = ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm->comm, comm->stream);
   if (started != ncclSuccess && started != ncclInProgress) {
     comm->Abort();
