@@ -16,6 +16,18 @@ constexpr size_t kChunk = 8192;
 
 unsigned Blocks(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
+// Kernels that divide indices are instantiated for 32-bit indices (below 2^31 values) as well: a 64-bit division costs a
+// GPU tens of instructions, and it dominated the pooling and bias kernels. Same arithmetic on the
+// values, so the same bits either way.
+template <typename Launch>
+void ByIndexWidth(size_t count, Launch launch) {
+  if (count <= INT32_MAX) {
+    launch(uint32_t{});
+  } else {
+    launch(size_t{});
+  }
+}
+
 void Launched(const char* kernel) { Check(cudaGetLastError(), kernel); }
 
 __global__ void ReluForwardKernel(const float* x, float* y, size_t n) {
@@ -38,18 +50,20 @@ __global__ void ScaleKernel(float* x, float scale, size_t n) {
   if (i < n) x[i] *= scale;
 }
 
-__global__ void AddBiasKernel(float* y, const float* b, size_t channels, size_t inner, size_t n) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+template <typename Index>
+__global__ void AddBiasKernel(float* y, const float* b, Index channels, Index inner, Index n) {
+  Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] += b[(i / inner) % channels];
 }
 
 // The sum of one channel's values [first, last) (k = o inner + i): each thread sums a fixed stride in
 // order, then a fixed tree adds the threads' sums.
-__device__ float ChannelSum(const float* dy, size_t channels, size_t inner, size_t c, size_t first, size_t last) {
+template <typename Index>
+__device__ float ChannelSum(const float* dy, Index channels, Index inner, Index c, Index first, Index last) {
   __shared__ float partial[kThreads];
   float sum = 0.0f;
-  for (size_t k = first + threadIdx.x; k < last; k += kThreads) {
-    size_t o = k / inner, i = k % inner;
+  for (Index k = first + threadIdx.x; k < last; k += kThreads) {
+    Index o = k / inner, i = k % inner;
     sum += dy[(o * channels + c) * inner + i];
   }
   partial[threadIdx.x] = sum;
@@ -62,9 +76,11 @@ __device__ float ChannelSum(const float* dy, size_t channels, size_t inner, size
 }
 
 // Block (c, chunk): channel c's chunk-th run of kChunk values into partials[c][chunk].
-__global__ void ChunkSumsKernel(const float* dy, float* partials, size_t outer, size_t channels, size_t inner) {
-  const size_t c = blockIdx.x, chunk = blockIdx.y, count = outer * inner;
-  const size_t first = chunk * kChunk, last = first + kChunk < count ? first + kChunk : count;
+template <typename Index>
+__global__ void ChunkSumsKernel(const float* dy, float* partials, Index outer, Index channels, Index inner) {
+  const Index c = blockIdx.x, chunk = blockIdx.y, count = outer * inner;
+  const Index first = chunk * static_cast<Index>(kChunk);
+  const Index last = first + static_cast<Index>(kChunk) < count ? first + static_cast<Index>(kChunk) : count;
   float sum = ChannelSum(dy, channels, inner, c, first, last);
   if (threadIdx.x == 0) partials[c * gridDim.y + chunk] = sum;
 }
@@ -98,19 +114,24 @@ __global__ void SoftmaxCrossEntropyKernel(const float* logits, const int32_t* la
 }
 
 // Where flat index i of [maps, rows, columns] is.
+template <typename Index>
 struct Place {
-  size_t map;
+  Index map;
   int row, column;
 };
 
-__device__ Place Locate(size_t i, int rows, int columns) {
-  return {i / (static_cast<size_t>(rows) * columns), static_cast<int>((i / columns) % rows), static_cast<int>(i % columns)};
+template <typename Index>
+__device__ Place<Index> Locate(Index i, int rows, int columns) {
+  const Index line = i / static_cast<Index>(columns);
+  return {line / static_cast<Index>(rows), static_cast<int>(line % static_cast<Index>(rows)),
+          static_cast<int>(i - line * static_cast<Index>(columns))};
 }
 
 // one thread per output value
+template <typename Index>
 __global__ void MaxPoolForwardKernel(const float* x, float* y, int32_t* argmax, PoolGeometry g) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  size_t total = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
+  Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x;
+  Index total = static_cast<Index>(g.n) * g.c * g.oh * g.ow;
   if (i >= total) return;
   const auto [map, oy, ox] = Locate(i, g.oh, g.ow);
   const float* in = x + map * g.h * g.w;
@@ -141,9 +162,10 @@ __device__ void Windows(int pos, int stride, int pad, int r, int out, int* first
 }
 
 // one thread per input value: gathers, in window order, the gradients of the outputs it was the max of
+template <typename Index>
 __global__ void MaxPoolBackwardKernel(const float* dy, float* dx, const int32_t* argmax, PoolGeometry g) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  size_t total = static_cast<size_t>(g.n) * g.c * g.h * g.w;
+  Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x;
+  Index total = static_cast<Index>(g.n) * g.c * g.h * g.w;
   if (i >= total) return;
   const auto [map, iy, ix] = Locate(i, g.h, g.w);
   const int self = iy * g.w + ix;
@@ -153,16 +175,17 @@ __global__ void MaxPoolBackwardKernel(const float* dy, float* dx, const int32_t*
   float sum = 0.0f;
   for (int oy = y0; oy <= y1; ++oy) {
     for (int ox = x0; ox <= x1; ++ox) {
-      size_t o = (map * g.oh + oy) * g.ow + ox;
+      Index o = (map * g.oh + oy) * g.ow + ox;
       if (argmax[o] == self) sum += dy[o];
     }
   }
   dx[i] = sum;
 }
 
+template <typename Index>
 __global__ void AvgPoolForwardKernel(const float* x, float* y, PoolGeometry g) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  size_t total = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
+  Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x;
+  Index total = static_cast<Index>(g.n) * g.c * g.oh * g.ow;
   if (i >= total) return;
   const auto [map, oy, ox] = Locate(i, g.oh, g.ow);
   const float* in = x + map * g.h * g.w;
@@ -178,9 +201,10 @@ __global__ void AvgPoolForwardKernel(const float* x, float* y, PoolGeometry g) {
   y[i] = sum / static_cast<float>(g.r * g.r);
 }
 
+template <typename Index>
 __global__ void AvgPoolBackwardKernel(const float* dy, float* dx, PoolGeometry g) {
-  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
-  size_t total = static_cast<size_t>(g.n) * g.c * g.h * g.w;
+  Index i = blockIdx.x * static_cast<Index>(blockDim.x) + threadIdx.x;
+  Index total = static_cast<Index>(g.n) * g.c * g.h * g.w;
   if (i >= total) return;
   const auto [map, iy, ix] = Locate(i, g.h, g.w);
   int y0, y1, x0, x1;
@@ -221,7 +245,10 @@ void ScaleInPlace(float* x, float scale, size_t n) {
 void AddBias(float* y, const float* b, size_t outer, size_t channels, size_t inner) {
   size_t n = outer * channels * inner;
   if (n == 0) return;
-  AddBiasKernel<<<Blocks(n), kThreads>>>(y, b, channels, inner, n);
+  ByIndexWidth(n, [&](auto index) {
+    using Index = decltype(index);
+    AddBiasKernel<Index><<<Blocks(n), kThreads>>>(y, b, channels, inner, n);
+  });
   Launched("addBias");
 }
 
@@ -229,8 +256,11 @@ void SumPerChannel(const float* dy, float* db, size_t outer, size_t channels, si
   if (channels == 0) return;
   const size_t chunks = std::max<size_t>(1, (outer * inner + kChunk - 1) / kChunk);
   auto* partials = static_cast<float*>(ScratchOf(Scratch::kPartials, channels * chunks * sizeof(float)));
-  ChunkSumsKernel<<<dim3(static_cast<unsigned>(channels), static_cast<unsigned>(chunks)), kThreads>>>(dy, partials, outer,
-                                                                                                   channels, inner);
+  ByIndexWidth(outer * channels * inner, [&](auto index) {
+    using Index = decltype(index);
+    ChunkSumsKernel<Index><<<dim3(static_cast<unsigned>(channels), static_cast<unsigned>(chunks)), kThreads>>>(
+        dy, partials, outer, channels, inner);
+  });
   Launched("sumPerChannel");
   ChannelTotalsKernel<<<Blocks(channels), kThreads>>>(partials, db, channels, chunks);
   Launched("sumPerChannel");
@@ -245,25 +275,25 @@ void SoftmaxCrossEntropy(const float* logits, const int32_t* labels, float* dlog
 
 void MaxPoolForward(const float* x, float* y, int32_t* argmax, const PoolGeometry& g) {
   size_t n = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
-  MaxPoolForwardKernel<<<Blocks(n), kThreads>>>(x, y, argmax, g);
+  ByIndexWidth(n, [&](auto index) { MaxPoolForwardKernel<decltype(index)><<<Blocks(n), kThreads>>>(x, y, argmax, g); });
   Launched("pool2dForward");
 }
 
 void MaxPoolBackward(const float* dy, float* dx, const int32_t* argmax, const PoolGeometry& g) {
   size_t n = static_cast<size_t>(g.n) * g.c * g.h * g.w;
-  MaxPoolBackwardKernel<<<Blocks(n), kThreads>>>(dy, dx, argmax, g);
+  ByIndexWidth(n, [&](auto index) { MaxPoolBackwardKernel<decltype(index)><<<Blocks(n), kThreads>>>(dy, dx, argmax, g); });
   Launched("pool2dBackward");
 }
 
 void AvgPoolForward(const float* x, float* y, const PoolGeometry& g) {
   size_t n = static_cast<size_t>(g.n) * g.c * g.oh * g.ow;
-  AvgPoolForwardKernel<<<Blocks(n), kThreads>>>(x, y, g);
+  ByIndexWidth(n, [&](auto index) { AvgPoolForwardKernel<decltype(index)><<<Blocks(n), kThreads>>>(x, y, g); });
   Launched("pool2dForward");
 }
 
 void AvgPoolBackward(const float* dy, float* dx, const PoolGeometry& g) {
   size_t n = static_cast<size_t>(g.n) * g.c * g.h * g.w;
-  AvgPoolBackwardKernel<<<Blocks(n), kThreads>>>(dy, dx, g);
+  ByIndexWidth(n, [&](auto index) { AvgPoolBackwardKernel<decltype(index)><<<Blocks(n), kThreads>>>(dy, dx, g); });
   Launched("pool2dBackward");
 }
 
