@@ -1,6 +1,6 @@
 """PyTorch's side of bench/throughput, a long-lived child so that the bench can alternate with it
 in short rounds: each line on stdin is a request {"spec": <a model spec, every default filled in>,
-"batch": B, "seconds": S[, "device": "cuda", "input": "host"]}; the answer is one line {"model", "images_per_s", "steps"}: full SGD
+"batch": B, "seconds": S[, "device": "cuda", "input": "host", "deterministic": true]}; the answer is one line {"model", "images_per_s", "steps"}: full SGD
 training steps (forward, backward, update, like ft-train's) of that model on one thread, timed for
 S seconds. A language model's spec ("context", "vocab") trains on random token windows with AdamW
 (decay on matrices only, as ft-train's: {"lr", "weight_decay"} in the request) and answers
@@ -59,8 +59,12 @@ def trainer(spec, batch, request):
     # loop does with a DataLoader's batches; otherwise the batch stays where it is
     from_host = request.get('input') == 'host'
     x_host, y_host = x.cpu(), y.cpu()
+    # "deterministic": only cuDNN's deterministic algorithms, as ft-train's GPU backend computes (the
+    # flag is global to this process, so each step sets its own)
+    deterministic = bool(request.get('deterministic'))
 
     def step():
+        torch.backends.cudnn.deterministic = deterministic
         optimizer.zero_grad()
         if from_host:
             loss_fn(model(x_host.to(device)), y_host.to(device)).backward()
@@ -82,7 +86,7 @@ def main():
     for line in sys.stdin:
         request = json.loads(line)
         spec, batch, seconds = request['spec'], request['batch'], request['seconds']
-        key = (spec['name'], batch, request.get('device', 'cpu'), request.get('input'))
+        key = (spec['name'], batch, request.get('device', 'cpu'), request.get('input'), bool(request.get('deterministic')))
         if key not in steps_of:
             steps_of[key] = trainer(spec, batch, request)
         step = steps_of[key]

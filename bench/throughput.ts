@@ -16,11 +16,13 @@
 // With --device cuda: lenet and cifarnet at batch 64 and 512 on the GPU backend (the net on the GPU,
 // the SGD update on the host, as ft-train --device cuda runs them: each step uploads its batch and
 // parameters and downloads its gradients) against PyTorch on the same GPU (float32 throughout: TF32
-// off on both sides), the same interleaving, twice: PyTorch moving each step's batch from host memory
-// as a training loop does ("host"), and PyTorch with its batch kept on the GPU ("resident", no
-// transfer at all); and the time of one NCCL abort and one rebuild at 1 rank. Last line JSON:
-// min_vs_pytorch_cuda_512 (host; target >= 1.0), min_vs_pytorch_cuda_resident_512,
-// <model>_<batch>_vs_pytorch_cuda[_resident], nccl_abort_ms, nccl_rebuild_ms, gpu, models.
+// off on both sides), the same interleaving, three times: PyTorch moving each step's batch from host
+// memory as a training loop does ("host"), PyTorch with its batch kept on the GPU ("resident", no
+// transfer at all), and PyTorch moving its batch and restricted to cuDNN's deterministic algorithms
+// as ft-train is ("deterministic"); and the time of one NCCL abort and one rebuild at 1 rank. Last
+// line JSON: min_vs_pytorch_cuda_512 (host; target >= 1.0), min_vs_pytorch_cuda_resident_512,
+// min_vs_pytorch_cuda_deterministic_512, <model>_<batch>_vs_pytorch_cuda[_resident|_deterministic],
+// nccl_abort_ms, nccl_rebuild_ms, gpu, models.
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -80,7 +82,7 @@ function stepsPerS(step: () => void, duration: number): number {
 
 /** The PyTorch child: times a model for `seconds` when asked (a language model: tokens/s). */
 function startPytorch(): {
-  imagesPerS: (net: Net, on?: { batch: number; device: 'cpu' | 'cuda'; input?: 'host' }) => Promise<number>;
+  imagesPerS: (net: Net, on?: { batch: number; device: 'cpu' | 'cuda'; input?: 'host'; deterministic?: true }) => Promise<number>;
   tokensPerS: (net: Net) => Promise<number>;
   stop: () => void;
 } {
@@ -161,20 +163,26 @@ async function gpuMain(): Promise<void> {
   const cases = ['lenet', 'cifarnet'].flatMap((model) =>
     [64, 512].map((size) => ({ model, size, ...modelStep(model, size, cudaBackend()) })),
   );
-  const peers = ['host', 'resident'] as const;
+  const peers = ['host', 'resident', 'deterministic'] as const;
   const pytorch = startPytorch();
   const samples = (): number[] => [];
   const ours = new Map(cases.map((c) => [c, samples()]));
-  const theirs = new Map(cases.map((c) => [c, { host: samples(), resident: samples() }]));
-  const ratios = new Map(cases.map((c) => [c, { host: samples(), resident: samples() }]));
+  const perPeer = () => ({ host: samples(), resident: samples(), deterministic: samples() });
+  const theirs = new Map(cases.map((c) => [c, perPeer()]));
+  const ratios = new Map(cases.map((c) => [c, perPeer()]));
   for (let round = 0; round < rounds; ++round) {
     process.stderr.write(`[bench] round ${round + 1}/${rounds} on ${gpu}: ft-train and PyTorch, alternating ...\n`);
     for (const c of cases) {
       const mine = (): number => stepsPerS(c.step, seconds) * c.size;
-      const peer = (input: (typeof peers)[number]): Promise<number> =>
-        pytorch.imagesPerS(c.net, { batch: c.size, device: 'cuda', ...(input === 'host' ? { input } : {}) });
+      const peer = (kind: (typeof peers)[number]): Promise<number> =>
+        pytorch.imagesPerS(c.net, {
+          batch: c.size,
+          device: 'cuda',
+          ...(kind === 'resident' ? {} : { input: 'host' }),
+          ...(kind === 'deterministic' ? { deterministic: true } : {}),
+        });
       let rate: number;
-      const peerRates = { host: 0, resident: 0 };
+      const peerRates = { host: 0, resident: 0, deterministic: 0 };
       if (round % 2 === 0) {
         rate = mine();
         for (const input of peers) peerRates[input] = await peer(input);
@@ -210,23 +218,30 @@ async function gpuMain(): Promise<void> {
   nccl.ncclAbort(comm);
   const summary: Record<string, number> = {};
   const perCase: Record<string, unknown> = {};
-  console.log(`on ${gpu}\nmodel      batch  ft-train img/s  PyTorch img/s (host, resident)  ratio (host, resident)`);
+  console.log(
+    `on ${gpu}\nmodel      batch  ft-train img/s  PyTorch img/s (host, resident, deterministic)  ratio (host, resident, deterministic)`,
+  );
+  const suffixes = { host: '', resident: '_resident', deterministic: '_deterministic' };
   for (const c of cases) {
     const name = `${c.model}_${c.size}`;
-    const ratio = { host: median(ratios.get(c)!.host), resident: median(ratios.get(c)!.resident) };
-    summary[`${name}_vs_pytorch_cuda`] = +ratio.host.toFixed(3);
-    summary[`${name}_vs_pytorch_cuda_resident`] = +ratio.resident.toFixed(3);
-    const peer = { host: median(theirs.get(c)!.host), resident: median(theirs.get(c)!.resident) };
-    perCase[name] = {
-      images_per_s: +median(ours.get(c)!).toFixed(1),
-      pytorch_images_per_s: +peer.host.toFixed(1),
-      pytorch_resident_images_per_s: +peer.resident.toFixed(1),
-      vs_pytorch_rounds: ratios.get(c)!.host.map((r) => +r.toFixed(3)),
-      vs_pytorch_resident_rounds: ratios.get(c)!.resident.map((r) => +r.toFixed(3)),
-    };
+    const ratio = Object.fromEntries(peers.map((kind) => [kind, median(ratios.get(c)![kind])])) as Record<(typeof peers)[number], number>;
+    const peer = Object.fromEntries(peers.map((kind) => [kind, median(theirs.get(c)![kind])])) as Record<(typeof peers)[number], number>;
+    const record: Record<string, unknown> = { images_per_s: +median(ours.get(c)!).toFixed(1) };
+    for (const kind of peers) {
+      summary[`${name}_vs_pytorch_cuda${suffixes[kind]}`] = +ratio[kind].toFixed(3);
+      record[`pytorch${suffixes[kind]}_images_per_s`] = +peer[kind].toFixed(1);
+      record[`vs_pytorch${suffixes[kind]}_rounds`] = ratios.get(c)![kind].map((r) => +r.toFixed(3));
+    }
+    perCase[name] = record;
     console.log(
       `${c.model.padEnd(10)} ${String(c.size).padStart(5)} ${median(ours.get(c)!).toFixed(0).padStart(15)} ` +
-        `${`${peer.host.toFixed(0)}, ${peer.resident.toFixed(0)}`.padStart(31)} ${`${ratio.host.toFixed(3)}, ${ratio.resident.toFixed(3)}`.padStart(23)}`,
+        `${peers
+          .map((kind) => peer[kind].toFixed(0))
+          .join(', ')
+          .padStart(46)} ${peers
+          .map((kind) => ratio[kind].toFixed(3))
+          .join(', ')
+          .padStart(38)}`,
     );
   }
   console.log(
@@ -238,6 +253,7 @@ async function gpuMain(): Promise<void> {
     JSON.stringify({
       min_vs_pytorch_cuda_512: at512(''),
       min_vs_pytorch_cuda_resident_512: at512('_resident'),
+      min_vs_pytorch_cuda_deterministic_512: at512('_deterministic'),
       ...summary,
       nccl_abort_ms: +median(abortMs).toFixed(3),
       nccl_rebuild_ms: +median(rebuildMs).toFixed(3),
