@@ -8,6 +8,7 @@
 import { isFailure, type Communicator } from '../comm';
 import { ShardMap } from '../data/shard-map';
 import { withDeadline } from '../liveness/deadline';
+import { ProtocolStop } from '../liveness/stop';
 import { killDeclaredDead } from '../liveness/hangs';
 import { goneFromHere } from '../run/pids';
 import type { Phase } from '../liveness/drills';
@@ -344,17 +345,27 @@ export class Membership {
     const spawned = this.spawned!;
     this.spawned = undefined;
     let merged: Communicator | undefined;
+    let returned = false;
     const ok = await vote.succeedsEverywhere('admit', async () => {
-      merged = await withDeadline(spawned.link.merge(), this.config.commTimeoutMs, 'MPI_Intercomm_merge');
+      const merging = spawned.link.merge().finally(() => {
+        returned = true;
+      });
+      // the addon bounds its waits for "ready" and the agreement before the merge; a failure after
+      // the agreement leaves MPI_Intercomm_merge, and with it the comm thread, blocked for good
+      merged = await withDeadline(merging, 3 * this.config.commTimeoutMs, 'MPI_Intercomm_merge').catch((error: Error) => {
+        if (returned) throw error;
+        throw new ProtocolStop('unrecoverable', `the admission of rank(s) ${spawned.ids.join(', ')} cannot finish: ${error.message}`);
+      });
     });
-    await spawned.link.free().catch(() => undefined);
     if (!ok) {
+      await this.leaveSpawned(spawned);
       await merged
         ?.revoke()
         .then(() => merged!.free())
         .catch(() => undefined);
       return null;
     }
+    await spawned.link.free().catch(() => undefined);
     // the working ranks' communicator is made anew for the grown world (formWorkers)
     const old = this.everyone;
     if (this.workers !== old) await this.workers?.free();

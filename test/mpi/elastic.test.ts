@@ -2,8 +2,8 @@
 // the same recovery, and with --respawn the survivors spawn replacements (MPI_Comm_spawn) that
 // join once ready (or, with --respawn-join wait, at the retried step's end, which these tests use
 // where they name the steps of the world's sizes), receive the state and take shards; kills of the
-// newcomer before and during its join and of a survivor during the spawn are recovered like any
-// other, and so are the death of the rank that starts the spawn while it is under way and a
+// newcomer before and during its join, of a survivor during the spawn and of one as the newcomers
+// are admitted are recovered like any other, and so are the death of the rank that starts the spawn while it is under way and a
 // newcomer stopped during its join (which no failure detector watches: the survivors find it
 // stopped once their wait runs past its deadline, and kill it) or before it (given up, and another
 // spawned). A spawned rank that leads at the end cleans up the checkpoint directory as the first
@@ -224,6 +224,50 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.match(stopped.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 3 s\); spawning again/);
     const pid = Number(fs.readFileSync(path.join(stopped.dir, 'pids', '4'), 'utf8').split(' ')[0]);
     assert.throws(() => process.kill(pid, 0), /ESRCH/, `rank 4 (pid ${pid}) still runs`);
+  });
+
+  it('--respawn: a survivor killed, or stopped, as a newcomer is admitted: the admission fails alike on every side, the newcomer is given up, two others join: the same bits', async () => {
+    for (const action of ['kill', 'stop']) {
+      const run = await ftRun(
+        4,
+        [],
+        ...respawnWaiting,
+        '--hang-timeout',
+        '2',
+        '--drill',
+        'rank=2,step=3,phase=compute',
+        '--drill',
+        `rank=1,step=4,phase=admit,action=${action}`,
+      );
+      assert.equal(run.code, 0, `${action}: ${run.stderr}`);
+      assert.equal(summaryOf(run).params_sha256, reference.get('sgd'), action);
+      // rank 4, ready for the retried step 3's end, is not admitted: its place and rank 1's go to ranks 5 and 6
+      assert.deepEqual(worlds(run), [4, 4, 4, 3, 2, ...Array(7).fill(4)], action);
+      assert.deepEqual(
+        summaryOf(run).failures.map((f) => [f.step, f.lost]),
+        [
+          [3, [2]],
+          [4, [1]],
+        ],
+        action,
+      );
+      const events = lines<EventRecord>(run, 'events.jsonl');
+      const failure = events.filter((e) => e.event === 'failure').map((e) => [e.step, e.phase]);
+      assert.deepEqual(failure[1], [4, 'admit'], action);
+      assert.deepEqual(
+        events.filter((e) => ['spawn', 'admit', 'join'].includes(e.event)).map((e) => [e.event, e.step, e.ranks]),
+        [
+          ['spawn', 3, [4]],
+          ['spawn', 4, [5, 6]],
+          ['admit', 5, [5, 6]],
+          ['join', 5, [5, 6]],
+        ],
+        action,
+      );
+      // given up: it leaves on its own failed agreement, or is killed by its spawners, whichever comes first
+      const pid = Number(fs.readFileSync(path.join(run.dir, 'pids', '4'), 'utf8').split(' ')[0]);
+      assert.throws(() => process.kill(pid, 0), /ESRCH/, `${action}: rank 4 (pid ${pid}) still runs`);
+    }
   });
 
   it('--respawn with sharded state: the newcomer receives its chunk in the redistribution, the same bits', async () => {

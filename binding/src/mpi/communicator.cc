@@ -512,9 +512,11 @@ Napi::Value Communicator::SpawnedReady(const Napi::CallbackInfo& info) {
 }
 
 // merge(): collective over a spawn's intercommunicator, both sides. A spawned process says it is
-// ready, then merges; the spawning side's rank 0 first waits for every "ready" (bounded like the
-// collectives). One communicator results, the spawning ranks first with their ids, then the
-// spawned ones numbered from spawn()'s firstId. The intercommunicator stays (free it).
+// ready, then merges; the spawning side's rank 0 first waits for every "ready", and both sides
+// agree that none of them failed before merging (both bounded like the collectives). One
+// communicator results, the spawning ranks first with their ids, then the spawned ones numbered
+// from spawn()'s firstId. The intercommunicator stays (free it). MPI_Intercomm_merge itself blocks:
+// bound it from JS.
 Napi::Value Communicator::Merge(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   MPI_Comm comm = Handle(env, "merge");
@@ -530,6 +532,15 @@ Napi::Value Communicator::Merge(const Napi::CallbackInfo& info) {
           int ready = 1;
           MPI_CHECK(MPI_Send(&ready, 1, MPI_INT, 0, kReadyTag, comm));
         }
+#ifdef FT_HAVE_MPIX_COMM_IAGREE
+        // Both sides agree first, polled like the collectives: MPI_Intercomm_merge notices no
+        // failure (a process dead or stopped on either side leaves the others in it for good, and
+        // with them this thread), while an agreement reports it to every side alike.
+        int alive = 1;
+        MPI_Request request;
+        MPI_CHECK(MPIX_Comm_iagree(comm, &alive, &request));
+        CommThread::Get().Wait(&request, comm, "MPIX_Comm_iagree");
+#endif
         MPI_Comm merged;
         MPI_CHECK(MPI_Intercomm_merge(comm, /*high=*/link->spawning ? 0 : 1, &merged));
         CommInfo info = Describe(merged, {});
