@@ -131,11 +131,31 @@ export class Trainer implements StateSource {
   async run(resume?: { dir: string; manifest: CheckpointManifest }): Promise<TrainResult> {
     const from = resume ? this.restore(resume.dir, resume.manifest) : undefined;
     if (!resume) this.net.init(this.config.seed);
+    const world = this.manager.world;
+    if (world.spares.includes(world.worldRank)) this.warmUp();
     await this.manager.start(this, from);
     this.test = await this.dataset.test.readAll();
     while (!this.done()) await this.trainStep();
     this.manager.endTraining();
     return this.result(await this.evaluate());
+  }
+
+  /**
+   * A spare's kernels made ready before it waits: one pass over a batch of zeros at each shard's
+   * size. Its first pass would otherwise come on the critical path of a recovery (it takes a lost
+   * rank's place and computes its shards at once), where oneDNN builds each primitive the first time
+   * it meets a shape. Nothing of the state changes: a pass overwrites only the gradients and
+   * statistics, which the next pass computes anew.
+   */
+  private warmUp(): void {
+    const { plan } = this.data;
+    const sizes = new Set(Array.from({ length: this.config.shards }, (_, shard) => plan.size(shard)));
+    for (const rows of sizes) {
+      const [x, labels] = this.buffers.view(rows);
+      x.fill(0);
+      labels.fill(0);
+      this.net.lossAndGradient(x, labels, rows, { seed: this.config.seed, epoch: 0, step: 0, shard: 0 });
+    }
   }
 
   /** One try at the current step: committed and recorded, or recovered from (the same step comes again). */
