@@ -3,6 +3,9 @@
 // CPU kernels (and the GPU backend's, where it was built), CRC-64, erasure coding and the checkpoint file writer.
 #include <napi.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -115,6 +118,16 @@ Napi::Value SetMainComputing(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// exitNow(code): ends the process with `code` at once, without exit()'s teardown. libuv joins its
+// thread pool at exit, and a pool thread blocked for good in a write to a stuck disk (a spare
+// checkpoint file's fill that was given up) would keep the process alive after its run ended. For
+// a process that has written, flushed and finalized all it owes.
+Napi::Value ExitNow(const Napi::CallbackInfo& info) {
+  int code = IntArg(info, 0, "exitNow", "code", 0, 255);
+  std::fflush(nullptr);
+  _exit(code);
+}
+
 Napi::Value FinalizeMpi(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CommThread& thread = CommThread::Get();
@@ -127,6 +140,7 @@ Napi::Value FinalizeMpi(const Napi::CallbackInfo& info) {
 Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("init", Napi::Function::New(env, InitMpi, "init"));
   exports.Set("finalize", Napi::Function::New(env, FinalizeMpi, "finalize"));
+  exports.Set("exitNow", Napi::Function::New(env, ExitNow, "exitNow"));
   exports.Set("setCommTimeout", Napi::Function::New(env, SetCommTimeout, "setCommTimeout"));
   exports.Set("setIdleProgress", Napi::Function::New(env, SetIdleProgress, "setIdleProgress"));
   exports.Set("setMainComputing", Napi::Function::New(env, SetMainComputing, "setMainComputing"));

@@ -3,7 +3,7 @@
 // final write (voted) with one summary writer, and every way the run stops (one line, one exit
 // code). A front door only says what its loop is: how it checks its inputs, what fixes its result
 // (the identity), and how it trains, restores and writes its state.
-import { canOverlap, type Communicator } from '../comm';
+import { canOverlap, exitNow, type Communicator } from '../comm';
 import type { Dataset } from '../data/dataset';
 import type { CpuLevel, KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
@@ -256,8 +256,9 @@ function summaryOf(
 export function exitWhenDone(outcome: Promise<TrainOutcome<unknown>>): void {
   outcome.then(
     // the run has written all it owes and finalized: a write still pending on a stuck disk (the
-    // spare checkpoint file's fill, a stripe given up on) must not keep the process alive
-    ({ exitCode }) => process.exit(exitCode),
+    // spare checkpoint file's fill, a stripe given up on) must not keep the process alive, which
+    // process.exit would (libuv joins its thread pool at exit)
+    ({ exitCode }) => exitNow(exitCode),
     (error: unknown) => {
       const input = error instanceof InputError;
       process.exitCode = input ? 2 : 1;

@@ -419,11 +419,16 @@ export async function readySpare(root: string, bytes: number, writer: StripeWrit
  * one; then `root` itself if that left nothing in it but the mark of a run having made it (for the
  * spare alone: a run that wrote no checkpoint leaves no directory).
  */
-export function removeStaging(root: string): void {
-  if (!fs.existsSync(root)) return;
-  removeEntries(root, (name) => name === stagingName || name.startsWith(`${stagingName}.partial-`));
-  const left = fs.readdirSync(root);
-  if (left.length === 1 && left[0] === madeMark) fs.rmSync(root, { recursive: true });
+export async function removeStaging(root: string): Promise<void> {
+  // asynchronous: on a stuck disk these calls never return, and the caller bounds them
+  const names = await fs.promises.readdir(root).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT') return [];
+    throw error;
+  });
+  const staging = names.filter((name) => name === stagingName || name.startsWith(`${stagingName}.partial-`));
+  for (const name of staging) await fs.promises.rm(path.join(root, name), { recursive: true, force: true });
+  const left = names.filter((name) => !staging.includes(name));
+  if (left.length === 1 && left[0] === madeMark) await fs.promises.rm(root, { recursive: true });
 }
 
 /**

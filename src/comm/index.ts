@@ -11,6 +11,7 @@ export { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, Revoked
 interface MpiPart {
   init(): Promise<MpiSession>;
   finalize(): Promise<void>;
+  exitNow(code: number): never;
   /** the classes the addon constructs an MPI error as, keeping its error class */
   registerErrorTypes(types: Record<string, unknown>): void;
   ulfm: boolean;
@@ -46,6 +47,15 @@ export function init(): Promise<MpiSession> {
 /** Fails queued calls that have not started, then finalizes MPI and ends the comm thread. */
 export function finalize(): Promise<void> {
   return addon.finalize();
+}
+
+/**
+ * Ends the process with `code` at once, without exit()'s teardown, which would wait for a thread
+ * blocked for good in a write to a stuck disk (libuv joins its thread pool at exit). For a process
+ * that has written, flushed and finalized all it owes.
+ */
+export function exitNow(code: number): never {
+  return addon.exitNow(code);
 }
 
 /** The cores this process may run on, as it started (before compute threads are pinned to theirs). */

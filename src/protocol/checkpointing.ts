@@ -25,7 +25,7 @@ import {
   type StripeWriter,
   type TrainingState,
 } from '../checkpoint/checkpoint';
-import { withDeadline, withDiskDeadline } from '../liveness/deadline';
+import { withDiskDeadline } from '../liveness/deadline';
 import type { Phase } from '../liveness/drills';
 import type { LoopPosition, ProtocolConfig, ProtocolObserver, RunHistory, StepPosition } from './contracts';
 import type { Membership } from './membership';
@@ -59,7 +59,6 @@ export class Checkpointing {
   private readonly stripeWriter = newStripeWriter();
   /** the leader's, for the spare beside training (readySpare) */
   private spareWriter?: StripeWriter;
-  private spare: Promise<void> = Promise.resolve();
   private spareUnderWay = false;
   /** a commit failed after its vote: the staging directory holds that checkpoint, whole, and stays */
   private stagingKept = false;
@@ -208,7 +207,7 @@ export class Checkpointing {
     if (!this.world.isLeader || !this.config.spareCheckpoint || this.spareUnderWay) return;
     this.spareWriter ??= newStripeWriter();
     this.spareUnderWay = true;
-    this.spare = readySpare(this.config.checkpointDir, stateFileBytes(source.state()), this.spareWriter)
+    void readySpare(this.config.checkpointDir, stateFileBytes(source.state()), this.spareWriter)
       .catch((error: NodeJS.ErrnoException) => {
         if (error.code !== 'ECANCELED') this.observer.log(`no spare checkpoint file (a checkpoint will write a new one): ${error.message}`);
       })
@@ -220,9 +219,15 @@ export class Checkpointing {
   /** At exit, on the leader: the spare (or an uncommitted attempt) is removed; a voted one that could not be put in place stays. */
   async close(): Promise<void> {
     if (!this.world.isLeader || !this.config.spareCheckpoint || this.stagingKept) return;
-    // no checkpoint will use a spare still being filled: it stops after the piece being written
+    // no checkpoint will use a spare still being filled: it stops after the piece being written,
+    // which is not waited for (on a stuck disk it never ends, and a rank out of MPI that long is
+    // taken for hung); removed under it, the file goes once the write ends or the process does
     if (this.spareUnderWay) this.spareWriter!.cancel();
-    await withDeadline(this.spare, this.config.commTimeoutMs, "the spare checkpoint file's write").catch(() => undefined);
-    removeStaging(this.config.checkpointDir);
+    await withDiskDeadline(
+      removeStaging(this.config.checkpointDir),
+      now(),
+      this.config.diskTimeoutMs,
+      'removing the spare checkpoint file',
+    ).catch((error: Error) => this.observer.log(`${error.message}; left in ${this.config.checkpointDir}`));
   }
 }

@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type * as winston from 'winston';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
-import { finalize, init, type Communicator } from '../comm';
+import { exitNow, finalize, init, type Communicator } from '../comm';
 import type { CpuLevel, KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
 import type { Dataset } from '../data/dataset';
@@ -258,17 +258,19 @@ export class RankJob {
 
   /** The bounded end of a run that reached its end or a clean stop: the process's exit code. */
   async end(code: number, manager: Manager, dataset: Dataset): Promise<number> {
-    this.disarm();
     await dataset.close();
+    // armed until here: the comm thread's idle progress sends the failure detector's heartbeats
+    // while the leader removes the spare checkpoint file (bounded by the disk deadline)
+    await withDeadline(manager.close(), this.bounds.commMs, 'MPI_Comm_free').catch(() => undefined);
+    this.disarm();
     this.runLog.close();
     await closeLogger(this.logger);
-    await withDeadline(manager.close(), this.bounds.commMs, 'MPI_Comm_free').catch(() => undefined);
     const finalized = await withDeadline(finalize(), this.bounds.commMs, 'MPI_Finalize').then(
       () => true,
       () => false,
     );
     // a finalize that never returns would keep the process alive: every rank has agreed on the end already
-    if (!finalized) process.exit(code);
+    if (!finalized) exitNow(code);
     return code === 0 ? 0 : this.exitLast(code, manager);
   }
 

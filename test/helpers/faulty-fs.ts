@@ -1,12 +1,12 @@
 // A FUSE mount of test/helpers/faulty_fs.py over a scratch directory: a real file system whose
-// writes can be made to stall (a stuck disk) or slow, and whose renames onto a checkpoint's name
+// writes can be made to stall (a stuck disk; or only a spare checkpoint file's refill), and whose renames onto a checkpoint's name
 // can fail, switched by the faults written to its control file; it records every write.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { repoRoot } from './mpi-job';
 
-export type DiskFault = 'stall' | 'fail-rename' | 'slow';
+export type DiskFault = 'stall' | 'stall-refill' | 'fail-rename';
 
 export interface FaultyFs {
   /** where the file system is mounted */

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 # A FUSE file system for tests of disk faults: every call passes through to a backing directory,
 # except those the faults named in a control file (one per line, read at each call) change:
-#   stall        writes, fsyncs and fallocates block until the line is gone or the file system is
-#                unmounted (a stuck disk: the writer waits in the kernel, as on a dead NFS server);
-#   fail-rename  a rename onto a name step-NNNNNNNN fails with EIO (a checkpoint's commit);
-#   slow         each write takes 50 ms more (a slow disk).
+#   stall        writes and fsyncs block until the line is gone or the file system is unmounted (a
+#                stuck disk: the writer waits in the kernel, as on a dead NFS server);
+#   stall-refill the same for writes and fsyncs into a step-next.partial-N directory (a spare
+#                checkpoint file's fill) once a checkpoint was committed: the first fill goes through,
+#                the refill after the commit meets a stuck disk;
+#   fail-rename  a rename onto a name step-NNNNNNNN fails with EIO (a checkpoint's commit).
 # Every write is recorded, as "PATH BYTES" lines in the file CONTROL.writes (the bytes a run wrote).
 # Usage: faulty_fs.py MOUNTPOINT -f -o root=BACKING,control=FILE  (python3-fuse; the test unmounts it
 # with fusermount -u -z and kills this process).
@@ -21,6 +23,7 @@ fuse.fuse_python_api = (0, 2)
 class Faults:
     def __init__(self, control):
         self.control = control
+        self.committed = False
 
     def active(self, name):
         try:
@@ -29,10 +32,9 @@ class Faults:
         except FileNotFoundError:
             return False
 
-    def stall(self):
-        while self.active('stall'):
-            time.sleep(0.05)
-        if self.active('slow'):
+    def stall(self, path):
+        refill = self.committed and '.partial-' in path
+        while self.active('stall') or (refill and self.active('stall-refill')):
             time.sleep(0.05)
 
     def wrote(self, path, length):
@@ -59,7 +61,7 @@ class FaultyFs(fuse.Fuse):
                 return os.pread(self.fd, length, offset)
 
             def write(self, buf, offset):
-                faults.stall()
+                faults.stall(self.path)
                 written = os.pwrite(self.fd, buf, offset)
                 faults.wrote(self.path, written)
                 return written
@@ -71,7 +73,7 @@ class FaultyFs(fuse.Fuse):
                 os.ftruncate(self.fd, length)
 
             def fsync(self, isfsyncfile):
-                faults.stall()
+                faults.stall(self.path)
                 os.fsync(self.fd)
 
             def flush(self):
@@ -107,9 +109,11 @@ class FaultyFs(fuse.Fuse):
         os.link(self.real(target), self.real(name))
 
     def rename(self, old, new):
-        if self.faults.active('fail-rename') and re.fullmatch(r'step-\d{8}', os.path.basename(new)):
+        commit = re.fullmatch(r'step-\d{8}', os.path.basename(new)) is not None
+        if self.faults.active('fail-rename') and commit:
             return -errno.EIO
         os.rename(self.real(old), self.real(new))
+        self.faults.committed = self.faults.committed or commit
 
     def truncate(self, path, length):
         os.truncate(self.real(path), length)
