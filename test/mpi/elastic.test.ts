@@ -38,6 +38,17 @@ async function ftRun(ranks: number, launcher: string[], ...extra: string[]): Pro
   return { dir, ...job };
 }
 
+/** --respawn (survivors waiting), a 2 s hang timeout, rank 2 killed at step 3, and `drill`. */
+function respawnAfterKill(drill: string): Promise<Run> {
+  return ftRun(4, [], ...respawnWaiting, '--hang-timeout', '2', '--drill', 'rank=2,step=3,phase=compute', '--drill', drill);
+}
+
+/** The process of world rank `id` (its pid file) no longer runs. */
+function assertGone(run: Run, id: number): void {
+  const pid = Number(fs.readFileSync(path.join(run.dir, 'pids', String(id)), 'utf8').split(' ')[0]);
+  assert.throws(() => process.kill(pid, 0), /ESRCH/, `rank ${id} (pid ${pid}) still runs`);
+}
+
 /** The working world of each committed step, in step order. */
 function worlds(run: Run): number[] {
   return lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.world);
@@ -207,38 +218,17 @@ describe('elastic world: spares and respawned ranks', function () {
     );
     assert.match(killed.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 45 s\); spawning again/);
 
-    const stopped = await ftRun(
-      4,
-      [],
-      ...respawnWaiting,
-      '--hang-timeout',
-      '2',
-      '--drill',
-      'rank=2,step=3,phase=compute',
-      '--drill',
-      'rank=4,step=3,phase=ready,action=stop',
-    );
+    const stopped = await respawnAfterKill('rank=4,step=3,phase=ready,action=stop');
     assert.equal(stopped.code, 0, stopped.stderr);
     assert.equal(summaryOf(stopped).params_sha256, reference.get('sgd'));
     assert.deepEqual(worlds(stopped), [4, 4, 4, 3, 3, ...Array(7).fill(4)]);
     assert.match(stopped.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 3 s\); spawning again/);
-    const pid = Number(fs.readFileSync(path.join(stopped.dir, 'pids', '4'), 'utf8').split(' ')[0]);
-    assert.throws(() => process.kill(pid, 0), /ESRCH/, `rank 4 (pid ${pid}) still runs`);
+    assertGone(stopped, 4);
   });
 
   it('--respawn: a survivor killed, or stopped, as a newcomer is admitted: the admission fails alike on every side, the newcomer is given up, two others join: the same bits', async () => {
     for (const action of ['kill', 'stop']) {
-      const run = await ftRun(
-        4,
-        [],
-        ...respawnWaiting,
-        '--hang-timeout',
-        '2',
-        '--drill',
-        'rank=2,step=3,phase=compute',
-        '--drill',
-        `rank=1,step=4,phase=admit,action=${action}`,
-      );
+      const run = await respawnAfterKill(`rank=1,step=4,phase=admit,action=${action}`);
       assert.equal(run.code, 0, `${action}: ${run.stderr}`);
       assert.equal(summaryOf(run).params_sha256, reference.get('sgd'), action);
       // rank 4, ready for the retried step 3's end, is not admitted: its place and rank 1's go to ranks 5 and 6
@@ -265,8 +255,7 @@ describe('elastic world: spares and respawned ranks', function () {
         action,
       );
       // given up: it leaves on its own failed agreement, or is killed by its spawners, whichever comes first
-      const pid = Number(fs.readFileSync(path.join(run.dir, 'pids', '4'), 'utf8').split(' ')[0]);
-      assert.throws(() => process.kill(pid, 0), /ESRCH/, `${action}: rank 4 (pid ${pid}) still runs`);
+      assertGone(run, 4);
     }
   });
 
