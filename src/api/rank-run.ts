@@ -251,14 +251,20 @@ function summaryOf(
 
 /**
  * Ends the process the way the ft-train program does once `outcome` settles: the exit code, and a
- * bad input's line printed by world rank 0 alone (every rank finds it).
+ * bad input's line printed by world rank 0 alone (every rank finds it). After a run, the process's
+ * 'exit' listeners run, then it ends at once: without exit()'s teardown, which would wait for a
+ * write still stuck on a dead disk.
  */
 export function exitWhenDone(outcome: Promise<TrainOutcome<unknown>>): void {
   outcome.then(
     // the run has written all it owes and finalized: a write still pending on a stuck disk (the
     // spare checkpoint file's fill, a stripe given up on) must not keep the process alive, which
     // process.exit would (libuv joins its thread pool at exit)
-    ({ exitCode }) => exitNow(exitCode),
+    ({ exitCode }) => {
+      process.exitCode = exitCode;
+      process.emit('exit', exitCode);
+      exitNow(exitCode);
+    },
     (error: unknown) => {
       const input = error instanceof InputError;
       process.exitCode = input ? 2 : 1;
