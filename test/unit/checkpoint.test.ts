@@ -242,12 +242,12 @@ describe('checkpoints', () => {
     await filling;
     assert.deepEqual([inode(spare), fs.readFileSync(spare, 'utf8')], [created, "a writer's"]);
     assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000020', 'step-00000030', 'step-next']);
-    removeStaging(root);
+    await removeStaging(root);
     fs.mkdirSync(stagingDir(root));
     await readySpare(root, 4096, spareWriter);
     assert.equal(fs.statSync(spare).size, 4096);
     // at the end of a run: the spare goes; the directory stays while it holds checkpoints
-    removeStaging(root);
+    await removeStaging(root);
     assert.deepEqual(fs.readdirSync(root).sort(), ['step-00000020', 'step-00000030']);
     // a run that wrote none removes the directory it made for the spare alone (whichever rank
     // made it: the mark says so), never one it found
@@ -256,7 +256,7 @@ describe('checkpoints', () => {
       if (!made) fs.mkdirSync(fresh);
       await readySpare(fresh, 4096, spareWriter);
       assert.deepEqual(fs.readdirSync(fresh).sort(), made ? ['.made-by-run', 'step-next'] : ['step-next']);
-      removeStaging(fresh);
+      await removeStaging(fresh);
       assert.equal(fs.existsSync(fresh), !made);
     }
   });
