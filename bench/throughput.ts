@@ -185,15 +185,15 @@ async function gpuMain(): Promise<void> {
       const peerRates = { host: 0, resident: 0, deterministic: 0 };
       if (round % 2 === 0) {
         rate = mine();
-        for (const input of peers) peerRates[input] = await peer(input);
+        for (const kind of peers) peerRates[kind] = await peer(kind);
       } else {
-        for (const input of peers) peerRates[input] = await peer(input);
+        for (const kind of peers) peerRates[kind] = await peer(kind);
         rate = mine();
       }
       ours.get(c)!.push(rate);
-      for (const input of peers) {
-        theirs.get(c)![input].push(peerRates[input]);
-        ratios.get(c)![input].push(rate / peerRates[input]);
+      for (const kind of peers) {
+        theirs.get(c)![kind].push(peerRates[kind]);
+        ratios.get(c)![kind].push(rate / peerRates[kind]);
       }
     }
   }
