@@ -9,6 +9,7 @@ import { Net } from '../src/nn/net';
 import { loadSpec } from '../src/nn/spec';
 import { Stream, streamVector } from '../src/nn/stream-memory';
 import { matrixRanges, Optimizer } from '../src/solver/optimizer';
+import { ReplicatedState } from '../src/solver/replicated-state';
 
 /** The AdamW settings both sides of the language-model benchmark train with. */
 export const languageModelAdamw = { lr: 3e-4, weightDecay: 0.1 };
@@ -27,18 +28,24 @@ export function shippedModels(): { image: string[]; language: string[] } {
   return { image: names.filter((name) => !isLanguage(name)), language: names.filter(isLanguage) };
 }
 
-/** `backend` computes the net (its gradients come back to the host); the SGD update runs on the CPU. */
+/**
+ * `backend` computes the net and the SGD update, as ft-train's trainer runs them with replicated
+ * state (src/solver/replicated-state.ts): on a GPU the gradients come back to the host (where MPI
+ * would sum them) and go up again for the update, whose parameters come back.
+ */
 export function modelStep(name: string, batch: number, backend: Backend = cpu): { net: Net; step: () => void } {
   const net = new Net(loadSpec(path.join(benchRoot, 'models', `${name}.json`)), backend);
   net.init(1);
-  const velocity = streamVector(net.params.data.length, Stream.state);
+  const P = net.params.data.length;
+  const sgd = { name: 'sgd' as const, momentum: 0.9, weightDecay: 5e-4, beta1: 0, beta2: 0, eps: 0 };
+  const update = new ReplicatedState(new Optimizer(sgd, backend), backend, [streamVector(P, Stream.state)], P);
   // in the buffer the trainer would read batches into (page-locked where the net computes on a GPU)
   const x = net.inputBuffer(batch * net.inputSize);
   for (let i = 0; i < x.length; ++i) x[i] = (i % 97) / 97;
   const labels = Int32Array.from({ length: batch }, (_, i) => i % net.spec.classes);
   const step = (): void => {
     net.lossAndGradient(x, labels, batch, { seed: 1, epoch: 0, step: 0, shard: 0 });
-    cpu.sgdUpdate(net.params.data, net.params.gradients, velocity, 0.01, 0.9, 5e-4);
+    update.update(net.params.data, net.params.gradients, 0.01, 0);
   };
   for (let i = 0; i < 10; ++i) step();
   return { net, step };

@@ -16,7 +16,8 @@ import type { Manager } from '../protocol/manager';
 import { DataPosition } from '../solver/data-position';
 import { matrixRanges, Optimizer } from '../solver/optimizer';
 import { BatchBuffers, evaluateSplit, type Evaluation, type GradientFn, type GradientTarget, type ScoreFn } from '../solver/shard-steps';
-import { DataParallelStep, type PreparedStep, type StepUpdate } from '../solver/step';
+import { ReplicatedState } from '../solver/replicated-state';
+import { DataParallelStep, type PreparedStep } from '../solver/step';
 import type { LoopOptions } from './loop-settings';
 
 /** A custom loop's result, on every rank that reached the end. */
@@ -66,7 +67,7 @@ export class ElasticLoop {
   private readonly data: DataPosition;
   private readonly steps: DataParallelStep;
   /** ft-train's optimizer, when it makes the update (update()); its state is replicated here unless sharded */
-  private readonly optimizer?: StepUpdate;
+  private readonly optimizer?: { optimizer: Optimizer; slots: Float32Array[]; replicated: ReplicatedState };
   /** sharded state resumed from a checkpoint: its slots, whole, until the first step commits */
   private initialSlots?: Float32Array[];
   /** the committed step's epoch, global samples and rate */
@@ -98,7 +99,8 @@ export class ElasticLoop {
     this.slotData = new Map(settings.slots.map((name) => [name, new Float32Array(size)]));
     if (settings.updates) {
       const optimizer = new Optimizer(settings.optimizer, cpu, matrixRanges(this.views));
-      this.optimizer = { optimizer, slots: settings.optimizerState === 'sharded' ? [] : optimizer.slots.map(() => new Float32Array(size)) };
+      const slots = settings.optimizerState === 'sharded' ? [] : optimizer.slots.map(() => new Float32Array(size));
+      this.optimizer = { optimizer, slots, replicated: new ReplicatedState(optimizer, cpu, slots, size) };
     }
     const plan = new MicroBatches(dataset.train.layout(shards), settings.batch, settings.seed);
     this.data = new DataPosition(plan, settings, settings.rankBatch);
@@ -192,7 +194,7 @@ export class ElasticLoop {
     for (;;) {
       this.started = performance.now();
       this.prepared = this.steps.prepare(lr);
-      if (!(await this.steps.run(this.prepared, this.target, compute, this.optimizer))) continue;
+      if (!(await this.steps.run(this.prepared, this.target, compute, this.optimizer.replicated))) continue;
       if (this.manager.shardedState && !this.manager.shardedState.needsInitial) this.initialSlots = undefined;
       return { loss: this.steps.lastLoss };
     }
@@ -304,6 +306,7 @@ export class ElasticLoop {
       },
       joinBuffers: () => [this.state, ...this.slotData.values(), ...(this.optimizer?.slots ?? [])],
       joinAt: (position) => this.data.takeUp(position),
+      stateWritten: () => this.optimizer?.replicated.hostWritten(),
     };
   }
 }

@@ -1,9 +1,10 @@
 // The GPU backend: cuDNN convolutions, cuBLAS linear layers and the addon's own CUDA kernels
 // (binding/src/cuda), present only in an addon built where CUDA, cuDNN, cuBLAS and NCCL were found.
-// It runs the layers of image classifiers (gpuLayerTypes); a layer without GPU kernels is refused
-// when the net is built, and its kernels here throw saying so. The optimizer, the collectives and
-// checkpoints stay on the host: the net uploads its parameters and input before each pass and
-// downloads its gradients and logits after (src/nn/net.ts).
+// It runs the layers of image classifiers (gpuLayerTypes) and the optimizers' updates (the CPU's
+// bits); a layer without GPU kernels is refused when the net is built, and its kernels here throw
+// saying so. The collectives and checkpoints stay on the host: the net uploads its parameters and
+// input before each pass and downloads its gradients and logits after (src/nn/net.ts), and
+// replicated optimizer state lives on the GPU (src/solver/replicated-state.ts).
 import { addonPart } from '../base/addon';
 import type { Backend } from './backend';
 import type { LayerSpec } from './spec';
@@ -39,6 +40,11 @@ export const gpuKernels = [
   'addInPlace',
   'scaleInPlace',
   'softmaxCrossEntropy',
+  'sgdUpdate',
+  'sgdStateInput',
+  'sgdReplay',
+  'adamwUpdate',
+  'adamwReplay',
 ] as const satisfies readonly (keyof Backend)[];
 
 type GpuKernels = Pick<Backend, (typeof gpuKernels)[number] | 'upload' | 'download' | 'hostArray' | 'channelBlock'>;
@@ -103,11 +109,6 @@ export function cudaBackend(): Backend {
     embeddingForward: true,
     embeddingBackward: true,
     sumOfSquares: true,
-    sgdUpdate: true,
-    sgdStateInput: true,
-    sgdReplay: true,
-    adamwUpdate: true,
-    adamwReplay: true,
   };
   const refused = Object.fromEntries(Object.keys(absent).map((name) => [name, missing(name)]));
   backend = { ...(refused as unknown as Record<keyof typeof absent, () => never>), ...kernels, device: 'cuda' };

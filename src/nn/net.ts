@@ -196,7 +196,8 @@ export class Net {
 
   constructor(
     readonly spec: ModelSpec,
-    private readonly backend: Backend,
+    /** where the layers compute */
+    readonly backend: Backend,
   ) {
     this.onDevice = backend.device !== 'cpu';
     const shapes = this.shapes;

@@ -95,6 +95,8 @@ export interface StateSource {
   joinBuffers(): Float32Array[];
   /** a joining rank's training loop takes up `position` (the protocol's step is already the run's) */
   joinAt(position: LoopPosition): void;
+  /** the protocol wrote into the arrays of state() or joinBuffers() (a rollback, a join's transfer) */
+  stateWritten(): void;
 }
 
 /** Where a resumed run starts: the checkpoint's step and the world sizes it recorded. */

@@ -102,6 +102,7 @@ export class Join {
       if (this.waiting) this.leave('the join failed');
       return null;
     }
+    source.stateWritten();
     if (this.waiting) {
       this.waiting = false;
       takeStep(message.step);

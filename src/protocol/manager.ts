@@ -381,6 +381,7 @@ export class Manager implements StepPosition {
     error.name = 'SilentDataCorruption';
     await this.evict([...finding.suspects.keys()], `for silent data corruption at step ${step}`, line, error, 'verify', () => {
       this.currentStep = this.verified.restore(this.source!.state());
+      this.source!.stateWritten();
       this.sumState.shardedState?.restoreVerified();
       if (world.liveRanks.find((r) => !finding.suspects.has(r)) === world.worldRank)
         removeCheckpointsAfter(this.config.checkpointDir, this.currentStep);

@@ -16,7 +16,6 @@ import type { Backend } from '../nn/backend';
 import { Stream, streamVector } from '../nn/stream-memory';
 import type { FailurePolicy } from '../protocol/contracts';
 import type { Manager } from '../protocol/manager';
-import type { Optimizer } from './optimizer';
 import { crc64 } from '../base/checksum';
 import { applyFlip } from '../liveness/drills';
 import type { GradientDigests } from '../protocol/verification';
@@ -31,6 +30,7 @@ import {
   type ShardWork,
 } from './shard-steps';
 import type { DataPosition } from './data-position';
+import type { ReplicatedState } from './replicated-state';
 import type { ShrinkStep } from './shrink-schedule';
 
 export interface StepSettings {
@@ -55,11 +55,7 @@ export interface StepParameters {
 }
 
 /** How the step's update is made: by ft-train's optimizer over replicated slots, or by the caller (the custom loop's sum()). */
-export interface StepUpdate {
-  optimizer: Optimizer;
-  /** replicated optimizer state: each slot over all P parameters (sharded: none, the protocol holds it) */
-  slots: Float32Array[];
-}
+export type StepUpdate = Pick<ReplicatedState, 'update' | 'length' | 'onHost' | 'hostWritten'>;
 
 /** A try's epoch, global sample count and learning rate. */
 export interface PreparedStep {
@@ -153,14 +149,14 @@ export class DataParallelStep {
       this.total = total;
       if (update) {
         if (this.settings.clipNorm > 0) this.clip(total.subarray(0, P));
-        update.optimizer.update(this.params.withTail.subarray(0, P), total.subarray(0, P), update.slots, lr, step);
+        update.update(this.params.withTail.subarray(0, P), total.subarray(0, P), lr, step);
       }
       if (B > 0) this.params.updateBuffers(total.subarray(P, P + B));
       this.lastLoss = total[P + B];
     }
     const flipped = manager.flipAt('update', P);
     if (flipped) applyFlip(this.params.withTail, flipped);
-    this.flipState(sharded ? sharded.held().slots : (update?.slots ?? []));
+    this.flipState(sharded?.held().slots, update);
     this.data.shrink?.commit(this.shrinkStep!);
     return true;
   }
@@ -187,14 +183,21 @@ export class DataParallelStep {
     return crc64(vector);
   }
 
-  /** An update-phase drill's flip of the optimizer state (`slots`: the replicated slots, or this rank's chunk of them), for tests. */
-  private flipState(slots: Float32Array[]): void {
-    const length = slots.reduce((n, slot) => n + slot.length, 0);
+  /**
+   * An update-phase drill's flip of the optimizer state, for tests: this rank's chunk of sharded
+   * state (`held`), or the replicated slots (brought to the host first and told of the write).
+   */
+  private flipState(held: Float32Array[] | undefined, replicated: StepUpdate | undefined): void {
+    const length = held ? held.reduce((n, slot) => n + slot.length, 0) : (replicated?.length ?? 0);
     const flip = this.manager.flipAt('update', length, 0, 'state');
     if (!flip) return;
     let { index } = flip;
-    for (const slot of slots) {
-      if (index < slot.length) return applyFlip(slot, { index, bit: flip.bit });
+    for (const slot of held ?? replicated!.onHost()) {
+      if (index < slot.length) {
+        applyFlip(slot, { index, bit: flip.bit });
+        if (!held) replicated!.hostWritten();
+        return;
+      }
       index -= slot.length;
     }
   }

@@ -19,6 +19,7 @@ import { learningRate, type LrSchedule } from './lr-schedule';
 import { matrixRanges, Optimizer, type OptimizerSettings } from './optimizer';
 import { BatchBuffers, evaluateSplit, type Evaluation, type GradientTarget, type MicroBatch } from './shard-steps';
 import { DataPosition } from './data-position';
+import { ReplicatedState } from './replicated-state';
 import { DataParallelStep } from './step';
 
 export type { Failure, FailurePolicy } from '../protocol/contracts';
@@ -74,6 +75,8 @@ export class Trainer implements StateSource {
   private readonly optimizer: Optimizer;
   /** replicated optimizer state: each slot over all P parameters (sharded: none, the Manager holds it) */
   private readonly slots: Float32Array[];
+  /** the replicated slots' update, where the net computes (on a GPU, in device memory) */
+  private readonly replicated: ReplicatedState;
   /** sharded state resumed from a checkpoint: its slots, whole, until the first step commits (ShardedState's initial state) */
   private initialSlots?: Float32Array[];
   private readonly buffers: BatchBuffers;
@@ -96,8 +99,11 @@ export class Trainer implements StateSource {
       config.onFailure === 'exact' ? undefined : (config.rankBatch ?? config.batch / manager.world.size),
     );
     const P = net.params.data.length;
-    this.optimizer = new Optimizer(config.optimizer, backend, matrixRanges(net.params.views));
+    // sharded state updates its chunks on the host (src/sharding), replicated state where the net computes
+    const updating = config.optimizerState === 'sharded' ? backend : net.backend;
+    this.optimizer = new Optimizer(config.optimizer, updating, matrixRanges(net.params.views));
     this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
+    this.replicated = new ReplicatedState(this.optimizer, updating, this.slots, P);
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => plan.size(s)));
     this.buffers = new BatchBuffers(largest, net.inputSize, (length) => net.inputBuffer(length));
     this.gradientTarget = {
@@ -166,7 +172,7 @@ export class Trainer implements StateSource {
     const prepared = this.steps.prepare(learningRate(this.config.lrSchedule, this.config.lr, step, this.totalSteps));
     const compute = (batch: MicroBatch): number =>
       this.net.lossAndGradient(batch.x, batch.labels, batch.rows, batch.key, batch.samples, batch.progress).loss;
-    if (!(await this.steps.run(prepared, this.gradientTarget, compute, { optimizer: this.optimizer, slots: this.slots }))) return;
+    if (!(await this.steps.run(prepared, this.gradientTarget, compute, this.replicated))) return;
     if (manager.shardedState && !manager.shardedState.needsInitial) this.initialSlots = undefined;
     const { epoch, samples, lr } = prepared;
     const spares = manager.world.sparesLaunched ? { spares: manager.world.spares.length } : {};
@@ -208,6 +214,7 @@ export class Trainer implements StateSource {
       this.heldBuffers(),
     );
     if (this.config.optimizerState === 'sharded') this.initialSlots = slots;
+    else this.replicated.hostWritten();
     this.data.takeUp(manifest);
     this.observer.event({ event: 'resume', step: manifest.step, from: dir, world: this.manager.world.size });
     this.observer.log(`resumed from ${dir} at step ${manifest.step} on ${this.manager.world.size} ranks`);
@@ -218,7 +225,7 @@ export class Trainer implements StateSource {
   state(): TrainingState {
     const params = this.net.params.data;
     const sharded = this.manager.shardedState?.held();
-    const slots = sharded ? sharded.slots : this.slots;
+    const slots = sharded ? sharded.slots : this.replicated.onHost();
     return {
       tensors: this.net.params.views,
       params,
@@ -241,7 +248,12 @@ export class Trainer implements StateSource {
 
   /** StateSource: the parameters and the replicated optimizer state, for a rank that joins. */
   joinBuffers(): Float32Array[] {
-    return [this.net.params.data, ...this.slots, ...(this.net.buffers.length > 0 ? [this.net.buffers] : [])];
+    return [this.net.params.data, ...this.replicated.onHost(), ...(this.net.buffers.length > 0 ? [this.net.buffers] : [])];
+  }
+
+  /** StateSource: the protocol wrote into the arrays of state() or joinBuffers() (a rollback, a join). */
+  stateWritten(): void {
+    this.replicated.hostWritten();
   }
 
   /** StateSource: a spawned rank takes up the run's data position. */

@@ -156,6 +156,64 @@ describe('GPU backend: kernels against the CPU backend', function () {
     assertSameBits('scale', fromGpu(accGpu), accCpu);
   });
 
+  it("SGD and AdamW updates, in place and out of place, and their state steps alone: the CPU's bits, step after step", () => {
+    const n = 5000;
+    // gradients over many magnitudes, so that a fused multiply-add anywhere would show in some element
+    const scaled = (seed: number): Float32Array => randomTensor(n, seed).map((v, i) => v * 10 ** ((i % 9) - 4));
+    const params = scaled(21);
+    const [pCpu, pGpu] = [params.slice(), onGpu(params.slice())];
+    const [vCpu, vGpu] = [new Float32Array(n), onGpu(new Float32Array(n))];
+    const [mCpu, mGpu, sCpu, sGpu] = [new Float32Array(n), onGpu(new Float32Array(n)), new Float32Array(n), onGpu(new Float32Array(n))];
+    const [outP, outA, outB] = [1, 2, 3].map(() => [onGpu(new Float32Array(n)), new Float32Array(n)] as const);
+    for (let step = 0; step < 4; ++step) {
+      const grads = onGpu(scaled(30 + step));
+      cpu.sgdUpdate(pCpu, grads, vCpu, 0.05, 0.9, 5e-4);
+      gpu.sgdUpdate(pGpu, grads, vGpu, 0.05, 0.9, 5e-4);
+      assertSameBits(`sgd p, step ${step}`, fromGpu(pGpu), pCpu);
+      assertSameBits(`sgd v, step ${step}`, fromGpu(vGpu), vCpu);
+      cpu.adamwUpdate(pCpu, grads, mCpu, sCpu, 3e-3, 0.9, 0.95, 1e-8, 0.1, step + 1);
+      gpu.adamwUpdate(pGpu, grads, mGpu, sGpu, 3e-3, 0.9, 0.95, 1e-8, 0.1, step + 1);
+      assertSameBits(`adamw p, step ${step}`, fromGpu(pGpu), pCpu);
+      assertSameBits(`adamw m, step ${step}`, fromGpu(mGpu), mCpu);
+      assertSameBits(`adamw v, step ${step}`, fromGpu(sGpu), sCpu);
+    }
+    // out of place: the outputs take the update, the inputs stay
+    const grads = onGpu(scaled(40));
+    const before = fromGpu(pGpu);
+    cpu.sgdUpdate(pCpu, grads, vCpu, 0.05, 0.9, 5e-4, outP[1], outA[1]);
+    gpu.sgdUpdate(pGpu, grads, vGpu, 0.05, 0.9, 5e-4, outP[0], outA[0]);
+    assertSameBits('sgd paramsOut', fromGpu(outP[0]), outP[1]);
+    assertSameBits('sgd velocityOut', fromGpu(outA[0]), outA[1]);
+    assertSameBits('sgd params kept', fromGpu(pGpu), before);
+    cpu.adamwUpdate(pCpu, grads, mCpu, sCpu, 3e-3, 0.9, 0.95, 1e-8, 0.1, 5, outP[1], outA[1], outB[1]);
+    gpu.adamwUpdate(pGpu, grads, mGpu, sGpu, 3e-3, 0.9, 0.95, 1e-8, 0.1, 5, outP[0], outA[0], outB[0]);
+    for (const [name, k] of [
+      ['paramsOut', 0],
+      ['mOut', 1],
+      ['vOut', 2],
+    ] as const) {
+      assertSameBits(`adamw ${name}`, fromGpu([outP, outA, outB][k][0]), [outP, outA, outB][k][1]);
+    }
+    // the state's steps alone (sharded state's replay)
+    const [inCpu, inGpu] = [new Float32Array(n), onGpu(new Float32Array(n))];
+    cpu.sgdStateInput(pCpu, grads, 5e-4, inCpu);
+    gpu.sgdStateInput(pGpu, grads, 5e-4, inGpu);
+    assertSameBits('sgdStateInput', fromGpu(inGpu), inCpu);
+    cpu.sgdReplay(vCpu, inCpu, 0.9);
+    gpu.sgdReplay(vGpu, inGpu, 0.9);
+    assertSameBits('sgdReplay', fromGpu(vGpu), vCpu);
+    cpu.adamwReplay(mCpu, sCpu, grads, 0.9, 0.95);
+    gpu.adamwReplay(mGpu, sGpu, grads, 0.9, 0.95);
+    assertSameBits('adamwReplay m', fromGpu(mGpu), mCpu);
+    assertSameBits('adamwReplay v', fromGpu(sGpu), sCpu);
+    assert.throws(() => gpu.adamwUpdate(pGpu, grads, mGpu, sGpu, 3e-3, 0.9, 0.95, 1e-8, 0.1, 0), {
+      message: 'adamwUpdate: expected step to be an integer >= 1, got 0.000000',
+    });
+    assert.throws(() => gpu.sgdUpdate(pGpu, grads, vGpu, 0.05, 0.9, 5e-4, outP[0]), {
+      message: 'sgdUpdate: expected all 2 output arrays or none, got 1',
+    });
+  });
+
   it("mirrors: one per buffer, shared by its views; a collected buffer's freed, never found by a new buffer at its address", () => {
     const cuda = cudaAddon();
     const whole = randomTensor(4096, 16);

@@ -1,7 +1,8 @@
 // ft-train with --device cuda on real processes: lenet on Fashion-MNIST for 100 steps against the
 // CPU's loss curve; exact mode on the GPU, where a kill -9 of a rank at 3 ranks sharing the GPU (the
 // MPI path), with replicated or sharded optimizer state, ends with the parameters of the 1-rank run
-// without failure; and a model the GPU cannot compute, refused in one line.
+// without failure; the optimizer state on the GPU (replicated) gives the host update's bits through a
+// resume, a join and a rollback; and a model the GPU cannot compute, refused in one line.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -75,6 +76,33 @@ describe('GPU backend: training', function () {
       [2],
     );
     assert.equal(sharded.summary.params_sha256, one.summary.params_sha256, 'the sharded run with a kill differs from the replicated run');
+  });
+
+  it("optimizer state on the GPU (AdamW): the host update's bits, through a resume, a respawned rank joining and a flipped state rolled back", async () => {
+    const common = ['--steps', '30', '--shards', '6', '--device', 'cuda', '--hang-timeout', '5', '--optimizer', 'adamw'];
+    const one = await train(1, ...common, '--checkpoint-every', '10');
+    const same = (run: { summary: Summary }, what: string): void =>
+      assert.equal(run.summary.params_sha256, one.summary.params_sha256, `${what} differs from the 1-rank run`);
+    // sharded state updates on the host, replicated state on the GPU
+    same(await train(2, ...common, '--optimizer-state', 'sharded'), 'the run updating on the host');
+    // the checkpoint's state goes up to the GPU
+    same(await train(2, ...common, '--resume', path.join(one.dir, 'ckpt', 'step-00000010')), 'the resumed run');
+    // the newcomer's state comes from a peer's GPU through the host
+    const respawned = await train(3, ...common, '--respawn', '--respawn-join', 'wait', '--drill', 'rank=1,step=10,phase=compute');
+    assert.deepEqual(
+      respawned.summary.failures.flatMap((f) => f.lost),
+      [1],
+    );
+    assert.equal(respawned.summary.world_final, 3, 'the respawned rank did not join');
+    same(respawned, 'the run with a respawned rank');
+    // the flip is read from the GPU by the cross-check, and the rollback's state goes up again
+    const flipped = await train(3, ...common, '--verify-every', '4', '--drill', 'rank=0,step=9,phase=update,action=flip,target=state');
+    assert.equal(flipped.summary.corruptions, 1, 'the flipped state was not caught once');
+    assert.deepEqual(
+      flipped.summary.failures.flatMap((f) => f.lost),
+      [0],
+    );
+    same(flipped, 'the run with a flipped state');
   });
 
   it('a model with a layer the GPU does not compute: one line naming it, exit 2, nothing trained', async () => {

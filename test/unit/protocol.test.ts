@@ -511,6 +511,7 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         initialState: () => undefined,
         joinBuffers: () => [],
         joinAt: () => undefined,
+        stateWritten: () => undefined,
       };
     }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cpu_kernels.h"
+#include "optimizer_args.h"
 #include "tensor_args.h"
 
 namespace ft::cpu {
@@ -16,17 +17,6 @@ namespace ft::cpu {
 namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr size_t kParallelFrom = size_t{1} << 15;
-
-// Whether a kernel's `count` optional output arrays, from argument `index` on, are given: all or none.
-bool OutputsGiven(const Napi::CallbackInfo& info, size_t index, size_t count, const char* method) {
-  size_t given = 0;
-  for (size_t i = index; i < index + count; ++i) given += i < info.Length() && !info[i].IsUndefined() ? 1 : 0;
-  if (given != 0 && given != count) {
-    throw Napi::TypeError::New(info.Env(), std::string(method) + ": expected all " + std::to_string(count) +
-                                               " output arrays or none, got " + std::to_string(given));
-  }
-  return given == count;
-}
 }  // namespace
 
 // reluForward(x, y): y = max(x, 0).
@@ -97,7 +87,8 @@ Napi::Value SoftmaxCrossEntropy(const Napi::CallbackInfo& info) {
 }
 
 // sgdUpdate(params, grads, velocity, lr, momentum, weightDecay[, paramsOut, velocityOut]):
-//   v = momentum * v + (g + weightDecay * p);  p -= lr * v   (Caffe's and PyTorch's SGD).
+//   v = momentum * v + (g + weightDecay * p);  p -= lr * v   (Caffe's and PyTorch's SGD;
+//   optimizer_math.h, shared with the GPU).
 // Given the outputs, the updated values go there and the inputs stay as they were (sharded state
 // updates before the step's vote, into buffers that only the commit adopts); an output is either
 // its input or does not overlap it.
@@ -106,17 +97,15 @@ Napi::Value SgdUpdate(const Napi::CallbackInfo& info) {
   auto [p, n] = FloatSpanArg(info, 0, m, "params");
   const float* g = FloatArg(info, 1, m, "grads", n);
   float* v = FloatArg(info, 2, m, "velocity", n);
-  float lr = static_cast<float>(NumberArg(info, 3, m, "lr"));
-  float momentum = static_cast<float>(NumberArg(info, 4, m, "momentum"));
-  float decay = static_cast<float>(NumberArg(info, 5, m, "weightDecay"));
+  const SgdScalars s = SgdArgs(info, 3, m);
   bool outOfPlace = OutputsGiven(info, 6, 2, m);
   float* pOut = outOfPlace ? FloatArg(info, 6, m, "paramsOut", n) : p;
   float* vOut = outOfPlace ? FloatArg(info, 7, m, "velocityOut", n) : v;
 #pragma omp parallel for schedule(static) if (n >= kParallelFrom)
   for (size_t i = 0; i < n; ++i) {
-    float velocity = momentum * v[i] + (g[i] + decay * p[i]);
+    float velocity = SgdVelocity(s, v[i], SgdMomentumInput(s, p[i], g[i]));
     vOut[i] = velocity;
-    pOut[i] = p[i] - lr * velocity;
+    pOut[i] = SgdParam(s, p[i], velocity);
   }
   return info.Env().Undefined();
 }
@@ -127,9 +116,9 @@ Napi::Value SgdStateInput(const Napi::CallbackInfo& info) {
   const char* m = "sgdStateInput";
   auto [p, n] = FloatSpanArg(info, 0, m, "params");
   const float* g = FloatArg(info, 1, m, "grads", n);
-  float decay = static_cast<float>(NumberArg(info, 2, m, "weightDecay"));
+  const SgdScalars s{0.0f, 0.0f, static_cast<float>(NumberArg(info, 2, m, "weightDecay"))};
   float* input = FloatArg(info, 3, m, "input", n);
-  for (size_t i = 0; i < n; ++i) input[i] = g[i] + decay * p[i];
+  for (size_t i = 0; i < n; ++i) input[i] = SgdMomentumInput(s, p[i], g[i]);
   return info.Env().Undefined();
 }
 
@@ -138,68 +127,29 @@ Napi::Value SgdReplay(const Napi::CallbackInfo& info) {
   const char* m = "sgdReplay";
   auto [v, n] = FloatSpanArg(info, 0, m, "velocity");
   const float* input = FloatArg(info, 1, m, "input", n);
-  float momentum = static_cast<float>(NumberArg(info, 2, m, "momentum"));
-  for (size_t i = 0; i < n; ++i) v[i] = momentum * v[i] + input[i];
+  const SgdScalars s{0.0f, static_cast<float>(NumberArg(info, 2, m, "momentum")), 0.0f};
+  for (size_t i = 0; i < n; ++i) v[i] = SgdVelocity(s, v[i], input[i]);
   return info.Env().Undefined();
 }
 
-namespace {
-// AdamW's moment updates, shared by adamwUpdate and adamwReplay so that both give the same bits:
-// m = beta1 m + (1 - beta1) g;  v = beta2 v + ((1 - beta2) g) g  (PyTorch's mul_/add_/addcmul_).
-struct AdamMoments {
-  float beta1, oneMinusBeta1, beta2, oneMinusBeta2;
-  AdamMoments(double b1, double b2)
-      : beta1(static_cast<float>(b1)), oneMinusBeta1(static_cast<float>(1.0 - b1)),
-        beta2(static_cast<float>(b2)), oneMinusBeta2(static_cast<float>(1.0 - b2)) {}
-  void Advance(float& m, float& v, float g) const {
-    m = beta1 * m + oneMinusBeta1 * g;
-    v = beta2 * v + oneMinusBeta2 * g * g;
-  }
-};
-
-double BetaArg(const Napi::CallbackInfo& info, size_t i, const char* method, const char* name) {
-  double beta = NumberArg(info, i, method, name);
-  if (!(beta >= 0.0 && beta < 1.0)) {
-    throw Napi::RangeError::New(info.Env(), std::string(method) + ": expected " + name + " in [0, 1), got " + std::to_string(beta));
-  }
-  return beta;
-}
-}  // namespace
-
 // adamwUpdate(params, grads, m, v, lr, beta1, beta2, eps, weightDecay, step[, paramsOut, mOut,
 // vOut]), PyTorch's AdamW (decoupled weight decay, bias correction; step counts from 1), in
-// float32 like PyTorch's CPU kernels, with the scalars worked out in double first as PyTorch does:
-//   p *= 1 - lr wd;  moments;  p += -(lr / (1 - beta1^t)) * (m / (sqrt(v) / sqrt(1 - beta2^t) + eps)).
-// Outputs as in sgdUpdate.
+// float32 like PyTorch's CPU kernels, with the scalars worked out in double first as PyTorch does
+// (optimizer_math.h). Outputs as in sgdUpdate.
 Napi::Value AdamwUpdate(const Napi::CallbackInfo& info) {
   const char* name = "adamwUpdate";
   auto [p, n] = FloatSpanArg(info, 0, name, "params");
   const float* g = FloatArg(info, 1, name, "grads", n);
   float* m = FloatArg(info, 2, name, "m", n);
   float* v = FloatArg(info, 3, name, "v", n);
-  double lr = NumberArg(info, 4, name, "lr");
-  double beta1 = BetaArg(info, 5, name, "beta1");
-  double beta2 = BetaArg(info, 6, name, "beta2");
-  AdamMoments moments(beta1, beta2);
-  float eps = static_cast<float>(NumberArg(info, 7, name, "eps"));
-  double decay = NumberArg(info, 8, name, "weightDecay");
-  double step = NumberArg(info, 9, name, "step");
-  if (!(step >= 1.0 && step == std::floor(step))) {
-    throw Napi::RangeError::New(info.Env(), std::string(name) + ": expected step to be an integer >= 1, got " + std::to_string(step));
-  }
+  const AdamwScalars s = AdamwArgs(info, 4, name);
   bool outOfPlace = OutputsGiven(info, 10, 3, name);
   float* pOut = outOfPlace ? FloatArg(info, 10, name, "paramsOut", n) : p;
   float* mOut = outOfPlace ? FloatArg(info, 11, name, "mOut", n) : m;
   float* vOut = outOfPlace ? FloatArg(info, 12, name, "vOut", n) : v;
-  float keep = static_cast<float>(1.0 - lr * decay);
-  float stepSize = static_cast<float>(-(lr / (1.0 - std::pow(beta1, step))));
-  float correction2Sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, step)));
   for (size_t i = 0; i < n; ++i) {
-    float param = p[i] * keep;
     float first = m[i], second = v[i];
-    moments.Advance(first, second, g[i]);
-    float denom = std::sqrt(second) / correction2Sqrt + eps;
-    pOut[i] = param + stepSize * (first / denom);
+    pOut[i] = AdamwParam(s, p[i], first, second, g[i]);
     mOut[i] = first;
     vOut[i] = second;
   }
@@ -212,8 +162,8 @@ Napi::Value AdamwReplay(const Napi::CallbackInfo& info) {
   auto [m, n] = FloatSpanArg(info, 0, name, "m");
   float* v = FloatArg(info, 1, name, "v", n);
   const float* g = FloatArg(info, 2, name, "grads", n);
-  AdamMoments moments(BetaArg(info, 3, name, "beta1"), BetaArg(info, 4, name, "beta2"));
-  for (size_t i = 0; i < n; ++i) moments.Advance(m[i], v[i], g[i]);
+  const AdamMoments moments = AdamMomentsArgs(info, 3, name);
+  for (size_t i = 0; i < n; ++i) AdamAdvance(moments, m[i], v[i], g[i]);
   return info.Env().Undefined();
 }
 

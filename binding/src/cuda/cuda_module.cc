@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "args.h"
+#include "cpu/optimizer_args.h"
 #include "cpu/tensor_args.h"
 #include "cuda_check.h"
 #include "device_memory.h"
@@ -200,6 +201,62 @@ Napi::Value ScaleInPlaceValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// The optimizers: arguments as the CPU's (cpu/optimizer_args.h), the same arithmetic (optimizer.cu).
+Napi::Value SgdUpdateValue(const Napi::CallbackInfo& info) {
+  const char* m = "sgdUpdate";
+  size_t n = FloatSpanArg(info, 0, m, "params").length;
+  float* p = Dev(info, 0);
+  const float* g = DevArg(info, 1, m, "grads", n);
+  float* v = DevArg(info, 2, m, "velocity", n);
+  const SgdScalars s = cpu::SgdArgs(info, 3, m);
+  bool outOfPlace = cpu::OutputsGiven(info, 6, 2, m);
+  SgdUpdate(p, g, v, outOfPlace ? DevArg(info, 6, m, "paramsOut", n) : p, outOfPlace ? DevArg(info, 7, m, "velocityOut", n) : v, s, n);
+  return info.Env().Undefined();
+}
+
+Napi::Value SgdStateInputValue(const Napi::CallbackInfo& info) {
+  const char* m = "sgdStateInput";
+  size_t n = FloatSpanArg(info, 0, m, "params").length;
+  const float* g = DevArg(info, 1, m, "grads", n);
+  const SgdScalars s{0.0f, 0.0f, static_cast<float>(NumberArg(info, 2, m, "weightDecay"))};
+  SgdStateInput(Dev(info, 0), g, DevArg(info, 3, m, "input", n), s, n);
+  return info.Env().Undefined();
+}
+
+Napi::Value SgdReplayValue(const Napi::CallbackInfo& info) {
+  const char* m = "sgdReplay";
+  size_t n = FloatSpanArg(info, 0, m, "velocity").length;
+  const float* input = DevArg(info, 1, m, "input", n);
+  const SgdScalars s{0.0f, static_cast<float>(NumberArg(info, 2, m, "momentum")), 0.0f};
+  SgdReplay(Dev(info, 0), input, s, n);
+  return info.Env().Undefined();
+}
+
+Napi::Value AdamwUpdateValue(const Napi::CallbackInfo& info) {
+  const char* name = "adamwUpdate";
+  size_t n = FloatSpanArg(info, 0, name, "params").length;
+  float* p = Dev(info, 0);
+  const float* g = DevArg(info, 1, name, "grads", n);
+  float* m = DevArg(info, 2, name, "m", n);
+  float* v = DevArg(info, 3, name, "v", n);
+  const AdamwScalars s = cpu::AdamwArgs(info, 4, name);
+  bool outOfPlace = cpu::OutputsGiven(info, 10, 3, name);
+  float* pOut = outOfPlace ? DevArg(info, 10, name, "paramsOut", n) : p;
+  float* mOut = outOfPlace ? DevArg(info, 11, name, "mOut", n) : m;
+  float* vOut = outOfPlace ? DevArg(info, 12, name, "vOut", n) : v;
+  AdamwUpdate(p, g, m, v, pOut, mOut, vOut, s, n);
+  return info.Env().Undefined();
+}
+
+Napi::Value AdamwReplayValue(const Napi::CallbackInfo& info) {
+  const char* name = "adamwReplay";
+  size_t n = FloatSpanArg(info, 0, name, "m").length;
+  float* v = DevArg(info, 1, name, "v", n);
+  const float* g = DevArg(info, 2, name, "grads", n);
+  AdamwReplay(Dev(info, 0), v, g, cpu::AdamMomentsArgs(info, 3, name), n);
+  return info.Env().Undefined();
+}
+
 // softmaxCrossEntropy(logits, labels, dlogits, [N, C]) -> mean loss; labels (host) checked here,
 // the row losses summed here in row order.
 Napi::Value SoftmaxCrossEntropyValue(const Napi::CallbackInfo& info) {
@@ -310,6 +367,11 @@ Napi::Object Exports(Napi::Env env) {
   add("addInPlace", AddInPlaceValue);
   add("scaleInPlace", ScaleInPlaceValue);
   add("softmaxCrossEntropy", SoftmaxCrossEntropyValue);
+  add("sgdUpdate", SgdUpdateValue);
+  add("sgdStateInput", SgdStateInputValue);
+  add("sgdReplay", SgdReplayValue);
+  add("adamwUpdate", AdamwUpdateValue);
+  add("adamwReplay", AdamwReplayValue);
   cuda.Set("channelBlock", Napi::Number::New(env, 1));
   AddNcclExports(env, cuda);
   return cuda;

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "optimizer_math.h"
+
 namespace ft::cuda {
 
 void ReluForward(const float* x, float* y, size_t n);
@@ -32,5 +34,14 @@ void MaxPoolForward(const float* x, float* y, int32_t* argmax, const PoolGeometr
 void MaxPoolBackward(const float* dy, float* dx, const int32_t* argmax, const PoolGeometry& g);
 void AvgPoolForward(const float* x, float* y, const PoolGeometry& g);
 void AvgPoolBackward(const float* dy, float* dx, const PoolGeometry& g);
+
+// The optimizers' updates (optimizer.cu): the CPU backend's arithmetic and bits. An output is its
+// input or does not overlap it.
+void SgdUpdate(const float* p, const float* g, const float* v, float* pOut, float* vOut, const SgdScalars& s, size_t n);
+void SgdStateInput(const float* p, const float* g, float* input, const SgdScalars& s, size_t n);
+void SgdReplay(float* v, const float* input, const SgdScalars& s, size_t n);
+void AdamwUpdate(const float* p, const float* g, const float* m, const float* v, float* pOut, float* mOut, float* vOut,
+                 const AdamwScalars& s, size_t n);
+void AdamwReplay(float* m, float* v, const float* g, const AdamMoments& a, size_t n);
 
 }  // namespace ft::cuda
