@@ -60,6 +60,8 @@ export class Checkpointing {
   /** the leader's, for the spare beside training (readySpare) */
   private spareWriter?: StripeWriter;
   private spareUnderWay = false;
+  /** close() has run: a cancelled spare fill's end is not news */
+  private closed = false;
   /** a commit failed after its vote: the staging directory holds that checkpoint, whole, and stays */
   private stagingKept = false;
   /** every checkpoint's config_sha256 (the identity never changes) */
@@ -209,7 +211,9 @@ export class Checkpointing {
     this.spareUnderWay = true;
     void readySpare(this.config.checkpointDir, stateFileBytes(source.state()), this.spareWriter)
       .catch((error: NodeJS.ErrnoException) => {
-        if (error.code !== 'ECANCELED') this.observer.log(`no spare checkpoint file (a checkpoint will write a new one): ${error.message}`);
+        // after close() the fill was cancelled and its file removed under it (the log may be closed too)
+        if (error.code !== 'ECANCELED' && !this.closed)
+          this.observer.log(`no spare checkpoint file (a checkpoint will write a new one): ${error.message}`);
       })
       .finally(() => {
         this.spareUnderWay = false;
@@ -218,6 +222,7 @@ export class Checkpointing {
 
   /** At exit, on the leader: the spare (or an uncommitted attempt) is removed; a voted one that could not be put in place stays. */
   async close(): Promise<void> {
+    this.closed = true;
     if (!this.world.isLeader || !this.config.spareCheckpoint || this.stagingKept) return;
     // no checkpoint will use a spare still being filled: it stops after the piece being written,
     // which is not waited for (on a stuck disk it never ends, and a rank out of MPI that long is
