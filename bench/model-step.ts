@@ -31,14 +31,14 @@ export function shippedModels(): { image: string[]; language: string[] } {
 /**
  * `backend` computes the net and the SGD update, as ft-train's trainer runs them with replicated
  * state (src/solver/replicated-state.ts): on a GPU the gradients come back to the host (where MPI
- * would sum them) and go up again for the update, whose parameters come back.
+ * would sum them) and go up again for the update; the parameters and the velocity stay there.
  */
 export function modelStep(name: string, batch: number, backend: Backend = cpu): { net: Net; step: () => void } {
   const net = new Net(loadSpec(path.join(benchRoot, 'models', `${name}.json`)), backend);
   net.init(1);
   const P = net.params.data.length;
   const sgd = { name: 'sgd' as const, momentum: 0.9, weightDecay: 5e-4, beta1: 0, beta2: 0, eps: 0 };
-  const update = new ReplicatedState(new Optimizer(sgd, backend), backend, [streamVector(P, Stream.state)], P);
+  const update = new ReplicatedState(new Optimizer(sgd, backend), backend, [streamVector(P, Stream.state)], P, net);
   // in the buffer the trainer would read batches into (page-locked where the net computes on a GPU)
   const x = net.inputBuffer(batch * net.inputSize);
   for (let i = 0; i < x.length; ++i) x[i] = (i % 97) / 97;

@@ -14,9 +14,9 @@
 //   <model>_vs_pytorch, threads2_speedup (the worse of lenet and cifarnet; target >= 1.6),
 //   step_vs_kernels_1rank (the worst model's real step / kernel-only step; target <= 1.1), models.
 // With --device cuda: lenet and cifarnet at batch 64 and 512 on the GPU backend (the net and the SGD
-// update on the GPU, as ft-train --device cuda runs them: each step uploads its batch and parameters,
-// downloads its gradients, uploads them again for the update as MPI's sum on the host would leave
-// them, and downloads the updated parameters; bench/model-step.ts) against PyTorch on the same GPU (float32 throughout: TF32
+// update on the GPU, as ft-train --device cuda runs them: each step uploads its batch, downloads its
+// gradients and uploads them again for the update, as MPI's sum on the host would leave them; the
+// parameters and the optimizer state stay on the GPU; bench/model-step.ts) against PyTorch on the same GPU (float32 throughout: TF32
 // off on both sides), the same interleaving, three times: PyTorch moving each step's batch from host
 // memory as a training loop does ("host"), PyTorch with its batch kept on the GPU ("resident", no
 // transfer at all), and PyTorch moving its batch and restricted to cuDNN's deterministic algorithms

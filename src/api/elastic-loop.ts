@@ -109,7 +109,7 @@ export class ElasticLoop {
       largest,
       dataset.sampleShape.reduce((a, b) => a * b, 1),
     );
-    const parameters = { withTail: stateWithTail, buffers: new Float32Array(0), updateBuffers: () => undefined };
+    const parameters = { withTail: stateWithTail, buffers: new Float32Array(0), updateBuffers: () => undefined, toHost: () => undefined };
     this.steps = new DataParallelStep(settings, manager, this.data, this.buffers, parameters, cpu);
   }
 

@@ -9,8 +9,10 @@
 // network never leaves it; the net reorders a blocked output to plain once for the layers (and the
 // loss) that read plain, and their input gradients back to blocked.
 // On a GPU backend (backend.device 'cuda') the layers' arrays name device memory: before each pass
-// the net uploads its parameters and input, after it downloads the gradients (into the placed slot)
-// and the logits; everything between stays on the GPU, in the plain layout (the GPU's blocked one).
+// the net uploads its input, and its parameters unless an update on the GPU left the newer ones there
+// (hostParams() brings those to the host for whoever reads them), after it downloads the gradients
+// (into the placed slot) and the logits; everything between stays on the GPU, in the plain layout
+// (the GPU's blocked one).
 // It builds only nets of the layer types the GPU computes, each read by one layer.
 // A language model (spec.language) reads windows of T + 1 tokens and scores its [T, V] logits at
 // each position against the window's next token: its loss is the mean over the batch's positions.
@@ -193,6 +195,12 @@ export class Net {
   private readonly onDevice: boolean;
   /** On a GPU: where the gradients go after each pass (placeGradients), else params.gradients. */
   private gradientTarget?: Float32Array;
+  /**
+   * On a GPU: whether an update on the device (paramsUpdatedOnDevice) made the parameters' device
+   * copy newer than the host's, which hostParams() then brings up to date. Otherwise the host's are
+   * the newest (anything may have written them) and each pass uploads them.
+   */
+  private deviceParamsNewer = false;
 
   constructor(
     readonly spec: ModelSpec,
@@ -335,12 +343,33 @@ export class Net {
     return this.toHost(logits, 'hostLogits');
   }
 
-  /** On a GPU: uploads the parameters and x, and returns the array naming x's device copy. */
+  /** On a GPU: uploads the parameters (unless the device's are newer) and x, and returns the array naming x's device copy. */
   private toDevice(x: Float32Array): Float32Array {
-    this.backend.upload(this.params.data, this.params.data);
+    this.paramsToDevice();
     const input = this.scratch.get('input', x.length);
     this.backend.upload(x, input);
     return input;
+  }
+
+  /** On a GPU: the parameters' device copy made current, uploaded unless an update there made it the newer one. */
+  paramsToDevice(): void {
+    if (this.onDevice && !this.deviceParamsNewer) this.backend.upload(this.params.data, this.params.data);
+  }
+
+  /** On a GPU: an update on the device changed the parameters there; the host's copy is older until hostParams(). */
+  paramsUpdatedOnDevice(): void {
+    this.deviceParamsNewer = this.onDevice;
+  }
+
+  /**
+   * The parameters on the host, brought up to date where an update on the GPU made the device's
+   * newer. Whatever reads or writes params.data on the host between steps (a checkpoint, a hash, a
+   * join, a rollback) takes them from here; the next pass then uploads them again.
+   */
+  hostParams(): Float32Array {
+    if (this.deviceParamsNewer) this.backend.download(this.params.data, this.params.data);
+    this.deviceParamsNewer = false;
+    return this.params.data;
   }
 
   /** On a GPU: a host copy of `mirrored`, in a buffer kept under `tag`. */

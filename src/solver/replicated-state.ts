@@ -1,13 +1,16 @@
 // The replicated optimizer state (each slot over all P parameters) and its update, kept where the
-// net computes. On a GPU the slots live in device memory and the update runs there (the same bits as
-// on the CPU: binding/src/optimizer_math.h): the summed gradient (on the host after MPI's sum) and
-// the parameters go up, the updated parameters come back, since checkpoints, hashes, cross-checks
-// and joining ranks read them on the host. The slots' host arrays are brought up to date only when
-// something reads them (onHost: a checkpoint, a join, a cross-check) and go up again after something
-// wrote them (hostWritten: a resume, a join, a rollback, a drill's flip). On the CPU the host arrays
-// are the kernels' arrays and nothing is copied.
+// net computes. On a GPU the slots and the parameters live in device memory and the update runs
+// there (the same bits as on the CPU: binding/src/optimizer_math.h): only the summed gradient, which
+// MPI leaves on the host, goes up. The slots' host arrays are brought up to date only when something
+// reads them (onHost: a checkpoint, a join, a cross-check) and go up again after something wrote
+// them (hostWritten: a resume, a join, a rollback, a drill's flip); the parameters likewise, through
+// the net (Net.hostParams). On the CPU the host arrays are the kernels' arrays and nothing is copied.
 import type { Backend } from '../nn/backend';
+import type { Net } from '../nn/net';
 import type { Optimizer } from './optimizer';
+
+/** Where the parameters live on a GPU (the net): made current there before the update, marked newer there after it. */
+export type DeviceParams = Pick<Net, 'paramsToDevice' | 'paramsUpdatedOnDevice'>;
 
 export class ReplicatedState {
   private readonly onDevice: boolean;
@@ -22,8 +25,11 @@ export class ReplicatedState {
     private readonly backend: Pick<Backend, 'device' | 'upload' | 'download'>,
     private readonly slots: Float32Array[],
     parameters: number,
+    /** on a GPU: the net whose parameters the update changes */
+    private readonly deviceParams?: DeviceParams,
   ) {
     this.onDevice = backend.device !== 'cpu';
+    if (this.onDevice && !deviceParams) throw new Error('ReplicatedState: an update on a GPU needs the net whose parameters it changes');
     if (this.onDevice) this.gradients = new Float32Array(parameters);
   }
 
@@ -32,16 +38,19 @@ export class ReplicatedState {
     return this.slots.reduce((n, slot) => n + slot.length, 0);
   }
 
-  /** Step `step`'s update (0-based) of `params` (host, current) from the summed `grads` (host); params are current on the host after it. */
+  /**
+   * Step `step`'s update (0-based) of `params` from the summed `grads` (host). On a GPU, `params`
+   * (the net's) names their device copy, which holds the newer values after it.
+   */
   update(params: Float32Array, grads: Float32Array, lr: number, step: number): void {
     if (!this.onDevice) return this.optimizer.update(params, grads, this.slots, lr, step);
-    this.backend.upload(params, params);
+    this.deviceParams!.paramsToDevice();
     this.backend.upload(grads, this.gradients!);
     if (!this.deviceCurrent) for (const slot of this.slots) this.backend.upload(slot, slot);
     this.deviceCurrent = true;
     this.optimizer.update(params, this.gradients!, this.slots, lr, step);
     this.hostCurrent = false;
-    this.backend.download(params, params);
+    this.deviceParams!.paramsUpdatedOnDevice();
   }
 
   /** The slots' host arrays, brought up to date. */

@@ -51,6 +51,8 @@ export interface StepParameters {
   withTail: Float32Array;
   /** the running statistics the summed statistics update (B values; none: empty) */
   buffers: Float32Array;
+  /** brings the parameters' newest values into withTail, for a write there (on a GPU the device's may be newer) */
+  toHost(): void;
   updateBuffers(statistics: Float32Array): void;
 }
 
@@ -155,7 +157,10 @@ export class DataParallelStep {
       this.lastLoss = total[P + B];
     }
     const flipped = manager.flipAt('update', P);
-    if (flipped) applyFlip(this.params.withTail, flipped);
+    if (flipped) {
+      this.params.toHost();
+      applyFlip(this.params.withTail, flipped);
+    }
     this.flipState(sharded?.held().slots, update);
     this.data.shrink?.commit(this.shrinkStep!);
     return true;

@@ -103,7 +103,7 @@ export class Trainer implements StateSource {
     const updating = config.optimizerState === 'sharded' ? backend : net.backend;
     this.optimizer = new Optimizer(config.optimizer, updating, matrixRanges(net.params.views));
     this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
-    this.replicated = new ReplicatedState(this.optimizer, updating, this.slots, P);
+    this.replicated = new ReplicatedState(this.optimizer, updating, this.slots, P, net);
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => plan.size(s)));
     this.buffers = new BatchBuffers(largest, net.inputSize, (length) => net.inputBuffer(length));
     this.gradientTarget = {
@@ -117,6 +117,7 @@ export class Trainer implements StateSource {
     };
     const parameters = {
       withTail: net.params.dataWithTail,
+      toHost: () => void net.hostParams(),
       buffers: net.buffers,
       updateBuffers: (statistics: Float32Array) => net.updateBuffers(statistics),
     };
@@ -223,7 +224,7 @@ export class Trainer implements StateSource {
 
   /** StateSource: the state at the current step's start (no survivor has updated it yet). */
   state(): TrainingState {
-    const params = this.net.params.data;
+    const params = this.net.hostParams();
     const sharded = this.manager.shardedState?.held();
     const slots = sharded ? sharded.slots : this.replicated.onHost();
     return {
@@ -248,7 +249,7 @@ export class Trainer implements StateSource {
 
   /** StateSource: the parameters and the replicated optimizer state, for a rank that joins. */
   joinBuffers(): Float32Array[] {
-    return [this.net.params.data, ...this.replicated.onHost(), ...(this.net.buffers.length > 0 ? [this.net.buffers] : [])];
+    return [this.net.hostParams(), ...this.replicated.onHost(), ...(this.net.buffers.length > 0 ? [this.net.buffers] : [])];
   }
 
   /** StateSource: the protocol wrote into the arrays of state() or joinBuffers() (a rollback, a join). */
@@ -272,7 +273,8 @@ export class Trainer implements StateSource {
   }
 
   private result(evaluation: Evaluation): TrainResult {
-    const params = this.net.params.data;
+    // on the host from here on: the final write (model.safetensors) reads them there
+    const params = this.net.hostParams();
     return {
       steps: this.manager.step,
       finalLoss: this.steps.lastLoss,

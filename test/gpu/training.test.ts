@@ -78,7 +78,7 @@ describe('GPU backend: training', function () {
     assert.equal(sharded.summary.params_sha256, one.summary.params_sha256, 'the sharded run with a kill differs from the replicated run');
   });
 
-  it("optimizer state on the GPU (AdamW): the host update's bits, through a resume, a respawned rank joining and a flipped state rolled back", async () => {
+  it("parameters and optimizer state on the GPU (AdamW): the host update's bits, through a resume, a respawned rank joining and flips rolled back", async () => {
     const common = ['--steps', '30', '--shards', '6', '--device', 'cuda', '--hang-timeout', '5', '--optimizer', 'adamw'];
     const one = await train(1, ...common, '--checkpoint-every', '10');
     const same = (run: { summary: Summary }, what: string): void =>
@@ -95,14 +95,20 @@ describe('GPU backend: training', function () {
     );
     assert.equal(respawned.summary.world_final, 3, 'the respawned rank did not join');
     same(respawned, 'the run with a respawned rank');
-    // the flip is read from the GPU by the cross-check, and the rollback's state goes up again
-    const flipped = await train(3, ...common, '--verify-every', '4', '--drill', 'rank=0,step=9,phase=update,action=flip,target=state');
-    assert.equal(flipped.summary.corruptions, 1, 'the flipped state was not caught once');
-    assert.deepEqual(
-      flipped.summary.failures.flatMap((f) => f.lost),
-      [0],
-    );
-    same(flipped, 'the run with a flipped state');
+    // a flip of the state, then of the parameters, made on the host after the update on the GPU: the
+    // cross-check reads them from the GPU, and the rollback's state goes up again
+    for (const [rank, target] of [
+      [0, ',target=state'],
+      [2, ''],
+    ] as const) {
+      const flipped = await train(3, ...common, '--verify-every', '4', '--drill', `rank=${rank},step=9,phase=update,action=flip${target}`);
+      assert.equal(flipped.summary.corruptions, 1, `the flip (${target || 'parameters'}) was not caught once`);
+      assert.deepEqual(
+        flipped.summary.failures.flatMap((f) => f.lost),
+        [rank],
+      );
+      same(flipped, `the run with a flip (${target || 'parameters'})`);
+    }
   });
 
   it('a model with a layer the GPU does not compute: one line naming it, exit 2, nothing trained', async () => {
