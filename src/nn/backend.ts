@@ -122,7 +122,8 @@ export interface Backend {
    * when N S = 1) and invStd = 1 / sqrt(biased variance + eps) into the [C] arrays; xhat = (x - mean)
    * invStd; y = xhat w + b. Sums in float64, sample by sample, then position by position, in either
    * layout (x, y, xhat and, below, dy and dx in `layout`, 'plain' unless given; the blocked one for
-   * [N, C, H, W] with S = H W).
+   * [N, C, H, W] with S = H W). On every backend mean and unbiased are left in host memory too (the
+   * layer reads them there for the running statistics); invStd is the backend's, for the backward.
    */
   batchnormForwardTrain(
     x: Float32Array,
@@ -230,6 +231,8 @@ export interface Backend {
   scaleInPlace(x: Float32Array, scale: number): void;
   /** acc += x, element-wise. */
   addInPlace(acc: Float32Array, x: Float32Array): void;
+  /** y = x (the same length), in the backend's memory. */
+  copy(x: Float32Array, y: Float32Array): void;
   /** Mean cross-entropy of softmax(logits) against labels; dlogits = (softmax - onehot) / N. */
   softmaxCrossEntropy(logits: Float32Array, labels: Int32Array, dlogits: Float32Array, shape: [number, number]): number;
   /**

@@ -2,9 +2,10 @@
 import { addonPart } from '../base/addon';
 import type { Backend } from './backend';
 
-type CpuKernels = Omit<Backend, 'device' | 'upload' | 'download' | 'hostArray'>;
+type CpuKernels = Omit<Backend, 'device' | 'upload' | 'download' | 'hostArray' | 'copy'>;
 
 const copy = (from: Float32Array, to: Float32Array): void => {
+  if (from.length !== to.length) throw new RangeError(`copy: expected y to be a Float32Array of ${from.length} elements, got ${to.length}`);
   if (from !== to) to.set(from);
 };
 
@@ -12,5 +13,6 @@ export const cpu: Backend = Object.assign(addonPart<{ cpu: CpuKernels }>().cpu, 
   device: 'cpu' as const,
   upload: copy,
   download: copy,
+  copy,
   hostArray: (length: number) => new Float32Array(length),
 });

@@ -1,16 +1,27 @@
 // The GPU backend: cuDNN convolutions, cuBLAS linear layers and the addon's own CUDA kernels
 // (binding/src/cuda), present only in an addon built where CUDA, cuDNN, cuBLAS and NCCL were found.
-// It runs the layers of image classifiers (gpuLayerTypes) and the optimizers' updates (the CPU's
-// bits); a layer without GPU kernels is refused when the net is built, and its kernels here throw
-// saying so. The collectives and checkpoints stay on the host: the net uploads its parameters and
-// input before each pass and downloads its gradients and logits after (src/nn/net.ts), and
-// replicated optimizer state lives on the GPU (src/solver/replicated-state.ts).
+// It runs the layers of image classifiers, residual networks included (gpuLayerTypes), and the
+// optimizers' updates (the CPU's bits); a layer without GPU kernels is refused when the net is
+// built, and its kernels here throw saying so. The collectives and checkpoints stay on the host: the
+// net uploads its input before each pass and downloads its gradients and logits after
+// (src/nn/net.ts), and with replicated optimizer state the parameters and the state live on the GPU
+// (src/solver/replicated-state.ts).
 import { addonPart } from '../base/addon';
 import type { Backend } from './backend';
 import type { LayerSpec } from './spec';
 
 /** What the GPU backend computes: the layer types it has kernels for. */
-export const gpuLayerTypes: ReadonlySet<LayerSpec['type']> = new Set(['conv', 'maxpool', 'avgpool', 'linear', 'relu', 'flatten']);
+export const gpuLayerTypes: ReadonlySet<LayerSpec['type']> = new Set([
+  'conv',
+  'maxpool',
+  'avgpool',
+  'linear',
+  'relu',
+  'flatten',
+  'batchnorm',
+  'globalavgpool',
+  'add',
+]);
 
 /** The GPU this process computes on (Open MPI's local rank modulo the GPUs it sees). */
 export interface GpuInfo {
@@ -39,6 +50,12 @@ export const gpuKernels = [
   'reluBackward',
   'addInPlace',
   'scaleInPlace',
+  'copy',
+  'batchnormForwardTrain',
+  'batchnormForwardEval',
+  'batchnormBackward',
+  'globalAvgPoolForward',
+  'globalAvgPoolBackward',
   'softmaxCrossEntropy',
   'sgdUpdate',
   'sgdStateInput',
@@ -95,13 +112,8 @@ export function cudaBackend(): Backend {
     kernelSettings: true,
     setThreads: true,
     setWinograd: true,
-    batchnormForwardTrain: true,
-    batchnormForwardEval: true,
-    batchnormBackward: true,
     layernormForward: true,
     layernormBackward: true,
-    globalAvgPoolForward: true,
-    globalAvgPoolBackward: true,
     attentionForward: true,
     attentionBackward: true,
     geluForward: true,

@@ -12,8 +12,8 @@
 // the net uploads its input, and its parameters unless an update on the GPU left the newer ones there
 // (hostParams() brings those to the host for whoever reads them), after it downloads the gradients
 // (into the placed slot) and the logits; everything between stays on the GPU, in the plain layout
-// (the GPU's blocked one).
-// It builds only nets of the layer types the GPU computes, each read by one layer.
+// (the GPU's blocked one); the running statistics go up before each pass too.
+// It builds only nets of the layer types the GPU computes.
 // A language model (spec.language) reads windows of T + 1 tokens and scores its [T, V] logits at
 // each position against the window's next token: its loss is the mean over the batch's positions.
 import type { Backend, Layout } from './backend';
@@ -223,12 +223,6 @@ export class Net {
           `a ${layerSpec.type} layer has no GPU kernels yet (--device ${backend.device} computes ${[...gpuLayerTypes].join(', ')} layers)`,
         );
       }
-      if (this.onDevice) {
-        for (const j of sources) {
-          if (j >= 0 && this.readers[j] > 0)
-            fail(`reads "${spec.layers[j].name}", which another layer reads too: the GPU backend computes chains of layers only`);
-        }
-      }
       const reserved = this.params.views.length;
       const context = { backend, params: this.params, buffers: this.state, index };
       const sourceLayouts = sources.map((j): Layout => (j >= 0 ? this.layouts[j] : 'plain'));
@@ -322,8 +316,10 @@ export class Net {
   placeGradients(vector: Float32Array): void {
     const P = this.params.data.length;
     if (this.onDevice) {
-      // the layers keep computing into the store's gradients on the GPU; each pass downloads them here
+      // the layers keep computing into the store's gradients on the GPU; each pass downloads them
+      // here. The statistics are written on the host (recordStatistics), straight into the slot.
       this.gradientTarget = vector.subarray(0, P);
+      this.state.placeGradients(vector.subarray(P, P + this.buffers.length));
       return;
     }
     this.params.placeGradients(vector.subarray(0, P));
@@ -346,6 +342,8 @@ export class Net {
   /** On a GPU: uploads the parameters (unless the device's are newer) and x, and returns the array naming x's device copy. */
   private toDevice(x: Float32Array): Float32Array {
     this.paramsToDevice();
+    // the running statistics (an evaluation reads them) change on the host, at each step's end
+    if (this.buffers.length > 0) this.backend.upload(this.buffers, this.buffers);
     const input = this.scratch.get('input', x.length);
     this.backend.upload(x, input);
     return input;
@@ -500,7 +498,7 @@ export class Net {
       this.grads[j] = dx;
     } else if (!current) {
       const sum = this.scratch.get(`grad${j}`, dx.length);
-      sum.set(dx);
+      this.backend.copy(dx, sum);
       this.grads[j] = sum;
     } else {
       this.backend.addInPlace(current, dx);

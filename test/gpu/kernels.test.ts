@@ -11,7 +11,7 @@ import { runInNewContext } from 'node:vm';
 import { assertClose } from '../helpers/close';
 import { checkGradient, randomTensor } from '../helpers/gradcheck';
 import { requireGpu } from '../helpers/gpu';
-import type { Backend, ConvShape, LinearShape, PoolKind, PoolShape } from '../../src/nn/backend';
+import type { Backend, ConvShape, LinearShape, NormShape, PoolKind, PoolShape } from '../../src/nn/backend';
 import { cpu } from '../../src/nn/cpu';
 import { cudaAddon, cudaBackend } from '../../src/nn/cuda';
 import { Net } from '../../src/nn/net';
@@ -214,6 +214,80 @@ describe('GPU backend: kernels against the CPU backend', function () {
     });
   });
 
+  for (const shape of [
+    [8, 5, 36],
+    [3, 4, 1],
+    [1, 3, 1],
+    [64, 2, 300],
+  ] as NormShape[]) {
+    it(`batchnorm ${shape.join('x')}: training forward, evaluation, backward; within 1e-5 (double sums in another order)`, () => {
+      const [n, c, area] = shape;
+      const size = n * c * area;
+      // values far from zero mean, so that the variance's two passes matter
+      const x = onGpu(randomTensor(size, 51).map((v, i) => 3 + v * (1 + (i % 5))));
+      const [w, b, dy] = [onGpu(randomTensor(c, 52)), onGpu(randomTensor(c, 53)), onGpu(randomTensor(size, 54))];
+      const cpuStats = [1, 2, 3].map(() => new Float64Array(c));
+      const gpuStats = [1, 2, 3].map(() => new Float64Array(c));
+      const [yCpu, xhatCpu, yGpu, xhatGpu] = [1, 2, 3, 4].map(() => new Float32Array(size));
+      cpu.batchnormForwardTrain(x, w, b, yCpu, xhatCpu, cpuStats[0], cpuStats[1], cpuStats[2], 1e-5, shape);
+      gpu.batchnormForwardTrain(x, w, b, yGpu, xhatGpu, gpuStats[0], gpuStats[1], gpuStats[2], 1e-5, shape);
+      if (n * area > 1) {
+        assertClose('y', fromGpu(yGpu), yCpu, 1e-5);
+        assertClose('xhat', fromGpu(xhatGpu), xhatCpu, 1e-5);
+      } else {
+        // one value per channel: it is its mean, so xhat is 0 and y is b
+        assertSameBits('xhat', fromGpu(xhatGpu), new Float32Array(size));
+        assertSameBits('y', fromGpu(yGpu), fromGpu(b));
+      }
+      // mean and unbiased variance come back to the host arrays (the layer reads them there)
+      for (const [k, name] of ['mean', 'unbiased'].entries()) {
+        cpuStats[k].forEach((want, ch) => {
+          assert.ok(
+            Math.abs(gpuStats[k][ch] - want) <= 1e-12 * Math.max(1, Math.abs(want)),
+            `${name}[${ch}]: ${gpuStats[k][ch]}, CPU ${want}`,
+          );
+        });
+      }
+      if (n * area === 1) assert.deepEqual([...gpuStats[1]], new Array<number>(c).fill(0), 'one value per channel: unbiased variance 0');
+      const [running, runningVar] = [onGpu(randomTensor(c, 55)), onGpu(randomTensor(c, 56).map((v) => 1 + v * v))];
+      const [evalCpu, evalGpu] = [new Float32Array(size), new Float32Array(size)];
+      cpu.batchnormForwardEval(x, w, b, running, runningVar, evalCpu, 1e-5, shape);
+      gpu.batchnormForwardEval(x, w, b, running, runningVar, evalGpu, 1e-5, shape);
+      assertClose('evaluation y', fromGpu(evalGpu), evalCpu, 1e-6);
+      const [dxCpu, dxGpu] = [new Float32Array(size), new Float32Array(size)];
+      const [dwCpu, dbCpu, dwGpu, dbGpu] = [1, 2, 3, 4].map(() => new Float32Array(c));
+      cpu.batchnormBackward(dy, xhatCpu, w, cpuStats[2], dxCpu, dwCpu, dbCpu, shape);
+      gpu.batchnormBackward(dy, xhatGpu, w, gpuStats[2], dxGpu, dwGpu, dbGpu, shape);
+      // with one value per channel xhat is 0: so are dw and dx
+      if (n * area > 1) assertClose('dw', fromGpu(dwGpu), dwCpu, 1e-5);
+      else assertSameBits('dw', fromGpu(dwGpu), new Float32Array(c));
+      assertClose('db', fromGpu(dbGpu), dbCpu, 1e-5);
+      if (n * area > 1) assertClose('dx', fromGpu(dxGpu), dxCpu, 1e-5);
+      // without dx (a first layer): the same parameter gradients
+      const [dwAlone, dbAlone] = [new Float32Array(c), new Float32Array(c)];
+      gpu.batchnormBackward(dy, xhatGpu, w, gpuStats[2], null, dwAlone, dbAlone, shape);
+      assertSameBits('dw without dx', fromGpu(dwAlone), fromGpu(dwGpu));
+    });
+  }
+
+  it("global average pooling, forward and backward, and copy: the CPU's bits", () => {
+    const shape: NormShape = [5, 7, 49];
+    const x = onGpu(randomTensor(5 * 7 * 49, 61));
+    const dy = onGpu(randomTensor(5 * 7, 62));
+    const [yCpu, yGpu] = [new Float32Array(35), new Float32Array(35)];
+    cpu.globalAvgPoolForward(x, yCpu, shape);
+    gpu.globalAvgPoolForward(x, yGpu, shape);
+    assertSameBits('y', fromGpu(yGpu), yCpu);
+    const [dxCpu, dxGpu] = [new Float32Array(x.length), new Float32Array(x.length)];
+    cpu.globalAvgPoolBackward(dy, dxCpu, shape);
+    gpu.globalAvgPoolBackward(dy, dxGpu, shape);
+    assertSameBits('dx', fromGpu(dxGpu), dxCpu);
+    const copied = new Float32Array(x.length);
+    gpu.copy(x, copied);
+    assertSameBits('copy', fromGpu(copied), x);
+    assert.throws(() => gpu.copy(x, new Float32Array(3)), /^RangeError: copy: expected y to be a Float32Array of 1715 elements, got /);
+  });
+
   it("mirrors: one per buffer, shared by its views; a collected buffer's freed, never found by a new buffer at its address", () => {
     const cuda = cudaAddon();
     const whole = randomTensor(4096, 16);
@@ -288,7 +362,7 @@ describe('GPU backend: kernels against the CPU backend', function () {
   it('a kernel the GPU lacks says so; an array of the wrong length is refused before any work', () => {
     assert.throws(
       () =>
-        gpu.batchnormBackward(
+        gpu.layernormBackward(
           new Float32Array(1),
           new Float32Array(1),
           new Float32Array(1),
@@ -296,9 +370,9 @@ describe('GPU backend: kernels against the CPU backend', function () {
           null,
           new Float32Array(1),
           new Float32Array(1),
-          [1, 1, 1],
+          [1, 1],
         ),
-      /batchnormBackward: not on the GPU backend yet/,
+      /layernormBackward: not on the GPU backend yet/,
     );
     assert.throws(
       () => gpu.reluForward(new Float32Array(4), new Float32Array(3)),
@@ -363,14 +437,48 @@ describe('GPU backend: a net', function () {
 
   it('a layer without GPU kernels is refused when the net is built, in one line', () => {
     const layers = [
-      { type: 'batchnorm', name: 'bn' },
+      { type: 'dropout', name: 'drop', p: 0.5 },
       { type: 'flatten', name: 'f' },
       { type: 'linear', name: 'ip', outputs: 4 },
     ];
-    const spec = parseSpec('bn.json', JSON.stringify({ ...smallJson, layers }));
+    const spec = parseSpec('drop.json', JSON.stringify({ ...smallJson, layers }));
     assert.throws(() => new Net(spec, cudaBackend()), {
       message:
-        /^bn\.json: layer 1 \(bn\): a batchnorm layer has no GPU kernels yet \(--device cuda computes conv, maxpool, avgpool, linear, relu, flatten layers\)$/,
+        /^drop\.json: layer 1 \(drop\): a dropout layer has no GPU kernels yet \(--device cuda computes conv, maxpool, avgpool, linear, relu, flatten, batchnorm, globalavgpool, add layers\)$/,
     });
   });
+
+  it('a residual net (batchnorm, add, global pooling, an output read twice): gradients against finite differences and the CPU net, statistics, evaluation', () => {
+    const layers = [
+      { type: 'conv', name: 'conv1', filters: 4, kernel: 3, pad: 1 },
+      { type: 'batchnorm', name: 'bn1' },
+      { type: 'relu', name: 'relu1' },
+      { type: 'conv', name: 'conv2', filters: 4, kernel: 3, pad: 1 },
+      { type: 'batchnorm', name: 'bn2' },
+      { type: 'add', name: 'add', inputs: ['bn2', 'relu1'] },
+      { type: 'relu', name: 'relu2' },
+      { type: 'globalavgpool', name: 'pool' },
+      { type: 'linear', name: 'fc', outputs: 4 },
+    ];
+    const residual = parseSpec('residual.json', JSON.stringify({ ...smallJson, name: 'residual', layers }));
+    const net = new Net(residual, cudaBackend());
+    const reference = new Net(residual, cpu);
+    net.init(3);
+    reference.init(3);
+    const got = net.lossAndGradient(x, labels, batch, key);
+    const want = reference.lossAndGradient(x, labels, batch, key);
+    assert.ok(Math.abs(got.loss - want.loss) <= 1e-5 * want.loss, `loss ${got.loss}, CPU ${want.loss}`);
+    const gradients = net.params.gradients.slice();
+    assertClose('gradients', gradients, reference.params.gradients, 1e-4);
+    assertClose('statistics', net.statistics, reference.statistics, 1e-5);
+    // in training mode (batch statistics), as the gradient was taken
+    checkGradient('params', net.params.data, gradients, () => trainingLoss(net), { eps: 1e-2, tolerance: 2e-2, samples: 60 });
+    for (const n of [net, reference]) n.updateBuffers(reference.statistics);
+    assertClose('evaluation logits', net.forward(x, batch, false, key), reference.forward(x, batch, false, key), 1e-4);
+  });
+
+  /** The training-mode loss at the net's current parameters (a pass whose gradient is not used). */
+  function trainingLoss(net: Net): number {
+    return net.lossAndGradient(x, labels, batch, key).loss;
+  }
 });

@@ -2,7 +2,8 @@
 // CPU's loss curve; exact mode on the GPU, where a kill -9 of a rank at 3 ranks sharing the GPU (the
 // MPI path), with replicated or sharded optimizer state, ends with the parameters of the 1-rank run
 // without failure; the optimizer state on the GPU (replicated) gives the host update's bits through a
-// resume, a join and a rollback; and a model the GPU cannot compute, refused in one line.
+// resume, a join and a rollback; a residual net's exact mode with a kill; and a model the GPU cannot
+// compute, refused in one line.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -18,7 +19,14 @@ async function train(ranks: number, ...extra: string[]): Promise<{ dir: string; 
   const dir = path.join(scratch, `run-${++runs}`);
   const job = await runTrain(
     ranks,
-    ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', dir, ...extra],
+    [
+      ...(extra.includes('--model') ? [] : ['--model', 'models/lenet.json']),
+      '--data',
+      'datasets/fashion-mnist',
+      '--run-dir',
+      dir,
+      ...extra,
+    ],
     240_000,
   );
   assert.equal(job.code, 0, `exit ${job.code}\n${job.stdout}\n${job.stderr}`);
@@ -111,15 +119,44 @@ describe('GPU backend: training', function () {
     }
   });
 
+  it('a residual net (batchnorm, add, global pooling): exact mode at 1, 2 and 3 ranks with a kill -9 ends with the same bits, running statistics included', async () => {
+    const spec = path.join(scratch, 'residual.json');
+    const layers = [
+      { type: 'conv', name: 'conv1', filters: 8, kernel: 3, pad: 1 },
+      { type: 'batchnorm', name: 'bn1' },
+      { type: 'relu', name: 'relu1' },
+      { type: 'conv', name: 'conv2', filters: 8, kernel: 3, pad: 1 },
+      { type: 'batchnorm', name: 'bn2' },
+      { type: 'add', name: 'add', inputs: ['bn2', 'relu1'] },
+      { type: 'relu', name: 'relu2' },
+      { type: 'maxpool', name: 'pool1', kernel: 2, stride: 2 },
+      { type: 'globalavgpool', name: 'pool2' },
+      { type: 'linear', name: 'fc', outputs: 10 },
+    ];
+    fs.writeFileSync(spec, JSON.stringify({ name: 'residual', input: [1, 28, 28], classes: 10, layers }));
+    const common = ['--model', spec, '--steps', '20', '--shards', '6', '--device', 'cuda', '--hang-timeout', '5'];
+    const one = await train(1, ...common);
+    const two = await train(2, ...common);
+    const killed = await train(3, ...common, '--drill', 'rank=1,step=8,phase=compute');
+    assert.ok(one.steps.every((record) => Number.isFinite(record.loss)));
+    assert.ok(one.steps[19].loss < one.steps[0].loss, `the loss did not fall: ${one.steps[0].loss} -> ${one.steps[19].loss}`);
+    assert.equal(two.summary.params_sha256, one.summary.params_sha256, 'the 2-rank run differs from the 1-rank run');
+    assert.deepEqual(
+      killed.summary.failures.flatMap((f) => f.lost),
+      [1],
+    );
+    assert.equal(killed.summary.params_sha256, one.summary.params_sha256, 'the run with a kill differs from the run without');
+  });
+
   it('a model with a layer the GPU does not compute: one line naming it, exit 2, nothing trained', async () => {
-    const spec = path.join(scratch, 'lenet-bn.json');
+    const spec = path.join(scratch, 'lenet-dropout.json');
     const layers = [
       { type: 'conv', name: 'conv1', filters: 8, kernel: 5 },
-      { type: 'batchnorm', name: 'bn1' },
+      { type: 'dropout', name: 'drop1', p: 0.5 },
       { type: 'flatten', name: 'flatten' },
       { type: 'linear', name: 'ip1', outputs: 10 },
     ];
-    fs.writeFileSync(spec, JSON.stringify({ name: 'lenet-bn', input: [1, 28, 28], classes: 10, layers }));
+    fs.writeFileSync(spec, JSON.stringify({ name: 'lenet-dropout', input: [1, 28, 28], classes: 10, layers }));
     const dir = path.join(scratch, 'refused');
     const job = await runTrain(
       1,
@@ -129,7 +166,7 @@ describe('GPU backend: training', function () {
     assert.equal(job.code, 2, `exit ${job.code}\n${job.stderr}`);
     const lines = job.stderr.split('\n').filter((line) => line.startsWith('ft-train:'));
     assert.deepEqual(lines, [
-      `ft-train: ${spec}: layer 2 (bn1): a batchnorm layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten layers)`,
+      `ft-train: ${spec}: layer 2 (drop1): a dropout layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten, batchnorm, globalavgpool, add layers)`,
     ]);
     assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
   });

@@ -7,6 +7,8 @@ import { strict as assert } from 'node:assert';
 import { cpu } from '../../src/nn/cpu';
 import { Net } from '../../src/nn/net';
 import { loadSpec, parseSpec } from '../../src/nn/spec';
+import { Optimizer } from '../../src/solver/optimizer';
+import { ReplicatedState } from '../../src/solver/replicated-state';
 import { assertClose } from '../helpers/close';
 import { randomTensor } from '../helpers/gradcheck';
 import { mirroredBackend } from '../helpers/mirrored-backend';
@@ -59,29 +61,67 @@ describe("Net on a GPU's memory model", function () {
     assertClose('parameters', nets[0].params.data, nets[1].params.data, 1e-4);
   });
 
-  it('a layer without GPU kernels, or an output read twice, is refused when the net is built', () => {
+  it("a residual net (batchnorm, add, global pooling, an output read twice): the CPU net's loss, gradient and statistics, in the placed slot, and its evaluation after the running statistics moved", () => {
     const { backend } = mirroredBackend();
-    const bn = parseSpec(
-      'bn.json',
+    const residual = loadSpec('models/resnet8.json');
+    const [onDevice, onCpu] = [new Net(residual, backend), new Net(residual, cpu)];
+    const images = randomTensor(batch * 3 * 32 * 32, 12);
+    for (const net of [onDevice, onCpu]) net.init(3);
+    const [P, B] = [onDevice.params.data.length, onDevice.buffers.length];
+    assert.ok(B > 0);
+    const slot = new Float32Array(P + B + 1);
+    onDevice.placeGradients(slot);
+    const [got, want] = [onDevice.lossAndGradient(images, labels, batch, key), onCpu.lossAndGradient(images, labels, batch, key)];
+    assert.ok(Math.abs(got.loss - want.loss) <= 1e-5 * want.loss, `loss ${got.loss} vs ${want.loss}`);
+    assertClose('gradient in the slot', slot.subarray(0, P), onCpu.params.gradients, 1e-4);
+    assertClose('statistics in the slot', slot.subarray(P, P + B), onCpu.statistics, 1e-5);
+    // the running statistics move on the host; an evaluation on the device reads them
+    for (const net of [onDevice, onCpu]) net.updateBuffers(onCpu.statistics);
+    assertClose('logits in evaluation', onDevice.forward(images, batch, false, key), onCpu.forward(images, batch, false, key), 1e-4);
+  });
+
+  it('with the update on the device (replicated state), the parameters stay there: a step moves only the batch and the gradients, hostParams() brings them back', () => {
+    const { backend, traffic } = mirroredBackend();
+    const nets = [new Net(spec, backend), new Net(spec, cpu)];
+    const sgd = { name: 'sgd' as const, momentum: 0.9, weightDecay: 5e-4, beta1: 0, beta2: 0, eps: 0 };
+    const P = nets[0].params.data.length;
+    const updates = nets.map((net) => new ReplicatedState(new Optimizer(sgd, net.backend), net.backend, [new Float32Array(P)], P, net));
+    nets.forEach((net) => net.init(5));
+    const step = (k: number, t: number): void => {
+      nets[k].lossAndGradient(x, labels, batch, { ...key, step: t });
+      updates[k].update(nets[k].params.data, nets[k].params.gradients, 0.05, t);
+    };
+    step(0, 0);
+    const initial = nets[0].params.data.slice();
+    const before = { ...traffic };
+    step(0, 1);
+    // up: the batch and the gradient (for the update); down: the gradient and the logits
+    assert.deepEqual([traffic.up - before.up, traffic.down - before.down], [4 * (batch * 784 + P), 4 * (P + batch * 10)]);
+    assert.deepEqual(nets[0].params.data, initial, 'the host copy moved without a read');
+    for (let t = 2; t < 10; ++t) step(0, t);
+    for (let t = 0; t < 10; ++t) step(1, t);
+    assertClose('parameters', nets[0].hostParams(), nets[1].params.data, 1e-4);
+    assert.notDeepEqual(nets[0].params.data, initial);
+    // the host's values written (a rollback's, a resume's) go up with the next pass
+    nets[0].params.data.set(initial);
+    const evaluated = nets[0].evaluate(x, labels, batch);
+    nets[0].params.data.set(initial);
+    assert.equal(evaluated.loss, nets[0].evaluate(x, labels, batch).loss);
+  });
+
+  it('a layer without GPU kernels is refused when the net is built', () => {
+    const { backend } = mirroredBackend();
+    const dropout = parseSpec(
+      'dropout.json',
       JSON.stringify({
         input: [1, 8, 8],
         classes: 2,
-        layers: [{ type: 'batchnorm', name: 'bn' }, { type: 'flatten' }, { type: 'linear', outputs: 2 }],
+        layers: [{ type: 'dropout', name: 'drop', p: 0.5 }, { type: 'flatten' }, { type: 'linear', outputs: 2 }],
       }),
     );
-    assert.throws(() => new Net(bn, backend), {
+    assert.throws(() => new Net(dropout, backend), {
       message:
-        'bn.json: layer 1 (bn): a batchnorm layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten layers)',
-    });
-    const layers = [
-      { type: 'flatten', name: 'f' },
-      { type: 'linear', name: 'a', outputs: 2 },
-      { type: 'linear', name: 'b', outputs: 2, inputs: ['f'] },
-      { type: 'add', name: 'sum', inputs: ['a', 'b'] },
-    ];
-    const branches = parseSpec('branches.json', JSON.stringify({ input: [1, 8, 8], classes: 2, layers }));
-    assert.throws(() => new Net(branches, backend), {
-      message: 'branches.json: layer 3 (b): reads "f", which another layer reads too: the GPU backend computes chains of layers only',
+        'dropout.json: layer 1 (drop): a dropout layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten, batchnorm, globalavgpool, add layers)',
     });
   });
 });

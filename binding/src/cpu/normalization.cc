@@ -181,12 +181,6 @@ size_t ActivationSize(const std::vector<int>& d, Layout layout) {
 // [N, D] as one group per sample.
 Groups SampleGroups(size_t n, size_t d) { return Groups{n, 1, d, 1, 0, 1, d}; }
 
-double EpsArg(const Napi::CallbackInfo& info, size_t i, const char* method) {
-  double eps = NumberArg(info, i, method, "eps");
-  if (!(eps > 0.0)) ThrowArg(info.Env(), method, "eps", "a number > 0", info[i]);
-  return eps;
-}
-
 // Normalises each group of x in two passes, mean = sum(x) / m, then squares = sum((x - mean)^2);
 // calls stats(g, mean, squares, invStd) once per group, invStd = 1 / sqrt(squares / m + eps), then
 // value(g, at, mean, invStd) for each of its values.

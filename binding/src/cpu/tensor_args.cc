@@ -130,4 +130,10 @@ Layout LayoutArg(const Napi::CallbackInfo& info, size_t index, const char* metho
   ThrowArg(info.Env(), method, name, "'plain' or 'blocked'", value);
 }
 
+double EpsArg(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  double eps = NumberArg(info, index, method, "eps");
+  if (!(eps > 0.0)) ThrowArg(info.Env(), method, "eps", "a number > 0", info[index]);
+  return eps;
+}
+
 }  // namespace ft::cpu

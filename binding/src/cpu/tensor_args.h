@@ -44,6 +44,9 @@ Layout LayoutArg(const Napi::CallbackInfo& info, size_t index, const char* metho
 double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* method,
                  const char* name);
 
+// A normalisation's eps: a number > 0.
+double EpsArg(const Napi::CallbackInfo& info, size_t index, const char* method);
+
 // A convolution's shape (Backend's ConvShape) [N, C, H, W, K, R, S, stride, pad]: all positive but
 // the padding, the kernel inside the padded input.
 std::vector<int> ConvShapeArg(const Napi::CallbackInfo& info, size_t index, const char* method);

@@ -201,6 +201,90 @@ Napi::Value ScaleInPlaceValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// [N, C, S] of a normalisation or global pooling (the blocked layout is plain here).
+NormGeometry NormArg(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 3);
+  LayoutArg(info, index + 1, method, "layout");
+  return NormGeometry{static_cast<size_t>(d[0]), static_cast<size_t>(d[1]), static_cast<size_t>(d[2])};
+}
+
+size_t Values(const NormGeometry& g) { return g.n * g.c * g.s; }
+
+// batchnormForwardTrain(x, w, b, y, xhat, mean, unbiased, invStd, eps, shape, layout?): mean and
+// unbiased come back to their host arrays as well (the layer reads them there, for the running
+// statistics); invStd stays on the device for the backward pass.
+Napi::Value BatchnormForwardTrainValue(const Napi::CallbackInfo& info) {
+  const char* m = "batchnormForwardTrain";
+  NormGeometry g = NormArg(info, 9, m);
+  float* x = DevArg(info, 0, m, "x", Values(g));
+  float* w = DevArg(info, 1, m, "w", g.c);
+  float* b = DevArg(info, 2, m, "b", g.c);
+  float* y = DevArg(info, 3, m, "y", Values(g));
+  float* xhat = DevArg(info, 4, m, "xhat", Values(g));
+  double* meanHost = cpu::DoubleArg(info, 5, m, "mean", g.c);
+  double* unbiasedHost = cpu::DoubleArg(info, 6, m, "unbiased", g.c);
+  cpu::DoubleArg(info, 7, m, "invStd", g.c);
+  double eps = cpu::EpsArg(info, 8, m);
+  double* mean = Dev<double>(info, 5);
+  double* unbiased = Dev<double>(info, 6);
+  BatchnormForwardTrain(x, w, b, y, xhat, mean, unbiased, Dev<double>(info, 7), eps, g);
+  FT_CUDA_CHECK(cudaMemcpy(meanHost, mean, g.c * sizeof(double), cudaMemcpyDeviceToHost));
+  FT_CUDA_CHECK(cudaMemcpy(unbiasedHost, unbiased, g.c * sizeof(double), cudaMemcpyDeviceToHost));
+  return info.Env().Undefined();
+}
+
+Napi::Value BatchnormForwardEvalValue(const Napi::CallbackInfo& info) {
+  const char* m = "batchnormForwardEval";
+  NormGeometry g = NormArg(info, 7, m);
+  float* x = DevArg(info, 0, m, "x", Values(g));
+  float* w = DevArg(info, 1, m, "w", g.c);
+  float* b = DevArg(info, 2, m, "b", g.c);
+  float* runningMean = DevArg(info, 3, m, "runningMean", g.c);
+  float* runningVar = DevArg(info, 4, m, "runningVar", g.c);
+  float* y = DevArg(info, 5, m, "y", Values(g));
+  BatchnormForwardEval(x, w, b, runningMean, runningVar, y, cpu::EpsArg(info, 6, m), g);
+  return info.Env().Undefined();
+}
+
+Napi::Value BatchnormBackwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "batchnormBackward";
+  NormGeometry g = NormArg(info, 7, m);
+  float* dy = DevArg(info, 0, m, "dy", Values(g));
+  float* xhat = DevArg(info, 1, m, "xhat", Values(g));
+  float* w = DevArg(info, 2, m, "w", g.c);
+  cpu::DoubleArg(info, 3, m, "invStd", g.c);
+  float* dx = info[4].IsNull() ? nullptr : DevArg(info, 4, m, "dx", Values(g));
+  float* dw = DevArg(info, 5, m, "dw", g.c);
+  float* db = DevArg(info, 6, m, "db", g.c);
+  BatchnormBackward(dy, xhat, w, Dev<double>(info, 3), dx, dw, db, g);
+  return info.Env().Undefined();
+}
+
+Napi::Value GlobalAvgPoolForwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "globalAvgPoolForward";
+  NormGeometry g = NormArg(info, 2, m);
+  float* x = DevArg(info, 0, m, "x", Values(g));
+  GlobalAvgPoolForward(x, DevArg(info, 1, m, "y", g.n * g.c), g);
+  return info.Env().Undefined();
+}
+
+Napi::Value GlobalAvgPoolBackwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "globalAvgPoolBackward";
+  NormGeometry g = NormArg(info, 2, m);
+  float* dy = DevArg(info, 0, m, "dy", g.n * g.c);
+  GlobalAvgPoolBackward(dy, DevArg(info, 1, m, "dx", Values(g)), g);
+  return info.Env().Undefined();
+}
+
+// copy(x, y): y = x, device to device.
+Napi::Value CopyValue(const Napi::CallbackInfo& info) {
+  size_t n = FloatSpanArg(info, 0, "copy", "x").length;
+  float* y = DevArg(info, 1, "copy", "y", n);
+  float* x = Dev(info, 0);
+  if (x != y) FT_CUDA_CHECK(cudaMemcpy(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice));
+  return info.Env().Undefined();
+}
+
 // The optimizers: arguments as the CPU's (cpu/optimizer_args.h), the same arithmetic (optimizer.cu).
 Napi::Value SgdUpdateValue(const Napi::CallbackInfo& info) {
   const char* m = "sgdUpdate";
@@ -367,6 +451,12 @@ Napi::Object Exports(Napi::Env env) {
   add("addInPlace", AddInPlaceValue);
   add("scaleInPlace", ScaleInPlaceValue);
   add("softmaxCrossEntropy", SoftmaxCrossEntropyValue);
+  add("batchnormForwardTrain", BatchnormForwardTrainValue);
+  add("batchnormForwardEval", BatchnormForwardEvalValue);
+  add("batchnormBackward", BatchnormBackwardValue);
+  add("globalAvgPoolForward", GlobalAvgPoolForwardValue);
+  add("globalAvgPoolBackward", GlobalAvgPoolBackwardValue);
+  add("copy", CopyValue);
   add("sgdUpdate", SgdUpdateValue);
   add("sgdStateInput", SgdStateInputValue);
   add("sgdReplay", SgdReplayValue);

@@ -35,6 +35,22 @@ void MaxPoolBackward(const float* dy, float* dx, const int32_t* argmax, const Po
 void AvgPoolForward(const float* x, float* y, const PoolGeometry& g);
 void AvgPoolBackward(const float* dy, float* dx, const PoolGeometry& g);
 
+// Batchnorm and global average pooling over plain [N, C, S] activations (normalization.cu), as the
+// CPU's kernels define them (src/nn/backend.ts); batchnorm's sums in double, in a fixed order of its
+// own, global pooling's in the CPU's order (its bits).
+struct NormGeometry {
+  size_t n, c, s;
+};
+void BatchnormForwardTrain(const float* x, const float* w, const float* b, float* y, float* xhat, double* mean,
+                           double* unbiased, double* invStd, double eps, const NormGeometry& g);
+void BatchnormForwardEval(const float* x, const float* w, const float* b, const float* runningMean, const float* runningVar,
+                          float* y, double eps, const NormGeometry& g);
+// dx may be null (not wanted).
+void BatchnormBackward(const float* dy, const float* xhat, const float* w, const double* invStd, float* dx, float* dw,
+                       float* db, const NormGeometry& g);
+void GlobalAvgPoolForward(const float* x, float* y, const NormGeometry& g);
+void GlobalAvgPoolBackward(const float* dy, float* dx, const NormGeometry& g);
+
 // The optimizers' updates (optimizer.cu): the CPU backend's arithmetic and bits. An output is its
 // input or does not overlap it.
 void SgdUpdate(const float* p, const float* g, const float* v, float* pOut, float* vOut, const SgdScalars& s, size_t n);

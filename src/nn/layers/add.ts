@@ -17,7 +17,7 @@ export class Add implements MergeLayer {
 
   forward(xs: Float32Array[], _batch: number): Float32Array {
     const y = this.scratch.get('y', xs[0].length);
-    y.set(xs[0]);
+    this.ctx.backend.copy(xs[0], y);
     for (let k = 1; k < xs.length; ++k) this.ctx.backend.addInPlace(y, xs[k]);
     return y;
   }
