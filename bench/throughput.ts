@@ -13,17 +13,19 @@
 //   lenet_vs_pytorch (target >= 1.5), min_model_vs_pytorch (the worst image model; target >= 1.3),
 //   <model>_vs_pytorch, threads2_speedup (the worse of lenet and cifarnet; target >= 1.6),
 //   step_vs_kernels_1rank (the worst model's real step / kernel-only step; target <= 1.1), models.
-// With --device cuda: lenet and cifarnet at batch 64 and 512 on the GPU backend (the net and the SGD
-// update on the GPU, as ft-train --device cuda runs them: each step uploads its batch, downloads its
-// gradients and uploads them again for the update, as MPI's sum on the host would leave them; the
-// parameters and the optimizer state stay on the GPU; bench/model-step.ts) against PyTorch on the same GPU (float32 throughout: TF32
-// off on both sides), the same interleaving, three times: PyTorch moving each step's batch from host
-// memory as a training loop does ("host"), PyTorch with its batch kept on the GPU ("resident", no
-// transfer at all), and PyTorch moving its batch and restricted to cuDNN's deterministic algorithms
-// as ft-train is ("deterministic"); and the time of one NCCL abort and one rebuild at 1 rank. Last
-// line JSON: min_vs_pytorch_cuda_512 (host; target >= 1.0), min_vs_pytorch_cuda_resident_512,
-// min_vs_pytorch_cuda_deterministic_512, <model>_<batch>_vs_pytorch_cuda[_resident|_deterministic],
-// nccl_abort_ms, nccl_rebuild_ms, gpu, models.
+// With --device cuda: lenet, cifarnet and resnet8 at batch 64 and 512 on the GPU backend (the net
+// and the SGD update on the GPU, as ft-train --device cuda runs them: each step uploads its batch,
+// downloads its gradients and uploads them again for the update, as MPI's sum on the host would
+// leave them; the parameters and the optimizer state stay on the GPU; bench/model-step.ts) against
+// PyTorch on the same GPU (float32 throughout: TF32 off on both sides), the same interleaving, three
+// times: PyTorch moving each step's batch from host memory as a training loop does ("host"), PyTorch
+// with its batch kept on the GPU ("resident", no transfer at all), and PyTorch moving its batch and
+// restricted to cuDNN's deterministic algorithms as ft-train is ("deterministic"); and the time of
+// one NCCL abort and one rebuild at 1 rank. Last line JSON: min_vs_pytorch_cuda_512 (host, the worse
+// of lenet and cifarnet; target >= 1.0), min_vs_pytorch_cuda_resident_512,
+// min_vs_pytorch_cuda_deterministic_512 (likewise),
+// <model>_<batch>_vs_pytorch_cuda[_resident|_deterministic], nccl_abort_ms, nccl_rebuild_ms, gpu,
+// models.
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -161,7 +163,7 @@ function realStepMs(name: string, dataset: string, threads: number, steps: numbe
 async function gpuMain(): Promise<void> {
   const nccl = cudaAddon();
   const gpu = nccl.gpu().name;
-  const cases = ['lenet', 'cifarnet'].flatMap((model) =>
+  const cases = ['lenet', 'cifarnet', 'resnet8'].flatMap((model) =>
     [64, 512].map((size) => ({ model, size, ...modelStep(model, size, cudaBackend()) })),
   );
   const peers = ['host', 'resident', 'deterministic'] as const;
@@ -248,8 +250,9 @@ async function gpuMain(): Promise<void> {
   console.log(
     `NCCL at 1 rank: abort ${median(abortMs).toFixed(2)} ms, rebuild ${median(rebuildMs).toFixed(2)} ms (medians of ${abortMs.length})`,
   );
+  // the headline's models (resnet8's figures are printed beside them)
   const at512 = (suffix: string): number =>
-    Math.min(...cases.filter((c) => c.size === 512).map((c) => summary[`${c.model}_512_vs_pytorch_cuda${suffix}`]));
+    Math.min(...['lenet', 'cifarnet'].map((model) => summary[`${model}_512_vs_pytorch_cuda${suffix}`]));
   console.log(
     JSON.stringify({
       min_vs_pytorch_cuda_512: at512(''),

@@ -5,7 +5,9 @@ import type { Backend } from './backend';
 type CpuKernels = Omit<Backend, 'device' | 'upload' | 'download' | 'hostArray' | 'copy'>;
 
 const copy = (from: Float32Array, to: Float32Array): void => {
-  if (from.length !== to.length) throw new RangeError(`copy: expected y to be a Float32Array of ${from.length} elements, got ${to.length}`);
+  // the addon's format for argument errors (binding/src/args.h)
+  if (from.length !== to.length)
+    throw new TypeError(`copy: expected y to be a Float32Array of ${from.length} elements, got Float32Array of ${to.length}`);
   if (from !== to) to.set(from);
 };
 

@@ -285,7 +285,10 @@ describe('GPU backend: kernels against the CPU backend', function () {
     const copied = new Float32Array(x.length);
     gpu.copy(x, copied);
     assertSameBits('copy', fromGpu(copied), x);
-    assert.throws(() => gpu.copy(x, new Float32Array(3)), /^RangeError: copy: expected y to be a Float32Array of 1715 elements, got /);
+    assert.throws(() => gpu.copy(x, new Float32Array(3)), {
+      name: 'TypeError',
+      message: 'copy: expected y to be a Float32Array of 1715 elements, got Float32Array of 3',
+    });
   });
 
   it("mirrors: one per buffer, shared by its views; a collected buffer's freed, never found by a new buffer at its address", () => {
