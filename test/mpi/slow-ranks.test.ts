@@ -98,18 +98,21 @@ describe('slow ranks: found, their shards moved, the bits unchanged', function (
   }
 
   it('follows slowness that comes and goes, no two changes closer than --slow-steps', async () => {
-    // 2 ranks: one core each here, so that a rank's time per shard does not depend on how many it holds
-    baseline.set('N2', summaryOf(await train(2, '--shards', '4', '--rebalance', 'off')).params_sha256);
-    const run = await train(2, '--shards', '4', ...slow(1, 3, 8), ...slow(1, 10, 1));
-    await assertExact(run, 'N2', 4, 2);
+    // 2 ranks, a core each here; 8 shards, so that the slow rank keeps one and, fast again, has
+    // room to take some back: a lone shard's time is the least even measure of a rank's speed here
+    // (its backward overlaps the sum, whose sending shares the rank's core), and a rank of one
+    // shard measured up to 2x the other's per shard would, at 4 shards, never get one back
+    baseline.set('N2', summaryOf(await train(2, '--shards', '8', '--rebalance', 'off')).params_sha256);
+    const run = await train(2, '--shards', '8', ...slow(1, 3, 8), ...slow(1, 10, 1));
+    await assertExact(run, 'N2', 8, 2);
     const events = rebalances(run);
     assert.ok(events.length >= 2, JSON.stringify(events));
-    assert.ok(counts(events[0], 'after').get(1)! < 2);
-    // fast again, it gets its shards back (a later change, judged by noisy step times, may take one
+    assert.ok(counts(events[0], 'after').get(1)! < 4);
+    // fast again, it gets shards back (a later change, judged by noisy step times, may take one
     // away again: the undo rule's business, tested in the unit tests, not this test's)
     assert.ok(
-      events.some((e) => (e.step as number) > 10 && [...counts(e, 'after').values()].join() === '2,2'),
-      `fast again, it has its shards back: ${JSON.stringify(events)}`,
+      events.some((e) => (e.step as number) > 10 && counts(e, 'after').get(1)! > counts(e, 'before').get(1)!),
+      `fast again, it gets shards back: ${JSON.stringify(events)}`,
     );
     for (let i = 1; i < events.length; ++i)
       assert.ok((events[i].step as number) - (events[i - 1].step as number) >= 3, JSON.stringify(events));
