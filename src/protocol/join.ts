@@ -97,11 +97,12 @@ export class Join {
     };
     const buffers = [...source.joinBuffers(), ...(verified ? verified.joinBuffers(() => source.state()) : [])];
     // a joining rank's drill point names the step it was spawned at, its own until it joins
-    const message = await world.transferJoin(vote, sent, buffers, () => this.parts.enter('join'));
-    if (!message) {
+    const transfer = await world.transferJoin(vote, sent, buffers, () => this.parts.enter('join'));
+    if (!transfer) {
       if (this.waiting) this.leave('the join failed');
       return null;
     }
+    const { message, bytes } = transfer;
     source.stateWritten();
     if (this.waiting) {
       this.waiting = false;
@@ -122,7 +123,6 @@ export class Join {
       sumState.makeShardedState(source.initialState.bind(source), message.sharded);
       if (message.verifiedSharded) sumState.shardedState?.joinVerified(message.verifiedSharded);
     }
-    const bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);
     observer.event({ event: 'join', step: message.step, ranks: message.joiners, bytes, duration_ms: now() - started });
     return message.joiners;
   }

@@ -5,6 +5,7 @@
 // the join, in which the ranks already in the run tell the newcomers where it stands.
 // Spares hold no shards: they only vote and receive each step's outcome, so that any of them can
 // take a lost rank's place, and its shards, in the recovery.
+import { crc64 } from '../base/checksum';
 import { isFailure, type Communicator } from '../comm';
 import { ShardMap } from '../data/shard-map';
 import { withDeadline } from '../liveness/deadline';
@@ -410,25 +411,39 @@ export class Membership {
    * and then `buffers` (the state at the step's start) in place; `received` runs on every rank
    * between the two. The message, or null when a failure interrupted it.
    */
+  /**
+   * The join's transfer from the leader to every rank: `sent` (the leader's), then `buffers` (the
+   * state, sent in place), unless every rank holds the leader's already: a hot spare fed every step
+   * does, a spawned newcomer does not, and a digest of each rank's buffers against the leader's
+   * decides (one small allreduce instead of the state's bytes). The message and the bytes sent, or
+   * null when a failure interrupted it.
+   */
   async transferJoin<Message>(
     vote: Vote,
     sent: Message,
     buffers: Float32Array[],
     received: (message: Message) => void,
-  ): Promise<Message | null> {
+  ): Promise<{ message: Message; bytes: number } | null> {
     const root = this.leaderRoot;
     let message: Message | undefined;
+    let bytes = 0;
     const ok = await vote.succeedsEverywhere('join', async () => {
-      const bytes = new TextEncoder().encode(JSON.stringify(sent));
-      const length = Int32Array.of(bytes.length);
+      const isRoot = this.everyone.rank === root;
+      const encoded = isRoot ? new TextEncoder().encode(JSON.stringify({ sent, digest: crc64(...buffers) })) : new Uint8Array(0);
+      const length = Int32Array.of(encoded.length);
       await this.everyone.bcast(length, root);
-      const text = this.everyone.rank === root ? bytes : new Uint8Array(length[0]);
+      const text = isRoot ? encoded : new Uint8Array(length[0]);
       await this.everyone.bcast(text, root);
-      message = JSON.parse(new TextDecoder().decode(text)) as Message;
+      const { sent: delivered, digest } = JSON.parse(new TextDecoder().decode(text)) as { sent: Message; digest: string };
+      message = delivered;
       received(message);
+      const lacking = Int32Array.of(isRoot || crc64(...buffers) === digest ? 0 : 1);
+      await this.everyone.allreduce(lacking, 'max');
+      if (lacking[0] === 0) return;
       for (const buffer of buffers) await this.everyone.bcast(buffer, root);
+      bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);
     });
-    return ok ? message! : null;
+    return ok ? { message: message!, bytes } : null;
   }
 
   /** What a joining rank learns of the world. */
