@@ -77,6 +77,8 @@ describe('elastic world: spares and respawned ranks', function () {
     );
     const join = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'join')!;
     assert.deepEqual([join.step, join.ranks], [3, [4]]);
+    // fed every step, the spare held the state already: none was sent
+    assert.equal(join.bytes, 0);
     assert.equal(summary.world_final, 4);
     assert.equal(summary.ranks_lost, 1);
     // the spare read the lost rank's shard, and no other
@@ -181,6 +183,8 @@ describe('elastic world: spares and respawned ranks', function () {
     const join = events.find((e) => e.event === 'join');
     assert.ok(join, `rank 4 never joined: ${run.stdout}`);
     assert.deepEqual(join.ranks, [4]);
+    // a newcomer holds nothing: the state is sent
+    assert.ok((join.bytes as number) > 0, JSON.stringify(join));
     const joinedAt = join.step!;
     assert.ok(joinedAt > 10, `joined at step ${joinedAt}`);
     assert.deepEqual(worlds(run), [...Array(10).fill(4), ...Array(joinedAt - 10).fill(3), ...Array(80 - joinedAt).fill(4)]);
