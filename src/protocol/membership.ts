@@ -408,15 +408,11 @@ export class Membership {
 
   /**
    * The join's transfer, on every live rank, voted: the leader sends `sent` (where the run stands)
-   * and then `buffers` (the state at the step's start) in place; `received` runs on every rank
-   * between the two. The message, or null when a failure interrupted it.
-   */
-  /**
-   * The join's transfer from the leader to every rank: `sent` (the leader's), then `buffers` (the
-   * state, sent in place), unless every rank holds the leader's already: a hot spare fed every step
-   * does, a spawned newcomer does not, and a digest of each rank's buffers against the leader's
-   * decides (one small allreduce instead of the state's bytes). The message and the bytes sent, or
-   * null when a failure interrupted it.
+   * and then `buffers` (the state at the step's start) in place, unless every rank holds the
+   * leader's already: a hot spare fed every step does, a spawned newcomer does not, and a digest of
+   * each rank's buffers against the leader's decides (one small allreduce instead of the state's
+   * bytes). `received` runs on every rank between the two. The message and the bytes of state sent,
+   * or null when a failure interrupted it.
    */
   async transferJoin<Message>(
     vote: Vote,
