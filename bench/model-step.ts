@@ -38,7 +38,7 @@ export function modelStep(name: string, batch: number, backend: Backend = cpu): 
   net.init(1);
   const P = net.params.data.length;
   const sgd = { name: 'sgd' as const, momentum: 0.9, weightDecay: 5e-4, beta1: 0, beta2: 0, eps: 0 };
-  const update = new ReplicatedState(new Optimizer(sgd, backend), backend, [streamVector(P, Stream.state)], P, net);
+  const update = new ReplicatedState(new Optimizer(sgd, backend), backend, [streamVector(P, Stream.state)], net);
   // in the buffer the trainer would read batches into (page-locked where the net computes on a GPU)
   const x = net.inputBuffer(batch * net.inputSize);
   for (let i = 0; i < x.length; ++i) x[i] = (i % 97) / 97;

@@ -67,7 +67,7 @@ export class ElasticLoop {
   private readonly data: DataPosition;
   private readonly steps: DataParallelStep;
   /** ft-train's optimizer, when it makes the update (update()); its state is replicated here unless sharded */
-  private readonly optimizer?: { optimizer: Optimizer; slots: Float32Array[]; replicated: ReplicatedState };
+  private readonly optimizer?: ReplicatedState;
   /** sharded state resumed from a checkpoint: its slots, whole, until the first step commits */
   private initialSlots?: Float32Array[];
   /** the committed step's epoch, global samples and rate */
@@ -100,7 +100,7 @@ export class ElasticLoop {
     if (settings.updates) {
       const optimizer = new Optimizer(settings.optimizer, cpu, matrixRanges(this.views));
       const slots = settings.optimizerState === 'sharded' ? [] : optimizer.slots.map(() => new Float32Array(size));
-      this.optimizer = { optimizer, slots, replicated: new ReplicatedState(optimizer, cpu, slots, size) };
+      this.optimizer = new ReplicatedState(optimizer, cpu, slots);
     }
     const plan = new MicroBatches(dataset.train.layout(shards), settings.batch, settings.seed);
     this.data = new DataPosition(plan, settings, settings.rankBatch);
@@ -194,7 +194,7 @@ export class ElasticLoop {
     for (;;) {
       this.started = performance.now();
       this.prepared = this.steps.prepare(lr);
-      if (!(await this.steps.run(this.prepared, this.target, compute, this.optimizer.replicated))) continue;
+      if (!(await this.steps.run(this.prepared, this.target, compute, this.optimizer))) continue;
       if (this.manager.shardedState && !this.manager.shardedState.needsInitial) this.initialSlots = undefined;
       return { loss: this.steps.lastLoss };
     }
@@ -246,8 +246,8 @@ export class ElasticLoop {
 
   /** @internal the optimizer state each rank holds, and what it keeps for peers */
   optimizerBytes(): { state: number; redundancy: number } {
-    const replicated = this.optimizer?.slots.length ?? 0;
-    return this.manager.shardedState?.bytes ?? { state: 4 * (this.slotData.size + replicated) * this.state.length, redundancy: 0 };
+    const replicated = this.optimizer?.length ?? 0;
+    return this.manager.shardedState?.bytes ?? { state: 4 * (this.slotData.size * this.state.length + replicated), redundancy: 0 };
   }
 
   /** @internal the tensors of model.safetensors */
@@ -265,8 +265,9 @@ export class ElasticLoop {
   private restore(dir: string, manifest: CheckpointManifest): ResumePoint {
     const sharded =
       this.settings.optimizerState === 'sharded' ? this.optimizerSlotNames().map(() => new Float32Array(this.state.length)) : undefined;
-    const optimizer = this.optimizerSlotNames().map((name, k) => ({ name, data: sharded ? sharded[k] : this.optimizer!.slots[k] }));
+    const optimizer = this.optimizerSlotNames().map((name, k) => ({ name, data: sharded ? sharded[k] : this.optimizer!.onHost()[k] }));
     loadCheckpoint(dir, manifest, this.views, this.state, [...this.userSlots(), ...optimizer]);
+    if (!sharded) this.optimizer?.hostWritten();
     this.initialSlots = sharded;
     this.data.takeUp(manifest);
     this.observer.event({ event: 'resume', step: manifest.step, from: dir, world: this.manager.world.size });
@@ -288,7 +289,7 @@ export class ElasticLoop {
         const sharded = this.manager.shardedState?.held();
         const optimizer = this.optimizerSlotNames().map((name, k) => ({
           name,
-          data: sharded ? sharded.slots[k] : this.optimizer!.slots[k],
+          data: sharded ? sharded.slots[k] : this.optimizer!.onHost()[k],
         }));
         return {
           tensors: this.views,
@@ -304,9 +305,9 @@ export class ElasticLoop {
         if (this.initialSlots) out.set(this.initialSlots[slot].subarray(from, to));
         else out.fill(0);
       },
-      joinBuffers: () => [this.state, ...this.slotData.values(), ...(this.optimizer?.slots ?? [])],
+      joinBuffers: () => [this.state, ...this.slotData.values(), ...(this.optimizer?.onHost() ?? [])],
       joinAt: (position) => this.data.takeUp(position),
-      stateWritten: () => this.optimizer?.replicated.hostWritten(),
+      stateWritten: () => this.optimizer?.hostWritten(),
     };
   }
 }

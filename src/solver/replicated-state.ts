@@ -14,8 +14,8 @@ export type DeviceParams = Pick<Net, 'paramsToDevice' | 'paramsUpdatedOnDevice'>
 
 export class ReplicatedState {
   private readonly onDevice: boolean;
-  /** On a GPU: the array whose device copy takes the summed gradient (its host side stays unused). */
-  private readonly gradients?: Float32Array;
+  /** On a GPU: the array whose device copy takes the summed gradient (its host side stays unused), made at the first update. */
+  private gradients?: Float32Array;
   /** Whether the device's slots hold the host's values, and the host's the device's. */
   private deviceCurrent = false;
   private hostCurrent = true;
@@ -24,13 +24,11 @@ export class ReplicatedState {
     readonly optimizer: Optimizer,
     private readonly backend: Pick<Backend, 'device' | 'upload' | 'download'>,
     private readonly slots: Float32Array[],
-    parameters: number,
     /** on a GPU: the net whose parameters the update changes */
     private readonly deviceParams?: DeviceParams,
   ) {
     this.onDevice = backend.device !== 'cpu';
     if (this.onDevice && !deviceParams) throw new Error('ReplicatedState: an update on a GPU needs the net whose parameters it changes');
-    if (this.onDevice) this.gradients = new Float32Array(parameters);
   }
 
   /** Elements in all slots. */
@@ -45,10 +43,11 @@ export class ReplicatedState {
   update(params: Float32Array, grads: Float32Array, lr: number, step: number): void {
     if (!this.onDevice) return this.optimizer.update(params, grads, this.slots, lr, step);
     this.deviceParams!.paramsToDevice();
-    this.backend.upload(grads, this.gradients!);
+    this.gradients ??= new Float32Array(grads.length);
+    this.backend.upload(grads, this.gradients);
     if (!this.deviceCurrent) for (const slot of this.slots) this.backend.upload(slot, slot);
     this.deviceCurrent = true;
-    this.optimizer.update(params, this.gradients!, this.slots, lr, step);
+    this.optimizer.update(params, this.gradients, this.slots, lr, step);
     this.hostCurrent = false;
     this.deviceParams!.paramsUpdatedOnDevice();
   }

@@ -73,9 +73,10 @@ export class Trainer implements StateSource {
   private readonly data: DataPosition;
   private test?: ShardData;
   private readonly optimizer: Optimizer;
-  /** replicated optimizer state: each slot over all P parameters (sharded: none, the Manager holds it) */
-  private readonly slots: Float32Array[];
-  /** the replicated slots' update, where the net computes (on a GPU, in device memory) */
+  /**
+   * replicated optimizer state, each slot over all P parameters (sharded: none, the Manager holds
+   * it), and its update, where the net computes (on a GPU, in device memory)
+   */
   private readonly replicated: ReplicatedState;
   /** sharded state resumed from a checkpoint: its slots, whole, until the first step commits (ShardedState's initial state) */
   private initialSlots?: Float32Array[];
@@ -102,8 +103,8 @@ export class Trainer implements StateSource {
     // sharded state updates its chunks on the host (src/sharding), replicated state where the net computes
     const updating = config.optimizerState === 'sharded' ? backend : net.backend;
     this.optimizer = new Optimizer(config.optimizer, updating, matrixRanges(net.params.views));
-    this.slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
-    this.replicated = new ReplicatedState(this.optimizer, updating, this.slots, P, net);
+    const slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
+    this.replicated = new ReplicatedState(this.optimizer, updating, slots, net);
     const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => plan.size(s)));
     this.buffers = new BatchBuffers(largest, net.inputSize, (length) => net.inputBuffer(length));
     this.gradientTarget = {
@@ -205,7 +206,7 @@ export class Trainer implements StateSource {
   /** Loads the checkpoint: where the run resumes. */
   private restore(dir: string, manifest: CheckpointManifest): ResumePoint {
     const P = this.net.params.data.length;
-    const slots = this.config.optimizerState === 'sharded' ? this.optimizer.slots.map(() => new Float32Array(P)) : this.slots;
+    const slots = this.config.optimizerState === 'sharded' ? this.optimizer.slots.map(() => new Float32Array(P)) : this.replicated.onHost();
     loadCheckpoint(
       dir,
       manifest,
@@ -284,7 +285,7 @@ export class Trainer implements StateSource {
       worldInitial: this.manager.world.initialSize,
       worldFinal: this.manager.world.size,
       paramsSha256: paramsSha256(params, this.net.buffers),
-      optimizerBytes: this.manager.shardedState?.bytes ?? { state: 4 * this.slots.length * params.length, redundancy: 0 },
+      optimizerBytes: this.manager.shardedState?.bytes ?? { state: 4 * this.replicated.length, redundancy: 0 },
     };
   }
 }

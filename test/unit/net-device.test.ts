@@ -85,7 +85,7 @@ describe("Net on a GPU's memory model", function () {
     const nets = [new Net(spec, backend), new Net(spec, cpu)];
     const sgd = { name: 'sgd' as const, momentum: 0.9, weightDecay: 5e-4, beta1: 0, beta2: 0, eps: 0 };
     const P = nets[0].params.data.length;
-    const updates = nets.map((net) => new ReplicatedState(new Optimizer(sgd, net.backend), net.backend, [new Float32Array(P)], P, net));
+    const updates = nets.map((net) => new ReplicatedState(new Optimizer(sgd, net.backend), net.backend, [new Float32Array(P)], net));
     nets.forEach((net) => net.init(5));
     const step = (k: number, t: number): void => {
       nets[k].lossAndGradient(x, labels, batch, { ...key, step: t });
