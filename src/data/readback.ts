@@ -6,7 +6,10 @@
 // of the readback's shards it is in. Each record batch is read once (every read covers exactly the
 // batches it loads, each checked against the manifest's checksum), so a readback takes from disk
 // at most its shards' bytes, and exactly them once done. A read that fails (a batch that fails its checksum) is kept and thrown by the next
-// ready(), so the step that needs the data stops the job through the normal error path.
+// ready(), so the step that needs the data stops the job through the normal error path. Huge pages
+// are asked for a shard only once it is all loaded: asked before, each first write into a 2 MiB
+// region waits for the kernel to compact memory for a huge page, on the recovery's path (at 4
+// ranks on 2 cores: the retried step's rows took 13 ms to read back, against 3 without).
 import type { ShardLayout } from './shard-layout';
 import type { ShardData, Split } from './split';
 
@@ -58,6 +61,8 @@ export class Readback {
   /** per record batch of the split: ABSENT, READING or LOADED (batches of other shards stay ABSENT) */
   private readonly state: Uint8Array;
   private readonly owners = new Map<number, LazyShard>();
+  /** per shard: its batches not loaded yet */
+  private readonly unloaded = new Map<LazyShard, number>();
   /** the batches of this readback's shards in file order, and how far the background pass got */
   private readonly order: number[] = [];
   private cursor = 0;
@@ -78,8 +83,9 @@ export class Readback {
     this.shards = [...shards]
       .sort((a, b) => a - b)
       .map((s) => {
-        const shard = new LazyShard(s, split.emptyShard(s, layout.rows(s)), this);
+        const shard = new LazyShard(s, split.emptyShard(s, layout.rows(s), 'once-filled'), this);
         const { first, end } = layout.batches(s);
+        this.unloaded.set(shard, end - first);
         for (let b = first; b < end; ++b) {
           this.owners.set(b, shard);
           this.order.push(b);
@@ -155,6 +161,9 @@ export class Readback {
         (bytes) => {
           this.bytesRead += bytes;
           this.state.fill(LOADED, run.first, run.end);
+          const left = this.unloaded.get(run.shard)! - (run.end - run.first);
+          this.unloaded.set(run.shard, left);
+          if (left === 0) this.split.adviseFilled(run.shard);
           for (let i = this.waiters.length - 1; i >= 0; --i) {
             if (this.waiters[i].batches.every((b) => this.state[b] === LOADED)) this.waiters.splice(i, 1)[0].resolve();
           }

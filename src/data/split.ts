@@ -187,13 +187,21 @@ export class Split {
     if (layout.batchRows.length !== this.blocks.length) throw new RangeError(`the shard layout is not one of ${this.path}`);
   }
 
-  /** Room for `rows` samples of shard `shard`, filled by loadInto. */
-  emptyShard(shard: number, rows: number): ShardData {
+  /**
+   * Room for `rows` samples of shard `shard`, filled by loadInto. Each step gathers rows from
+   * anywhere in it, so huge pages are asked for before it is filled (gather.cc); with
+   * `hugePages: 'once-filled'` the caller asks later, through adviseFilled().
+   */
+  emptyShard(shard: number, rows: number, hugePages: 'now' | 'once-filled' = 'now'): ShardData {
     const size = rows * this.sampleSize;
     const features = this.dtype === 'float32' ? new Float32Array(size) : new Uint8Array(size);
-    // before it is filled: each step gathers rows from anywhere in it (gather.cc)
-    addon.adviseRandomRows(features);
+    if (hugePages === 'now') addon.adviseRandomRows(features);
     return { shard, rows, sampleSize: this.sampleSize, features, divisor: this.divisor, labels: new Int32Array(rows) };
+  }
+
+  /** Huge pages for a shard made with emptyShard(..., 'once-filled'), now that it is filled (the kernel merges its pages in the background). */
+  adviseFilled(data: ShardData): void {
+    addon.adviseRandomRows(data.features);
   }
 
   /**

@@ -81,6 +81,34 @@ describe('Readback', function () {
     assert.equal(readback.bytesRead, shardBytes, 'nothing read twice');
   });
 
+  it('asks huge pages for a shard once all its batches are loaded, once, not before (a first write into them would wait for compaction)', async () => {
+    const readback = new Readback(split, layout, [3, 1]);
+    const advised: { shard: number; loaded: boolean }[] = [];
+    const adviseFilled = split.adviseFilled.bind(split);
+    split.adviseFilled = (data: ShardData) => {
+      // every row of the shard is in place
+      const shard = readback.shards.find((s) => s === data)!;
+      advised.push({ shard: shard.shard, loaded: Buffer.from(shard.features).equals(Buffer.from(whole.get(shard.shard)!.features)) });
+      adviseFilled(data);
+    };
+    const whole = await split.readShards(layout, [1, 3]);
+    try {
+      // shard 3 holds batches 15..19: all but batch 17 asked for, then batch 17
+      await readback.shards[1].ready(Int32Array.from([0, 50, 150, 249]));
+      assert.deepEqual(advised, []);
+      await readback.shards[1].ready(Int32Array.of(100));
+      assert.deepEqual(advised, [{ shard: 3, loaded: true }]);
+      readback.startBackground();
+      while (!readback.complete) await nextTick();
+      assert.deepEqual(advised, [
+        { shard: 3, loaded: true },
+        { shard: 1, loaded: true },
+      ]);
+    } finally {
+      split.adviseFilled = adviseFilled;
+    }
+  });
+
   it('what a step asks for is read at once, ahead of the background pass; stop() ends the pass', async () => {
     const readback = new Readback(split, layout, [0, 1, 2]);
     const [, , shard2] = readback.shards;
