@@ -52,6 +52,30 @@ import {
 
 const now = (): number => performance.now();
 
+/** A recovery's readback, reported once the next step's collective, which sums its counts over the working ranks, is voted on. */
+interface ReadbackReport {
+  /** the step retried, or at whose start ranks joined */
+  step: number;
+  /** the shards read back */
+  shards: number[];
+  lost: number[];
+  joined: number[];
+  /** this rank's: bytes read before the step, and the time it took */
+  readBeforeRetry: number;
+  readMs: number;
+  /** [bytes read before the step, readback bytes not yet reported]: this rank's, then (summed) every working rank's */
+  counts: Float64Array;
+  /** this rank's unreported bytes in counts */
+  mine: number;
+  summed: Promise<void>;
+  /** a failure was recovered (false: ranks joined) */
+  retried: boolean;
+  world: number;
+  spares: number;
+  /** spawned ranks on their way */
+  coming: number[];
+}
+
 export class Manager implements StepPosition {
   private currentStep = 0;
   private done = false;
@@ -81,6 +105,8 @@ export class Manager implements StepPosition {
   private balanceDue?: BalanceDecision;
   /** the step's vote found the ranks spawned beside training ready (admit) or one of them lost: done at the step's end */
   private spawnedDue?: 'admit' | 'lost';
+  /** what the last recovery read back: summed with the next step's collective, reported at its vote */
+  private readbackReport?: ReadbackReport;
 
   constructor(
     private readonly config: ProtocolConfig,
@@ -271,13 +297,23 @@ export class Manager implements StepPosition {
 
   private async collectiveThenVote(phase: Phase, run: () => Promise<void>, stop: boolean): Promise<boolean> {
     this.enter(phase);
-    const ok = await this.vote.completes(phase, run);
+    const report = phase === 'collective' ? this.readbackReport : undefined;
+    const ok = await this.vote.completes(
+      phase,
+      report
+        ? async () => {
+            await report.summed;
+            await run();
+          }
+        : run,
+    );
     if (this.config.onFailure === 'none') return ok;
     if (phase === 'collective') this.enter('agree');
     // a step's vote also says whether the ranks spawned beside training are ready to join
     const spawnWord = phase === 'collective' ? await this.membership.spawnWord() : SPAWN_WAITING | SPAWN_SOUND;
     const agreed = await this.vote.agree((ok ? OK : 0) | (stop ? 0 : CARRY_ON) | spawnWord);
     if (agreed !== null && (agreed & OK) !== 0) {
+      if (report) this.reportReadback(report);
       this.shards.committed();
       if ((agreed & CARRY_ON) === 0) this.stopAgreed = true;
       if ((agreed & SPAWN_WAITING) === 0) this.spawnedDue = (agreed & SPAWN_SOUND) !== 0 ? 'admit' : 'lost';
@@ -531,11 +567,14 @@ export class Manager implements StepPosition {
     // the world changes: slow ranks are measured afresh, and nothing decided before is done
     this.balancer?.reset();
     this.balanceDue = undefined;
-    const lostShards = new Set<number>();
-    const lost: number[] = [];
-    const joined: number[] = [];
-    let readMs = 0;
-    let readBeforeRetry = 0;
+    // a recovery before the last one's report was voted on reports both
+    const carried = this.readbackReport;
+    this.readbackReport = undefined;
+    const lostShards = new Set<number>(carried?.shards);
+    const lost: number[] = [...(carried?.lost ?? [])];
+    const joined: number[] = [...(carried?.joined ?? [])];
+    let readMs = carried?.readMs ?? 0;
+    let readBeforeRetry = carried?.readBeforeRetry ?? 0;
     for (;;) {
       let joiners: number[] = [];
       if (admitting) {
@@ -595,41 +634,53 @@ export class Manager implements StepPosition {
         );
       }
       if (this.done) return;
-      // every rank reports what the others read too: the leader's events hold the whole job's readback
+      // every rank reports what the others read too (the leader's events hold the whole job's
+      // readback): summed over the working ranks, started now so that it is first in every working
+      // rank's queue, and voted on with the next step's collective rather than in a round of its own
       const unreported = this.shards.unreported();
       const counts = Float64Array.of(readBeforeRetry, unreported);
-      if (
-        !(await this.vote.succeedsEverywhere(
-          'readback',
-          world.onWorkers(() => world.allreduce(counts)),
-        ))
-      )
-        continue;
-      this.shards.reported(counts[1], unreported);
-      this.observer.event({
-        event: 'readback',
+      const summed = world.onWorkers(() => world.allreduce(counts))();
+      summed.catch(() => undefined); // a failure meets the step's collective, which awaits it (or a recovery before it, which forgets it)
+      const waiting = world.spawnedWaiting;
+      this.readbackReport = {
         step,
         shards: [...lostShards].sort((a, b) => a - b),
-        bytes_before_retry: counts[0],
-        duration_ms: readMs,
-      });
-      const spares = world.spares.length > 0 ? ` (+${world.spares.length} spare${world.spares.length > 1 ? 's' : ''})` : '';
-      const waiting = world.spawnedWaiting;
-      const coming = waiting.length > 0 ? `; rank(s) ${waiting.join(', ')} spawned, to join once ready` : '';
+        lost,
+        joined,
+        readBeforeRetry,
+        readMs,
+        counts,
+        mine: unreported,
+        summed,
+        retried: this.vote.retrying,
+        world: world.size,
+        spares: world.spares.length,
+        coming: waiting,
+      };
       // a join without a failure (the step is not retried): no checkpoint on the way
-      if (!this.vote.retrying) {
-        this.observer.log(
-          `step ${step}: rank(s) ${joined.join(', ')} joined; read back their shards' first ${counts[0]} bytes in ${readMs.toFixed(1)} ms; ${world.size} ranks work${spares}`,
-        );
-        return;
-      }
-      this.observer.log(
-        `step ${step}: lost rank(s) ${lost.join(', ') || 'none'}; ` +
-          `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retrying on ${world.size} ranks${spares}${coming}`,
-      );
-      if (this.config.jitCheckpoint && !(await this.checkpoints.write(this.source!, 'jit'))) continue;
+      if (this.vote.retrying && this.config.jitCheckpoint && !(await this.checkpoints.write(this.source!, 'jit'))) continue;
       return;
     }
+  }
+
+  /** The step's collective, which summed the last recovery's readback counts, was voted on: they are reported. */
+  private reportReadback(report: ReadbackReport): void {
+    this.readbackReport = undefined;
+    const { step, counts, readMs, world } = report;
+    this.shards.reported(counts[1], report.mine);
+    this.observer.event({ event: 'readback', step, shards: report.shards, bytes_before_retry: counts[0], duration_ms: readMs });
+    const spares = report.spares > 0 ? ` (+${report.spares} spare${report.spares > 1 ? 's' : ''})` : '';
+    const coming = report.coming.length > 0 ? `; rank(s) ${report.coming.join(', ')} spawned, to join once ready` : '';
+    if (!report.retried) {
+      this.observer.log(
+        `step ${step}: rank(s) ${report.joined.join(', ')} joined; read back their shards' first ${counts[0]} bytes in ${readMs.toFixed(1)} ms; ${world} ranks work${spares}`,
+      );
+      return;
+    }
+    this.observer.log(
+      `step ${step}: lost rank(s) ${report.lost.join(', ') || 'none'}; ` +
+        `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retried on ${world} ranks${spares}${coming}`,
+    );
   }
 
   /** A checkpoint of the current step's start that survives failures while it is written. */

@@ -126,7 +126,7 @@ describe('ft-train', function () {
       [4, 3],
     );
     const phases = run.events.filter((e) => e.step === 30).map((e) => e.event);
-    assert.deepEqual(phases, ['failure', 'revoke+shrink', 'agree', 'readback', 'checkpoint', 'retry']);
+    assert.deepEqual(phases, ['failure', 'revoke+shrink', 'agree', 'checkpoint', 'readback', 'retry']);
     assert.ok(run.events.filter((e) => e.event !== 'start' && e.event !== 'failure').every((e) => typeof e.duration_ms === 'number'));
     assert.deepEqual(run.events.find((e) => e.event === 'readback')!.shards, [2]);
     assertReadBack(run, await readbackBytes(4, [2], 30));
