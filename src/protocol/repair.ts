@@ -157,6 +157,9 @@ export class WorldRepair {
    */
   private async holdMajority(lost: number[], killed: number[]): Promise<void> {
     if (killed.length > 0) await peersGone(this.config.pidsDir, killed, this.config.commTimeoutMs);
+    // more survivors than ranks lost: a majority even if every lost rank still runs (the same on
+    // every survivor, so no agreement is needed to say so)
+    if (this.world.comm.size > lost.length) return;
     // agree ANDs: bit i stays set where no survivor saw lost[i] gone (beyond 30 lost ranks: not seen)
     const unseen = lost.slice(0, 30).reduce((flag, rank, i) => (goneFromHere(this.config.pidsDir, rank) ? flag & ~(1 << i) : flag), ~0);
     const comm = this.world.comm;
