@@ -124,6 +124,9 @@ export class DataParallelStep {
     const work = { manager, plan: this.data.plan, step, seed: this.settings.seed, buffers: this.buffers, target, compute };
     if (working && exact) await computeShards(work);
     else if (working) await this.computePieces(epoch, samples, target, compute);
+    // a spare computes nothing but may take lost shards at any step: it draws the epoch's
+    // permutations as the working ranks do, at the epoch's first step, not on a recovery's path
+    else if (exact) this.data.plan.order(0, epoch);
     const sum = working && exact ? manager.shardSum : undefined;
     // the step's outcome on this rank: [updated parameters | loss] with sharded state, else [summed gradient | loss]; a spare's, received
     const received = !working ? this.contribution : sharded ? this.params.withTail : (sum?.total ?? this.contribution);
