@@ -61,8 +61,6 @@ export class Readback {
   /** per record batch of the split: ABSENT, READING or LOADED (batches of other shards stay ABSENT) */
   private readonly state: Uint8Array;
   private readonly owners = new Map<number, LazyShard>();
-  /** per shard: its batches not loaded yet */
-  private readonly unloaded = new Map<LazyShard, number>();
   /** the batches of this readback's shards in file order, and how far the background pass got */
   private readonly order: number[] = [];
   private cursor = 0;
@@ -85,7 +83,6 @@ export class Readback {
       .map((s) => {
         const shard = new LazyShard(s, split.emptyShard(s, layout.rows(s), 'once-filled'), this);
         const { first, end } = layout.batches(s);
-        this.unloaded.set(shard, end - first);
         for (let b = first; b < end; ++b) {
           this.owners.set(b, shard);
           this.order.push(b);
@@ -161,9 +158,8 @@ export class Readback {
         (bytes) => {
           this.bytesRead += bytes;
           this.state.fill(LOADED, run.first, run.end);
-          const left = this.unloaded.get(run.shard)! - (run.end - run.first);
-          this.unloaded.set(run.shard, left);
-          if (left === 0) this.split.adviseFilled(run.shard);
+          const { first, end } = this.layout.batches(run.shard.shard);
+          if (this.state.subarray(first, end).every((s) => s === LOADED)) this.split.adviseFilled(run.shard);
           for (let i = this.waiters.length - 1; i >= 0; --i) {
             if (this.waiters[i].batches.every((b) => this.state[b] === LOADED)) this.waiters.splice(i, 1)[0].resolve();
           }
