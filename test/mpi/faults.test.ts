@@ -134,6 +134,17 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     }
   });
 
+  it("a kill during a recovery's readback: the survivors meet it at the retried step's collective (without a JIT checkpoint between), recover again, and report both readbacks at once", async () => {
+    const run = await train('--jit-checkpoint', 'off', '--drill', 'rank=1,step=10', '--drill', 'rank=3,step=10,phase=readback');
+    assertRecovered(run, [1, 3]);
+    assert.deepEqual(
+      eventsOf(run)
+        .filter((e) => e.event === 'readback')
+        .map((e) => [e.step, e.shards]),
+      [[10, [1, 3]]],
+    );
+  });
+
   it('a kill in each step of a JIT checkpoint and of a periodic one', async () => {
     for (const phase of ['checkpoint-stripe', 'checkpoint-gather', 'checkpoint-commit']) {
       const jit = await train('--drill', 'rank=1,step=5', '--drill', `rank=0,step=5,phase=${phase}`);
