@@ -80,7 +80,7 @@ export interface TrainSettings {
   hangTimeout?: number;
   /** Hot spares: the launch's last K ranks (default 0). */
   spares?: number;
-  /** Spawn ranks to replace the lost, once spares are used up (exact mode; default false). */
+  /** Spawn ranks to replace the lost that no spare replaced, and to refill the spares (exact mode; default false). */
   respawn?: boolean;
   /** With respawn: ranks spawned in all, at most (default: the initial working world size). */
   respawnLimit?: number;
@@ -310,13 +310,14 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     min: 0,
     default: 0,
     describe:
-      "hot spares: the launch's last K ranks hold no shards and only wait; a lost rank's place (its shards, its optimizer state) goes to one of them in the same recovery, so the working world keeps its size while they last",
+      "hot spares: the launch's last K ranks hold no shards and only wait; a lost rank's place (its shards, its optimizer state) goes to one of them in the same recovery, so the working world keeps its size while they last (with --respawn, spawned ranks refill them)",
     group: 'Fault tolerance',
   },
   respawn: {
     kind: 'boolean',
     default: false,
-    describe: "after a failure, spawn ranks (MPI_Comm_spawn) to take the lost ranks' places, once spares are used up (exact mode)",
+    describe:
+      "after a failure, spawn ranks (MPI_Comm_spawn) to take the lost ranks' places that no spare took, and to refill the spares used up or lost; they join once ready (exact mode)",
     group: 'Fault tolerance',
   },
   respawnLimit: {

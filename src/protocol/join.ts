@@ -119,11 +119,21 @@ export class Join {
     }
     // a spare's map missed the working ranks' rebalances
     else world.takeMap(message.owners);
-    if (message.joiners.includes(world.worldRank)) {
+    // a joiner that waits as a spare holds no sharded state, as the launch's spares
+    const working = world.workingJoiners(message.joiners);
+    if (working.includes(world.worldRank)) {
       sumState.makeShardedState(source.initialState.bind(source), message.sharded);
       if (message.verifiedSharded) sumState.shardedState?.joinVerified(message.verifiedSharded);
     }
-    observer.event({ event: 'join', step: message.step, ranks: message.joiners, bytes, duration_ms: now() - started });
+    const spares = message.joiners.filter((r) => !working.includes(r));
+    observer.event({
+      event: 'join',
+      step: message.step,
+      ranks: message.joiners,
+      ...(spares.length > 0 ? { spares } : {}),
+      bytes,
+      duration_ms: now() - started,
+    });
     return message.joiners;
   }
 

@@ -60,6 +60,8 @@ interface ReadbackReport {
   shards: number[];
   lost: number[];
   joined: number[];
+  /** those of `joined` that wait as spares (they refill them) */
+  joinedAsSpares: number[];
   /** this rank's: bytes read before the step, and the time it took */
   readBeforeRetry: number;
   readMs: number;
@@ -466,6 +468,8 @@ export class Manager implements StepPosition {
     this.spawnedDue = undefined;
     // (a recovery since the vote gave the spawned ranks up)
     if (spawned && this.membership.spawnedWaiting.length > 0 && !this.source!.done()) await this.growBySpawned(spawned);
+    else if (this.membership.sparesToRefill > 0 && !this.source!.done() && !(await this.membership.refillSpares(this.vote)))
+      await this.recover();
     if (this.stopAgreed) {
       this.observer.log(`stopping after step ${step} on request (SIGTERM): checkpoint first`);
       await this.checkpoint('sigterm');
@@ -573,6 +577,7 @@ export class Manager implements StepPosition {
     const lostShards = new Set<number>(carried?.shards);
     const lost: number[] = [...(carried?.lost ?? [])];
     const joined: number[] = [...(carried?.joined ?? [])];
+    const joinedAsSpares: number[] = [...(carried?.joinedAsSpares ?? [])];
     let readMs = carried?.readMs ?? 0;
     let readBeforeRetry = carried?.readBeforeRetry ?? 0;
     for (;;) {
@@ -602,6 +607,8 @@ export class Manager implements StepPosition {
         joiners = sent;
         joined.push(...joiners);
       }
+      const working = world.workingJoiners(joiners);
+      joinedAsSpares.push(...joiners.filter((r) => !working.includes(r)));
       const moved = world.handOver(joiners);
       if (!(await world.formWorkers(this.vote))) continue;
       this.sumState.rebuildSum(this.currentStep);
@@ -617,7 +624,7 @@ export class Manager implements StepPosition {
       const step = this.currentStep;
       if (!this.done && !(await this.sumState.rebuildState(step, this.vote, this.enter))) continue;
       // ranks spawned and not yet joined count: they are on their way
-      if (world.size + world.spawnedWaiting.length < this.config.minRanks) {
+      if (world.size + world.workersComing < this.config.minRanks) {
         if (!(await this.checkpoints.write(this.source!, 'min-ranks'))) continue;
         this.observer.event({
           event: 'stop',
@@ -647,6 +654,7 @@ export class Manager implements StepPosition {
         shards: [...lostShards].sort((a, b) => a - b),
         lost,
         joined,
+        joinedAsSpares,
         readBeforeRetry,
         readMs,
         counts,
@@ -672,9 +680,14 @@ export class Manager implements StepPosition {
     const spares = report.spares > 0 ? ` (+${report.spares} spare${report.spares > 1 ? 's' : ''})` : '';
     const coming = report.coming.length > 0 ? `; rank(s) ${report.coming.join(', ')} spawned, to join once ready` : '';
     if (!report.retried) {
-      this.observer.log(
-        `step ${step}: rank(s) ${report.joined.join(', ')} joined; read back their shards' first ${counts[0]} bytes in ${readMs.toFixed(1)} ms; ${world} ranks work${spares}`,
-      );
+      const working = report.joined.filter((r) => !report.joinedAsSpares.includes(r));
+      const joins = [
+        ...(working.length > 0
+          ? [`rank(s) ${working.join(', ')} joined; read back their shards' first ${counts[0]} bytes in ${readMs.toFixed(1)} ms`]
+          : []),
+        ...(report.joinedAsSpares.length > 0 ? [`rank(s) ${report.joinedAsSpares.join(', ')} joined as spare(s)`] : []),
+      ];
+      this.observer.log(`step ${step}: ${joins.join('; ')}; ${world} ranks work${spares}`);
       return;
     }
     this.observer.log(

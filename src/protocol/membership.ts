@@ -234,9 +234,27 @@ export class Membership {
     return this.spares.length > 0 || (this.config.respawn !== undefined && this.respawnsLeft > 0);
   }
 
-  /** The lost ranks' shards go to `joiners` (their places) or the survivors; what moved to whom. */
+  /** Working places left open: the working ranks at the start less those alive that hold shards. */
+  private get vacantPlaces(): number {
+    return Math.max(0, this.worldInitial - this.liveWorkers.length);
+  }
+
+  /** Those of `joiners` that take working places (the first, as many as are open); the rest wait as spares. */
+  workingJoiners(joiners: readonly number[]): number[] {
+    return joiners.slice(0, this.vacantPlaces);
+  }
+
+  /** Spawned ranks on their way that will work when they join (the rest refill the spares). */
+  get workersComing(): number {
+    return Math.min(this.spawnedWaiting.length, this.vacantPlaces);
+  }
+
+  /**
+   * The lost ranks' shards go to `joiners` taking working places or to the survivors; the other
+   * joiners wait as spares. What moved to whom.
+   */
   handOver(joiners: number[]): Map<number, number[]> {
-    const next = this.map.handOver(this.everyone.worldRanks, joiners);
+    const next = this.map.handOver(this.everyone.worldRanks, this.workingJoiners(joiners));
     const moved = this.map.movedTo(next);
     this.map = next;
     return moved;
@@ -250,11 +268,24 @@ export class Membership {
   async grow(vote: Vote): Promise<number[] | null> {
     await this.giveUpSpawn();
     if (this.position.trainingDone) return [];
-    const vacant = this.worldInitial - this.liveWorkers.length;
-    const joiners = this.spares.slice(0, Math.max(0, vacant));
-    const count = Math.min(vacant - joiners.length, this.respawnsLeft);
+    const joiners = this.spares.slice(0, this.vacantPlaces);
+    const count = Math.min(this.vacantPlaces - joiners.length, this.respawnsLeft);
     if (count > 0 && !(await this.spawn(count, vote))) return null;
     return joiners;
+  }
+
+  /**
+   * The spares used up or lost, while respawns last and no spawn is under way: ranks to spawn at a
+   * step's end, which join as spares once ready. Not in the recovery, which a spare makes fast.
+   */
+  get sparesToRefill(): number {
+    if (this.spawned || this.position.trainingDone) return 0;
+    return Math.min(Math.max(0, this.config.spares - this.spares.length), this.respawnsLeft);
+  }
+
+  /** At a step's end: spawns the ranks that refill the spares (sparesToRefill); false when a failure interrupted it. */
+  refillSpares(vote: Vote): Promise<boolean> {
+    return this.spawn(this.sparesToRefill, vote);
   }
 
   /** The ranks spawned and not yet joined (their ids). */

@@ -84,17 +84,19 @@ export class SumAndState {
    * a failure interrupted it. Nothing to do without sharded state.
    */
   async rebuildState(step: number, vote: Vote, enter: (phase: Phase) => void): Promise<boolean> {
+    if (!this.config.sharded) return true;
+    // a spare holds none of it, and still votes
     const sharded = this.sharded;
-    if (!sharded) return true;
     const started = now();
     enter('rebuild');
     if (
       !(await vote.succeedsEverywhere(
         'rebuild',
-        this.world.onWorkers(() => sharded.rebuild(this.world.workerComm!, step)),
+        this.world.onWorkers(() => sharded!.rebuild(this.world.workerComm!, step)),
       ))
     )
       return false;
+    if (!sharded) return true;
     sharded.adopt(step);
     this.observer.event({
       event: 'redundancy-rebuild',

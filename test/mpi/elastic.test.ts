@@ -107,6 +107,64 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.deepEqual(worlds(run), Array(12).fill(4));
   });
 
+  it("4 ranks + 1 spare with --respawn: each spare used up is refilled by a spawned rank at the retried step's end, which joins as a spare and takes the next lost place: the same bits", async () => {
+    const run = await ftRun(
+      5,
+      [],
+      '--spares',
+      '1',
+      ...respawnWaiting,
+      '--drill',
+      'rank=2,step=3,phase=compute',
+      '--drill',
+      'rank=1,step=7,phase=compute',
+    );
+    const summary = summaryOf(run);
+    assert.equal(summary.params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(run), Array(12).fill(4));
+    // the spare promoted in the recovery; the spawn after the retried step; its join (waited for) at the next step's end
+    assert.deepEqual(
+      lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.spares),
+      [1, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1],
+    );
+    const events = lines<EventRecord>(run, 'events.jsonl');
+    assert.deepEqual(
+      events.filter((e) => e.event === 'spawn').map((e) => [e.step, e.ranks]),
+      [
+        [4, [5]],
+        [8, [6]],
+      ],
+    );
+    assert.deepEqual(
+      events.filter((e) => e.event === 'join').map((e) => [e.step, e.ranks, e.spares]),
+      [
+        [3, [4], undefined],
+        [5, [5], [5]],
+        [7, [5], undefined],
+        [9, [6], [6]],
+      ],
+    );
+    assert.match(run.stdout, /step 5: rank\(s\) 5 joined as spare\(s\); 4 ranks work \(\+1 spare\)/);
+    assert.equal(summary.world_final, 4);
+  });
+
+  it('sharded AdamW state + 1 spare with --respawn: the refilled spare votes on the redistributions it holds no part of, and takes the next lost chunk: the same bits', async () => {
+    const run = await ftRun(
+      5,
+      [],
+      ...['--spares', '1', '--optimizer', 'adamw', '--optimizer-state', 'sharded'],
+      ...respawnWaiting,
+      ...['--drill', 'rank=2,step=3,phase=compute', '--drill', 'rank=4,step=7,phase=update'],
+    );
+    assert.equal(summaryOf(run).params_sha256, reference.get('adamw'));
+    assert.deepEqual(worlds(run), Array(12).fill(4));
+    const joins = lines<EventRecord>(run, 'events.jsonl').filter((e) => e.event === 'join');
+    assert.deepEqual(
+      joins.map((e) => e.spares ?? []),
+      [[], [5], [], [6]],
+    );
+  });
+
   it('2 ranks + 1 spare, both working ranks killed at once: the spare alone carries on, the same bits', async () => {
     const run = await train(3, '--spares', '1', '--drill', 'rank=0,step=5,phase=compute', '--drill', 'rank=1,step=5,phase=compute');
     assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));

@@ -82,6 +82,33 @@ describe('launch/drill --chaos (ChaosKills)', function () {
     chaos.close();
   });
 
+  it('a rank spawned to refill the spares (its join names it among the spares) is no target, and the kills go on', async () => {
+    for (const rank of [0, 1, 2]) startRank(rank); // rank 2: a spare
+    event({ event: 'start', world: 2, spares: 1 });
+    const chaos = new ChaosKills({ everyMs: 20, seed: 3 }, dir, send);
+    chaos.poll(step(0, 2));
+    await settle();
+    chaos.poll(step(1, 2));
+    const [first] = chaos.sent;
+    assert.ok(first.rank < 2, `a working rank (killed ${first.rank})`);
+    event({ event: 'revoke+shrink', step: 2, lost: [first.rank] });
+    event({ event: 'join', step: 2, ranks: [2] }); // the spare takes its place
+    startRank(3);
+    event({ event: 'spawn', step: 3, ranks: [3] }); // at the retried step's end: a spare again
+    await settle();
+    chaos.poll(step(3, 2));
+    assert.equal(chaos.sent.length, 1, 'not while the spawned rank is on its way');
+    event({ event: 'join', step: 4, ranks: [3], spares: [3] });
+    chaos.poll(step(4, 2));
+    chaos.poll(step(5, 2));
+    assert.equal(chaos.sent.length, 2, 'the working ranks are 2 again, as the steps say');
+    const second = chaos.sent[1];
+    assert.ok(second.rank !== 3 && second.rank !== first.rank, `a working rank, not the new spare (killed ${second.rank})`);
+    await settle();
+    assert.deepEqual(killed().sort(), [first.rank, second.rank].sort());
+    chaos.close();
+  });
+
   it('never kills the last working rank, and records a rank without a pid file as an error', async () => {
     event({ event: 'start', world: 1 });
     startRank(0);
