@@ -19,7 +19,9 @@
 //     back_to_full_ms (the kill to the first step committed on 4 working ranks again) and
 //     slower_steps_ms (per kill: the time steps on fewer working ranks took beyond the median).
 // BENCH_STEPS sets the steps (default 4000, about two minutes here), BENCH_RESPAWN_LIMIT the ranks
-// that may be spawned (default 100), BENCH_RESPAWN_JOIN their --respawn-join (default ready). Whatever of a job outlives it is killed and reported.
+// that may be spawned (default 100), BENCH_RESPAWN_JOIN their --respawn-join (default ready),
+// BENCH_SPARES hot spares beside the 4 working ranks (default 0; --respawn refills them, and a
+// spare takes each lost place in the recovery). Whatever of a job outlives it is killed and reported.
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -34,6 +36,7 @@ const steps = Number(process.env.BENCH_STEPS ?? 4000);
 const killEveryS = Number(process.env.BENCH_KILL_EVERY_S ?? 10);
 const respawnLimit = Number(process.env.BENCH_RESPAWN_LIMIT ?? 100);
 const respawnJoin = process.env.BENCH_RESPAWN_JOIN ?? 'ready';
+const spares = Number(process.env.BENCH_SPARES ?? 0);
 
 interface Run extends RunRecords {
   kills: { rank: number; time: number }[];
@@ -45,10 +48,11 @@ async function train(runDir: string, chaos: boolean): Promise<Run> {
   const args = [
     ...['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', runDir],
     ...['--steps', String(steps), '--respawn', '--respawn-limit', String(respawnLimit), '--respawn-join', respawnJoin],
+    ...(spares > 0 ? ['--spares', String(spares)] : []),
   ];
   const marker = `${process.pid}-${++jobs}`;
   process.env.FT_BENCH_JOB = marker;
-  const outcome = await runDrill(ranks, [], args, [], 20, chaos ? { everyMs: killEveryS * 1000, seed: 1 } : undefined);
+  const outcome = await runDrill(ranks + spares, [], args, [], 20, chaos ? { everyMs: killEveryS * 1000, seed: 1 } : undefined);
   const left = killJobProcesses(`FT_BENCH_JOB=${marker}`);
   if (left.length > 0)
     throw new Error(`${left.length} process(es) of the ${chaos ? 'chaos' : 'fault-free'} run outlived it: ${left.join(' ')}`);
@@ -141,6 +145,7 @@ async function main(): Promise<void> {
       steps,
       kill_every_s: killEveryS,
       respawn_join: respawnJoin,
+      spares,
       kills,
       useful_fraction: round4(c.useful),
       fault_free_useful_fraction: round4(f.useful),
