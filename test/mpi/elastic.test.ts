@@ -108,17 +108,8 @@ describe('elastic world: spares and respawned ranks', function () {
   });
 
   it("4 ranks + 1 spare with --respawn: each spare used up is refilled by a spawned rank at the retried step's end, which joins as a spare and takes the next lost place: the same bits", async () => {
-    const run = await ftRun(
-      5,
-      [],
-      '--spares',
-      '1',
-      ...respawnWaiting,
-      '--drill',
-      'rank=2,step=3,phase=compute',
-      '--drill',
-      'rank=1,step=7,phase=compute',
-    );
+    const drills = ['--drill', 'rank=2,step=3,phase=compute', '--drill', 'rank=1,step=7,phase=compute'];
+    const run = await ftRun(5, [], '--spares', '1', ...respawnWaiting, ...drills);
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference.get('sgd'));
     assert.deepEqual(worlds(run), Array(12).fill(4));
