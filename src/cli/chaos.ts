@@ -1,11 +1,11 @@
 // A chaos drill from outside: a kill -9 of a random working rank (the leader included) every
 // period, for as long as the job runs. The working ranks are followed in the run's events (the
 // start's working world, less each repair's lost ranks, plus each join's but those that join as
-// spares), so a rank spawned to replace a lost one is a target like the others. A kill falls due one period after the first
-// committed step, then one period after the last kill, and waits while a recovery is under way
-// (until a step has committed on as many working ranks as the events name, and no rank spawned to
-// replace a lost one is still on its way): each kill meets a job that has recovered from the one
-// before. The last working rank is never killed.
+// spares), so a rank spawned to replace a lost one is a target like the others. A kill falls due
+// one period after the first committed step, then one period after the last kill, and waits
+// while a recovery is under way (until a step has committed on as many working ranks as the events
+// name, and no spawned rank is still on its way): each kill meets a job that has recovered from
+// the one before. The last working rank is never killed.
 import * as path from 'node:path';
 import { stream } from '../base/random';
 import { runFiles } from '../run/files';
