@@ -1,5 +1,6 @@
 // The world gets its size back under mpirun: hot spares (--spares) take a killed rank's place in
-// the same recovery, and with --respawn the survivors spawn replacements (MPI_Comm_spawn) that
+// the same recovery (with --respawn, spawned ranks refill them at a step's end, a kill there
+// recovered like any other), and with --respawn the survivors spawn replacements (MPI_Comm_spawn) that
 // join once ready (or, with --respawn-join wait, at the retried step's end, which these tests use
 // where they name the steps of the world's sizes), receive the state and take shards; kills of the
 // newcomer before and during its join, of a survivor during the spawn and of one as the newcomers
@@ -137,6 +138,36 @@ describe('elastic world: spares and respawned ranks', function () {
     );
     assert.match(run.stdout, /step 5: rank\(s\) 5 joined as spare\(s\); 4 ranks work \(\+1 spare\)/);
     assert.equal(summary.world_final, 4);
+  });
+
+  it('4 ranks + 1 spare with --respawn: the leader killed in MPI_Comm_spawn as it refills the spare: the others recover, spawn for its place, then refill the spare: the same bits', async () => {
+    const drills = ['--drill', 'rank=2,step=3,phase=compute', '--drill', 'rank=0,step=4,phase=spawning'];
+    const run = await ftRun(5, [], '--spares', '1', ...respawnWaiting, ...drills);
+    const summary = summaryOf(run);
+    assert.equal(summary.params_sha256, reference.get('sgd'));
+    // step 4 retried on 3 ranks: no spare left for rank 0's place, and the newcomer (6) joins at its end
+    assert.deepEqual(worlds(run), [4, 4, 4, 4, 3, 4, 4, 4, 4, 4, 4, 4]);
+    assert.deepEqual(
+      lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.spares),
+      [1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1],
+    );
+    const events = lines<EventRecord>(run, 'events.jsonl');
+    assert.deepEqual(
+      events.filter((e) => e.event === 'failure').map((e) => [e.step, e.phase]),
+      [
+        [3, 'collective'],
+        [4, 'spawn'],
+      ],
+    );
+    // rank 5, the refill under way when the leader died, was given up
+    assert.deepEqual(
+      events.filter((e) => e.event === 'join').map((e) => [e.step, e.ranks, e.spares]),
+      [
+        [3, [4], undefined],
+        [5, [6], undefined],
+        [7, [7], [7]],
+      ],
+    );
   });
 
   it('sharded AdamW state + 1 spare with --respawn: the refilled spare votes on the redistributions it holds no part of, and takes the next lost chunk: the same bits', async () => {
