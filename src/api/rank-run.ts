@@ -61,6 +61,8 @@ export interface RankDoor<Result extends RunResult> extends RunInputs {
   optimizer: string;
   /** the loop, once the job has started (the kernels are pinned) */
   loop(options: TrainOptions, dataset: Dataset, shards: number): RankLoop<Result>;
+  /** a spawned rank's kernels made ready at `shards`, the kernels pinned, before it says it is ready (absent: nothing to warm up) */
+  warmUp?(dataset: Dataset, shards: number): void;
 }
 
 /** A front door's loop: its state's shape for the protocol, its training, its result and files. */
@@ -105,6 +107,7 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     stopOnSigterm: options.onFailure !== 'none',
     startStep: resume?.manifest.step ?? options.joinStep ?? 0,
     isa: resume?.isa ?? levelAsked(options.isa),
+    beforeReady: spawned && door.warmUp ? () => door.warmUp!(dataset, spawned.shards) : undefined,
   });
   const world = await job.start();
   const { level } = job.kernels;

@@ -18,7 +18,7 @@ import { Net } from '../nn/net';
 import { loadSpec, parseSpec, type ModelSpec } from '../nn/spec';
 import { writeModel, writeSample } from '../run/writer';
 import { matrixRanges, optimizerIdentity } from '../solver/optimizer';
-import { Trainer, type TrainResult } from '../solver/trainer';
+import { Trainer, warmUpKernels, type TrainResult } from '../solver/trainer';
 import { InputError, runRank, type RankDoor, type TrainOutcome } from './rank-run';
 import { resolveTrainOptions, SettingsError, type TrainOptions, type TrainSettings } from './train-settings';
 
@@ -74,6 +74,7 @@ function trainerDoor(options: TrainOptions): RankDoor<TrainResult> {
         );
       }
     },
+    warmUp: (dataset, shards) => warmUpKernels(net!, dataset, { shards, batch: options.batch, seed: options.seed }),
     identity: (dataset, shards, isa) => ({
       model: { name: spec!.name, input: spec!.input, classes: spec!.classes, layers: spec!.layers },
       data: { train: dataset.manifest.splits.train.sha256, test: dataset.manifest.splits.test.sha256 },

@@ -42,6 +42,11 @@ export interface JobSettings {
   startStep: number;
   /** the CPU kernels' instruction-set level the job asks for (a spawned rank: the one its job agreed on) */
   isa: LevelAsked;
+  /**
+   * A spawned rank's work before it says it is ready, its kernels pinned (the kernels' warm-up):
+   * the ranks that spawned it go on training meanwhile, and wait for none of it in the join.
+   */
+  beforeReady?: () => void;
 }
 
 /** Whether a process exists and is not stopped (a SIGSTOPped rank is as good as gone). */
@@ -125,13 +130,13 @@ export class RankJob {
   /**
    * Starts MPI, bounded (when it does not start in time, the job ends: see endStartup), then the
    * hang guard, then pins the CPU kernels' level the ranks agree on (when they cannot run one
-   * alike, the job ends: one line, exit code 2).
+   * alike, the job ends: one line, exit code 2). A spawned rank then does its work before it is
+   * ready (beforeReady) and merges with the ranks that spawned it.
    */
   async start(): Promise<Communicator> {
     this.faults.at(this.settings.startStep, 'startup');
     try {
       ({ world: this.world, joined: this.joinedRun } = await withDeadline(init(), this.bounds.startupMs, 'MPI start-up'));
-      if (this.joinedRun) this.world = await this.mergeWithSpawners(this.world);
     } catch (error) {
       await closeLogger(this.logger);
       if (this.settings.joinId !== undefined) return this.leave(`${(error as Error).message}`);
@@ -143,6 +148,15 @@ export class RankJob {
     this.disarm = guardAgainstHangs(this.bounds, this.launchRank);
     this.faults.at(this.settings.startStep, 'kernels');
     this.pinned = await this.pinKernels(this.world);
+    if (this.joinedRun) {
+      this.settings.beforeReady?.();
+      try {
+        this.world = await this.mergeWithSpawners(this.world);
+      } catch (error) {
+        await closeLogger(this.logger);
+        return this.leave(`${(error as Error).message}`);
+      }
+    }
     this.runLog.setLeader(this.world.rank === 0 && !this.joinedRun);
     return this.world;
   }

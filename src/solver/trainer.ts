@@ -47,6 +47,8 @@ export interface TrainConfig {
   evalEvery: number;
   /** a checkpoint every K steps (0: none) */
   checkpointEvery: number;
+  /** set on a spawned rank, which warmed its kernels up before it joined (warmUpKernels) */
+  joinId?: number;
 }
 
 /** A training run's outcome, as summary.json records it. */
@@ -67,6 +69,34 @@ export interface TrainResult {
   paramsSha256: string;
   /** bytes of optimizer state this rank holds, and of what it keeps for peers' redundancy */
   optimizerBytes: { state: number; redundancy: number };
+}
+
+/**
+ * The kernels made ready, before a spare waits or a spawned rank says it is ready: one pass over a
+ * batch of zeros at each shard's size. The first pass would otherwise come on the critical path
+ * (a spare takes a lost rank's place and computes its shards at once; the ranks wait in the join
+ * for a spawned one), where oneDNN builds each primitive the first time it meets a shape. Nothing
+ * of the state changes: a pass overwrites only the gradients and statistics, which the next pass
+ * computes anew.
+ */
+export function warmUpKernels(net: Net, dataset: Dataset, config: Pick<TrainConfig, 'shards' | 'batch' | 'seed'>): void {
+  const plan = new MicroBatches(dataset.train.layout(config.shards), config.batch, config.seed);
+  warmUpPasses(net, new BatchBuffers(largestBatch(plan, config), net.inputSize, (length) => net.inputBuffer(length)), plan, config);
+}
+
+/** The rows a step's buffers hold at most: the global batch (shrink mode) or a shard's. */
+function largestBatch(plan: MicroBatches, config: Pick<TrainConfig, 'shards' | 'batch'>): number {
+  return Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => plan.size(s)));
+}
+
+function warmUpPasses(net: Net, buffers: BatchBuffers, plan: MicroBatches, config: Pick<TrainConfig, 'shards' | 'seed'>): void {
+  const sizes = new Set(Array.from({ length: config.shards }, (_, shard) => plan.size(shard)));
+  for (const rows of sizes) {
+    const [x, labels] = buffers.view(rows);
+    x.fill(0);
+    labels.fill(0);
+    net.lossAndGradient(x, labels, rows, { seed: config.seed, epoch: 0, step: 0, shard: 0 });
+  }
 }
 
 export class Trainer implements StateSource {
@@ -105,8 +135,7 @@ export class Trainer implements StateSource {
     this.optimizer = new Optimizer(config.optimizer, updating, matrixRanges(net.params.views));
     const slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
     this.replicated = new ReplicatedState(this.optimizer, updating, slots, net);
-    const largest = Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => plan.size(s)));
-    this.buffers = new BatchBuffers(largest, net.inputSize, (length) => net.inputBuffer(length));
+    this.buffers = new BatchBuffers(largestBatch(plan, config), net.inputSize, (length) => net.inputBuffer(length));
     this.gradientTarget = {
       get gradient() {
         return net.params.gradients;
@@ -140,7 +169,8 @@ export class Trainer implements StateSource {
     const from = resume ? this.restore(resume.dir, resume.manifest) : undefined;
     if (!resume) this.net.init(this.config.seed);
     const world = this.manager.world;
-    if (world.spares.includes(world.worldRank)) this.warmUp();
+    // a spawned rank warmed up before it said it was ready (warmUpKernels)
+    if (world.spares.includes(world.worldRank) && this.config.joinId === undefined) this.warmUp();
     await this.manager.start(this, from);
     this.test = await this.dataset.test.readAll();
     while (!this.done()) await this.trainStep();
@@ -148,22 +178,9 @@ export class Trainer implements StateSource {
     return this.result(await this.evaluate());
   }
 
-  /**
-   * A spare's kernels made ready before it waits: one pass over a batch of zeros at each shard's
-   * size. Its first pass would otherwise come on the critical path of a recovery (it takes a lost
-   * rank's place and computes its shards at once), where oneDNN builds each primitive the first time
-   * it meets a shape. Nothing of the state changes: a pass overwrites only the gradients and
-   * statistics, which the next pass computes anew.
-   */
+  /** A spare's kernels made ready before it waits (see warmUpKernels). */
   private warmUp(): void {
-    const { plan } = this.data;
-    const sizes = new Set(Array.from({ length: this.config.shards }, (_, shard) => plan.size(shard)));
-    for (const rows of sizes) {
-      const [x, labels] = this.buffers.view(rows);
-      x.fill(0);
-      labels.fill(0);
-      this.net.lossAndGradient(x, labels, rows, { seed: this.config.seed, epoch: 0, step: 0, shard: 0 });
-    }
+    warmUpPasses(this.net, this.buffers, this.data.plan, this.config);
   }
 
   /** One try at the current step: committed and recorded, or recovered from (the same step comes again). */
