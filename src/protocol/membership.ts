@@ -464,20 +464,11 @@ export class Membership {
       const { sent: delivered, digest } = JSON.parse(new TextDecoder().decode(text)) as { sent: Message; digest: string };
       message = delivered;
       received(message);
-      const lacks = !isRoot && crc64(...buffers) !== digest;
-      const lacking = Int32Array.of(lacks ? 1 : 0);
+      const lacking = Int32Array.of(isRoot || crc64(...buffers) === digest ? 0 : 1);
       await this.everyone.allreduce(lacking, 'max');
       if (lacking[0] === 0) return;
+      for (const buffer of buffers) await this.everyone.bcast(buffer, root);
       bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);
-      // to the ranks that lack it only (the leader first), not through every rank's hands
-      const split = this.everyone.split(isRoot || lacks ? 0 : -1, isRoot ? 0 : 1 + this.everyone.rank);
-      const receivers = await withDeadline(split, this.config.commTimeoutMs, 'MPI_Comm_split');
-      if (!receivers) return;
-      try {
-        for (const buffer of buffers) await receivers.bcast(buffer, 0);
-      } finally {
-        await receivers.free().catch(() => undefined);
-      }
     });
     return ok ? { message: message!, bytes } : null;
   }
