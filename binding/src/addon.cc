@@ -54,8 +54,9 @@ struct Started {
 
 // init(): starts the comm thread, which initialises MPI (it alone calls MPI, so FUNNELED is
 // enough) and resolves with the world communicator: a dup of COMM_WORLD with MPI_ERRORS_RETURN,
-// or, in a process that ranks of a running job spawned (spawn()), `joined` true and the
-// intercommunicator with them, which it merges (merge()) once ready to join them.
+// or, in a process that ranks of a running job spawned (spawn(), which sets FT_JOIN_PORT),
+// `joined` true and the intercommunicator with them once they accepted it (accept()), which it
+// merges (merge()) once ready to join them.
 Napi::Value InitMpi(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CommThread& thread = CommThread::Get();
@@ -71,15 +72,25 @@ Napi::Value InitMpi(const Napi::CallbackInfo& info) {
         char library[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
         int length = 0;
         MPI_CHECK(MPI_Get_library_version(library, &length));
-        MPI_Comm parent;
-        MPI_CHECK(MPI_Comm_get_parent(&parent));
+        const char* port = std::getenv(kJoinPortVariable);
         MPI_Comm world;
-        if (parent == MPI_COMM_NULL) {
+        if (port == nullptr) {
           MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
           // std::string(library), not `length`: it may count the NUL
           return Started{Describe(world, WorldIds(world)), false, provided, std::string(library)};
         }
-        // spawned: the intercommunicator with the spawning ranks, merged once this process is ready
+        // spawned: says that its MPI runs, then waits for the spawning ranks to accept it (they go
+        // on training meanwhile, and this process's main thread goes on loading). The
+        // intercommunicator with them is merged once this process is ready.
+        std::string joinPort = port;
+        unsetenv(kJoinPortVariable);  // not for the processes this one may spawn later
+        int rank = 0;
+        MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+        std::string service = UpServiceName(joinPort, rank);
+        MPI_CHECK(MPI_Publish_name(service.c_str(), MPI_INFO_NULL, joinPort.c_str()));
+        MPI_Comm parent;
+        MPI_CHECK(MPI_Comm_connect(joinPort.c_str(), MPI_INFO_NULL, 0, MPI_COMM_WORLD, &parent));
+        MPI_Unpublish_name(service.c_str(), MPI_INFO_NULL, joinPort.c_str());
         CommInfo link = Describe(parent, std::vector<int>(0));
         link.link = std::make_shared<SpawnLink>(SpawnLink{false, -1, {}, {}});
         return Started{link, true, provided, std::string(library)};

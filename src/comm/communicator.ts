@@ -7,7 +7,7 @@ export type ReduceOp = 'sum' | 'max' | 'min';
 
 /**
  * One MPI communicator (a dup of COMM_WORLD with MPI_ERRORS_RETURN, or made from one: shrunk,
- * split, grown by spawn). Every
+ * split, grown by spawn and accept). Every
  * method queues its call on the comm thread and settles when MPI returns; calls run in the order
  * they were made. Buffers must not be touched until the Promise settles.
  */
@@ -53,13 +53,22 @@ export interface Communicator {
    */
   split(color: number, key: number): Promise<Communicator | null>;
   /**
-   * MPI_Comm_spawn (collective; blocking in MPI, so bound it): starts `count` processes running
-   * `command ...args` (their init() resolves with `joined` true, as soon as their MPI runs) and
-   * resolves with the intercommunicator between them and this one's ranks, to be merged
-   * (merge()) once they are ready; theirs will be numbered firstId, firstId + 1, ... Rejects with
-   * MpiError (MPI_ERR_SPAWN and the like) when they cannot be started.
+   * Starts `count` processes running `command ...args` (PMIx_Spawn, the runtime call MPI_Comm_spawn
+   * makes; on this rank alone, not collective) and resolves with the port they connect to, as soon
+   * as they are launched: the ranks go on meanwhile, while MPI_Comm_spawn would hold them all until
+   * the new processes' MPI runs. Their init() publishes that it runs (spawnedUp()), then waits for
+   * accept() and resolves with `joined` true. Rejects with MpiError (MPI_ERR_SPAWN) when they
+   * cannot be started, NotSupportedError where the addon was built without PMIx.
    */
-  spawn(command: string, args: string[], count: number, firstId: number): Promise<Communicator>;
+  spawn(command: string, args: string[], count: number): Promise<string>;
+  /** Whether all `count` processes spawn() started for `port` run MPI and wait to connect (MPI_Lookup_name, without waiting). */
+  spawnedUp(port: string, count: number): Promise<boolean>;
+  /**
+   * MPI_Comm_accept of the processes spawn() started for `port` (collective; blocking in MPI, so
+   * bound it; call it once spawnedUp() said so): the intercommunicator between them and this one's
+   * ranks, to be merged (merge()) once they are ready; theirs will be numbered firstId, firstId + 1, ...
+   */
+  accept(port: string, count: number, firstId: number): Promise<Communicator>;
   /**
    * On rank 0 of the side that spawned, before merge(): whether every spawned process has said it
    * is ready to merge (it does so in its merge()), without waiting. Rejects with ProcFailedError
@@ -90,7 +99,7 @@ export interface MpiSession {
    * running job spawned, the intercommunicator with the ranks that spawned it (merge() it to join them).
    */
   world: Communicator;
-  /** this process was spawned by a running job's ranks (Communicator.spawn) */
+  /** this process was spawned by a running job's ranks (Communicator.spawn), which accepted it */
   joined: boolean;
   /** MPI's provided thread level (the comm thread alone calls MPI). */
   threadLevel: number;

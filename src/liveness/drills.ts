@@ -32,6 +32,7 @@ export const phases = [
   'spawn',
   'spawning',
   'ready',
+  'accept',
   'admit',
   'join',
   'rebuild',

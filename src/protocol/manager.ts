@@ -35,7 +35,7 @@ import { HeldShards } from './shards';
 import { ProtocolStop } from '../liveness/stop';
 import { SumAndState } from './sum-and-state';
 import { Balancer, ShardTimes, type BalanceDecision } from './balance';
-import { CARRY_ON, OK, SPAWN_SOUND, SPAWN_WAITING, Vote } from './vote';
+import { CARRY_ON, OK, SPAWN_NOT_UP, SPAWN_SOUND, SPAWN_WAITING, Vote } from './vote';
 import {
   digestWords,
   encodeRecord,
@@ -51,6 +51,15 @@ import {
 } from './verification';
 
 const now = (): number => performance.now();
+
+/** What a step's end does with the ranks spawned beside training: accept them, merge with them, or give them up. */
+type SpawnedDue = 'accept' | 'admit' | 'lost';
+
+/** What a step's vote (its agreed flag) says is due for the spawned ranks, if anything. */
+function spawnedDue(agreed: number): SpawnedDue | undefined {
+  if ((agreed & SPAWN_WAITING) === 0) return (agreed & SPAWN_SOUND) !== 0 ? 'admit' : 'lost';
+  return (agreed & SPAWN_NOT_UP) === 0 ? 'accept' : undefined;
+}
 
 /** A recovery's readback, reported once the next step's collective, which sums its counts over the working ranks, is voted on. */
 interface ReadbackReport {
@@ -106,7 +115,7 @@ export class Manager implements StepPosition {
   /** what the committed step's times call for, done at the step's end */
   private balanceDue?: BalanceDecision;
   /** the step's vote found the ranks spawned beside training ready (admit) or one of them lost: done at the step's end */
-  private spawnedDue?: 'admit' | 'lost';
+  private spawnedDue?: SpawnedDue;
   /** what the last recovery read back: summed with the next step's collective, reported at its vote */
   private readbackReport?: ReadbackReport;
 
@@ -312,13 +321,13 @@ export class Manager implements StepPosition {
     if (this.config.onFailure === 'none') return ok;
     if (phase === 'collective') this.enter('agree');
     // a step's vote also says whether the ranks spawned beside training are ready to join
-    const spawnWord = phase === 'collective' ? await this.membership.spawnWord() : SPAWN_WAITING | SPAWN_SOUND;
+    const spawnWord = phase === 'collective' ? await this.membership.spawnWord() : SPAWN_WAITING | SPAWN_SOUND | SPAWN_NOT_UP;
     const agreed = await this.vote.agree((ok ? OK : 0) | (stop ? 0 : CARRY_ON) | spawnWord);
     if (agreed !== null && (agreed & OK) !== 0) {
       if (report) this.reportReadback(report);
       this.shards.committed();
       if ((agreed & CARRY_ON) === 0) this.stopAgreed = true;
-      if ((agreed & SPAWN_WAITING) === 0) this.spawnedDue = (agreed & SPAWN_SOUND) !== 0 ? 'admit' : 'lost';
+      this.spawnedDue = spawnedDue(agreed);
       return true;
     }
     await this.recover();
@@ -531,13 +540,22 @@ export class Manager implements StepPosition {
   }
 
   /**
-   * A step's end where the ranks spawned beside training are ready: they join (a recovery without
-   * a failure: the join, their shards, the sharded state). Where one of them was lost before
-   * joining (it died, or was not ready within the comm deadline), they are given up and others
-   * spawned.
+   * A step's end where the ranks spawned beside training run MPI: they are accepted (and with
+   * --respawn-join wait, the ranks wait for them to be ready and merge at once, as a spawn that
+   * held them did). Where they are ready: they join (a recovery without a failure: the join, their
+   * shards, the sharded state). Where one of them was lost before joining (it died, or was not
+   * ready within the comm deadline), they are given up and others spawned.
    */
-  private async growBySpawned(due: 'admit' | 'lost'): Promise<void> {
+  private async growBySpawned(due: SpawnedDue): Promise<void> {
     const world = this.membership;
+    if (due === 'accept') {
+      this.enter('accept');
+      if (!(await world.acceptSpawned(this.vote))) return this.recover();
+      if (this.config.respawn?.join !== 'wait') return;
+      const agreed = await this.vote.agree(OK | CARRY_ON | (await world.spawnWord()));
+      if (agreed === null) return this.recover();
+      due = spawnedDue(agreed)!;
+    }
     this.enter('admit');
     if (due === 'admit') return this.recover(true);
     const ids = await world.giveUpSpawn();

@@ -1,7 +1,8 @@
 // The world as the protocol sees it: the communicator of every live rank, the working ranks' (the
 // same one unless hot spares wait), the shard map (who holds which shards), the leader, and the
 // spares. It grows the world after a repair: spares first take the lost ranks' places, then ranks
-// spawned for the rest (--respawn: MPI_Comm_spawn, merged into the communicator), and it carries
+// spawned for the rest (--respawn: launched, accepted once their MPI runs, merged once they are
+// ready), and it carries
 // the join, in which the ranks already in the run tell the newcomers where it stands.
 // Spares hold no shards: they only vote and receive each step's outcome, so that any of them can
 // take a lost rank's place, and its shards, in the recovery.
@@ -14,7 +15,7 @@ import { killDeclaredDead } from '../liveness/hangs';
 import { goneFromHere } from '../run/pids';
 import type { Phase } from '../liveness/drills';
 import type { ProtocolConfig, ProtocolObserver, StepPosition } from './contracts';
-import { CARRY_ON, OK, SPAWN_SOUND, SPAWN_WAITING, type Vote } from './vote';
+import { CARRY_ON, OK, SPAWN_NOT_UP, SPAWN_SOUND, SPAWN_WAITING, type Vote } from './vote';
 
 const now = (): number => performance.now();
 
@@ -55,8 +56,11 @@ export class Membership {
   /** the id the next spawned rank gets, and how many more may be spawned */
   private nextId: number;
   private respawnsLeft: number;
-  /** ranks spawned beside training that have not joined yet: the link to them, their ids, since when */
-  private spawned?: { link: Communicator; ids: number[]; started: number };
+  /**
+   * ranks spawned beside training that have not joined yet: their ids, since when, whether this
+   * rank launched them (with the port they connect to), and the link to them once accepted
+   */
+  private spawned?: { ids: number[]; started: number; root: boolean; port: string; link?: Communicator };
   /** ids of spawned ranks given up, or of a spawn a failure interrupted: killed where found, again at the end */
   private readonly givenUp: number[] = [];
 
@@ -295,7 +299,9 @@ export class Membership {
 
   /**
    * Spawns `count` ranks, which start beside training: false when a failure interrupted it. Where
-   * spawning is not possible, says so once and turns respawning off.
+   * spawning is not possible, says so once and turns respawning off. The leader launches them
+   * (PMIx_Spawn: a few ms; the others wait for it in the vote); the ranks accept them at a later
+   * step's end, once their MPI runs (acceptSpawned), and merge with them once they are ready.
    */
   private async spawn(count: number, vote: Vote): Promise<boolean> {
     const respawn = this.config.respawn!;
@@ -305,13 +311,14 @@ export class Membership {
     this.nextId += count;
     this.enter('spawn');
     const started = now();
-    let link: Communicator | undefined;
+    const root = this.everyone.rank === 0;
+    let port = '';
     let impossible: string | undefined;
     const ok = await vote.completes('spawn', async () => {
+      this.enter('spawning'); // the drill point while the leader launches them
+      if (!root) return;
       try {
-        const spawning = this.everyone.spawn(respawn.command, respawn.args(firstId, step), count, firstId);
-        this.enter('spawning'); // the drill point while the comm thread is inside MPI_Comm_spawn
-        link = await withDeadline(spawning, this.config.commTimeoutMs, 'MPI_Comm_spawn');
+        port = await withDeadline(this.everyone.spawn(respawn.command, respawn.args(firstId, step), count), this.config.commTimeoutMs, 'PMIx_Spawn');
       } catch (error) {
         if (isFailure(error)) throw error;
         impossible = (error as Error).message;
@@ -320,12 +327,12 @@ export class Membership {
     const agreed = await vote.agree((ok && !impossible ? OK : 0) | (impossible ? 0 : CARRY_ON));
     if (agreed !== null && (agreed & OK) !== 0) {
       this.respawnsLeft -= count;
-      this.spawned = { link: link!, ids, started: now() };
+      this.spawned = { ids, started: now(), root, port };
       this.observer.event({ event: 'spawn', step, ranks: ids, duration_ms: now() - started });
       return true;
     }
-    // its processes may be starting even where this side's MPI_Comm_spawn failed
-    await this.leaveSpawned({ link, ids });
+    // its processes may be starting even where the leader failed after launching them
+    await this.leaveSpawned({ ids });
     if (agreed === null || (agreed & CARRY_ON) !== 0) return false;
     this.respawnsLeft = 0;
     this.observer.event({
@@ -344,18 +351,21 @@ export class Membership {
 
   /**
    * Before a step's vote, this rank's word on the spawned ranks (bits of the vote's flag):
-   * SPAWN_WAITING stays set unless this rank (the spawn's root) finds them all ready to join, or
-   * one of them lost (dead, or not ready within half the comm deadline: stopped?); SPAWN_SOUND
-   * stays set unless one is lost. With --respawn-join wait the root waits until either is so.
+   * SPAWN_NOT_UP stays set unless this rank (the spawn's root) finds them all running MPI and
+   * waiting to be accepted; SPAWN_WAITING stays set unless it finds them all ready to join, or one
+   * of them lost (dead, or not ready within half the comm deadline: stopped?); SPAWN_SOUND stays
+   * set unless one is lost. With --respawn-join wait the root waits until one of these is so.
    */
   async spawnWord(): Promise<number> {
     const spawned = this.spawned;
-    if (!spawned || spawned.link.rank !== 0) return SPAWN_WAITING | SPAWN_SOUND;
+    const none = SPAWN_WAITING | SPAWN_SOUND | SPAWN_NOT_UP;
+    if (!spawned?.root) return none;
     // --respawn-join wait: the root holds the vote (and with it every rank) until they are ready
     const wait = this.config.respawn!.join === 'wait';
     for (;;) {
       try {
-        if (await spawned.link.spawnedReady()) return SPAWN_SOUND;
+        if (!spawned.link && (await this.everyone.spawnedUp(spawned.port, spawned.ids.length))) return SPAWN_WAITING | SPAWN_SOUND;
+        if (spawned.link && (await spawned.link.spawnedReady())) return SPAWN_SOUND | SPAWN_NOT_UP;
       } catch (error) {
         if (!isFailure(error)) throw error;
         return 0;
@@ -364,9 +374,40 @@ export class Membership {
       if (spawned.ids.some((id) => goneFromHere(this.config.pidsDir, id))) return 0;
       // half the comm deadline: the other ranks wait for this one's word in the vote
       if (now() - spawned.started > this.config.commTimeoutMs / 2) return 0;
-      if (!wait) return SPAWN_WAITING | SPAWN_SOUND;
+      if (!wait) return none;
       await new Promise((resolve) => setTimeout(resolve, 1));
     }
+  }
+
+  /**
+   * At a step's end, once the vote said the spawned ranks run MPI: the link to them
+   * (MPI_Comm_accept, voted), through which they say they are ready; false when a failure
+   * interrupted it (they are given up).
+   */
+  async acceptSpawned(vote: Vote): Promise<boolean> {
+    const spawned = this.spawned!;
+    const started = now();
+    let link: Communicator | undefined;
+    let returned = false;
+    const ok = await vote.succeedsEverywhere('accept', async () => {
+      const accepting = this.everyone.accept(spawned.port, spawned.ids.length, spawned.ids[0]).finally(() => {
+        returned = true;
+      });
+      // a process lost inside MPI_Comm_connect leaves MPI_Comm_accept, and with it the comm
+      // thread, waiting for it for good
+      link = await withDeadline(accepting, 3 * this.config.commTimeoutMs, 'MPI_Comm_accept').catch((error: Error) => {
+        if (returned) throw error;
+        throw new ProtocolStop('unrecoverable', `the admission of rank(s) ${spawned.ids.join(', ')} cannot finish: ${error.message}`);
+      });
+    });
+    if (!ok) {
+      this.spawned = undefined;
+      await this.leaveSpawned({ ids: spawned.ids, link });
+      return false;
+    }
+    spawned.link = link;
+    this.observer.event({ event: 'accept', step: this.position.step, ranks: spawned.ids, duration_ms: now() - started });
+    return true;
   }
 
   /**
@@ -379,7 +420,7 @@ export class Membership {
     let merged: Communicator | undefined;
     let returned = false;
     const ok = await vote.succeedsEverywhere('admit', async () => {
-      const merging = spawned.link.merge().finally(() => {
+      const merging = spawned.link!.merge().finally(() => {
         returned = true;
       });
       // the addon bounds its waits for "ready" and the agreement before the merge; a failure after
@@ -397,7 +438,7 @@ export class Membership {
         .catch(() => undefined);
       return null;
     }
-    await spawned.link.free().catch(() => undefined);
+    await spawned.link!.free().catch(() => undefined);
     // the working ranks' communicator is made anew for the grown world (formWorkers)
     const old = this.everyone;
     if (this.workers !== old) await this.workers?.free();

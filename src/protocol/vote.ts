@@ -18,6 +18,8 @@ export const CARRY_ON = 2;
 export const SPAWN_WAITING = 4;
 /** Bit 3 of a step's vote: none of the spawned ranks is known lost. */
 export const SPAWN_SOUND = 8;
+/** Bit 4 of a step's vote: the spawned ranks do not all wait to be accepted (as far as this rank knows). */
+export const SPAWN_NOT_UP = 16;
 
 const now = (): number => performance.now();
 

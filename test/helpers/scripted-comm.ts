@@ -398,7 +398,15 @@ export class ScriptedComm implements Communicator {
     });
   }
 
-  spawn(): Promise<Communicator> {
+  spawn(): Promise<string> {
+    return Promise.reject(new NotSupportedError('scripted: spawn is not scripted', 0));
+  }
+
+  spawnedUp(): Promise<boolean> {
+    return Promise.reject(new NotSupportedError('scripted: spawn is not scripted', 0));
+  }
+
+  accept(): Promise<Communicator> {
     return Promise.reject(new NotSupportedError('scripted: spawn is not scripted', 0));
   }
 

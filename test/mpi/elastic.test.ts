@@ -140,7 +140,7 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.equal(summary.world_final, 4);
   });
 
-  it('4 ranks + 1 spare with --respawn: the leader killed in MPI_Comm_spawn as it refills the spare: the others recover, spawn for its place, then refill the spare: the same bits', async () => {
+  it('4 ranks + 1 spare with --respawn: the leader killed as it launches the spare\'s refill: the others recover, spawn for its place, then refill the spare: the same bits', async () => {
     const drills = ['--drill', 'rank=2,step=3,phase=compute', '--drill', 'rank=0,step=4,phase=spawning'];
     const run = await ftRun(5, [], '--spares', '1', ...respawnWaiting, ...drills);
     const summary = summaryOf(run);
@@ -154,9 +154,10 @@ describe('elastic world: spares and respawned ranks', function () {
     const events = lines<EventRecord>(run, 'events.jsonl');
     assert.deepEqual(
       events.filter((e) => e.event === 'failure').map((e) => [e.step, e.phase]),
+      // the others wait for the launch in the spawn's agreement, where they meet the failure
       [
         [3, 'collective'],
-        [4, 'spawn'],
+        [4, 'agree'],
       ],
     );
     // rank 5, the refill under way when the leader died, was given up
@@ -377,7 +378,7 @@ describe('elastic world: spares and respawned ranks', function () {
     );
   });
 
-  it('--respawn: the rank that starts the spawn (the leader) killed while MPI_Comm_spawn is under way: the others spawn again, the same bits', async () => {
+  it('--respawn: the rank that starts the spawn (the leader) killed while it launches the spawned rank: the others spawn again, the same bits', async () => {
     // rank 0 lost first, so rank 1 leads and is the spawn's root
     const run = await ftRun(4, [], ...respawnWaiting, '--drill', 'rank=0,step=3,phase=compute', '--drill', 'rank=1,step=3,phase=spawning');
     assert.equal(run.code, 0, run.stderr);

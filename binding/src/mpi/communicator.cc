@@ -1,10 +1,16 @@
 // The Communicator's methods: collectives, the ULFM calls (revoke, shrink, agree, getFailed), and
-// the calls that make communicators of some or more processes (split, spawn). A communicator names
+// the calls that make communicators of some or more processes (split, spawn and accept). A communicator names
 // its processes by ids that outlive it: MPI_COMM_WORLD ranks for the job's own processes, ids the
 // spawning ranks hand out for those they start (their MPI_COMM_WORLD is a different one).
 #include "mpi/communicator.h"
 
 #include <mpi-ext.h>
+#ifdef FT_HAVE_PMIX
+#include <pmix.h>
+#include <unistd.h>
+#endif
+
+#include <cstring>
 
 #include "args.h"
 #include "mpi/comm_thread.h"
@@ -137,6 +143,8 @@ void Communicator::Init(Napi::Env env, Napi::Object exports) {
           InstanceMethod<&Communicator::Shrink>("shrink"),
           InstanceMethod<&Communicator::Split>("split"),
           InstanceMethod<&Communicator::Spawn>("spawn"),
+          InstanceMethod<&Communicator::SpawnedUp>("spawnedUp"),
+          InstanceMethod<&Communicator::Accept>("accept"),
           InstanceMethod<&Communicator::SpawnedReady>("spawnedReady"),
           InstanceMethod<&Communicator::Merge>("merge"),
           InstanceMethod<&Communicator::Agree>("agree"),
@@ -158,7 +166,7 @@ Communicator::Communicator(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Co
   if (info.Length() != 1 || !info[0].IsExternal() ||
       info[0].As<Napi::External<char>>().Data() != &kToken) {
     throw Napi::TypeError::New(info.Env(),
-                               "Communicator: not constructible; use init(), shrink(), split() or spawn()");
+                               "Communicator: not constructible; use init(), shrink(), split() or accept()");
   }
 }
 
@@ -441,15 +449,15 @@ Napi::Value Communicator::Split(const Napi::CallbackInfo& info) {
       });
 }
 
-// spawn(command, args, count, firstId): collective; MPI_Comm_spawn of `count` processes running
-// `command args` (rank 0 starts them), to be numbered firstId, firstId + 1, ... once merged. It
-// returns as soon as their MPI has started (they call init() before anything else): the
-// intercommunicator with them, whose rank 0 has posted the receives of their "ready"
-// (spawnedReady() polls them); merge() joins the two sides into one communicator. Blocking in MPI:
-// bound it from JS.
+// spawn(command, args, count): on one rank, not collective: starts `count` processes running
+// `command args` through PMIx_Spawn, the call MPI_Comm_spawn makes, and resolves with the port
+// (MPI_Open_port) they connect to once their MPI runs (FT_JOIN_PORT in their environment: see
+// init() in addon.cc), as soon as they are launched. MPI_Comm_spawn would also wait for their MPI
+// to start (their program loading, 150-300 ms), holding every rank of `comm`. spawnedUp() says
+// when they wait in MPI_Comm_connect, and accept() makes the intercommunicator with them.
 Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  MPI_Comm comm = Handle(env, "spawn");
+  Handle(env, "spawn");
   if (!info[0].IsString()) ThrowArg(env, "spawn", "command", "a string", info[0]);
   std::string command = info[0].As<Napi::String>();
   if (!info[1].IsArray()) ThrowArg(env, "spawn", "args", "an Array of strings", info[1]);
@@ -461,17 +469,86 @@ Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
     args.push_back(arg.As<Napi::String>());
   }
   int count = IntArg(info, 2, "spawn", "count", 1, 4096);
-  int firstId = IntArg(info, 3, "spawn", "firstId", 0, INT32_MAX - 4096);
   return CommThread::Get().Submit(
       env, {},
-      [comm, command, args, count, firstId, ids = info_.worldRanks, rank = info_.rank] {
-        std::vector<char*> argv;
-        for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-        argv.push_back(nullptr);
-        std::vector<int> codes(count);
+      [command, args, count] {
+#ifdef FT_HAVE_PMIX
+        char port[MPI_MAX_PORT_NAME] = {0};
+        MPI_CHECK(MPI_Open_port(MPI_INFO_NULL, port));
+        pmix_app_t app;
+        PMIX_APP_CONSTRUCT(&app);
+        app.cmd = strdup(command.c_str());
+        PMIx_Argv_append_nosize(&app.argv, command.c_str());
+        for (const std::string& arg : args) PMIx_Argv_append_nosize(&app.argv, arg.c_str());
+        PMIx_Argv_append_nosize(&app.env, (std::string(kJoinPortVariable) + "=" + port).c_str());
+        app.maxprocs = count;
+        char cwd[4096];
+        if (getcwd(cwd, sizeof cwd) == nullptr) cwd[0] = '\0';
+        PMIX_INFO_CREATE(app.info, 1);
+        app.ninfo = 1;
+        PMIX_INFO_LOAD(&app.info[0], PMIX_WDIR, cwd, PMIX_STRING);
+        // as Open MPI's MPI_Comm_spawn says of the processes it starts: MPI programs
+        pmix_info_t personality;
+        PMIX_INFO_LOAD(&personality, PMIX_PERSONALITY, "ompi5", PMIX_STRING);
+        char nspace[PMIX_MAX_NSLEN + 1] = {0};
+        pmix_status_t status = PMIx_Spawn(&personality, 1, &app, 1, nspace);
+        PMIX_INFO_DESTRUCT(&personality);
+        PMIX_APP_DESTRUCT(&app);
+        if (status != PMIX_SUCCESS) {
+          // MPI_Comm_spawn's error class, and PMIx's reason (no free slot: PMIX_ERR_JOB_FAILED_TO_MAP)
+          Failure failure = MpiFailure(MPI_ERR_SPAWN, "PMIx_Spawn", __FILE__, __LINE__);
+          failure.message += std::string(": ") + PMIx_Error_string(status);
+          throw OpException(failure);
+        }
+        return std::string(port);
+#else
+        (void)command;
+        (void)args;
+        (void)count;
+        NOT_SUPPORTED("spawn (this addon was built without PMIx)");
+#endif
+      },
+      [](Napi::Env env, std::string& port) { return Napi::String::New(env, port); });
+}
+
+// spawnedUp(port, count): whether all `count` processes spawn() started for `port` have published
+// that their MPI runs and they wait to connect (without waiting: one lookup each).
+Napi::Value Communicator::SpawnedUp(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Handle(env, "spawnedUp");
+  if (!info[0].IsString()) ThrowArg(env, "spawnedUp", "port", "a string", info[0]);
+  std::string port = info[0].As<Napi::String>();
+  int count = IntArg(info, 1, "spawnedUp", "count", 1, 4096);
+  return CommThread::Get().Submit(
+      env, {},
+      [port, count] {
+        for (int rank = 0; rank < count; ++rank) {
+          char value[MPI_MAX_PORT_NAME] = {0};
+          // MPI_ERR_NAME until it is published (MPI_COMM_WORLD's MPI_ERRORS_RETURN applies)
+          if (MPI_Lookup_name(UpServiceName(port, rank).c_str(), MPI_INFO_NULL, value) != MPI_SUCCESS) return false;
+        }
+        return true;
+      },
+      [](Napi::Env env, bool& up) { return Napi::Boolean::New(env, up); });
+}
+
+// accept(port, count, firstId): collective; MPI_Comm_accept of the processes spawn() started for
+// `port`, to be numbered firstId, firstId + 1, ... once merged: the intercommunicator with them,
+// whose rank 0 has posted the receives of their "ready" (spawnedReady() polls them); merge() joins
+// the two sides into one communicator. Blocking in MPI: bound it from JS.
+Napi::Value Communicator::Accept(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  MPI_Comm comm = Handle(env, "accept");
+  if (!info[0].IsString()) ThrowArg(env, "accept", "port", "a string", info[0]);
+  std::string port = info[0].As<Napi::String>();
+  int count = IntArg(info, 1, "accept", "count", 1, 4096);
+  int firstId = IntArg(info, 2, "accept", "firstId", 0, INT32_MAX - 4096);
+  return CommThread::Get().Submit(
+      env, {},
+      [comm, port, count, firstId, ids = info_.worldRanks, rank = info_.rank] {
         MPI_Comm children;
-        MPI_CHECK(MPI_Comm_spawn(command.c_str(), argv.data(), count, MPI_INFO_NULL, 0, comm,
-                                 &children, codes.data()));
+        MPI_CHECK(MPI_Comm_accept(port.c_str(), MPI_INFO_NULL, 0, comm, &children));
+        if (rank == 0) MPI_Close_port(port.c_str());
         CommInfo spawned = Describe(children, ids);
         spawned.link = std::make_shared<SpawnLink>(SpawnLink{true, firstId, {}, {}});
         if (rank == 0) {

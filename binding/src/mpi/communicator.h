@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace ft {
@@ -20,6 +21,15 @@ struct SpawnLink {
   std::vector<int> ready;
   std::vector<MPI_Request> requests;  // the root's receives of `ready`, MPI_REQUEST_NULL once complete
 };
+
+// The environment variable that gives a spawned process the port of the ranks that spawned it.
+inline constexpr const char* kJoinPortVariable = "FT_JOIN_PORT";
+
+// The name a spawned process (rank `rank` of those started together) publishes once its MPI runs
+// and it waits to connect to `port`.
+inline std::string UpServiceName(const std::string& port, int rank) {
+  return "ft-train-up:" + port + ":" + std::to_string(rank);
+}
 
 // What the comm thread learns about a new communicator.
 struct CommInfo {
@@ -62,6 +72,8 @@ class Communicator : public Napi::ObjectWrap<Communicator> {
   Napi::Value Shrink(const Napi::CallbackInfo& info);
   Napi::Value Split(const Napi::CallbackInfo& info);
   Napi::Value Spawn(const Napi::CallbackInfo& info);
+  Napi::Value SpawnedUp(const Napi::CallbackInfo& info);
+  Napi::Value Accept(const Napi::CallbackInfo& info);
   Napi::Value SpawnedReady(const Napi::CallbackInfo& info);
   Napi::Value Merge(const Napi::CallbackInfo& info);
   Napi::Value Agree(const Napi::CallbackInfo& info);
