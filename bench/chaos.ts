@@ -12,9 +12,10 @@
 //   kills, params_equal (the chaos run's params_sha256 equals the fault-free run's: must be true);
 //   lost_ms_per_kill: (wall - steps x median) / kills, and its breakdown, medians over the kills
 //     (ms): detect (the kill to the survivors' failure event: the rest of the step they were
-//     computing, then the failed collective), repair (revoke, shrink, agree), spawn (MPI_Comm_spawn:
-//     until the new rank's MPI runs), ready (from then until it was ready to join, beside training),
-//     join (the state sent to it), readback (what the retried step needs of the lost shards, and
+//     computing, then the failed collective), repair (revoke, shrink, agree), spawn (the leader
+//     launching the new rank: PMIx_Spawn), accept (MPI_Comm_accept of it, at a step's end once its
+//     MPI runs), ready (from the launch until it was ready to join, beside training), join (the
+//     state sent to it), readback (what the retried step needs of the lost shards, and
 //     the newcomer of its shards, before they compute), checkpoint (the JIT checkpoint), retry (the retried step),
 //     back_to_full_ms (the kill to the first step committed on 4 working ranks again) and
 //     slower_steps_ms (per kill: the time steps on fewer working ranks took beyond the median).
@@ -76,6 +77,7 @@ interface KillCost {
   detect: number;
   repair: number;
   spawn: number;
+  accept: number;
   ready: number;
   join: number;
   readback: number;
@@ -100,6 +102,7 @@ function killCosts(run: Run, stepMedian: number): KillCost[] {
       detect: failure ? failure.time - kill.time : NaN,
       repair: duration('revoke+shrink') + duration('agree'),
       spawn: duration('spawn'),
+      accept: duration('accept'),
       ready: events.filter((e) => e.event === 'admit').reduce((sum, e) => sum + ((e.waited_ms as number | undefined) ?? 0), 0),
       join: duration('join'),
       readback: duration('readback'),

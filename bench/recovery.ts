@@ -12,9 +12,9 @@
 // At 4 working ranks it also kills one with a hot spare waiting (--spares 1) and with --respawn:
 // the time from the kill to the first step committed after it (with --respawn, on the survivors:
 // the newcomer joins once ready), and to the first with 4 working ranks again, with the spawn
-// (MPI_Comm_spawn: until the new node process's MPI runs, which it starts first thing; its own
-// start-up, from its exec to its merge with the others, is taken from its log apart) and the join
-// (the state's transfer) apart.
+// (the leader's launch of the new node process: PMIx_Spawn), its accept (MPI_Comm_accept, at a
+// step's end once its MPI runs), its own start-up (from its exec to its merge with the others,
+// beside training: from its log) and the join (the state's transfer) apart.
 // Prints a table, then one JSON line with kill_to_step_ms_<N> (median of the rounds; target for 4
 // ranks <= 50), raw_floor_ms_<N>, breakdown_<N>, stop_to_step_ms_4 (target <= hang_timeout_ms +
 // 300), hang_timeout_ms, stop_breakdown_4, spare_kill_to_full_world_ms_4 (target <= 100),
@@ -130,8 +130,11 @@ interface ElasticBreakdown {
   /** from the kill to the first step committed with all working ranks again; without the JIT checkpoint's write */
   kill_to_full_world_ms: number;
   checkpoint_ms: number;
+  /** the leader's launch of the new process, which every rank waits for */
   spawn_ms: number;
-  /** of spawn_ms: the new process's own start-up (node, the program, then MPI_Init) */
+  /** MPI_Comm_accept of it (every rank), once its MPI runs */
+  accept_ms: number;
+  /** the new process's own start-up, beside training: from its exec to its merge with the others */
   newcomer_startup_ms: number;
   join_ms: number;
   readback_ms: number;
@@ -179,6 +182,7 @@ function elasticRecovery(ranks: number, scratch: string, how: 'spare' | 'respawn
     kill_to_full_world_ms: first.time - kill.time - checkpointMs,
     checkpoint_ms: checkpointMs,
     spawn_ms: event('spawn')?.duration_ms ?? 0,
+    accept_ms: event('accept')?.duration_ms ?? 0,
     newcomer_startup_ms: joined?.started_ms ?? 0,
     join_ms: event('join')!.duration_ms!,
     readback_ms: event('readback')!.duration_ms!,
@@ -257,7 +261,7 @@ function main(): void {
     else process.stderr.write(`[bench] host faults skipped: they need 3 test hosts (launch/netns-hosts): ${unavailable}\n`);
     elasticTable = Object.entries(elastic).map(
       ([how, b]) =>
-        `${`${stopRanks} ${how}`.padEnd(10)} ${b.kill_to_step_ms.toFixed(1).padStart(10)}  ${b.kill_to_full_world_ms.toFixed(1).padStart(15)}  ${b.spawn_ms.toFixed(1).padStart(8)}  ` +
+        `${`${stopRanks} ${how}`.padEnd(10)} ${b.kill_to_step_ms.toFixed(1).padStart(10)}  ${b.kill_to_full_world_ms.toFixed(1).padStart(15)}  ${b.spawn_ms.toFixed(1).padStart(8)}  ${b.accept_ms.toFixed(1).padStart(9)}  ` +
         `${b.newcomer_startup_ms.toFixed(1).padStart(12)}  ${b.join_ms.toFixed(1).padStart(7)}  ${b.readback_ms.toFixed(1).padStart(11)}  ${b.checkpoint_ms.toFixed(1).padStart(13)}`,
     );
   } finally {
@@ -269,7 +273,7 @@ function main(): void {
   console.log('ranks      fault->step ms  raw C ms  detect ms  revoke+shrink  agree ms  readback ms  retry ms  checkpoint ms');
   for (const line of table) console.log(line);
   console.log(`\nkill -9 of a working rank at ${stopRanks} working ranks, back to ${stopRanks} with a hot spare or a respawned rank (ms)`);
-  console.log('how        kill->step  kill->full world  spawn ms  newcomer ms  join ms  readback ms  checkpoint ms');
+  console.log('how        kill->step  kill->full world  spawn ms  accept ms  newcomer ms  join ms  readback ms  checkpoint ms');
   for (const line of elasticTable) console.log(line);
   if (out.host_ranks_loss_to_step_ms !== undefined) {
     console.log(

@@ -317,7 +317,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     kind: 'boolean',
     default: false,
     describe:
-      "after a failure, spawn ranks (MPI_Comm_spawn) to take the lost ranks' places that no spare took, and to refill the spares used up or lost; they join once ready (exact mode)",
+      "after a failure, spawn ranks (PMIx_Spawn, then MPI_Comm_accept) to take the lost ranks' places that no spare took, and to refill the spares used up or lost; they join once ready (exact mode)",
     group: 'Fault tolerance',
   },
   respawnLimit: {

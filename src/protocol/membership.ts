@@ -318,7 +318,11 @@ export class Membership {
       this.enter('spawning'); // the drill point while the leader launches them
       if (!root) return;
       try {
-        port = await withDeadline(this.everyone.spawn(respawn.command, respawn.args(firstId, step), count), this.config.commTimeoutMs, 'PMIx_Spawn');
+        port = await withDeadline(
+          this.everyone.spawn(respawn.command, respawn.args(firstId, step), count),
+          this.config.commTimeoutMs,
+          'PMIx_Spawn',
+        );
       } catch (error) {
         if (isFailure(error)) throw error;
         impossible = (error as Error).message;

@@ -1,6 +1,6 @@
 // The world gets its size back under mpirun: hot spares (--spares) take a killed rank's place in
 // the same recovery (with --respawn, spawned ranks refill them at a step's end, a kill there
-// recovered like any other), and with --respawn the survivors spawn replacements (MPI_Comm_spawn) that
+// recovered like any other), and with --respawn the survivors spawn replacements (launched, then accepted once their MPI runs) that
 // join once ready (or, with --respawn-join wait, at the retried step's end, which these tests use
 // where they name the steps of the world's sizes), receive the state and take shards; kills of the
 // newcomer before and during its join, of a survivor during the spawn and of one as the newcomers
@@ -140,7 +140,7 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.equal(summary.world_final, 4);
   });
 
-  it('4 ranks + 1 spare with --respawn: the leader killed as it launches the spare\'s refill: the others recover, spawn for its place, then refill the spare: the same bits', async () => {
+  it("4 ranks + 1 spare with --respawn: the leader killed as it launches the spare's refill: the others recover, spawn for its place, then refill the spare: the same bits", async () => {
     const drills = ['--drill', 'rank=2,step=3,phase=compute', '--drill', 'rank=0,step=4,phase=spawning'];
     const run = await ftRun(5, [], '--spares', '1', ...respawnWaiting, ...drills);
     const summary = summaryOf(run);
