@@ -25,23 +25,9 @@ addon.registerErrorTypes({ MpiError, ProcFailedError, RevokedError, NotSupported
 /** True when the addon was built against an MPI with ULFM (revoke, shrink, agree). */
 export const ulfm: boolean = addon.ulfm;
 
-/** MPI started by initEarly(), for init() to take over. */
-let early: Promise<MpiSession> | undefined;
-
-/**
- * Starts MPI now, before the rest of the program loads, for init() to take over: a spawned rank
- * does so, for the ranks spawning it wait until its MPI runs.
- */
-export function initEarly(): void {
-  early = addon.init();
-  early.catch(() => undefined); // init()'s caller sees the rejection; nobody listens before that
-}
-
-/** Starts the comm thread and initialises MPI (or takes over initEarly's start); once per process. */
+/** Starts the comm thread and initialises MPI; once per process. */
 export function init(): Promise<MpiSession> {
-  const started = early;
-  early = undefined;
-  return started ?? addon.init();
+  return addon.init();
 }
 
 /** Fails queued calls that have not started, then finalizes MPI and ends the comm thread. */

@@ -311,6 +311,30 @@ describe('elastic world: spares and respawned ranks', function () {
     assertGone(stopped, 4);
   });
 
+  it('--respawn: a newcomer killed before its MPI runs (nothing waits for it to start) is found lost by its pid file and another spawned; one stopped then is given up after half the comm deadline: the same bits', async () => {
+    for (const action of ['kill', 'stop']) {
+      const run = await respawnAfterKill(`rank=4,step=3,phase=startup,action=${action}`);
+      assert.equal(run.code, 0, `${action}: ${run.stderr}`);
+      assert.equal(summaryOf(run).params_sha256, reference.get('sgd'), action);
+      // the launch took the leader alone; the retried step 3 waits for rank 4 and finds it lost
+      assert.deepEqual(worlds(run), [4, 4, 4, 3, 3, ...Array(7).fill(4)], action);
+      const events = lines<EventRecord>(run, 'events.jsonl');
+      assert.deepEqual(
+        events.filter((e) => ['spawn', 'spawn-lost', 'accept', 'join'].includes(e.event)).map((e) => [e.event, e.step, e.ranks]),
+        [
+          ['spawn', 3, [4]],
+          ['spawn-lost', 4, [4]],
+          ['spawn', 4, [5]],
+          ['accept', 5, [5]],
+          ['join', 5, [5]],
+        ],
+        action,
+      );
+      assert.match(run.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 3 s\); spawning again/, action);
+      assertGone(run, 4);
+    }
+  });
+
   it('--respawn: a survivor killed, or stopped, as a newcomer is admitted: the admission fails alike on every side, the newcomer is given up, two others join: the same bits', async () => {
     for (const action of ['kill', 'stop']) {
       const run = await respawnAfterKill(`rank=1,step=4,phase=admit,action=${action}`);

@@ -39,19 +39,6 @@ constexpr auto kRevokeGrace = std::chrono::seconds(1);
 // of opal_progress in 8: one idle turn makes that many calls, so every turn sends the heartbeat.
 constexpr int kProgressCallsPerEventLoop = 8;
 
-// One turn of MPI's progress engine, between MPI_Init and MPI_Finalize: probes on COMM_SELF,
-// where no failure can be reported.
-void DriveProgress() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized) return;
-  for (int call = 0; call < kProgressCallsPerEventLoop; ++call) {
-    int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
-  }
-}
-
 // Whether MPI's progress engine gives up the core by itself when a poll finds nothing to do:
 // Open MPI does where the node is oversubscribed (its mpi_yield_when_idle). A poll loop that
 // yields as well hands the core away twice per turn: at 4 ranks on 2 cores a 4 KiB allreduce took
@@ -94,6 +81,19 @@ class FinalizeOp : public Op {
   bool EndsThread() const override { return true; }
 };
 }  // namespace
+
+// One turn of MPI's progress engine, between MPI_Init and MPI_Finalize: probes on COMM_SELF,
+// where no failure can be reported.
+void DriveProgress() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  for (int call = 0; call < kProgressCallsPerEventLoop; ++call) {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+  }
+}
 
 CommThread& CommThread::Get() {
   static CommThread* instance = new CommThread();  // never destroyed: may outlive a stuck thread

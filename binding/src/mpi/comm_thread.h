@@ -59,6 +59,10 @@ class LambdaOp : public Op {
 
 struct Unit {};
 
+// Comm thread: one turn of MPI's progress engine (probes on COMM_SELF, where no failure can be
+// reported), so that ULFM's heartbeats go out; a no-op outside MPI_Init..MPI_Finalize.
+void DriveProgress();
+
 class CommThread {
  public:
   static CommThread& Get();

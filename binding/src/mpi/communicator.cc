@@ -522,6 +522,9 @@ Napi::Value Communicator::SpawnedUp(const Napi::CallbackInfo& info) {
   return CommThread::Get().Submit(
       env, {},
       [port, count] {
+        // the name service is not MPI's progress: without a turn of it, a root polling here for
+        // long sends no heartbeat, and the others take it for hung
+        DriveProgress();
         for (int rank = 0; rank < count; ++rank) {
           char value[MPI_MAX_PORT_NAME] = {0};
           // MPI_ERR_NAME until it is published (MPI_COMM_WORLD's MPI_ERRORS_RETURN applies)
