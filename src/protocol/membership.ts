@@ -393,17 +393,22 @@ export class Membership {
     const started = now();
     let link: Communicator | undefined;
     let returned = false;
-    const ok = await vote.succeedsEverywhere('accept', async () => {
-      const accepting = this.everyone.accept(spawned.port, spawned.ids.length, spawned.ids[0]).finally(() => {
-        returned = true;
-      });
-      // a process lost inside MPI_Comm_connect leaves MPI_Comm_accept, and with it the comm
-      // thread, waiting for it for good
-      link = await withDeadline(accepting, 3 * this.config.commTimeoutMs, 'MPI_Comm_accept').catch((error: Error) => {
-        if (returned) throw error;
-        throw new ProtocolStop('unrecoverable', `the admission of rank(s) ${spawned.ids.join(', ')} cannot finish: ${error.message}`);
-      });
-    });
+    // every rank alive first: MPI_Comm_accept waits for good for a rank lost before it, which
+    // PMIx_Connect counts on (one lost inside it, in its few ms, still leaves the others there)
+    const alive = (await vote.agree(OK)) !== null;
+    const ok =
+      alive &&
+      (await vote.succeedsEverywhere('accept', async () => {
+        const accepting = this.everyone.accept(spawned.port, spawned.ids.length, spawned.ids[0]).finally(() => {
+          returned = true;
+        });
+        // a process lost inside MPI_Comm_connect leaves MPI_Comm_accept, and with it the comm
+        // thread, waiting for it for good
+        link = await withDeadline(accepting, 3 * this.config.commTimeoutMs, 'MPI_Comm_accept').catch((error: Error) => {
+          if (returned) throw error;
+          throw new ProtocolStop('unrecoverable', `the admission of rank(s) ${spawned.ids.join(', ')} cannot finish: ${error.message}`);
+        });
+      }));
     if (!ok) {
       this.spawned = undefined;
       await this.leaveSpawned({ ids: spawned.ids, link });

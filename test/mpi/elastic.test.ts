@@ -3,8 +3,8 @@
 // recovered like any other), and with --respawn the survivors spawn replacements (launched, then accepted once their MPI runs) that
 // join once ready (or, with --respawn-join wait, at the retried step's end, which these tests use
 // where they name the steps of the world's sizes), receive the state and take shards; kills of the
-// newcomer before and during its join, of a survivor during the spawn and of one as the newcomers
-// are admitted are recovered like any other, and so are the death of the rank that starts the spawn while it is under way and a
+// newcomer before its MPI runs, before and during its join, of a survivor during the spawn and of
+// one as the newcomers are accepted or admitted are recovered like any other, and so are the death of the rank that starts the spawn while it is under way and a
 // newcomer stopped during its join (which no failure detector watches: the survivors find it
 // stopped once their wait runs past its deadline, and kill it) or before it (given up, and another
 // spawned). A spawned rank that leads at the end cleans up the checkpoint directory as the first
@@ -364,6 +364,35 @@ describe('elastic world: spares and respawned ranks', function () {
         action,
       );
       // given up: it leaves on its own failed agreement, or is killed by its spawners, whichever comes first
+      assertGone(run, 4);
+    }
+  });
+
+  it('--respawn: a survivor killed, or stopped, as a newcomer is accepted: the agreement before MPI_Comm_accept fails alike on every side, the newcomer is given up, two others join: the same bits', async () => {
+    for (const action of ['kill', 'stop']) {
+      const run = await respawnAfterKill(`rank=1,step=4,phase=accept,action=${action}`);
+      assert.equal(run.code, 0, `${action}: ${run.stderr}`);
+      assert.equal(summaryOf(run).params_sha256, reference.get('sgd'), action);
+      assert.deepEqual(worlds(run), [4, 4, 4, 3, 2, ...Array(7).fill(4)], action);
+      const events = lines<EventRecord>(run, 'events.jsonl');
+      assert.deepEqual(
+        events.filter((e) => e.event === 'failure').map((e) => [e.step, e.phase]),
+        [
+          [3, 'collective'],
+          [4, 'agree'],
+        ],
+        action,
+      );
+      assert.deepEqual(
+        events.filter((e) => ['spawn', 'accept', 'join'].includes(e.event)).map((e) => [e.event, e.step, e.ranks]),
+        [
+          ['spawn', 3, [4]],
+          ['spawn', 4, [5, 6]],
+          ['accept', 5, [5, 6]],
+          ['join', 5, [5, 6]],
+        ],
+        action,
+      );
       assertGone(run, 4);
     }
   });
