@@ -32,6 +32,10 @@ async function main(): Promise<void> {
     ['counts sum', () => comm.alltoallv(f32, [1], f32, [2])],
     ['block past the end', () => comm.alltoallv(f32, [2], f32, [2], [0], [1])],
     ['agree flag', () => comm.agree(1.5)],
+    ['spawn args', () => comm.spawn('node', ['a', 1], 1)],
+    ['spawn count', () => comm.spawn('node', [], 0)],
+    ['accept port', () => comm.accept(7, 1, 4)],
+    ['spawnedUp count', () => comm.spawnedUp('port', 1.5)],
     ['init twice', () => init()],
     ['construct', () => new (addonPart<{ Communicator: new () => Communicator }>().Communicator)()],
   ];
