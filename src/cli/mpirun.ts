@@ -45,8 +45,9 @@ export interface Command {
  * ULFM's heartbeat failure detector, tied to ft-train's --hang-timeout. It is off by default, and
  * then a rank that is alive but stuck (SIGSTOP, a kernel that never returns) leaves the others
  * waiting forever; on, a rank silent for `hangTimeoutS` is declared dead and the survivors repair
- * as after a kill -9 (ULFM-NOTES "Hangs"; here a SIGSTOPped rank of 2 was declared dead 1.6 s
- * into a 2 s timeout). A heartbeat every quarter of the timeout, so one late beat is no failure.
+ * as after a kill -9 (docs/architecture.md, "Hangs and deadlines"; here a SIGSTOPped rank of 2 was
+ * declared dead 1.6 s into a 2 s timeout). A heartbeat every quarter of the timeout, so one late
+ * beat is no failure.
  * Beats are sent from MPI's progress, not from a thread of their own: with
  * mpi_ft_detector_thread true (which wants MPI_THREAD_MULTIPLE; the addon asks for FUNNELED) every
  * job hung in MPI_Finalize after training, at 0.5/2, 1/4 and 7.5/30 s. The cost: a rank that
@@ -134,7 +135,7 @@ function placesOf(options: MpirunOptions): { hosts: number; slots: number } {
 const jobMarkers = ['FT_RUN_JOB', 'FT_TEST_JOB', 'FT_BENCH_JOB'];
 
 /**
- * What a job across hosts needs (ULFM-NOTES "Several hosts"), set for every job since a batch
+ * What a job across hosts needs (docs/drills.md, "Several hosts"), set for every job since a batch
  * scheduler spreads one without a hostfile:
  * - --prefix: the daemons that ssh starts find prted and MPI's libraries where this mpirun lives;
  * - coll ^han: the hierarchical collectives, chosen only with more than one host, are not fault
