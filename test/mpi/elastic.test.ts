@@ -335,65 +335,45 @@ describe('elastic world: spares and respawned ranks', function () {
     }
   });
 
-  it('--respawn: a survivor killed, or stopped, as a newcomer is admitted: the admission fails alike on every side, the newcomer is given up, two others join: the same bits', async () => {
-    for (const action of ['kill', 'stop']) {
-      const run = await respawnAfterKill(`rank=1,step=4,phase=admit,action=${action}`);
-      assert.equal(run.code, 0, `${action}: ${run.stderr}`);
-      assert.equal(summaryOf(run).params_sha256, reference.get('sgd'), action);
-      // rank 4, ready for the retried step 3's end, is not admitted: its place and rank 1's go to ranks 5 and 6
-      assert.deepEqual(worlds(run), [4, 4, 4, 3, 2, ...Array(7).fill(4)], action);
-      assert.deepEqual(
-        summaryOf(run).failures.map((f) => [f.step, f.lost]),
-        [
-          [3, [2]],
-          [4, [1]],
-        ],
-        action,
-      );
-      const events = lines<EventRecord>(run, 'events.jsonl');
-      const failure = events.filter((e) => e.event === 'failure').map((e) => [e.step, e.phase]);
-      assert.deepEqual(failure[1], [4, 'admit'], action);
-      assert.deepEqual(
-        events.filter((e) => ['spawn', 'admit', 'join'].includes(e.event)).map((e) => [e.event, e.step, e.ranks]),
-        [
-          ['spawn', 3, [4]],
-          ['spawn', 4, [5, 6]],
-          ['admit', 5, [5, 6]],
-          ['join', 5, [5, 6]],
-        ],
-        action,
-      );
-      // given up: it leaves on its own failed agreement, or is killed by its spawners, whichever comes first
-      assertGone(run, 4);
-    }
-  });
-
-  it('--respawn: a survivor killed, or stopped, as a newcomer is accepted: the agreement before MPI_Comm_accept fails alike on every side, the newcomer is given up, two others join: the same bits', async () => {
-    for (const action of ['kill', 'stop']) {
-      const run = await respawnAfterKill(`rank=1,step=4,phase=accept,action=${action}`);
-      assert.equal(run.code, 0, `${action}: ${run.stderr}`);
-      assert.equal(summaryOf(run).params_sha256, reference.get('sgd'), action);
-      assert.deepEqual(worlds(run), [4, 4, 4, 3, 2, ...Array(7).fill(4)], action);
-      const events = lines<EventRecord>(run, 'events.jsonl');
-      assert.deepEqual(
-        events.filter((e) => e.event === 'failure').map((e) => [e.step, e.phase]),
-        [
-          [3, 'collective'],
-          [4, 'agree'],
-        ],
-        action,
-      );
-      assert.deepEqual(
-        events.filter((e) => ['spawn', 'accept', 'join'].includes(e.event)).map((e) => [e.event, e.step, e.ranks]),
-        [
-          ['spawn', 3, [4]],
-          ['spawn', 4, [5, 6]],
-          ['accept', 5, [5, 6]],
-          ['join', 5, [5, 6]],
-        ],
-        action,
-      );
-      assertGone(run, 4);
+  it('--respawn: a survivor killed, or stopped, as a newcomer is accepted or admitted: the agreement before MPI_Comm_accept, or the admission, fails alike on every side, the newcomer is given up, two others join: the same bits', async () => {
+    // the phase of the drill, and where the others meet the failure: the agreement before the accept, the admission
+    for (const [phase, met] of [
+      ['accept', 'agree'],
+      ['admit', 'admit'],
+    ]) {
+      for (const action of ['kill', 'stop']) {
+        const how = `${action} at ${phase}`;
+        const run = await respawnAfterKill(`rank=1,step=4,phase=${phase},action=${action}`);
+        assert.equal(run.code, 0, `${how}: ${run.stderr}`);
+        assert.equal(summaryOf(run).params_sha256, reference.get('sgd'), how);
+        // rank 4, up (or ready) for the retried step 3's end, is not accepted (or admitted): its place and rank 1's go to ranks 5 and 6
+        assert.deepEqual(worlds(run), [4, 4, 4, 3, 2, ...Array(7).fill(4)], how);
+        assert.deepEqual(
+          summaryOf(run).failures.map((f) => [f.step, f.lost]),
+          [
+            [3, [2]],
+            [4, [1]],
+          ],
+          how,
+        );
+        const events = lines<EventRecord>(run, 'events.jsonl');
+        const failure = events.filter((e) => e.event === 'failure').map((e) => [e.step, e.phase]);
+        assert.deepEqual(failure[1], [4, met], how);
+        assert.deepEqual(
+          events.filter((e) => ['spawn', 'accept', 'admit', 'join'].includes(e.event)).map((e) => [e.event, e.step, e.ranks]),
+          [
+            ['spawn', 3, [4]],
+            ...(phase === 'admit' ? [['accept', 4, [4]]] : []),
+            ['spawn', 4, [5, 6]],
+            ['accept', 5, [5, 6]],
+            ['admit', 5, [5, 6]],
+            ['join', 5, [5, 6]],
+          ],
+          how,
+        );
+        // given up: it leaves on its own failed agreement, or is killed by its spawners, whichever comes first
+        assertGone(run, 4);
+      }
     }
   });
 

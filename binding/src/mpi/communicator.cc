@@ -471,7 +471,7 @@ Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
   int count = IntArg(info, 2, "spawn", "count", 1, 4096);
   return CommThread::Get().Submit(
       env, {},
-      [command, args, count] {
+      [command, args, count]() -> std::string {
 #ifdef FT_HAVE_PMIX
         char port[MPI_MAX_PORT_NAME] = {0};
         MPI_CHECK(MPI_Open_port(MPI_INFO_NULL, port));
@@ -505,7 +505,7 @@ Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
         (void)command;
         (void)args;
         (void)count;
-        NOT_SUPPORTED("spawn (this addon was built without PMIx)");
+        throw OpException(Failure{FailureKind::kNotSupported, 0, "spawn is not supported: this addon was built without PMIx"});
 #endif
       },
       [](Napi::Env env, std::string& port) { return Napi::String::New(env, port); });
