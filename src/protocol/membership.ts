@@ -402,9 +402,10 @@ export class Membership {
         const accepting = this.everyone.accept(spawned.port, spawned.ids.length, spawned.ids[0]).finally(() => {
           returned = true;
         });
-        // a process lost inside MPI_Comm_connect leaves MPI_Comm_accept, and with it the comm
-        // thread, waiting for it for good
-        link = await withDeadline(accepting, 3 * this.config.commTimeoutMs, 'MPI_Comm_accept').catch((error: Error) => {
+        // a process lost inside MPI_Comm_connect (or whose connect failed: across hosts, Open MPI
+        // 5.0's connect/accept is not supported) leaves MPI_Comm_accept, and with it the comm
+        // thread, waiting for it for good: the job stops after the comm deadline
+        link = await withDeadline(accepting, this.config.commTimeoutMs, 'MPI_Comm_accept').catch((error: Error) => {
           if (returned) throw error;
           throw new ProtocolStop('unrecoverable', `the admission of rank(s) ${spawned.ids.join(', ')} cannot finish: ${error.message}`);
         });
