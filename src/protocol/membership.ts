@@ -19,6 +19,22 @@ import { CARRY_ON, OK, SPAWN_NOT_UP, SPAWN_SOUND, SPAWN_WAITING, type Vote } fro
 
 const now = (): number => performance.now();
 
+/**
+ * A blocking MPI call of the spawned ranks' admission (`name`), within `ms`: where it has not
+ * returned by then, the comm thread is inside MPI for good and the job stops (ProtocolStop); an
+ * error it returned is thrown as it is.
+ */
+function admissionCall<T>(call: Promise<T>, ms: number, name: string, ids: number[]): Promise<T> {
+  let returned = false;
+  const tracked = call.finally(() => {
+    returned = true;
+  });
+  return withDeadline(tracked, ms, name).catch((error: Error) => {
+    if (returned) throw error;
+    throw new ProtocolStop('unrecoverable', `the admission of rank(s) ${ids.join(', ')} cannot finish: ${error.message}`);
+  });
+}
+
 /** What a joining rank learns of the world. */
 export interface WorldJoinFields {
   owners: number[];
@@ -392,23 +408,17 @@ export class Membership {
     const spawned = this.spawned!;
     const started = now();
     let link: Communicator | undefined;
-    let returned = false;
     // every rank alive first: MPI_Comm_accept waits for good for a rank lost before it, which
     // PMIx_Connect counts on (one lost inside it, in its few ms, still leaves the others there)
     const alive = (await vote.agree(OK)) !== null;
     const ok =
       alive &&
       (await vote.succeedsEverywhere('accept', async () => {
-        const accepting = this.everyone.accept(spawned.port, spawned.ids.length, spawned.ids[0]).finally(() => {
-          returned = true;
-        });
         // a process lost inside MPI_Comm_connect (or whose connect failed: across hosts, Open MPI
         // 5.0's connect/accept is not supported) leaves MPI_Comm_accept, and with it the comm
         // thread, waiting for it for good: the job stops after the comm deadline
-        link = await withDeadline(accepting, this.config.commTimeoutMs, 'MPI_Comm_accept').catch((error: Error) => {
-          if (returned) throw error;
-          throw new ProtocolStop('unrecoverable', `the admission of rank(s) ${spawned.ids.join(', ')} cannot finish: ${error.message}`);
-        });
+        const accepting = this.everyone.accept(spawned.port, spawned.ids.length, spawned.ids[0]);
+        link = await admissionCall(accepting, this.config.commTimeoutMs, 'MPI_Comm_accept', spawned.ids);
       }));
     if (!ok) {
       this.spawned = undefined;
@@ -428,17 +438,10 @@ export class Membership {
     const spawned = this.spawned!;
     this.spawned = undefined;
     let merged: Communicator | undefined;
-    let returned = false;
     const ok = await vote.succeedsEverywhere('admit', async () => {
-      const merging = spawned.link!.merge().finally(() => {
-        returned = true;
-      });
       // the addon bounds its waits for "ready" and the agreement before the merge; a failure after
       // the agreement leaves MPI_Intercomm_merge, and with it the comm thread, blocked for good
-      merged = await withDeadline(merging, 3 * this.config.commTimeoutMs, 'MPI_Intercomm_merge').catch((error: Error) => {
-        if (returned) throw error;
-        throw new ProtocolStop('unrecoverable', `the admission of rank(s) ${spawned.ids.join(', ')} cannot finish: ${error.message}`);
-      });
+      merged = await admissionCall(spawned.link!.merge(), 3 * this.config.commTimeoutMs, 'MPI_Intercomm_merge', spawned.ids);
     });
     if (!ok) {
       await this.leaveSpawned(spawned);
