@@ -225,6 +225,13 @@ export interface Backend {
     shape: EmbeddingShape,
     accumulate: boolean,
   ): void;
+  /**
+   * Inverted dropout's mask: mask[i] = 0 where uniform(...keys, i) < p (src/base/random.ts's
+   * counter-based draw, keys as its), else 1 / (1 - p) rounded to float32. p in [0, 1).
+   */
+  dropoutMask(mask: Float32Array, p: number, keys: readonly number[]): void;
+  /** y = a b, element-wise (in float32). */
+  multiply(a: Float32Array, b: Float32Array, y: Float32Array): void;
   /** The sum of x's squares in double, in a fixed order (blocks of 2^16 in order, each in order): the same bits at any thread count. */
   sumOfSquares(x: Float32Array): number;
   /** x *= scale, element-wise (in float32). */

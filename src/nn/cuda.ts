@@ -1,7 +1,7 @@
 // The GPU backend: cuDNN convolutions, cuBLAS linear layers and the addon's own CUDA kernels
 // (binding/src/cuda), present only in an addon built where CUDA, cuDNN, cuBLAS and NCCL were found.
-// It runs the layers of image classifiers, residual networks included (gpuLayerTypes), and the
-// optimizers' updates (the CPU's bits); a layer without GPU kernels is refused when the net is
+// It runs the layers of image classifiers, residual networks included, and of GPT-style
+// transformers (gpuLayerTypes), and the optimizers' updates (the CPU's bits); a layer without GPU kernels is refused when the net is
 // built, and its kernels here throw saying so. The collectives and checkpoints stay on the host: the
 // net uploads its input before each pass and downloads its gradients and logits after
 // (src/nn/net.ts), and with replicated optimizer state the parameters and the state live on the GPU
@@ -21,6 +21,12 @@ export const gpuLayerTypes: ReadonlySet<LayerSpec['type']> = new Set([
   'batchnorm',
   'globalavgpool',
   'add',
+  'embedding',
+  'layernorm',
+  'attention',
+  'gelu',
+  'dropout',
+  'lmhead',
 ]);
 
 /** The GPU this process computes on (Open MPI's local rank modulo the GPUs it sees). */
@@ -56,6 +62,16 @@ export const gpuKernels = [
   'batchnormBackward',
   'globalAvgPoolForward',
   'globalAvgPoolBackward',
+  'layernormForward',
+  'layernormBackward',
+  'attentionForward',
+  'attentionBackward',
+  'geluForward',
+  'geluBackward',
+  'embeddingForward',
+  'embeddingBackward',
+  'dropoutMask',
+  'multiply',
   'softmaxCrossEntropy',
   'sgdUpdate',
   'sgdStateInput',
@@ -112,14 +128,6 @@ export function cudaBackend(): Backend {
     kernelSettings: true,
     setThreads: true,
     setWinograd: true,
-    layernormForward: true,
-    layernormBackward: true,
-    attentionForward: true,
-    attentionBackward: true,
-    geluForward: true,
-    geluBackward: true,
-    embeddingForward: true,
-    embeddingBackward: true,
     sumOfSquares: true,
   };
   const refused = Object.fromEntries(Object.keys(absent).map((name) => [name, missing(name)]));

@@ -509,15 +509,15 @@ export class Net {
   private score(logits: Float32Array, x: Float32Array, labels: Int32Array, batch: number): StepResult {
     const dlogits = this.scratch.get('dlogits', logits.length);
     const { classes, language } = this.spec;
+    const hostLogits = (): Float32Array => (this.onDevice ? this.toHost(logits, 'hostLogits') : logits);
     if (!language) {
       const loss = this.backend.softmaxCrossEntropy(logits, labels, dlogits, [batch, classes]);
-      const hostLogits = this.onDevice ? this.toHost(logits, 'hostLogits') : logits;
-      return { loss, correct: countCorrect(hostLogits, labels, classes) };
+      return { loss, correct: countCorrect(hostLogits(), labels, classes) };
     }
     const T = language.context;
     const targets = this.nextTokens(x, batch, T);
     const loss = this.backend.softmaxCrossEntropy(logits, targets, dlogits, [batch * T, classes]);
-    return { loss, correct: countCorrect(logits, targets, classes) / T };
+    return { loss, correct: countCorrect(hostLogits(), targets, classes) / T };
   }
 
   /** targets[n T + t] = token t + 1 of window n: what position t predicts. */

@@ -11,7 +11,7 @@ import { runInNewContext } from 'node:vm';
 import { assertClose } from '../helpers/close';
 import { checkGradient, randomTensor } from '../helpers/gradcheck';
 import { requireGpu } from '../helpers/gpu';
-import type { Backend, ConvShape, LinearShape, NormShape, PoolKind, PoolShape } from '../../src/nn/backend';
+import type { AttentionShape, Backend, ConvShape, EmbeddingShape, LinearShape, NormShape, PoolKind, PoolShape } from '../../src/nn/backend';
 import { cpu } from '../../src/nn/cpu';
 import { cudaAddon, cudaBackend } from '../../src/nn/cuda';
 import { Net } from '../../src/nn/net';
@@ -384,6 +384,152 @@ describe('GPU backend: kernels against the CPU backend', function () {
   });
 });
 
+describe("GPU backend: a transformer's kernels against the CPU backend", function () {
+  before(function () {
+    requireGpu(this);
+    gpu = cudaBackend();
+  });
+
+  /** The CPU's and the GPU's outputs of a kernel given fresh outputs of these lengths. */
+  function both(lengths: number[], kernel: (backend: Backend, outputs: Float32Array[]) => void): [Float32Array[], Float32Array[]] {
+    const cpuOutputs = lengths.map((n) => new Float32Array(n));
+    const gpuOutputs = lengths.map((n) => new Float32Array(n));
+    kernel(cpu, cpuOutputs);
+    kernel(gpu, gpuOutputs);
+    return [cpuOutputs, gpuOutputs.map(fromGpu)];
+  }
+
+  for (const shape of [
+    [2, 7, 2, 4],
+    [1, 70, 3, 8],
+    [3, 5, 2, 1],
+  ] as AttentionShape[]) {
+    const [n, t, h, d] = shape;
+    const exact = d === 1;
+    it(`attention ${shape.join('x')}: forward and backward${exact ? " (one value per head: each score is one product, so att has the CPU's bits)" : ''}`, () => {
+      const c = h * d;
+      const qkv = onGpu(randomTensor(n * t * 3 * c, 71).map((v) => 2 * v));
+      const dy = onGpu(randomTensor(n * t * c, 72));
+      const [[attCpu, yCpu], [attGpu, yGpu]] = both([n * h * t * t, n * t * c], (backend, [att, y]) =>
+        backend.attentionForward(qkv, att, y, shape),
+      );
+      if (exact) assertSameBits('att', attGpu, attCpu);
+      else assertClose('att', attGpu, attCpu, 1e-6);
+      assertClose('y', yGpu, yCpu, 1e-5);
+      // each row sums to 1 over its keys, and is 0 after them
+      for (let row = 0; row < n * h * t; ++row) {
+        const i = row % t;
+        const probs = attGpu.subarray(row * t, (row + 1) * t);
+        assert.ok(Math.abs(probs.subarray(0, i + 1).reduce((a, b) => a + b, 0) - 1) < 1e-5, `row ${row} sums to 1`);
+        assert.ok(
+          probs.subarray(i + 1).every((p) => p === 0),
+          `row ${row}: zeros after key ${i}`,
+        );
+      }
+      const attOnGpu = onGpu(attCpu.slice());
+      const [[dqkvCpu], [dqkvGpu]] = both([qkv.length], (backend, [dqkv]) => backend.attentionBackward(qkv, attOnGpu, dy, dqkv, shape));
+      assertClose('dqkv', dqkvGpu, dqkvCpu, 1e-5);
+    });
+  }
+
+  it("GELU forward and backward: the CPU's bits (one chain of double operations, the same exp and erfc)", () => {
+    const x = onGpu(
+      Float32Array.from([...randomTensor(4000, 73)].map((v, i) => v * (i % 4 === 0 ? 20 : 4)).concat([0, -0, 13.5, -13.5, -38, 38])),
+    );
+    const dy = onGpu(randomTensor(x.length, 74));
+    const [[yCpu], [yGpu]] = both([x.length], (backend, [y]) => backend.geluForward(x, y));
+    assertSameBits('y', yGpu, yCpu);
+    const [[dxCpu], [dxGpu]] = both([x.length], (backend, [dx]) => backend.geluBackward(x, dy, dx));
+    assertSameBits('dx', dxGpu, dxCpu);
+  });
+
+  for (const [n, d] of [
+    [6, 10],
+    [700, 64],
+    [1, 3],
+  ]) {
+    it(`layernorm ${n}x${d}: forward and backward, within 1e-6 (double sums; the parameters' gradients in chunks of samples)`, () => {
+      const x = onGpu(randomTensor(n * d, 75).map((v, i) => v * 3 + (i % 5)));
+      const [w, b] = [onGpu(randomTensor(d, 76)), onGpu(randomTensor(d, 77))];
+      const dy = onGpu(randomTensor(n * d, 78));
+      const [yCpu, xhatCpu, yGpu, xhatGpu, dxCpu, dxGpu] = [1, 2, 3, 4, 5, 6].map(() => new Float32Array(n * d));
+      const [invStdCpu, invStdGpu] = [new Float64Array(n), new Float64Array(n)];
+      cpu.layernormForward(x, w, b, yCpu, xhatCpu, invStdCpu, 1e-5, [n, d]);
+      gpu.layernormForward(x, w, b, yGpu, xhatGpu, invStdGpu, 1e-5, [n, d]);
+      assertClose('y', fromGpu(yGpu), yCpu, 1e-6);
+      assertClose('xhat', fromGpu(xhatGpu), xhatCpu, 1e-6);
+      // each backward from its own forward (the GPU's invStd stays on the GPU)
+      const [dwCpu, dbCpu, dwGpu, dbGpu] = [1, 2, 3, 4].map(() => new Float32Array(d));
+      cpu.layernormBackward(dy, xhatCpu, w, invStdCpu, dxCpu, dwCpu, dbCpu, [n, d]);
+      gpu.layernormBackward(dy, xhatGpu, w, invStdGpu, dxGpu, dwGpu, dbGpu, [n, d]);
+      assertClose('dx', fromGpu(dxGpu), dxCpu, 1e-6);
+      assertClose('dw', fromGpu(dwGpu), dwCpu, 1e-6);
+      assertClose('db', fromGpu(dbGpu), dbCpu, 1e-6);
+      const [dwAlone, dbAlone] = [new Float32Array(d), new Float32Array(d)];
+      gpu.layernormBackward(dy, xhatGpu, w, invStdGpu, null, dwAlone, dbAlone, [n, d]);
+      assertSameBits('dw without dx', fromGpu(dwAlone), fromGpu(dwGpu));
+    });
+  }
+
+  it("embedding forward and backward (tokens repeated, a stride past T): the CPU's bits; a bad token refused in the CPU's words", () => {
+    const [n, t, c, vocab] = [5, 9, 6, 7];
+    const stride = t + 1;
+    const shape: EmbeddingShape = [n, t, c, vocab];
+    const x = onGpu(Float32Array.from({ length: n * stride }, (_, i) => (i * i + 3) % vocab));
+    const [wte, wpe] = [onGpu(randomTensor(vocab * c, 79)), onGpu(randomTensor(t * c, 80))];
+    const dy = onGpu(randomTensor(n * t * c, 81));
+    const [[yCpu], [yGpu]] = both([n * t * c], (backend, [y]) => backend.embeddingForward(x, stride, wte, wpe, y, shape));
+    assertSameBits('y', yGpu, yCpu);
+    for (const accumulate of [false, true]) {
+      const start = randomTensor(vocab * c, 82);
+      const [[dwteCpu, dwpeCpu], [dwteGpu, dwpeGpu]] = both([vocab * c, t * c], (backend, [dwte, dwpe]) => {
+        dwte.set(start);
+        if (backend !== cpu) onGpu(dwte);
+        backend.embeddingBackward(x, stride, dy, dwte, dwpe, shape, accumulate);
+      });
+      assertSameBits(`dwte (accumulate ${accumulate})`, dwteGpu, dwteCpu);
+      assertSameBits(`dwpe (accumulate ${accumulate})`, dwpeGpu, dwpeCpu);
+    }
+    for (const bad of [2.5, -1, 7, Number.NaN]) {
+      const tokens = x.slice();
+      tokens[3 * stride + 4] = bad;
+      tokens[4 * stride + 1] = bad;
+      const message = `embeddingForward: the token of sequence 3 at position 4 (x[${3 * stride + 4}]) is ${bad}, not an integer in [0, 7)`;
+      assert.throws(() => cpu.embeddingForward(tokens, stride, wte, wpe, yCpu, shape), { name: 'RangeError', message });
+      assert.throws(() => gpu.embeddingForward(onGpu(tokens), stride, wte, wpe, new Float32Array(n * t * c), shape), {
+        name: 'RangeError',
+        message,
+      });
+    }
+  });
+
+  it("dropout's mask and the product that applies it: the CPU's bits; a bad p or keys refused in the CPU's words", () => {
+    const x = onGpu(randomTensor(100_003, 83));
+    for (const [p, keys] of [
+      [0.1, [1, 4, 0, 7, 2]],
+      [0.5, [1, 4, 0, 7, 3]],
+      [0, [9]],
+      [0.25, [2 ** 32 + 5, 2 ** 40]],
+    ] as [number, number[]][]) {
+      const [[maskCpu, yCpu], [maskGpu, yGpu]] = both([x.length, x.length], (backend, [mask, y]) => {
+        backend.dropoutMask(mask, p, keys);
+        backend.multiply(x, mask, y);
+      });
+      assertSameBits(`mask (p ${p}, keys ${keys.join(',')})`, maskGpu, maskCpu);
+      assertSameBits(`y (p ${p})`, yGpu, yCpu);
+      const dropped = maskCpu.filter((m) => m === 0).length / x.length;
+      assert.ok(Math.abs(dropped - p) < 0.01, `p ${p}: ${dropped} dropped`);
+    }
+    const mask = new Float32Array(10);
+    for (const backend of [cpu, gpu]) {
+      assert.throws(() => backend.dropoutMask(mask, 1, [1]), { message: 'dropoutMask: expected p to be a number in [0, 1), got number 1' });
+      assert.throws(() => backend.dropoutMask(mask, 0.5, [1, -2]), {
+        message: 'dropoutMask: expected keys to be an Array of integers >= 0, got Array',
+      });
+    }
+  });
+});
+
 describe('GPU backend: a net', function () {
   const smallJson = {
     name: 'small',
@@ -440,14 +586,15 @@ describe('GPU backend: a net', function () {
 
   it('a layer without GPU kernels is refused when the net is built, in one line', () => {
     const layers = [
-      { type: 'dropout', name: 'drop', p: 0.5 },
+      { type: 'conv', name: 'c', filters: 2, kernel: 3 },
+      { type: 'concat', name: 'cat', inputs: ['c', 'c'] },
       { type: 'flatten', name: 'f' },
       { type: 'linear', name: 'ip', outputs: 4 },
     ];
-    const spec = parseSpec('drop.json', JSON.stringify({ ...smallJson, layers }));
+    const spec = parseSpec('cat.json', JSON.stringify({ ...smallJson, layers }));
     assert.throws(() => new Net(spec, cudaBackend()), {
       message:
-        /^drop\.json: layer 1 \(drop\): a dropout layer has no GPU kernels yet \(--device cuda computes conv, maxpool, avgpool, linear, relu, flatten, batchnorm, globalavgpool, add layers\)$/,
+        'cat.json: layer 2 (cat): a concat layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten, batchnorm, globalavgpool, add, embedding, layernorm, attention, gelu, dropout, lmhead layers)',
     });
   });
 
@@ -478,6 +625,76 @@ describe('GPU backend: a net', function () {
     checkGradient('params', net.params.data, gradients, () => trainingLoss(net), { eps: 1e-2, tolerance: 2e-2, samples: 60 });
     for (const n of [net, reference]) n.updateBuffers(reference.statistics);
     assertClose('evaluation logits', net.forward(x, batch, false, key), reference.forward(x, batch, false, key), 1e-4);
+  });
+
+  describe('a GPT (embedding, layernorm, attention, GELU, dropout, residual adds, a tied head)', () => {
+    const gptJson = {
+      name: 'gpt-test',
+      context: 8,
+      vocab: 11,
+      layers: [
+        { type: 'embedding', name: 'embed', dim: 8 },
+        { type: 'layernorm', name: 'ln1' },
+        { type: 'linear', name: 'qkv', outputs: 24 },
+        { type: 'attention', name: 'attn', heads: 2 },
+        { type: 'linear', name: 'proj', outputs: 8 },
+        { type: 'dropout', name: 'drop', p: 0.2 },
+        { type: 'add', name: 'res1', inputs: ['drop', 'embed'] },
+        { type: 'layernorm', name: 'ln2' },
+        { type: 'linear', name: 'fc', outputs: 16 },
+        { type: 'gelu', name: 'gelu' },
+        { type: 'linear', name: 'fc2', outputs: 8 },
+        { type: 'add', name: 'res2', inputs: ['fc2', 'res1'] },
+        { type: 'layernorm', name: 'lnf' },
+        { type: 'lmhead', name: 'head', embedding: 'embed' },
+      ],
+    };
+    const gptSpec = parseSpec('gpt-test.json', JSON.stringify(gptJson));
+    const windows = 3;
+    const tokens = Float32Array.from({ length: windows * 9 }, (_, i) => (i * 7 + 3) % 11);
+    const none = new Int32Array(windows);
+
+    it('gradients against finite differences of the training loss (dropout on, its mask fixed by the key) in every tensor, and against the CPU net', () => {
+      const net = new Net(gptSpec, cudaBackend());
+      net.init(3);
+      const got = net.lossAndGradient(tokens, none, windows, key);
+      const gradients = net.params.gradients.slice();
+      for (const view of net.params.views) {
+        checkGradient(
+          view.name,
+          net.params.param(view),
+          gradients.subarray(view.offset, view.offset + view.length),
+          () => net.lossAndGradient(tokens, none, windows, key).loss,
+          {
+            eps: 1e-2,
+            tolerance: 2e-3,
+            samples: 6,
+          },
+        );
+      }
+      const reference = new Net(gptSpec, cpu);
+      reference.init(3);
+      const want = reference.lossAndGradient(tokens, none, windows, key);
+      assert.ok(Math.abs(got.loss - want.loss) <= 1e-6 * want.loss, `loss ${got.loss}, CPU ${want.loss}`);
+      assert.equal(got.correct, want.correct);
+      assertClose('gradients', gradients, reference.params.gradients, 1e-4);
+      assertClose('logits in evaluation', net.forward(tokens, windows, false, key), reference.forward(tokens, windows, false, key), 1e-4);
+    });
+
+    it('the same seed twice: the same bits, step after step (a host AdamW update between)', () => {
+      const train = (): Float32Array => {
+        const net = new Net(gptSpec, cudaBackend());
+        net.init(5);
+        const P = net.params.data.length;
+        const [m, v] = [new Float32Array(P), new Float32Array(P)];
+        for (let step = 1; step <= 10; ++step) {
+          net.lossAndGradient(tokens, none, windows, { ...key, step });
+          cpu.adamwUpdate(net.params.data, net.params.gradients, m, v, 3e-3, 0.9, 0.95, 1e-8, 0.1, step);
+        }
+        return net.params.data.slice();
+      };
+      assertSameBits('params', train(), train());
+    });
   });
 
   /** The training-mode loss at the net's current parameters (a pass whose gradient is not used). */

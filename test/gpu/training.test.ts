@@ -2,8 +2,8 @@
 // CPU's loss curve; exact mode on the GPU, where a kill -9 of a rank at 3 ranks sharing the GPU (the
 // MPI path), with replicated or sharded optimizer state, ends with the parameters of the 1-rank run
 // without failure; the optimizer state on the GPU (replicated) gives the host update's bits through a
-// resume, a join and a rollback; a residual net's exact mode with a kill; and a model the GPU cannot
-// compute, refused in one line.
+// resume, a join and a rollback; a residual net's exact mode with a kill; gpt-tiny's exact mode with a
+// kill and its loss curve against the CPU's; and a model the GPU cannot compute, refused in one line.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -21,8 +21,7 @@ async function train(ranks: number, ...extra: string[]): Promise<{ dir: string; 
     ranks,
     [
       ...(extra.includes('--model') ? [] : ['--model', 'models/lenet.json']),
-      '--data',
-      'datasets/fashion-mnist',
+      ...(extra.includes('--data') ? [] : ['--data', 'datasets/fashion-mnist']),
       '--run-dir',
       dir,
       ...extra,
@@ -148,15 +147,38 @@ describe('GPU backend: training', function () {
     assert.equal(killed.summary.params_sha256, one.summary.params_sha256, 'the run with a kill differs from the run without');
   });
 
+  it('gpt-tiny (embedding, attention, layernorm, GELU, dropout; AdamW on the GPU, clipping): exact mode at 1 rank and at 3 ranks with a kill -9 of rank 1 end with the same bits, and the loss curve follows the CPU one (each step within 2%)', async () => {
+    const gpt = [
+      ...['--model', 'models/gpt-tiny.json', '--data', 'datasets/text-char', '--steps', '12', '--batch', '8', '--shards', '4'],
+      ...['--optimizer', 'adamw', '--lr', '3e-3', '--warmup-steps', '3', '--lr-schedule', 'cosine', '--clip-norm', '1'],
+      ...['--hang-timeout', '5'],
+    ];
+    const one = await train(1, ...gpt, '--device', 'cuda');
+    const killed = await train(3, ...gpt, '--device', 'cuda', '--drill', 'rank=1,step=6,phase=compute');
+    const cpu = await train(1, ...gpt);
+    assert.equal(one.steps.length, 12);
+    assert.deepEqual(
+      killed.summary.failures.flatMap((f) => f.lost),
+      [1],
+    );
+    assert.equal(killed.summary.params_sha256, one.summary.params_sha256, 'the run with a kill differs from the run without');
+    assert.notEqual(one.summary.params_sha256, cpu.summary.params_sha256, "the GPU's bits are its own");
+    one.steps.forEach((record, i) => {
+      const want = cpu.steps[i].loss;
+      assert.ok(Math.abs(record.loss - want) <= 0.02 * want, `step ${record.step}: GPU loss ${record.loss}, CPU ${want}`);
+    });
+    assert.ok(one.steps[11].loss < one.steps[0].loss, `the loss did not fall: ${one.steps[0].loss} -> ${one.steps[11].loss}`);
+  });
+
   it('a model with a layer the GPU does not compute: one line naming it, exit 2, nothing trained', async () => {
-    const spec = path.join(scratch, 'lenet-dropout.json');
+    const spec = path.join(scratch, 'lenet-concat.json');
     const layers = [
       { type: 'conv', name: 'conv1', filters: 8, kernel: 5 },
-      { type: 'dropout', name: 'drop1', p: 0.5 },
+      { type: 'concat', name: 'cat1', inputs: ['conv1', 'conv1'] },
       { type: 'flatten', name: 'flatten' },
       { type: 'linear', name: 'ip1', outputs: 10 },
     ];
-    fs.writeFileSync(spec, JSON.stringify({ name: 'lenet-dropout', input: [1, 28, 28], classes: 10, layers }));
+    fs.writeFileSync(spec, JSON.stringify({ name: 'lenet-concat', input: [1, 28, 28], classes: 10, layers }));
     const dir = path.join(scratch, 'refused');
     const job = await runTrain(
       1,
@@ -166,7 +188,7 @@ describe('GPU backend: training', function () {
     assert.equal(job.code, 2, `exit ${job.code}\n${job.stderr}`);
     const lines = job.stderr.split('\n').filter((line) => line.startsWith('ft-train:'));
     assert.deepEqual(lines, [
-      `ft-train: ${spec}: layer 2 (drop1): a dropout layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten, batchnorm, globalavgpool, add layers)`,
+      `ft-train: ${spec}: layer 2 (cat1): a concat layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten, batchnorm, globalavgpool, add, embedding, layernorm, attention, gelu, dropout, lmhead layers)`,
     ]);
     assert.ok(!fs.existsSync(path.join(dir, 'summary.json')));
   });

@@ -109,19 +109,42 @@ describe("Net on a GPU's memory model", function () {
     assert.equal(evaluated.loss, nets[0].evaluate(x, labels, batch).loss);
   });
 
+  it("a GPT (embedding, layernorm, attention, GELU, dropout, a tied head): one pass moves the parameters and the token windows up, the gradients and the logits down, with the CPU net's loss, correct count and gradient", () => {
+    const { backend, traffic } = mirroredBackend();
+    const gpt = loadSpec('models/gpt-tiny.json');
+    const [onDevice, onCpu] = [new Net(gpt, backend), new Net(gpt, cpu)];
+    const { context: T, vocab: V } = gpt.language!;
+    const windows = 2;
+    const tokens = Float32Array.from({ length: windows * (T + 1) }, (_, i) => (i * 7919 + 13) % V);
+    for (const net of [onDevice, onCpu]) net.init(3);
+    const P = onDevice.params.data.length;
+    const [got, want] = [
+      onDevice.lossAndGradient(tokens, new Int32Array(windows), windows, key),
+      onCpu.lossAndGradient(tokens, new Int32Array(windows), windows, key),
+    ];
+    assert.deepEqual(traffic, { up: 4 * (P + windows * (T + 1)), down: 4 * (P + windows * T * V) });
+    assert.ok(Math.abs(got.loss - want.loss) <= 1e-6 * want.loss, `loss ${got.loss} vs ${want.loss}`);
+    assert.equal(got.correct, want.correct);
+    assertClose('gradient', onDevice.params.gradients, onCpu.params.gradients, 1e-4);
+  });
+
   it('a layer without GPU kernels is refused when the net is built', () => {
     const { backend } = mirroredBackend();
-    const dropout = parseSpec(
-      'dropout.json',
+    const concat = parseSpec(
+      'concat.json',
       JSON.stringify({
-        input: [1, 8, 8],
+        input: [4],
         classes: 2,
-        layers: [{ type: 'dropout', name: 'drop', p: 0.5 }, { type: 'flatten' }, { type: 'linear', outputs: 2 }],
+        layers: [
+          { type: 'linear', name: 'a', outputs: 3 },
+          { type: 'concat', name: 'cat', inputs: ['a', 'input'] },
+          { type: 'linear', outputs: 2 },
+        ],
       }),
     );
-    assert.throws(() => new Net(dropout, backend), {
+    assert.throws(() => new Net(concat, backend), {
       message:
-        'dropout.json: layer 1 (drop): a dropout layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten, batchnorm, globalavgpool, add layers)',
+        'concat.json: layer 2 (cat): a concat layer has no GPU kernels yet (--device cuda computes conv, maxpool, avgpool, linear, relu, flatten, batchnorm, globalavgpool, add, embedding, layernorm, attention, gelu, dropout, lmhead layers)',
     });
   });
 });

@@ -3,12 +3,13 @@
 // count; GELU at known values and its derivative, both against a double-precision reference over
 // [-10, 10] and beyond; the same bits from each build of the softmax and GELU loops (fast_math.h's exp
 // and erfc); the embedding's exact values and its refusal of a bad token; the sum of squares' fixed
-// order; the scale in place.
+// order; the scale in place; dropout's mask, src/base/random.ts's draw, and the product applying it.
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
 import { cpuLevels, type AttentionShape, type EmbeddingShape } from '../../src/nn/backend';
 import { cpu } from '../../src/nn/cpu';
+import { uniform } from '../../src/base/random';
 import { checkGradient, dot, randomTensor } from '../helpers/gradcheck';
 
 /** Whether a and b hold the same bits. */
@@ -428,5 +429,41 @@ describe('transformer kernels', () => {
     const expected = x.map((v) => Math.fround(v * Math.fround(0.1)));
     cpu.scaleInPlace(x, 0.1);
     assert.ok(sameBits(x, expected));
+  });
+
+  it("dropoutMask: 0 where random.ts's uniform(...keys, i) < p, else float32(1 / (1 - p)) (keys taken modulo 2^32, as hashKeys takes them); multiply: each product rounded to float32; bad arguments refused in one line", () => {
+    const n = 50_000;
+    for (const [p, keys] of [
+      [0.1, [1, 4, 0, 7, 2]],
+      [0.5, [2 ** 32 + 5, 2 ** 40, 3]],
+      [0, [0]],
+    ] as [number, number[]][]) {
+      const mask = new Float32Array(n).fill(-1);
+      cpu.dropoutMask(mask, p, keys);
+      const expected = Float32Array.from({ length: n }, (_, i) => (uniform(...keys, i) < p ? 0 : 1 / (1 - p)));
+      assert.ok(sameBits(mask, expected), `p ${p}, keys ${keys.join(',')}`);
+    }
+    const [a, b] = [randomTensor(n, 42), randomTensor(n, 43)];
+    const y = new Float32Array(n);
+    cpu.multiply(a, b, y);
+    assert.ok(
+      sameBits(
+        y,
+        a.map((v, i) => Math.fround(v * b[i])),
+      ),
+    );
+    const mask = new Float32Array(4);
+    assert.throws(() => cpu.dropoutMask(mask, 1, [1]), {
+      name: 'TypeError',
+      message: 'dropoutMask: expected p to be a number in [0, 1), got number 1',
+    });
+    assert.throws(() => cpu.dropoutMask(mask, 0.5, [1, 2.5]), {
+      name: 'TypeError',
+      message: 'dropoutMask: expected keys to be an Array of integers >= 0, got Array',
+    });
+    assert.throws(() => cpu.multiply(a, b, mask), {
+      name: 'TypeError',
+      message: `multiply: expected y to be a Float32Array of ${n} elements, got Float32Array of 4`,
+    });
   });
 });

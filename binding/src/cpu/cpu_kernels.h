@@ -34,6 +34,8 @@ Napi::Value SgdStateInput(const Napi::CallbackInfo& info);
 Napi::Value SgdReplay(const Napi::CallbackInfo& info);
 Napi::Value AdamwUpdate(const Napi::CallbackInfo& info);
 Napi::Value AdamwReplay(const Napi::CallbackInfo& info);
+Napi::Value DropoutMask(const Napi::CallbackInfo& info);
+Napi::Value Multiply(const Napi::CallbackInfo& info);
 Napi::Value AttentionForward(const Napi::CallbackInfo& info);
 Napi::Value AttentionBackward(const Napi::CallbackInfo& info);
 Napi::Value GeluForward(const Napi::CallbackInfo& info);

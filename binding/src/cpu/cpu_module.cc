@@ -104,6 +104,8 @@ Napi::Object Exports(Napi::Env env) {
   add("sgdReplay", SgdReplay);
   add("adamwUpdate", AdamwUpdate);
   add("adamwReplay", AdamwReplay);
+  add("dropoutMask", DropoutMask);
+  add("multiply", Multiply);
   add("attentionForward", AttentionForward);
   add("attentionBackward", AttentionBackward);
   add("geluForward", GeluForward);

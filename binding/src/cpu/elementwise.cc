@@ -1,6 +1,6 @@
-// Element-wise kernels: ReLU, in-place add, softmax + cross-entropy, and the optimizers' updates
-// (SGD with momentum and weight decay, AdamW), each with the part that advances its state alone
-// ("replay"), which sharded state uses to rebuild a lost chunk's state from a copy of the chunk's
+// Element-wise kernels: ReLU, in-place add, dropout's mask and the product that applies it, softmax
+// + cross-entropy, and the optimizers' updates (SGD with momentum and weight decay, AdamW), each
+// with the part that advances its state alone ("replay"), which sharded state uses to rebuild a lost chunk's state from a copy of the chunk's
 // previous state and the step's input.
 // Plain loops in a fixed order: the same inputs give the same bits. The long element-wise ones
 // split their range over setThreads()'s OpenMP threads (each element still computed alone, so the
@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "counter_draw.h"
 #include "cpu_kernels.h"
 #include "optimizer_args.h"
 #include "tensor_args.h"
@@ -50,6 +51,27 @@ Napi::Value AddInPlace(const Napi::CallbackInfo& info) {
   const float* x = FloatArg(info, 1, "addInPlace", "x", n);
 #pragma omp parallel for schedule(static) if (n >= kParallelFrom)
   for (size_t i = 0; i < n; ++i) acc[i] += x[i];
+  return info.Env().Undefined();
+}
+
+// dropoutMask(mask, p, keys): mask[i] = 0 where uniform(...keys, i) < p (src/base/random.ts's draw),
+// else 1 / (1 - p) rounded to float: inverted dropout's mask, a pure function of the keys.
+Napi::Value DropoutMask(const Napi::CallbackInfo& info) {
+  auto [mask, n] = FloatSpanArg(info, 0, "dropoutMask", "mask");
+  const DropoutDraw draw = DropoutArgs(info, 1, "dropoutMask");
+  const float scale = static_cast<float>(1.0 / (1.0 - draw.p));
+#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
+  for (size_t i = 0; i < n; ++i) mask[i] = DrawAt(draw.prefix, static_cast<uint32_t>(i)) < draw.p ? 0.0f : scale;
+  return info.Env().Undefined();
+}
+
+// multiply(a, b, y): y = a b, element by element.
+Napi::Value Multiply(const Napi::CallbackInfo& info) {
+  auto [a, n] = FloatSpanArg(info, 0, "multiply", "a");
+  const float* b = FloatArg(info, 1, "multiply", "b", n);
+  float* y = FloatArg(info, 2, "multiply", "y", n);
+#pragma omp parallel for schedule(static) if (n >= kParallelFrom)
+  for (size_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
   return info.Env().Undefined();
 }
 

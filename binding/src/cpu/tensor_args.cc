@@ -7,6 +7,7 @@
 #include <string>
 
 #include "args.h"
+#include "counter_draw.h"
 
 namespace ft::cpu {
 
@@ -88,6 +89,32 @@ double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* metho
     ThrowArg(info.Env(), method, name, "a finite number", value);
   }
   return value.As<Napi::Number>().DoubleValue();
+}
+
+DropoutDraw DropoutArgs(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  double p = NumberArg(info, index, method, "p");
+  if (!(p >= 0.0 && p < 1.0)) ThrowArg(info.Env(), method, "p", "a number in [0, 1)", info[index]);
+  Napi::Value keys = info[index + 1];
+  const char* expected = "an Array of integers >= 0";
+  if (!keys.IsArray()) ThrowArg(info.Env(), method, "keys", expected, keys);
+  Napi::Array array = keys.As<Napi::Array>();
+  uint32_t prefix = kDrawStart;
+  for (uint32_t i = 0; i < array.Length(); ++i) {
+    Napi::Value key = array.Get(i);
+    double value = key.IsNumber() ? key.As<Napi::Number>().DoubleValue() : -1.0;
+    if (!(value >= 0.0 && value <= 9007199254740991.0 && std::trunc(value) == value)) {
+      ThrowArg(info.Env(), method, "keys", expected, keys);
+    }
+    prefix = MixKey(prefix, static_cast<uint32_t>(std::fmod(value, 4294967296.0)));
+  }
+  return {p, prefix};
+}
+
+Napi::Error BadTokenError(Napi::Env env, const char* method, size_t s, size_t t, size_t at, float value, size_t vocab) {
+  return Napi::RangeError::New(env, std::string(method) + ": the token of sequence " + std::to_string(s) + " at position " +
+                                        std::to_string(t) + " (x[" + std::to_string(at) + "]) is " +
+                                        Napi::Number::New(env, value).ToString().Utf8Value() + ", not an integer in [0, " +
+                                        std::to_string(vocab) + ")");
 }
 
 std::vector<int> ConvShapeArg(const Napi::CallbackInfo& info, size_t index, const char* method) {

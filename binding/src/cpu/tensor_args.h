@@ -47,6 +47,18 @@ double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* metho
 // A normalisation's eps: a number > 0.
 double EpsArg(const Napi::CallbackInfo& info, size_t index, const char* method);
 
+// A dropout mask's arguments at `index`: p, a number in [0, 1), then the draw's keys, an Array of
+// integers (each taken modulo 2^32, as random.ts's hashKeys takes it), mixed into the draw's prefix.
+struct DropoutDraw {
+  double p;
+  uint32_t prefix;
+};
+DropoutDraw DropoutArgs(const Napi::CallbackInfo& info, size_t index, const char* method);
+
+// The error for an embedding's token id that is no integer in [0, vocab): sequence s, position t,
+// at x[at].
+Napi::Error BadTokenError(Napi::Env env, const char* method, size_t s, size_t t, size_t at, float value, size_t vocab);
+
 // A convolution's shape (Backend's ConvShape) [N, C, H, W, K, R, S, stride, pad]: all positive but
 // the padding, the kernel inside the padded input.
 std::vector<int> ConvShapeArg(const Napi::CallbackInfo& info, size_t index, const char* method);

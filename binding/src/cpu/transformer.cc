@@ -270,11 +270,7 @@ std::vector<int> Tokens(const Napi::CallbackInfo& info, const char* method, cons
     for (size_t p = 0; p < t; ++p) {
       float value = x[s * stride + p];
       if (!(value >= 0.0f && value < static_cast<float>(vocab) && std::trunc(value) == value)) {
-        throw Napi::RangeError::New(
-            info.Env(), std::string(method) + ": the token of sequence " + std::to_string(s) + " at position " +
-                            std::to_string(p) + " (x[" + std::to_string(s * stride + p) + "]) is " +
-                            Napi::Number::New(info.Env(), value).ToString().Utf8Value() +
-                            ", not an integer in [0, " + std::to_string(vocab) + ")");
+        throw BadTokenError(info.Env(), method, s, p, s * stride + p, value, vocab);
       }
       tokens[s * t + p] = static_cast<int>(value);
     }

@@ -3,6 +3,7 @@
 #include "cuda_module.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -276,6 +277,134 @@ Napi::Value GlobalAvgPoolBackwardValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// The transformer's kernels (transformer.cu): arguments checked as the CPU's (cpu/transformer.cc).
+AttentionGeometry AttentionArg(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 4);
+  return AttentionGeometry{static_cast<size_t>(d[0]), static_cast<size_t>(d[1]), static_cast<size_t>(d[2]),
+                           static_cast<size_t>(d[3])};
+}
+
+Napi::Value AttentionForwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "attentionForward";
+  AttentionGeometry g = AttentionArg(info, 3, m);
+  const size_t c = g.h * g.d;
+  float* qkv = DevArg(info, 0, m, "qkv", g.n * g.t * 3 * c);
+  float* att = DevArg(info, 1, m, "att", g.n * g.h * g.t * g.t);
+  AttentionForward(qkv, att, DevArg(info, 2, m, "y", g.n * g.t * c), g);
+  return info.Env().Undefined();
+}
+
+Napi::Value AttentionBackwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "attentionBackward";
+  AttentionGeometry g = AttentionArg(info, 4, m);
+  const size_t c = g.h * g.d;
+  float* qkv = DevArg(info, 0, m, "qkv", g.n * g.t * 3 * c);
+  float* att = DevArg(info, 1, m, "att", g.n * g.h * g.t * g.t);
+  float* dy = DevArg(info, 2, m, "dy", g.n * g.t * c);
+  AttentionBackward(qkv, att, dy, DevArg(info, 3, m, "dqkv", g.n * g.t * 3 * c), g);
+  return info.Env().Undefined();
+}
+
+Napi::Value GeluForwardValue(const Napi::CallbackInfo& info) {
+  size_t n = FloatSpanArg(info, 0, "geluForward", "x").length;
+  GeluForward(Dev(info, 0), DevArg(info, 1, "geluForward", "y", n), n);
+  return info.Env().Undefined();
+}
+
+Napi::Value GeluBackwardValue(const Napi::CallbackInfo& info) {
+  size_t n = FloatSpanArg(info, 0, "geluBackward", "x").length;
+  float* dy = DevArg(info, 1, "geluBackward", "dy", n);
+  GeluBackward(Dev(info, 0), dy, DevArg(info, 2, "geluBackward", "dx", n), n);
+  return info.Env().Undefined();
+}
+
+Napi::Value LayernormForwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "layernormForward";
+  std::vector<int> dims = DimsArg(info, 7, m, "shape", 2);
+  const size_t n = dims[0], d = dims[1];
+  float* x = DevArg(info, 0, m, "x", n * d);
+  float* w = DevArg(info, 1, m, "w", d);
+  float* b = DevArg(info, 2, m, "b", d);
+  float* y = DevArg(info, 3, m, "y", n * d);
+  float* xhat = DevArg(info, 4, m, "xhat", n * d);
+  cpu::DoubleArg(info, 5, m, "invStd", n);
+  LayernormForward(x, w, b, y, xhat, Dev<double>(info, 5), cpu::EpsArg(info, 6, m), n, d);
+  return info.Env().Undefined();
+}
+
+Napi::Value LayernormBackwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "layernormBackward";
+  std::vector<int> dims = DimsArg(info, 7, m, "shape", 2);
+  const size_t n = dims[0], d = dims[1];
+  float* dy = DevArg(info, 0, m, "dy", n * d);
+  float* xhat = DevArg(info, 1, m, "xhat", n * d);
+  float* w = DevArg(info, 2, m, "w", d);
+  cpu::DoubleArg(info, 3, m, "invStd", n);
+  float* dx = info[4].IsNull() ? nullptr : DevArg(info, 4, m, "dx", n * d);
+  float* dw = DevArg(info, 5, m, "dw", d);
+  float* db = DevArg(info, 6, m, "db", d);
+  LayernormBackward(dy, xhat, w, Dev<double>(info, 3), dx, dw, db, n, d);
+  return info.Env().Undefined();
+}
+
+// The shape [N, T, C, V] at `index` and the stride of x's rows at argument 1.
+EmbeddingGeometry EmbeddingArg(const Napi::CallbackInfo& info, size_t index, const char* method) {
+  std::vector<int> d = DimsArg(info, index, method, "shape", 4);
+  const size_t stride = IntArg(info, 1, method, "stride", d[1], INT_MAX);
+  return EmbeddingGeometry{static_cast<size_t>(d[0]), static_cast<size_t>(d[1]), static_cast<size_t>(d[2]),
+                           static_cast<size_t>(d[3]), stride};
+}
+
+// The token ids of x on the device, every one checked before anything is written: the CPU's RangeError for the first bad one.
+const int32_t* DeviceTokens(const Napi::CallbackInfo& info, const char* method, const EmbeddingGeometry& g) {
+  int32_t* tokens = nullptr;
+  const float* x = DevArg(info, 0, method, "x", g.n * g.stride);
+  const int64_t bad = Tokens(x, g, &tokens);
+  if (bad >= 0) {
+    const size_t s = bad / g.t, t = bad % g.t, at = s * g.stride + t;
+    float value = 0.0f;
+    FT_CUDA_CHECK(cudaMemcpy(&value, x + at, sizeof value, cudaMemcpyDeviceToHost));
+    throw cpu::BadTokenError(info.Env(), method, s, t, at, value, g.vocab);
+  }
+  return tokens;
+}
+
+Napi::Value EmbeddingForwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "embeddingForward";
+  EmbeddingGeometry g = EmbeddingArg(info, 5, m);
+  float* wte = DevArg(info, 2, m, "wte", g.vocab * g.c);
+  float* wpe = DevArg(info, 3, m, "wpe", g.t * g.c);
+  float* y = DevArg(info, 4, m, "y", g.n * g.t * g.c);
+  EmbeddingForward(DeviceTokens(info, m, g), wte, wpe, y, g);
+  return info.Env().Undefined();
+}
+
+Napi::Value EmbeddingBackwardValue(const Napi::CallbackInfo& info) {
+  const char* m = "embeddingBackward";
+  EmbeddingGeometry g = EmbeddingArg(info, 5, m);
+  float* dy = DevArg(info, 2, m, "dy", g.n * g.t * g.c);
+  float* dwte = DevArg(info, 3, m, "dwte", g.vocab * g.c);
+  float* dwpe = DevArg(info, 4, m, "dwpe", g.t * g.c);
+  if (!info[6].IsBoolean()) ThrowArg(info.Env(), m, "accumulate", "a boolean", info[6]);
+  const bool accumulate = info[6].As<Napi::Boolean>().Value();
+  EmbeddingBackward(DeviceTokens(info, m, g), dy, dwte, dwpe, accumulate, g);
+  return info.Env().Undefined();
+}
+
+Napi::Value DropoutMaskValue(const Napi::CallbackInfo& info) {
+  size_t n = FloatSpanArg(info, 0, "dropoutMask", "mask").length;
+  const cpu::DropoutDraw draw = cpu::DropoutArgs(info, 1, "dropoutMask");
+  DropoutMask(Dev(info, 0), n, draw.prefix, draw.p);
+  return info.Env().Undefined();
+}
+
+Napi::Value MultiplyValue(const Napi::CallbackInfo& info) {
+  size_t n = FloatSpanArg(info, 0, "multiply", "a").length;
+  float* b = DevArg(info, 1, "multiply", "b", n);
+  Multiply(Dev(info, 0), b, DevArg(info, 2, "multiply", "y", n), n);
+  return info.Env().Undefined();
+}
+
 // copy(x, y): y = x, device to device.
 Napi::Value CopyValue(const Napi::CallbackInfo& info) {
   size_t n = FloatSpanArg(info, 0, "copy", "x").length;
@@ -456,6 +585,16 @@ Napi::Object Exports(Napi::Env env) {
   add("batchnormBackward", BatchnormBackwardValue);
   add("globalAvgPoolForward", GlobalAvgPoolForwardValue);
   add("globalAvgPoolBackward", GlobalAvgPoolBackwardValue);
+  add("attentionForward", AttentionForwardValue);
+  add("attentionBackward", AttentionBackwardValue);
+  add("geluForward", GeluForwardValue);
+  add("geluBackward", GeluBackwardValue);
+  add("layernormForward", LayernormForwardValue);
+  add("layernormBackward", LayernormBackwardValue);
+  add("embeddingForward", EmbeddingForwardValue);
+  add("embeddingBackward", EmbeddingBackwardValue);
+  add("dropoutMask", DropoutMaskValue);
+  add("multiply", MultiplyValue);
   add("copy", CopyValue);
   add("sgdUpdate", SgdUpdateValue);
   add("sgdStateInput", SgdStateInputValue);

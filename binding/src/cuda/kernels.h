@@ -51,6 +51,35 @@ void BatchnormBackward(const float* dy, const float* xhat, const float* w, const
 void GlobalAvgPoolForward(const float* x, float* y, const NormGeometry& g);
 void GlobalAvgPoolBackward(const float* dy, float* dx, const NormGeometry& g);
 
+// A transformer's kernels (transformer.cu), as the CPU's define them (src/nn/backend.ts).
+// [N, T, H, D]: N sequences of T positions, H heads of D values (qkv [N, T, 3 H D], att [N, H, T, T]).
+struct AttentionGeometry {
+  size_t n, t, h, d;
+};
+void AttentionForward(const float* qkv, float* att, float* y, const AttentionGeometry& g);
+// dqkv overwritten; uses the kAttention scratch for the scores' gradient.
+void AttentionBackward(const float* qkv, const float* att, const float* dy, float* dqkv, const AttentionGeometry& g);
+void GeluForward(const float* x, float* y, size_t n);
+void GeluBackward(const float* x, const float* dy, float* dx, size_t n);
+// n samples of d values; invStd [n] in double. dx may be null (not wanted).
+void LayernormForward(const float* x, const float* w, const float* b, float* y, float* xhat, double* invStd, double eps,
+                      size_t n, size_t d);
+void LayernormBackward(const float* dy, const float* xhat, const float* w, const double* invStd, float* dx, float* dw,
+                       float* db, size_t n, size_t d);
+// [N, T, C, V] and the stride of x's rows (T + 1 token ids per sequence).
+struct EmbeddingGeometry {
+  size_t n, t, c, vocab, stride;
+};
+// The token ids of x (floats) into *tokens (kTokens scratch); the first position (n T + t) whose
+// value is no integer in [0, V), or -1 when all are.
+int64_t Tokens(const float* x, const EmbeddingGeometry& g, int32_t** tokens);
+void EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, float* y, const EmbeddingGeometry& g);
+void EmbeddingBackward(const int32_t* tokens, const float* dy, float* dwte, float* dwpe, bool accumulate,
+                       const EmbeddingGeometry& g);
+// mask[i] = 0 where mix(prefix, i) / 2^32 < p, else 1 / (1 - p) rounded to float (src/base/random.ts's draw).
+void DropoutMask(float* mask, size_t n, uint32_t prefix, double p);
+void Multiply(const float* a, const float* b, float* y, size_t n);
+
 // The optimizers' updates (optimizer.cu): the CPU backend's arithmetic and bits. An output is its
 // input or does not overlap it.
 void SgdUpdate(const float* p, const float* g, const float* v, float* pOut, float* vOut, const SgdScalars& s, size_t n);

@@ -1,7 +1,7 @@
 // Dropout (inverted): in training, each activation is kept with probability 1 - p and scaled by
-// 1 / (1 - p). The mask is a pure function of (seed, layer, epoch, step, shard, index).
+// 1 / (1 - p). The mask is a pure function of (seed, layer, epoch, step, shard, index), drawn by the
+// backend (Backend.dropoutMask): the same on any rank and either device.
 import { type BatchKey, type Layer, type LayerContext, Scratch } from '../layer';
-import { uniform } from '../../base/random';
 
 export class Dropout implements Layer {
   private readonly scratch = new Scratch();
@@ -19,13 +19,11 @@ export class Dropout implements Layer {
       this.mask = undefined;
       return x;
     }
+    const { backend } = this.ctx;
     const mask = this.scratch.get('mask', x.length);
     const y = this.scratch.get('y', x.length);
-    const scale = 1 / (1 - this.p);
-    for (let i = 0; i < x.length; ++i) {
-      mask[i] = uniform(key.seed, this.ctx.index, key.epoch, key.step, key.shard, i) < this.p ? 0 : scale;
-      y[i] = x[i] * mask[i];
-    }
+    backend.dropoutMask(mask, this.p, [key.seed, this.ctx.index, key.epoch, key.step, key.shard]);
+    backend.multiply(x, mask, y);
     this.mask = mask;
     return y;
   }
@@ -34,7 +32,7 @@ export class Dropout implements Layer {
     if (!needInputGrad) return null;
     if (!this.mask) return dy;
     const dx = this.scratch.get('dx', dy.length);
-    for (let i = 0; i < dy.length; ++i) dx[i] = dy[i] * this.mask[i];
+    this.ctx.backend.multiply(dy, this.mask, dx);
     return dx;
   }
 }

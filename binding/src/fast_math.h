@@ -12,27 +12,41 @@
 //    fused some (GCC's default -ffp-contract=fast does wherever the target has FMA: -march=native,
 //    an x86-64-v3 or v4 build) would give other bits (it did in 38% of a sweep's doubles).
 // So CMakeLists.txt compiles the files that include this header with -ffp-contract=off and
-// -fno-trapping-math: include it only from such a file (binding/src/cpu/transformer.cc).
+// -fno-trapping-math (cpu/transformer.cc), or nvcc's --fmad=false (cuda/transformer.cu, whose GELU
+// and softmax exps thus have the CPU's bits): include it only from such a file.
 // Accuracy: a few units in the last place of a double (see each function), far below the float32
 // rounding of the kernels' results, which are therefore the nearest floats but where a value lies
 // within about 1e-15 (relative) of a midpoint between two floats.
 #pragma once
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
-namespace ft::cpu::fast_math {
+#ifdef __CUDACC__
+#define FT_MATH __host__ __device__ inline
+#else
+#define FT_MATH inline
+#endif
 
-inline uint64_t Bits(double x) {
+namespace ft::fast_math {
+
+FT_MATH uint64_t Bits(double x) {
+#ifdef __CUDA_ARCH__
+  return static_cast<uint64_t>(__double_as_longlong(x));
+#else
   uint64_t bits;
   std::memcpy(&bits, &x, sizeof bits);
   return bits;
+#endif
 }
 
-inline double FromBits(uint64_t bits) {
+FT_MATH double FromBits(uint64_t bits) {
+#ifdef __CUDA_ARCH__
+  return __longlong_as_double(static_cast<long long>(bits));
+#else
   double x;
   std::memcpy(&x, &bits, sizeof x);
   return x;
+#endif
 }
 
 // exp(x): 0 for x < -708 (where exp(x) < 3.3e-308, about the smallest normal double: never a
@@ -42,7 +56,7 @@ inline double FromBits(uint64_t bits) {
 // nearest integer), |r| <= ln2 / 2, r = x - n ln2_hi - n ln2_lo with n ln2_hi exact (ln2_hi has 32
 // significant bits, n in [-1021, 1023]); exp(r) by its Taylor polynomial of degree 12 (truncation
 // error r^13 / 13! < 1.7e-16); 2^n put in the exponent bits (n + 1023 in [2, 2046]: a normal double).
-inline double Exp(double x) {
+FT_MATH double Exp(double x) {
   constexpr double kLo = -708.0, kHi = 709.0;
   constexpr double kLog2e = 1.4426950408889634;        // 1 / ln 2
   constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 0x3fe62e42fee00000: ln 2's first 32 bits
@@ -70,7 +84,7 @@ inline double Exp(double x) {
   const double scale = FromBits((Bits(shifted) + 1023) << 52);
   double y = p * scale;
   y = x < kLo ? 0.0 : y;
-  y = x > kHi ? std::numeric_limits<double>::infinity() : y;
+  y = x > kHi ? FromBits(0x7ff0000000000000ULL) : y;  // +inf
   return y;
 }
 
@@ -84,7 +98,7 @@ inline double Exp(double x) {
 // Estrin's scheme evaluates it: pairs c_2i + c_2i+1 t, then pairs of those joined by t^2, then by
 // t^4, ...: a chain of 5 dependent multiply-adds instead of Horner's 21, which would leave the loops
 // waiting on latency (3x slower), for the same accuracy here.
-inline double Erfcx(double a) {
+FT_MATH double Erfcx(double a) {
   const double t = 3.0 / (3.0 + a);
   const double t2 = t * t, t4 = t2 * t2, t8 = t4 * t4, t16 = t8 * t8;
   // P(t) = sum over k of c_k t^k, k = 0..21, by Estrin's scheme
@@ -115,7 +129,7 @@ struct Normal {
   double cdf, pdf;
 };
 
-inline Normal NormalAt(double x) {
+FT_MATH Normal NormalAt(double x) {
   constexpr double kInvSqrt2 = 0.7071067811865476;    // 1 / sqrt(2)
   constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
   const double gauss = Exp(-0.5 * (x * x));
@@ -125,4 +139,4 @@ inline Normal NormalAt(double x) {
   return {x < 0.0 ? tail : upper, kInvSqrt2Pi * gauss};
 }
 
-}  // namespace ft::cpu::fast_math
+}  // namespace ft::fast_math

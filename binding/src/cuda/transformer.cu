@@ -1,0 +1,370 @@
+// The kernels a GPT-style transformer adds, as CUDA kernels: causal multi-head self-attention, the
+// exact GELU, layernorm, token + position embedding, and dropout's counter-based mask. Each output
+// is computed by one thread in a fixed order, or from fixed chunks added in order, never by atomics,
+// so the same inputs give the same bits. Where the CPU's kernel is one chain of IEEE operations the
+// GPU's is the same chain (built with --fmad=false, fast_math.h's exp and erfc): GELU, the softmax's
+// probabilities given the same scores, the embedding, its gradients and the dropout mask have the
+// CPU's bits. The products (scores, att v, the attention's gradients) sum in float in key order, the
+// CPU's through OpenBLAS in its own: within rounding, not the same bits.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "cuda_check.h"
+#include "device_memory.h"
+#include "fast_math.h"
+#include "kernels.h"
+
+namespace ft::cuda {
+
+namespace {
+constexpr int kThreads = 256;
+// Rows of a layernorm's gradient that one thread sums per column (a fixed split: fixed bits).
+constexpr size_t kRowChunk = 256;
+// Token ids one block of the token table's gradient stages in shared memory at a time.
+constexpr int kTokenTile = 1024;
+
+unsigned Blocks(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+void Launched(const char* kernel) { Check(cudaGetLastError(), kernel); }
+
+__device__ size_t Global() { return blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; }
+
+// Thread per (pair, row i): the scores of query i against keys 0..i (float products summed in
+// value order), then the CPU's causal softmax (the max subtracted first, exps in double summed in
+// key order, each divided by the sum), zeros after key i; then row i of y = att v.
+__global__ void AttentionForwardKernel(const float* qkv, float* att, float* y, AttentionGeometry g, double scale) {
+  const size_t row = Global();
+  if (row >= g.n * g.h * g.t) return;
+  const size_t i = row % g.t, pair = row / g.t, seq = pair / g.h, head = pair % g.h;
+  const size_t c = g.h * g.d, ld = 3 * c;
+  const float* q = qkv + (seq * g.t + i) * ld + head * g.d;
+  const float* k = qkv + seq * g.t * ld + c + head * g.d;  // key j at k + j ld
+  const float* v = k + c;
+  float* a = att + row * g.t;
+  float max = 0.0f;
+  for (size_t j = 0; j <= i; ++j) {
+    float s = 0.0f;
+    for (size_t e = 0; e < g.d; ++e) s += q[e] * k[j * ld + e];
+    a[j] = s;
+    max = j == 0 ? s : fmaxf(max, s);
+  }
+  double sum = 0.0;
+  for (size_t j = 0; j <= i; ++j) sum += fast_math::Exp((static_cast<double>(a[j]) - max) * scale);
+  for (size_t j = 0; j <= i; ++j) a[j] = static_cast<float>(fast_math::Exp((static_cast<double>(a[j]) - max) * scale) / sum);
+  for (size_t j = i + 1; j < g.t; ++j) a[j] = 0.0f;
+  float* out = y + (seq * g.t + i) * c + head * g.d;
+  for (size_t e = 0; e < g.d; ++e) {
+    float acc = 0.0f;
+    for (size_t j = 0; j <= i; ++j) acc += a[j] * v[j * ld + e];
+    out[e] = acc;
+  }
+}
+
+// Thread per (pair, row i): ds[i, j] = att (datt - sum_j datt att) / sqrt(D) over keys 0..i, datt =
+// dy v^T in float, the rest in double as the CPU's.
+__global__ void AttentionScoresGradKernel(const float* qkv, const float* att, const float* dy, float* ds, AttentionGeometry g,
+                                          double scale) {
+  const size_t row = Global();
+  if (row >= g.n * g.h * g.t) return;
+  const size_t i = row % g.t, pair = row / g.t, seq = pair / g.h, head = pair % g.h;
+  const size_t c = g.h * g.d, ld = 3 * c;
+  const float* v = qkv + seq * g.t * ld + 2 * c + head * g.d;
+  const float* grad = dy + (seq * g.t + i) * c + head * g.d;
+  const float* probs = att + row * g.t;
+  float* out = ds + row * g.t;
+  double dot = 0.0;
+  for (size_t j = 0; j <= i; ++j) {
+    float datt = 0.0f;
+    for (size_t e = 0; e < g.d; ++e) datt += grad[e] * v[j * ld + e];
+    out[j] = datt;
+    dot += static_cast<double>(datt) * probs[j];
+  }
+  for (size_t j = 0; j <= i; ++j) out[j] = static_cast<float>((out[j] - dot) * probs[j] * scale);
+}
+
+// Thread per (pair, position, value e): dq[i, e] = sum over keys j <= i of ds[i, j] k[j, e]; dk[i, e] =
+// sum over queries r >= i of ds[r, i] q[r, e]; dv[i, e] = sum over r >= i of att[r, i] dy[r, e]; each in order.
+__global__ void AttentionInputsGradKernel(const float* qkv, const float* att, const float* dy, const float* ds, float* dqkv,
+                                          AttentionGeometry g) {
+  const size_t index = Global();
+  if (index >= g.n * g.h * g.t * g.d) return;
+  const size_t e = index % g.d, i = index / g.d % g.t, pair = index / (g.d * g.t), seq = pair / g.h, head = pair % g.h;
+  const size_t c = g.h * g.d, ld = 3 * c;
+  const size_t base = seq * g.t * ld + head * g.d + e;  // value e of head `head` at position 0
+  const float* q = qkv + base;
+  const float* k = q + c;
+  const float* grad = dy + seq * g.t * c + head * g.d + e;
+  const float* scores = ds + pair * g.t * g.t;
+  const float* probs = att + pair * g.t * g.t;
+  float dq = 0.0f, dk = 0.0f, dv = 0.0f;
+  for (size_t j = 0; j <= i; ++j) dq += scores[i * g.t + j] * k[j * ld];
+  for (size_t r = i; r < g.t; ++r) {
+    dk += scores[r * g.t + i] * q[r * ld];
+    dv += probs[r * g.t + i] * grad[r * c];
+  }
+  float* out = dqkv + base + i * ld;
+  out[0] = dq;
+  out[c] = dk;
+  out[2 * c] = dv;
+}
+
+__global__ void GeluForwardKernel(const float* x, float* y, size_t n) {
+  const size_t i = Global();
+  if (i >= n) return;
+  const double v = x[i];
+  y[i] = static_cast<float>(v * fast_math::NormalAt(v).cdf);
+}
+
+__global__ void GeluBackwardKernel(const float* x, const float* dy, float* dx, size_t n) {
+  const size_t i = Global();
+  if (i >= n) return;
+  const double v = x[i];
+  const fast_math::Normal normal = fast_math::NormalAt(v);
+  dx[i] = static_cast<float>(dy[i] * (normal.cdf + v * normal.pdf));
+}
+
+// Thread per sample: mean and biased variance over its d values in double, in order.
+__global__ void LayernormForwardKernel(const float* x, const float* w, const float* b, float* y, float* xhat,
+                                       double* invStd, double eps, size_t n, size_t d) {
+  const size_t sample = Global();
+  if (sample >= n) return;
+  const float* in = x + sample * d;
+  double sum = 0.0;
+  for (size_t i = 0; i < d; ++i) sum += in[i];
+  const double mean = sum / d;
+  double squares = 0.0;
+  for (size_t i = 0; i < d; ++i) {
+    const double centred = in[i] - mean;
+    squares += centred * centred;
+  }
+  const double inv = 1.0 / sqrt(squares / d + eps);
+  invStd[sample] = inv;
+  for (size_t i = 0; i < d; ++i) {
+    const float normalised = static_cast<float>((in[i] - mean) * inv);
+    xhat[sample * d + i] = normalised;
+    y[sample * d + i] = static_cast<float>(static_cast<double>(normalised) * w[i] + b[i]);
+  }
+}
+
+// Thread per sample: with g = dy w, dx = invStd (g - mean(g) - xhat mean(g xhat)), sums in double in order.
+__global__ void LayernormInputGradKernel(const float* dy, const float* xhat, const float* w, const double* invStd, float* dx,
+                                         size_t n, size_t d) {
+  const size_t sample = Global();
+  if (sample >= n) return;
+  const size_t base = sample * d;
+  double sumG = 0.0, sumGXhat = 0.0;
+  for (size_t i = 0; i < d; ++i) {
+    const double g = static_cast<double>(dy[base + i]) * w[i];
+    sumG += g;
+    sumGXhat += g * xhat[base + i];
+  }
+  const double meanG = sumG / d, meanGXhat = sumGXhat / d;
+  for (size_t i = 0; i < d; ++i) {
+    const double g = static_cast<double>(dy[base + i]) * w[i];
+    dx[base + i] = static_cast<float>(invStd[sample] * (g - meanG - xhat[base + i] * meanGXhat));
+  }
+}
+
+// Thread per (chunk of kRowChunk samples, column): that chunk's sums of dy xhat and dy, in order.
+__global__ void LayernormChunkSumsKernel(const float* dy, const float* xhat, double2* partials, size_t n, size_t d) {
+  const size_t index = Global(), chunks = (n + kRowChunk - 1) / kRowChunk;
+  if (index >= chunks * d) return;
+  const size_t column = index % d, chunk = index / d;
+  const size_t last = (chunk + 1) * kRowChunk < n ? (chunk + 1) * kRowChunk : n;
+  double2 sum{0.0, 0.0};
+  for (size_t sample = chunk * kRowChunk; sample < last; ++sample) {
+    const size_t at = sample * d + column;
+    sum.x += static_cast<double>(dy[at]) * xhat[at];
+    sum.y += dy[at];
+  }
+  partials[index] = sum;
+}
+
+// Thread per column: dw and db, the chunks' sums added in chunk order.
+__global__ void LayernormParamGradKernel(const double2* partials, float* dw, float* db, size_t chunks, size_t d) {
+  const size_t column = Global();
+  if (column >= d) return;
+  double2 sum{0.0, 0.0};
+  for (size_t chunk = 0; chunk < chunks; ++chunk) {
+    sum.x += partials[chunk * d + column].x;
+    sum.y += partials[chunk * d + column].y;
+  }
+  dw[column] = static_cast<float>(sum.x);
+  db[column] = static_cast<float>(sum.y);
+}
+
+// Thread per position: its token id into tokens[], and the least bad position into *firstBad (the
+// minimum: the same whatever the threads' order).
+__global__ void TokensKernel(const float* x, int32_t* tokens, unsigned long long* firstBad, EmbeddingGeometry g) {
+  const size_t r = Global();
+  if (r >= g.n * g.t) return;
+  const float value = x[r / g.t * g.stride + r % g.t];
+  if (value >= 0.0f && value < static_cast<float>(g.vocab) && truncf(value) == value) {
+    tokens[r] = static_cast<int32_t>(value);
+  } else {
+    atomicMin(firstBad, static_cast<unsigned long long>(r));
+  }
+}
+
+// Thread per output value: y[r, i] = wte[token r, i] + wpe[r mod T, i].
+__global__ void EmbeddingForwardKernel(const int32_t* tokens, const float* wte, const float* wpe, float* y, EmbeddingGeometry g) {
+  const size_t index = Global();
+  if (index >= g.n * g.t * g.c) return;
+  const size_t r = index / g.c, i = index % g.c;
+  y[index] = wte[static_cast<size_t>(tokens[r]) * g.c + i] + wpe[r % g.t * g.c + i];
+}
+
+// Thread per (position, value): dwpe = the sum over sequences of dy, in sequence order.
+__global__ void PositionGradKernel(const float* dy, float* dwpe, EmbeddingGeometry g) {
+  const size_t index = Global();
+  if (index >= g.t * g.c) return;
+  float sum = 0.0f;
+  for (size_t s = 0; s < g.n; ++s) sum += dy[s * g.t * g.c + index];
+  dwpe[index] = sum;
+}
+
+// Block per token v, a thread per value (strided over C): dy of every position holding v added into
+// row v in position order, as the CPU's one thread adds them; the ids staged through shared memory.
+__global__ void TokenGradKernel(const int32_t* tokens, const float* dy, float* dwte, bool accumulate, EmbeddingGeometry g) {
+  __shared__ int32_t tile[kTokenTile];
+  const int32_t v = blockIdx.x;
+  const size_t rows = g.n * g.t;
+  for (size_t i0 = 0; i0 < g.c; i0 += blockDim.x) {
+    const size_t i = i0 + threadIdx.x;
+    float sum = accumulate && i < g.c ? dwte[v * g.c + i] : 0.0f;
+    for (size_t first = 0; first < rows; first += kTokenTile) {
+      const size_t count = rows - first < kTokenTile ? rows - first : kTokenTile;
+      __syncthreads();
+      for (size_t k = threadIdx.x; k < count; k += blockDim.x) tile[k] = tokens[first + k];
+      __syncthreads();
+      if (i < g.c) {
+        for (size_t k = 0; k < count; ++k) {
+          if (tile[k] == v) sum += dy[(first + k) * g.c + i];
+        }
+      }
+    }
+    if (i < g.c) dwte[v * g.c + i] = sum;
+  }
+}
+
+// murmur3's finalizer step over a running mix, as src/base/random.ts mixes a key.
+__device__ uint32_t MixKey(uint32_t h, uint32_t key) {
+  h = (h ^ key) * 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+
+__global__ void DropoutMaskKernel(float* mask, size_t n, uint32_t prefix, double p, float scale) {
+  const size_t i = Global();
+  if (i >= n) return;
+  const double draw = MixKey(prefix, static_cast<uint32_t>(i)) / 4294967296.0;
+  mask[i] = draw < p ? 0.0f : scale;
+}
+
+__global__ void MultiplyKernel(const float* a, const float* b, float* y, size_t n) {
+  const size_t i = Global();
+  if (i < n) y[i] = a[i] * b[i];
+}
+}  // namespace
+
+void AttentionForward(const float* qkv, float* att, float* y, const AttentionGeometry& g) {
+  const size_t rows = g.n * g.h * g.t;
+  if (rows == 0) return;
+  AttentionForwardKernel<<<Blocks(rows), kThreads>>>(qkv, att, y, g, 1.0 / std::sqrt(static_cast<double>(g.d)));
+  Launched("AttentionForwardKernel");
+}
+
+void AttentionBackward(const float* qkv, const float* att, const float* dy, float* dqkv, const AttentionGeometry& g) {
+  const size_t rows = g.n * g.h * g.t;
+  if (rows == 0) return;
+  auto* ds = static_cast<float*>(ScratchOf(Scratch::kAttention, rows * g.t * sizeof(float)));
+  AttentionScoresGradKernel<<<Blocks(rows), kThreads>>>(qkv, att, dy, ds, g, 1.0 / std::sqrt(static_cast<double>(g.d)));
+  Launched("AttentionScoresGradKernel");
+  AttentionInputsGradKernel<<<Blocks(rows * g.d), kThreads>>>(qkv, att, dy, ds, dqkv, g);
+  Launched("AttentionInputsGradKernel");
+}
+
+void GeluForward(const float* x, float* y, size_t n) {
+  if (n == 0) return;
+  GeluForwardKernel<<<Blocks(n), kThreads>>>(x, y, n);
+  Launched("GeluForwardKernel");
+}
+
+void GeluBackward(const float* x, const float* dy, float* dx, size_t n) {
+  if (n == 0) return;
+  GeluBackwardKernel<<<Blocks(n), kThreads>>>(x, dy, dx, n);
+  Launched("GeluBackwardKernel");
+}
+
+void LayernormForward(const float* x, const float* w, const float* b, float* y, float* xhat, double* invStd, double eps,
+                      size_t n, size_t d) {
+  if (n == 0) return;
+  LayernormForwardKernel<<<Blocks(n), kThreads>>>(x, w, b, y, xhat, invStd, eps, n, d);
+  Launched("LayernormForwardKernel");
+}
+
+void LayernormBackward(const float* dy, const float* xhat, const float* w, const double* invStd, float* dx, float* dw,
+                       float* db, size_t n, size_t d) {
+  const size_t chunks = (n + kRowChunk - 1) / kRowChunk;
+  auto* partials = static_cast<double2*>(ScratchOf(Scratch::kPartials, std::max<size_t>(chunks * d, 1) * sizeof(double2)));
+  if (chunks > 0) {
+    LayernormChunkSumsKernel<<<Blocks(chunks * d), kThreads>>>(dy, xhat, partials, n, d);
+    Launched("LayernormChunkSumsKernel");
+  }
+  LayernormParamGradKernel<<<Blocks(d), kThreads>>>(partials, dw, db, chunks, d);
+  Launched("LayernormParamGradKernel");
+  if (dx == nullptr || n == 0) return;
+  LayernormInputGradKernel<<<Blocks(n), kThreads>>>(dy, xhat, w, invStd, dx, n, d);
+  Launched("LayernormInputGradKernel");
+}
+
+int64_t Tokens(const float* x, const EmbeddingGeometry& g, int32_t** tokens) {
+  const size_t rows = g.n * g.t;
+  *tokens = static_cast<int32_t*>(ScratchOf(Scratch::kTokens, std::max<size_t>(rows, 1) * sizeof(int32_t)));
+  auto* firstBad = static_cast<unsigned long long*>(ScratchOf(Scratch::kFirstBad, sizeof(unsigned long long)));
+  const unsigned long long none = ULLONG_MAX;
+  FT_CUDA_CHECK(cudaMemcpy(firstBad, &none, sizeof none, cudaMemcpyHostToDevice));
+  if (rows > 0) {
+    TokensKernel<<<Blocks(rows), kThreads>>>(x, *tokens, firstBad, g);
+    Launched("TokensKernel");
+  }
+  unsigned long long found = none;
+  FT_CUDA_CHECK(cudaMemcpy(&found, firstBad, sizeof found, cudaMemcpyDeviceToHost));
+  return found == none ? -1 : static_cast<int64_t>(found);
+}
+
+void EmbeddingForward(const int32_t* tokens, const float* wte, const float* wpe, float* y, const EmbeddingGeometry& g) {
+  const size_t values = g.n * g.t * g.c;
+  if (values == 0) return;
+  EmbeddingForwardKernel<<<Blocks(values), kThreads>>>(tokens, wte, wpe, y, g);
+  Launched("EmbeddingForwardKernel");
+}
+
+void EmbeddingBackward(const int32_t* tokens, const float* dy, float* dwte, float* dwpe, bool accumulate,
+                       const EmbeddingGeometry& g) {
+  if (g.t * g.c > 0) {
+    PositionGradKernel<<<Blocks(g.t * g.c), kThreads>>>(dy, dwpe, g);
+    Launched("PositionGradKernel");
+  }
+  if (g.vocab * g.c == 0) return;
+  const unsigned threads = static_cast<unsigned>(std::min<size_t>(g.c, kThreads));
+  TokenGradKernel<<<static_cast<unsigned>(g.vocab), threads>>>(tokens, dy, dwte, accumulate, g);
+  Launched("TokenGradKernel");
+}
+
+void DropoutMask(float* mask, size_t n, uint32_t prefix, double p) {
+  if (n == 0) return;
+  DropoutMaskKernel<<<Blocks(n), kThreads>>>(mask, n, prefix, p, static_cast<float>(1.0 / (1.0 - p)));
+  Launched("DropoutMaskKernel");
+}
+
+void Multiply(const float* a, const float* b, float* y, size_t n) {
+  if (n == 0) return;
+  MultiplyKernel<<<Blocks(n), kThreads>>>(a, b, y, n);
+  Launched("MultiplyKernel");
+}
+
+}  // namespace ft::cuda
