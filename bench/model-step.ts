@@ -51,8 +51,9 @@ export function modelStep(name: string, batch: number, backend: Backend = cpu): 
   return { net, step };
 }
 
-export function languageModelStep(name: string, batch: number): { net: Net; step: () => void } {
-  const net = new Net(loadSpec(path.join(benchRoot, 'models', `${name}.json`)), cpu);
+/** As modelStep, a language model's with AdamW; on a GPU its update and state stay there too. */
+export function languageModelStep(name: string, batch: number, backend: Backend = cpu): { net: Net; step: () => void } {
+  const net = new Net(loadSpec(path.join(benchRoot, 'models', `${name}.json`)), backend);
   net.init(1);
   const P = net.params.data.length;
   const settings = {
@@ -63,14 +64,15 @@ export function languageModelStep(name: string, batch: number): { net: Net; step
     beta2: 0.999,
     eps: 1e-8,
   };
-  const optimizer = new Optimizer(settings, cpu, matrixRanges(net.params.views));
-  const state = [streamVector(P, Stream.state), streamVector(P, Stream.state + 1)];
-  const x = Float32Array.from({ length: batch * net.inputSize }, (_, i) => (i * 7919) % net.spec.classes);
+  const optimizer = new Optimizer(settings, backend, matrixRanges(net.params.views));
+  const update = new ReplicatedState(optimizer, backend, [streamVector(P, Stream.state), streamVector(P, Stream.state + 1)], net);
+  const x = net.inputBuffer(batch * net.inputSize);
+  for (let i = 0; i < x.length; ++i) x[i] = (i * 7919) % net.spec.classes;
   const labels = new Int32Array(batch);
   let t = 0;
   const step = (): void => {
     net.lossAndGradient(x, labels, batch, { seed: 1, epoch: 0, step: t, shard: 0 });
-    optimizer.update(net.params.data, net.params.gradients, state, languageModelAdamw.lr, t++);
+    update.update(net.params.data, net.params.gradients, languageModelAdamw.lr, t++);
   };
   for (let i = 0; i < 3; ++i) step();
   return { net, step };

@@ -4,7 +4,7 @@ in short rounds: each line on stdin is a request {"spec": <a model spec, every d
 training steps (forward, backward, update, like ft-train's) of that model on one thread, timed for
 S seconds. A language model's spec ("context", "vocab") trains on random token windows with AdamW
 (decay on matrices only, as ft-train's: {"lr", "weight_decay"} in the request) and answers
-"tokens_per_s" beside "images_per_s" (windows per second). The model is built once per spec name, by examples/pytorch/load_model.py's SpecModel (the
+"tokens_per_s" beside "images_per_s" (windows per second), on the CPU or (windows kept there) the GPU. The model is built once per spec name, by examples/pytorch/load_model.py's SpecModel (the
 one rebuilder of ft-train specs in PyTorch), and warmed up on first use."""
 import json
 import sys
@@ -21,13 +21,14 @@ from load_model import SpecModel  # noqa: E402
 
 def language_trainer(spec, batch, request):
     """One training step of a language model on fixed random windows: AdamW, cross-entropy at every position."""
-    model = SpecModel(spec)
+    device = float32_on(request.get('device', 'cpu'))
+    model = SpecModel(spec).to(device)
     model.train()
     matrices = [p for p in model.parameters() if p.dim() >= 2]
     others = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{'params': matrices, 'weight_decay': request['weight_decay']}, {'params': others, 'weight_decay': 0.0}],
                                   lr=request['lr'], betas=(0.9, 0.999), eps=1e-8)
-    windows = torch.randint(0, spec['vocab'], (batch, spec['context'] + 1)).float()
+    windows = torch.randint(0, spec['vocab'], (batch, spec['context'] + 1), device=device).float()
     targets = windows[:, 1:].reshape(-1).long()
 
     def step():
@@ -37,18 +38,24 @@ def language_trainer(spec, batch, request):
 
     for _ in range(3):
         step()
+    if device == 'cuda':
+        torch.cuda.synchronize()
     return step
+
+
+def float32_on(device):
+    """device, with TF32 turned off there: float32 throughout, as ft-train's GPU backend computes."""
+    if device == 'cuda':
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    return device
 
 
 def trainer(spec, batch, request):
     """One training step of the spec's model on a fixed random batch, on request['device'] (default the CPU)."""
     if 'context' in spec:
         return language_trainer(spec, batch, request)
-    device = request.get('device', 'cpu')
-    if device == 'cuda':
-        # float32 as ft-train's GPU backend computes: no TF32 in convolutions (PyTorch's default) or products
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
+    device = float32_on(request.get('device', 'cpu'))
     model = SpecModel(spec).to(device)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)

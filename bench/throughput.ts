@@ -24,8 +24,9 @@
 // one NCCL abort and one rebuild at 1 rank. Last line JSON: min_vs_pytorch_cuda_512 (host, the worse
 // of lenet and cifarnet; target >= 1.0), min_vs_pytorch_cuda_resident_512,
 // min_vs_pytorch_cuda_deterministic_512 (likewise),
-// <model>_<batch>_vs_pytorch_cuda[_resident|_deterministic], nccl_abort_ms, nccl_rebuild_ms, gpu,
-// models.
+// <model>_<batch>_vs_pytorch_cuda[_resident|_deterministic], gpt_vs_pytorch_cuda (gpt-small's
+// tokens/s at batch 32 with AdamW on the GPU over PyTorch's, its windows on the GPU), nccl_abort_ms,
+// nccl_rebuild_ms, gpu, models.
 import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -48,6 +49,8 @@ const models = shippedModels().image;
 const languageModel = 'gpt-small';
 const languageBatch = Number(process.env.BENCH_GPT_BATCH ?? 8);
 /** At least a few of gpt-small's steps (about a second each) per side and round. */
+/** The language model's batch on a GPU (windows of its context). */
+const gpuLanguageBatch = Number(process.env.BENCH_GPT_CUDA_BATCH ?? 32);
 const languageSeconds = Math.max(seconds, Number(process.env.BENCH_GPT_SECONDS ?? 5));
 const threadModels = ['lenet', 'cifarnet'];
 /** The dataset a real run of a model with this input shape trains on. */
@@ -86,7 +89,7 @@ function stepsPerS(step: () => void, duration: number): number {
 /** The PyTorch child: times a model for `seconds` when asked (a language model: tokens/s). */
 function startPytorch(): {
   imagesPerS: (net: Net, on?: { batch: number; device: 'cpu' | 'cuda'; input?: 'host'; deterministic?: true }) => Promise<number>;
-  tokensPerS: (net: Net) => Promise<number>;
+  tokensPerS: (net: Net, on?: { batch: number; device: 'cpu' | 'cuda' }) => Promise<number>;
   stop: () => void;
 } {
   const child = spawn(python, [path.join(root, 'bench', 'pytorch_throughput.py')], {
@@ -101,10 +104,10 @@ function startPytorch(): {
       if (answer.done) throw new Error(`the PyTorch child (${python}) ended without answering for ${net.spec.name}`);
       return (JSON.parse(answer.value) as { images_per_s: number }).images_per_s;
     },
-    tokensPerS: async (net) => {
+    tokensPerS: async (net, on = { batch: languageBatch, device: 'cpu' }) => {
       const request = {
         spec: JSON.parse(modelSpecJson(net)),
-        batch: languageBatch,
+        ...on,
         seconds: languageSeconds,
         lr: languageModelAdamw.lr,
         weight_decay: languageModelAdamw.weightDecay,
@@ -200,6 +203,25 @@ async function gpuMain(): Promise<void> {
       }
     }
   }
+  // the language model: tokens/s of a training step with AdamW on the GPU, against PyTorch's with its
+  // windows on the GPU, alternating per round
+  const gpt = languageModelStep(languageModel, gpuLanguageBatch, cudaBackend());
+  const tokensPerStep = gpuLanguageBatch * gpt.net.spec.language!.context;
+  const gptOurs: number[] = [];
+  const gptTheirs: number[] = [];
+  for (let round = 0; round < rounds; ++round) {
+    process.stderr.write(`[bench] round ${round + 1}/${rounds} on ${gpu}: ${languageModel} in ft-train and PyTorch, alternating ...\n`);
+    const mine = (): number => tokensPerStep * stepsPerS(gpt.step, languageSeconds);
+    const peer = (): Promise<number> => pytorch.tokensPerS(gpt.net, { batch: gpuLanguageBatch, device: 'cuda' });
+    if (round % 2 === 0) {
+      gptOurs.push(mine());
+      gptTheirs.push(await peer());
+    } else {
+      gptTheirs.push(await peer());
+      gptOurs.push(mine());
+    }
+  }
+  const gptRatio = median(gptOurs.map((rate, i) => rate / gptTheirs[i]));
   pytorch.stop();
   // NCCL at 1 rank, after a warm-up: one abort, and one rebuild (a new unique id, a new communicator)
   const values = new Float32Array(1 << 16);
@@ -248,6 +270,9 @@ async function gpuMain(): Promise<void> {
     );
   }
   console.log(
+    `${languageModel}: ft-train ${median(gptOurs).toFixed(0)} tokens/s, PyTorch ${median(gptTheirs).toFixed(0)} tokens/s, ratio ${gptRatio.toFixed(3)} (batch ${gpuLanguageBatch} x context ${tokensPerStep / gpuLanguageBatch})`,
+  );
+  console.log(
     `NCCL at 1 rank: abort ${median(abortMs).toFixed(2)} ms, rebuild ${median(rebuildMs).toFixed(2)} ms (medians of ${abortMs.length})`,
   );
   // the headline's models (resnet8's figures are printed beside them)
@@ -259,13 +284,22 @@ async function gpuMain(): Promise<void> {
       min_vs_pytorch_cuda_resident_512: at512('_resident'),
       min_vs_pytorch_cuda_deterministic_512: at512('_deterministic'),
       ...summary,
+      gpt_vs_pytorch_cuda: +gptRatio.toFixed(3),
       nccl_abort_ms: +median(abortMs).toFixed(3),
       nccl_rebuild_ms: +median(rebuildMs).toFixed(3),
       gpu,
       libraries: nccl.libraries(),
       rounds,
       seconds_per_round: seconds,
-      models: perCase,
+      models: {
+        ...perCase,
+        [languageModel]: {
+          batch: gpuLanguageBatch,
+          context: tokensPerStep / gpuLanguageBatch,
+          tokens_per_s: +median(gptOurs).toFixed(1),
+          pytorch_tokens_per_s: +median(gptTheirs).toFixed(1),
+        },
+      },
     }),
   );
 }
