@@ -1,4 +1,4 @@
-// Convolutions through cuDNN's convolution API and linear layers through cuBLAS; see dnn.h.
+// Convolutions through cuDNN's convolution API, linear layers and batched products through cuBLAS; see dnn.h.
 #include "dnn.h"
 
 #include <algorithm>
@@ -151,6 +151,13 @@ void LinearBackward(int n, int in, int out, const float* x, const float* w, cons
   // dw^T [I, O] = x^T [I, N] dy [N, O]
   FT_CUDA_CHECK(cublasSgemm(Cublas(), CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &kOne, x, in, dy, out, &kZero, dw, in));
   SumPerChannel(dy, db, n, out, 1);
+}
+
+void BatchedGemm(int m, int n, int k, const BatchedOperand& a, const BatchedOperand& b, float* c, int ldc, long long strideC,
+                 int batch) {
+  const auto op = [](bool transposed) { return transposed ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  FT_CUDA_CHECK(cublasSgemmStridedBatched(Cublas(), op(a.transposed), op(b.transposed), m, n, k, &kOne, a.data, a.ld, a.stride, b.data,
+                                          b.ld, b.stride, &kZero, c, ldc, strideC, batch));
 }
 
 }  // namespace ft::cuda

@@ -1,4 +1,4 @@
-// Convolutions (cuDNN) and linear layers (cuBLAS) on device memory, in full float32 (no TF32) and
+// Convolutions (cuDNN), linear layers and batched products (cuBLAS) on device memory, in full float32 (no TF32) and
 // with deterministic algorithms only, so that the same inputs give the same bits on the same GPU.
 #pragma once
 #include <vector>
@@ -17,5 +17,16 @@ void LinearForward(int n, int in, int out, const float* x, const float* w, const
 // dx (skipped when null) = dy w; dw = dy^T x; db = column sums of dy.
 void LinearBackward(int n, int in, int out, const float* x, const float* w, const float* dy, float* dx,
                     float* dw, float* db);
+
+// C_b = op(A_b) op(B_b) for b < batch, column-major as cuBLAS takes matrices (C_b m x n, op(A_b)
+// m x k, op(B_b) k x n; X_b at X + b strideX), in float32 (pedantic: no TF32), beta 0.
+struct BatchedOperand {
+  const float* data;
+  int ld;
+  long long stride;
+  bool transposed;
+};
+void BatchedGemm(int m, int n, int k, const BatchedOperand& a, const BatchedOperand& b, float* c, int ldc, long long strideC,
+                 int batch);
 
 }  // namespace ft::cuda

@@ -12,6 +12,7 @@
 
 #include "cuda_check.h"
 #include "device_memory.h"
+#include "dnn.h"
 #include "fast_math.h"
 #include "kernels.h"
 
@@ -30,83 +31,50 @@ void Launched(const char* kernel) { Check(cudaGetLastError(), kernel); }
 
 __device__ size_t Global() { return blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; }
 
-// Thread per (pair, row i): the scores of query i against keys 0..i (float products summed in
-// value order), then the CPU's causal softmax (the max subtracted first, exps in double summed in
-// key order, each divided by the sum), zeros after key i; then row i of y = att v.
-__global__ void AttentionForwardKernel(const float* qkv, float* att, float* y, AttentionGeometry g, double scale) {
-  const size_t row = Global();
-  if (row >= g.n * g.h * g.t) return;
-  const size_t i = row % g.t, pair = row / g.t, seq = pair / g.h, head = pair % g.h;
-  const size_t c = g.h * g.d, ld = 3 * c;
-  const float* q = qkv + (seq * g.t + i) * ld + head * g.d;
-  const float* k = qkv + seq * g.t * ld + c + head * g.d;  // key j at k + j ld
-  const float* v = k + c;
-  float* a = att + row * g.t;
-  float max = 0.0f;
-  for (size_t j = 0; j <= i; ++j) {
-    float s = 0.0f;
-    for (size_t e = 0; e < g.d; ++e) s += q[e] * k[j * ld + e];
-    a[j] = s;
-    max = j == 0 ? s : fmaxf(max, s);
-  }
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+// sum over keys j in [0, count) of term(j), in key order, in double, the same value in every lane of
+// the warp: each chunk of 32 keys is computed a key per lane, then every lane adds the chunk's terms
+// lane by lane (shuffled), so the order is the CPU's single chain.
+template <typename Term>
+__device__ double WarpSumInOrder(size_t count, unsigned lane, Term term) {
   double sum = 0.0;
-  for (size_t j = 0; j <= i; ++j) sum += fast_math::Exp((static_cast<double>(a[j]) - max) * scale);
-  for (size_t j = 0; j <= i; ++j) a[j] = static_cast<float>(fast_math::Exp((static_cast<double>(a[j]) - max) * scale) / sum);
-  for (size_t j = i + 1; j < g.t; ++j) a[j] = 0.0f;
-  float* out = y + (seq * g.t + i) * c + head * g.d;
-  for (size_t e = 0; e < g.d; ++e) {
-    float acc = 0.0f;
-    for (size_t j = 0; j <= i; ++j) acc += a[j] * v[j * ld + e];
-    out[e] = acc;
+  for (size_t j0 = 0; j0 < count; j0 += 32) {
+    const double value = j0 + lane < count ? term(j0 + lane) : 0.0;
+    const unsigned chunk = count - j0 < 32 ? static_cast<unsigned>(count - j0) : 32u;
+    for (unsigned l = 0; l < chunk; ++l) sum += __shfl_sync(kFullWarp, value, l);
   }
+  return sum;
 }
 
-// Thread per (pair, row i): ds[i, j] = att (datt - sum_j datt att) / sqrt(D) over keys 0..i, datt =
-// dy v^T in float, the rest in double as the CPU's.
-__global__ void AttentionScoresGradKernel(const float* qkv, const float* att, const float* dy, float* ds, AttentionGeometry g,
-                                          double scale) {
-  const size_t row = Global();
-  if (row >= g.n * g.h * g.t) return;
-  const size_t i = row % g.t, pair = row / g.t, seq = pair / g.h, head = pair % g.h;
-  const size_t c = g.h * g.d, ld = 3 * c;
-  const float* v = qkv + seq * g.t * ld + 2 * c + head * g.d;
-  const float* grad = dy + (seq * g.t + i) * c + head * g.d;
-  const float* probs = att + row * g.t;
-  float* out = ds + row * g.t;
-  double dot = 0.0;
-  for (size_t j = 0; j <= i; ++j) {
-    float datt = 0.0f;
-    for (size_t e = 0; e < g.d; ++e) datt += grad[e] * v[j * ld + e];
-    out[j] = datt;
-    dot += static_cast<double>(datt) * probs[j];
-  }
-  for (size_t j = 0; j <= i; ++j) out[j] = static_cast<float>((out[j] - dot) * probs[j] * scale);
+// Warp per row i of a (sequence, head)'s [T, T] block, in place: the scores q k^T (unscaled) become
+// the CPU's causal softmax over keys 0..i (the max subtracted first, exps in double summed in key
+// order, each divided by the sum), zeros after key i.
+__global__ void CausalSoftmaxKernel(float* att, size_t rows, size_t t, double scale) {
+  const size_t row = Global() / 32;
+  const unsigned lane = threadIdx.x % 32;
+  if (row >= rows) return;  // the whole warp: row is the same in its lanes
+  const size_t i = row % t;
+  float* a = att + row * t;
+  float max = a[0];
+  for (size_t j = lane; j <= i; j += 32) max = fmaxf(max, a[j]);
+  for (unsigned offset = 16; offset > 0; offset /= 2) max = fmaxf(max, __shfl_xor_sync(kFullWarp, max, offset));
+  const auto exp = [&](size_t j) { return fast_math::Exp((static_cast<double>(a[j]) - max) * scale); };
+  const double sum = WarpSumInOrder(i + 1, lane, exp);
+  for (size_t j = lane; j < t; j += 32) a[j] = j <= i ? static_cast<float>(exp(j) / sum) : 0.0f;
 }
 
-// Thread per (pair, position, value e): dq[i, e] = sum over keys j <= i of ds[i, j] k[j, e]; dk[i, e] =
-// sum over queries r >= i of ds[r, i] q[r, e]; dv[i, e] = sum over r >= i of att[r, i] dy[r, e]; each in order.
-__global__ void AttentionInputsGradKernel(const float* qkv, const float* att, const float* dy, const float* ds, float* dqkv,
-                                          AttentionGeometry g) {
-  const size_t index = Global();
-  if (index >= g.n * g.h * g.t * g.d) return;
-  const size_t e = index % g.d, i = index / g.d % g.t, pair = index / (g.d * g.t), seq = pair / g.h, head = pair % g.h;
-  const size_t c = g.h * g.d, ld = 3 * c;
-  const size_t base = seq * g.t * ld + head * g.d + e;  // value e of head `head` at position 0
-  const float* q = qkv + base;
-  const float* k = q + c;
-  const float* grad = dy + seq * g.t * c + head * g.d + e;
-  const float* scores = ds + pair * g.t * g.t;
-  const float* probs = att + pair * g.t * g.t;
-  float dq = 0.0f, dk = 0.0f, dv = 0.0f;
-  for (size_t j = 0; j <= i; ++j) dq += scores[i * g.t + j] * k[j * ld];
-  for (size_t r = i; r < g.t; ++r) {
-    dk += scores[r * g.t + i] * q[r * ld];
-    dv += probs[r * g.t + i] * grad[r * c];
-  }
-  float* out = dqkv + base + i * ld;
-  out[0] = dq;
-  out[c] = dk;
-  out[2 * c] = dv;
+// Warp per row i, in place: datt (dy v^T) becomes ds = att (datt - sum_j datt att) / sqrt(D) over keys
+// 0..i, in double as the CPU's, zeros after key i.
+__global__ void CausalSoftmaxBackwardKernel(float* ds, const float* att, size_t rows, size_t t, double scale) {
+  const size_t row = Global() / 32;
+  const unsigned lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const size_t i = row % t;
+  float* d = ds + row * t;
+  const float* probs = att + row * t;
+  const double dot = WarpSumInOrder(i + 1, lane, [&](size_t j) { return static_cast<double>(d[j]) * probs[j]; });
+  for (size_t j = lane; j < t; j += 32) d[j] = j <= i ? static_cast<float>((d[j] - dot) * probs[j] * scale) : 0.0f;
 }
 
 __global__ void GeluForwardKernel(const float* x, float* y, size_t n) {
@@ -270,21 +238,75 @@ __global__ void MultiplyKernel(const float* a, const float* b, float* y, size_t 
 }
 }  // namespace
 
+namespace {
+// The products of attention go to cuBLAS, a head at a time over the batch's sequences. Row-major
+// [T, D] blocks of qkv (ld 3C), y and dy (ld C) and [T, T] blocks of att are, as cuBLAS reads
+// memory, their transposes (column-major): so S = Q K^T is computed as S^T = K Q^T, and so on.
+struct Heads {
+  const AttentionGeometry& g;
+  int t = static_cast<int>(g.t), d = static_cast<int>(g.d), c = static_cast<int>(g.h * g.d), ld = 3 * c;
+  long long sequence = static_cast<long long>(g.t) * 3 * g.h * g.d;  // one sequence of qkv
+  long long outputs = static_cast<long long>(g.t) * g.h * g.d;       // one sequence of y, dy
+  long long blocks = static_cast<long long>(g.h) * g.t * g.t;        // one sequence's [H, T, T]
+
+  // Where head h's matrix starts: its [T, D] part `part` (0 q, 1 k, 2 v) of qkv-shaped memory, its
+  // [T, D] part of y-shaped memory, its [T, T] block of att-shaped memory.
+  size_t QkvAt(size_t h, int part) const { return part * c + h * d; }
+  size_t OutAt(size_t h) const { return h * d; }
+  size_t BlockAt(size_t h) const { return h * g.t * g.t; }
+  BatchedOperand Qkv(const float* base, size_t h, int part, bool transposed) const {
+    return {base + QkvAt(h, part), ld, sequence, transposed};
+  }
+  BatchedOperand Out(const float* base, size_t h) const { return {base + OutAt(h), c, outputs, false}; }
+  BatchedOperand Block(const float* base, size_t h, bool transposed) const { return {base + BlockAt(h), t, blocks, transposed}; }
+  // Into qkv-shaped, y-shaped or att-shaped memory: the same places.
+  void IntoQkv(int m, int n, int k, const BatchedOperand& a, const BatchedOperand& b, float* base, size_t h, int part) const {
+    BatchedGemm(m, n, k, a, b, base + QkvAt(h, part), ld, sequence, static_cast<int>(g.n));
+  }
+  void IntoOut(int m, int n, int k, const BatchedOperand& a, const BatchedOperand& b, float* base, size_t h) const {
+    BatchedGemm(m, n, k, a, b, base + OutAt(h), c, outputs, static_cast<int>(g.n));
+  }
+  void IntoBlock(int m, int n, int k, const BatchedOperand& a, const BatchedOperand& b, float* base, size_t h) const {
+    BatchedGemm(m, n, k, a, b, base + BlockAt(h), t, blocks, static_cast<int>(g.n));
+  }
+};
+
+unsigned WarpBlocks(size_t rows) { return static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads); }
+}  // namespace
+
 void AttentionForward(const float* qkv, float* att, float* y, const AttentionGeometry& g) {
   const size_t rows = g.n * g.h * g.t;
-  if (rows == 0) return;
-  AttentionForwardKernel<<<Blocks(rows), kThreads>>>(qkv, att, y, g, 1.0 / std::sqrt(static_cast<double>(g.d)));
-  Launched("AttentionForwardKernel");
+  if (rows == 0 || g.d == 0) return;
+  const Heads heads{g};
+  for (size_t h = 0; h < g.h; ++h) {
+    // S^T = K Q^T: the scores q_i . k_j at att[i, j]
+    heads.IntoBlock(heads.t, heads.t, heads.d, heads.Qkv(qkv, h, 1, true), heads.Qkv(qkv, h, 0, false), att, h);
+  }
+  CausalSoftmaxKernel<<<WarpBlocks(rows), kThreads>>>(att, rows, g.t, 1.0 / std::sqrt(static_cast<double>(g.d)));
+  Launched("CausalSoftmaxKernel");
+  for (size_t h = 0; h < g.h; ++h) {
+    // Y^T = V^T A^T
+    heads.IntoOut(heads.d, heads.t, heads.t, heads.Qkv(qkv, h, 2, false), heads.Block(att, h, false), y, h);
+  }
 }
 
 void AttentionBackward(const float* qkv, const float* att, const float* dy, float* dqkv, const AttentionGeometry& g) {
   const size_t rows = g.n * g.h * g.t;
-  if (rows == 0) return;
+  if (rows == 0 || g.d == 0) return;
   auto* ds = static_cast<float*>(ScratchOf(Scratch::kAttention, rows * g.t * sizeof(float)));
-  AttentionScoresGradKernel<<<Blocks(rows), kThreads>>>(qkv, att, dy, ds, g, 1.0 / std::sqrt(static_cast<double>(g.d)));
-  Launched("AttentionScoresGradKernel");
-  AttentionInputsGradKernel<<<Blocks(rows * g.d), kThreads>>>(qkv, att, dy, ds, dqkv, g);
-  Launched("AttentionInputsGradKernel");
+  const Heads heads{g};
+  for (size_t h = 0; h < g.h; ++h) {
+    // dV^T = dY^T A;  dA^T = V dY^T
+    heads.IntoQkv(heads.d, heads.t, heads.t, heads.Out(dy, h), heads.Block(att, h, true), dqkv, h, 2);
+    heads.IntoBlock(heads.t, heads.t, heads.d, heads.Qkv(qkv, h, 2, true), heads.Out(dy, h), ds, h);
+  }
+  CausalSoftmaxBackwardKernel<<<WarpBlocks(rows), kThreads>>>(ds, att, rows, g.t, 1.0 / std::sqrt(static_cast<double>(g.d)));
+  Launched("CausalSoftmaxBackwardKernel");
+  for (size_t h = 0; h < g.h; ++h) {
+    // dQ^T = K^T dS^T;  dK^T = Q^T dS
+    heads.IntoQkv(heads.d, heads.t, heads.t, heads.Qkv(qkv, h, 1, false), heads.Block(ds, h, false), dqkv, h, 0);
+    heads.IntoQkv(heads.d, heads.t, heads.t, heads.Qkv(qkv, h, 0, false), heads.Block(ds, h, true), dqkv, h, 1);
+  }
 }
 
 void GeluForward(const float* x, float* y, size_t n) {
