@@ -20,8 +20,11 @@ namespace ft::cuda {
 
 namespace {
 constexpr int kThreads = 256;
-// Rows of a layernorm's gradient that one thread sums per column (a fixed split: fixed bits).
-constexpr size_t kRowChunk = 256;
+// Rows of a layernorm's gradient that one thread sums per column (a fixed split: fixed bits), few
+// enough that the chunks' threads fill the GPU.
+constexpr size_t kRowChunk = 32;
+// A block's most threads: the token table's gradient takes a row's values a thread each, up to this.
+constexpr int kMaxThreads = 1024;
 // Token ids one block of the token table's gradient stages in shared memory at a time.
 constexpr int kTokenTile = 1024;
 
@@ -92,45 +95,40 @@ __global__ void GeluBackwardKernel(const float* x, const float* dy, float* dx, s
   dx[i] = static_cast<float>(dy[i] * (normal.cdf + v * normal.pdf));
 }
 
-// Thread per sample: mean and biased variance over its d values in double, in order.
+// Warp per sample (its values a lane each, in turns): mean and biased variance over its d values in
+// double, summed in order.
 __global__ void LayernormForwardKernel(const float* x, const float* w, const float* b, float* y, float* xhat,
                                        double* invStd, double eps, size_t n, size_t d) {
-  const size_t sample = Global();
-  if (sample >= n) return;
+  const size_t sample = Global() / 32;
+  const unsigned lane = threadIdx.x % 32;
+  if (sample >= n) return;  // the whole warp
   const float* in = x + sample * d;
-  double sum = 0.0;
-  for (size_t i = 0; i < d; ++i) sum += in[i];
-  const double mean = sum / d;
-  double squares = 0.0;
-  for (size_t i = 0; i < d; ++i) {
+  const double mean = WarpSumInOrder(d, lane, [&](size_t i) { return static_cast<double>(in[i]); }) / d;
+  const double squares = WarpSumInOrder(d, lane, [&](size_t i) {
     const double centred = in[i] - mean;
-    squares += centred * centred;
-  }
+    return centred * centred;
+  });
   const double inv = 1.0 / sqrt(squares / d + eps);
-  invStd[sample] = inv;
-  for (size_t i = 0; i < d; ++i) {
+  if (lane == 0) invStd[sample] = inv;
+  for (size_t i = lane; i < d; i += 32) {
     const float normalised = static_cast<float>((in[i] - mean) * inv);
     xhat[sample * d + i] = normalised;
     y[sample * d + i] = static_cast<float>(static_cast<double>(normalised) * w[i] + b[i]);
   }
 }
 
-// Thread per sample: with g = dy w, dx = invStd (g - mean(g) - xhat mean(g xhat)), sums in double in order.
+// Warp per sample: with g = dy w, dx = invStd (g - mean(g) - xhat mean(g xhat)), sums in double in order.
 __global__ void LayernormInputGradKernel(const float* dy, const float* xhat, const float* w, const double* invStd, float* dx,
                                          size_t n, size_t d) {
-  const size_t sample = Global();
+  const size_t sample = Global() / 32;
+  const unsigned lane = threadIdx.x % 32;
   if (sample >= n) return;
   const size_t base = sample * d;
-  double sumG = 0.0, sumGXhat = 0.0;
-  for (size_t i = 0; i < d; ++i) {
-    const double g = static_cast<double>(dy[base + i]) * w[i];
-    sumG += g;
-    sumGXhat += g * xhat[base + i];
-  }
-  const double meanG = sumG / d, meanGXhat = sumGXhat / d;
-  for (size_t i = 0; i < d; ++i) {
-    const double g = static_cast<double>(dy[base + i]) * w[i];
-    dx[base + i] = static_cast<float>(invStd[sample] * (g - meanG - xhat[base + i] * meanGXhat));
+  const auto g = [&](size_t i) { return static_cast<double>(dy[base + i]) * w[i]; };
+  const double meanG = WarpSumInOrder(d, lane, g) / d;
+  const double meanGXhat = WarpSumInOrder(d, lane, [&](size_t i) { return g(i) * xhat[base + i]; }) / d;
+  for (size_t i = lane; i < d; i += 32) {
+    dx[base + i] = static_cast<float>(invStd[sample] * (g(i) - meanG - xhat[base + i] * meanGXhat));
   }
 }
 
@@ -324,7 +322,7 @@ void GeluBackward(const float* x, const float* dy, float* dx, size_t n) {
 void LayernormForward(const float* x, const float* w, const float* b, float* y, float* xhat, double* invStd, double eps,
                       size_t n, size_t d) {
   if (n == 0) return;
-  LayernormForwardKernel<<<Blocks(n), kThreads>>>(x, w, b, y, xhat, invStd, eps, n, d);
+  LayernormForwardKernel<<<WarpBlocks(n), kThreads>>>(x, w, b, y, xhat, invStd, eps, n, d);
   Launched("LayernormForwardKernel");
 }
 
@@ -339,7 +337,7 @@ void LayernormBackward(const float* dy, const float* xhat, const float* w, const
   LayernormParamGradKernel<<<Blocks(d), kThreads>>>(partials, dw, db, chunks, d);
   Launched("LayernormParamGradKernel");
   if (dx == nullptr || n == 0) return;
-  LayernormInputGradKernel<<<Blocks(n), kThreads>>>(dy, xhat, w, invStd, dx, n, d);
+  LayernormInputGradKernel<<<WarpBlocks(n), kThreads>>>(dy, xhat, w, invStd, dx, n, d);
   Launched("LayernormInputGradKernel");
 }
 
@@ -372,7 +370,7 @@ void EmbeddingBackward(const int32_t* tokens, const float* dy, float* dwte, floa
     Launched("PositionGradKernel");
   }
   if (g.vocab * g.c == 0) return;
-  const unsigned threads = static_cast<unsigned>(std::min<size_t>(g.c, kThreads));
+  const unsigned threads = static_cast<unsigned>(std::min<size_t>(g.c, kMaxThreads));
   TokenGradKernel<<<static_cast<unsigned>(g.vocab), threads>>>(tokens, dy, dwte, accumulate, g);
   Launched("TokenGradKernel");
 }
