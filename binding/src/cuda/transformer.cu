@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 
+#include "counter_draw.h"
 #include "cuda_check.h"
 #include "device_memory.h"
 #include "dnn.h"
@@ -214,20 +215,10 @@ __global__ void TokenGradKernel(const int32_t* tokens, const float* dy, float* d
   }
 }
 
-// murmur3's finalizer step over a running mix, as src/base/random.ts mixes a key.
-__device__ uint32_t MixKey(uint32_t h, uint32_t key) {
-  h = (h ^ key) * 0x85ebca6bu;
-  h ^= h >> 13;
-  h *= 0xc2b2ae35u;
-  h ^= h >> 16;
-  return h;
-}
-
 __global__ void DropoutMaskKernel(float* mask, size_t n, uint32_t prefix, double p, float scale) {
   const size_t i = Global();
   if (i >= n) return;
-  const double draw = MixKey(prefix, static_cast<uint32_t>(i)) / 4294967296.0;
-  mask[i] = draw < p ? 0.0f : scale;
+  mask[i] = DrawAt(prefix, static_cast<uint32_t>(i)) < p ? 0.0f : scale;
 }
 
 __global__ void MultiplyKernel(const float* a, const float* b, float* y, size_t n) {
