@@ -4,7 +4,7 @@
 // join once ready (or, with --respawn-join wait, at the retried step's end, which these tests use
 // where they name the steps of the world's sizes), receive the state and take shards; kills of the
 // newcomer before its MPI runs, before and during its join, of a survivor during the spawn and of
-// one as the newcomers are accepted or admitted are recovered like any other, and so are the death of the rank that starts the spawn while it is under way and a
+// one as the newcomers are accepted or admitted are recovered like any other, and so are the death (or a stop, taken for a hang) of the rank that starts the spawn while it is under way and a
 // newcomer stopped during its join (which no failure detector watches: the survivors find it
 // stopped once their wait runs past its deadline, and kill it) or before it (given up, and another
 // spawned). A spawned rank that leads at the end cleans up the checkpoint directory as the first
@@ -411,25 +411,30 @@ describe('elastic world: spares and respawned ranks', function () {
     );
   });
 
-  it('--respawn: the rank that starts the spawn (the leader) killed while it launches the spawned rank: the others spawn again, the same bits', async () => {
-    // rank 0 lost first, so rank 1 leads and is the spawn's root
-    const run = await ftRun(4, [], ...respawnWaiting, '--drill', 'rank=0,step=3,phase=compute', '--drill', 'rank=1,step=3,phase=spawning');
-    assert.equal(run.code, 0, run.stderr);
-    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
-    assert.deepEqual(worlds(run), [4, 4, 4, 2, ...Array(8).fill(4)]);
-    const events = lines<EventRecord>(run, 'events.jsonl');
-    assert.deepEqual(
-      summaryOf(run).failures.map((f) => [f.step, f.lost]),
-      [
-        [3, [0]],
-        [3, [1]],
-      ],
-    );
-    // the interrupted spawn's ids are not reused: its processes may still be starting
-    const spawn = events.find((e) => e.event === 'spawn')!;
-    assert.deepEqual(spawn.ranks, [5, 6]);
-    assert.deepEqual(events.find((e) => e.event === 'join')!.ranks, [5, 6]);
-  });
+  for (const action of ['kill', 'stop'] as const) {
+    const how = action === 'kill' ? 'killed' : 'stopped (SIGSTOP: declared hung and killed)';
+    it(`--respawn: the rank that starts the spawn (the leader) ${how} while it launches the spawned rank: the others spawn again, the same bits`, async () => {
+      // rank 0 lost first, so rank 1 leads and is the spawn's root
+      const drills = ['--drill', 'rank=0,step=3,phase=compute', '--drill', `rank=1,step=3,phase=spawning,action=${action}`];
+      const run = await ftRun(4, [], ...respawnWaiting, ...(action === 'stop' ? ['--hang-timeout', '2'] : []), ...drills);
+      assert.equal(run.code, 0, run.stderr);
+      assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+      assert.deepEqual(worlds(run), [4, 4, 4, 2, ...Array(8).fill(4)]);
+      const events = lines<EventRecord>(run, 'events.jsonl');
+      assert.deepEqual(
+        summaryOf(run).failures.map((f) => [f.step, f.lost]),
+        [
+          [3, [0]],
+          [3, [1]],
+        ],
+      );
+      if (action === 'stop') assert.match(run.stdout, /step 3: killed rank\(s\) 1, declared dead while still running \(hung\)/);
+      // the interrupted spawn's ids are not reused: its processes may still be starting
+      const spawn = events.find((e) => e.event === 'spawn')!;
+      assert.deepEqual(spawn.ranks, [5, 6]);
+      assert.deepEqual(events.find((e) => e.event === 'join')!.ranks, [5, 6]);
+    });
+  }
 
   it('--respawn: a newcomer stopped (SIGSTOP) during its join is found stopped after the deadline, killed, and replaced: the same bits', async () => {
     const run = await ftRun(
