@@ -223,7 +223,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     choices: ['cpu', 'cuda'],
     default: 'cpu',
     describe:
-      "where the net's layers compute: cpu, or cuda (cuDNN and cuBLAS on the rank's GPU, Open MPI's local rank modulo the GPUs; conv, pooling, linear and relu layers; the optimizer, collectives and checkpoints stay on the host). The result depends on it: a resume must keep it",
+      "where the net's layers compute: cpu, or cuda (cuDNN, cuBLAS and CUDA kernels on the rank's GPU, Open MPI's local rank modulo the GPUs; every layer type but concat, and the update of replicated optimizer state; the collectives and checkpoints stay on the host). The result depends on it: a resume must keep it",
     group: 'Job',
   },
   isa: {
