@@ -1,11 +1,12 @@
 // The kernels a GPT-style transformer adds, as CUDA kernels: causal multi-head self-attention, the
-// exact GELU, layernorm, token + position embedding, and dropout's counter-based mask. Each output
-// is computed by one thread in a fixed order, or from fixed chunks added in order, never by atomics,
-// so the same inputs give the same bits. Where the CPU's kernel is one chain of IEEE operations the
-// GPU's is the same chain (built with --fmad=false, fast_math.h's exp and erfc): GELU, the softmax's
-// probabilities given the same scores, the embedding, its gradients and the dropout mask have the
-// CPU's bits. The products (scores, att v, the attention's gradients) sum in float in key order, the
-// CPU's through OpenBLAS in its own: within rounding, not the same bits.
+// exact GELU, layernorm, token + position embedding, and dropout's counter-based mask. Attention's
+// products go to cuBLAS (dnn.h's BatchedGemm); every other output is computed by one thread or one
+// warp in a fixed order, or from fixed chunks added in order, so the same inputs give the same bits
+// (the one atomic, the first bad token's position, is a minimum: the same in any order). Where the
+// CPU's kernel is one chain of IEEE operations the GPU's is the same chain (built with --fmad=false,
+// fast_math.h's exp and erfc, counter_draw.h's draw): GELU, the softmax's probabilities given the
+// same scores, the embedding, its gradients and the dropout mask have the CPU's bits. The products
+// sum in cuBLAS's order, the CPU's in OpenBLAS's: within rounding, not the same bits.
 #include <algorithm>
 #include <climits>
 #include <cmath>
