@@ -167,7 +167,8 @@ export class Trainer implements StateSource {
   /** Trains to the end; throws ProtocolStop when the run stops early (SIGTERM, --min-ranks, an error). */
   async run(resume?: { dir: string; manifest: CheckpointManifest }): Promise<TrainResult> {
     const from = resume ? this.restore(resume.dir, resume.manifest) : undefined;
-    if (!resume) this.net.init(this.config.seed);
+    // a spawned rank's parameters come with the join: its own init would only keep the others waiting
+    if (!resume && this.config.joinId === undefined) this.net.init(this.config.seed);
     const world = this.manager.world;
     // a spawned rank warmed up before it said it was ready (warmUpKernels)
     if (world.spares.includes(world.worldRank) && this.config.joinId === undefined) this.warmUp();
