@@ -48,9 +48,9 @@ const python = process.env.BENCH_PYTHON ?? '/usr/bin/python3';
 const models = shippedModels().image;
 const languageModel = 'gpt-small';
 const languageBatch = Number(process.env.BENCH_GPT_BATCH ?? 8);
-/** At least a few of gpt-small's steps (about a second each) per side and round. */
 /** The language model's batch on a GPU (windows of its context). */
 const gpuLanguageBatch = Number(process.env.BENCH_GPT_CUDA_BATCH ?? 32);
+/** At least a few of gpt-small's steps (about a second each) per side and round. */
 const languageSeconds = Math.max(seconds, Number(process.env.BENCH_GPT_SECONDS ?? 5));
 const threadModels = ['lenet', 'cifarnet'];
 /** The dataset a real run of a model with this input shape trains on. */
@@ -89,7 +89,7 @@ function stepsPerS(step: () => void, duration: number): number {
 /** The PyTorch child: times a model for `seconds` when asked (a language model: tokens/s). */
 function startPytorch(): {
   imagesPerS: (net: Net, on?: { batch: number; device: 'cpu' | 'cuda'; input?: 'host'; deterministic?: true }) => Promise<number>;
-  tokensPerS: (net: Net, on?: { batch: number; device: 'cpu' | 'cuda' }) => Promise<number>;
+  tokensPerS: (net: Net, on: { batch: number; device: 'cpu' | 'cuda' }) => Promise<number>;
   stop: () => void;
 } {
   const child = spawn(python, [path.join(root, 'bench', 'pytorch_throughput.py')], {
@@ -104,7 +104,7 @@ function startPytorch(): {
       if (answer.done) throw new Error(`the PyTorch child (${python}) ended without answering for ${net.spec.name}`);
       return (JSON.parse(answer.value) as { images_per_s: number }).images_per_s;
     },
-    tokensPerS: async (net, on = { batch: languageBatch, device: 'cpu' }) => {
+    tokensPerS: async (net, on) => {
       const request = {
         spec: JSON.parse(modelSpecJson(net)),
         ...on,
@@ -162,6 +162,58 @@ function realStepMs(name: string, dataset: string, threads: number, steps: numbe
   }
 }
 
+/** The language model's tokens/s in ft-train and in PyTorch, per round. */
+interface LanguageRace {
+  batch: number;
+  context: number;
+  ours: number[];
+  theirs: number[];
+  ratios: number[];
+}
+
+/**
+ * The language model's whole training step (AdamW) on `on.device`, in ft-train and in PyTorch (its
+ * windows on the same device), alternating per round; `where` names the device in the progress lines.
+ */
+async function raceLanguageModel(
+  pytorch: ReturnType<typeof startPytorch>,
+  on: { batch: number; device: 'cpu' | 'cuda' },
+  where: string,
+): Promise<LanguageRace> {
+  const gpt = languageModelStep(languageModel, on.batch, on.device === 'cuda' ? cudaBackend() : cpu);
+  const context = gpt.net.spec.language!.context;
+  const ours: number[] = [];
+  const theirs: number[] = [];
+  for (let round = 0; round < rounds; ++round) {
+    process.stderr.write(`[bench] round ${round + 1}/${rounds}${where}: ${languageModel} in ft-train and PyTorch, alternating ...\n`);
+    const mine = (): number => on.batch * context * stepsPerS(gpt.step, languageSeconds);
+    if (round % 2 === 0) {
+      ours.push(mine());
+      theirs.push(await pytorch.tokensPerS(gpt.net, on));
+    } else {
+      theirs.push(await pytorch.tokensPerS(gpt.net, on));
+      ours.push(mine());
+    }
+  }
+  return { batch: on.batch, context, ours, theirs, ratios: ours.map((rate, k) => rate / theirs[k]) };
+}
+
+/** The race's line in the table. */
+function languageLine(race: LanguageRace): string {
+  return `${languageModel}: ft-train ${median(race.ours).toFixed(0)} tokens/s, PyTorch ${median(race.theirs).toFixed(0)} tokens/s, ratio ${median(race.ratios).toFixed(3)} (batch ${race.batch} x context ${race.context})`;
+}
+
+/** The race's record in the JSON line. */
+function languageRecord(race: LanguageRace): Record<string, unknown> {
+  return {
+    batch: race.batch,
+    context: race.context,
+    tokens_per_s: +median(race.ours).toFixed(1),
+    pytorch_tokens_per_s: +median(race.theirs).toFixed(1),
+    vs_pytorch_rounds: race.ratios.map((r) => +r.toFixed(3)),
+  };
+}
+
 /** --device cuda: the GPU backend against PyTorch on the same GPU (see the top of this file). */
 async function gpuMain(): Promise<void> {
   const nccl = cudaAddon();
@@ -203,25 +255,8 @@ async function gpuMain(): Promise<void> {
       }
     }
   }
-  // the language model: tokens/s of a training step with AdamW on the GPU, against PyTorch's with its
-  // windows on the GPU, alternating per round
-  const gpt = languageModelStep(languageModel, gpuLanguageBatch, cudaBackend());
-  const tokensPerStep = gpuLanguageBatch * gpt.net.spec.language!.context;
-  const gptOurs: number[] = [];
-  const gptTheirs: number[] = [];
-  for (let round = 0; round < rounds; ++round) {
-    process.stderr.write(`[bench] round ${round + 1}/${rounds} on ${gpu}: ${languageModel} in ft-train and PyTorch, alternating ...\n`);
-    const mine = (): number => tokensPerStep * stepsPerS(gpt.step, languageSeconds);
-    const peer = (): Promise<number> => pytorch.tokensPerS(gpt.net, { batch: gpuLanguageBatch, device: 'cuda' });
-    if (round % 2 === 0) {
-      gptOurs.push(mine());
-      gptTheirs.push(await peer());
-    } else {
-      gptTheirs.push(await peer());
-      gptOurs.push(mine());
-    }
-  }
-  const gptRatio = median(gptOurs.map((rate, i) => rate / gptTheirs[i]));
+  // the language model with AdamW on the GPU, against PyTorch's with its windows on the GPU
+  const gpt = await raceLanguageModel(pytorch, { batch: gpuLanguageBatch, device: 'cuda' }, ` on ${gpu}`);
   pytorch.stop();
   // NCCL at 1 rank, after a warm-up: one abort, and one rebuild (a new unique id, a new communicator)
   const values = new Float32Array(1 << 16);
@@ -269,9 +304,7 @@ async function gpuMain(): Promise<void> {
           .padStart(38)}`,
     );
   }
-  console.log(
-    `${languageModel}: ft-train ${median(gptOurs).toFixed(0)} tokens/s, PyTorch ${median(gptTheirs).toFixed(0)} tokens/s, ratio ${gptRatio.toFixed(3)} (batch ${gpuLanguageBatch} x context ${tokensPerStep / gpuLanguageBatch})`,
-  );
+  console.log(languageLine(gpt));
   console.log(
     `NCCL at 1 rank: abort ${median(abortMs).toFixed(2)} ms, rebuild ${median(rebuildMs).toFixed(2)} ms (medians of ${abortMs.length})`,
   );
@@ -284,22 +317,14 @@ async function gpuMain(): Promise<void> {
       min_vs_pytorch_cuda_resident_512: at512('_resident'),
       min_vs_pytorch_cuda_deterministic_512: at512('_deterministic'),
       ...summary,
-      gpt_vs_pytorch_cuda: +gptRatio.toFixed(3),
+      gpt_vs_pytorch_cuda: +median(gpt.ratios).toFixed(3),
       nccl_abort_ms: +median(abortMs).toFixed(3),
       nccl_rebuild_ms: +median(rebuildMs).toFixed(3),
       gpu,
       libraries: nccl.libraries(),
       rounds,
       seconds_per_round: seconds,
-      models: {
-        ...perCase,
-        [languageModel]: {
-          batch: gpuLanguageBatch,
-          context: tokensPerStep / gpuLanguageBatch,
-          tokens_per_s: +median(gptOurs).toFixed(1),
-          pytorch_tokens_per_s: +median(gptTheirs).toFixed(1),
-        },
-      },
+      models: { ...perCase, [languageModel]: languageRecord(gpt) },
     }),
   );
 }
@@ -335,23 +360,8 @@ async function main(): Promise<void> {
     }
   }
   // the language model: tokens/s of a whole training step, alternating with PyTorch per round
-  const gpt = languageModelStep(languageModel, languageBatch);
-  const tokensPerStep = languageBatch * gpt.net.spec.language!.context;
-  const gptOurs: number[] = [];
-  const gptTheirs: number[] = [];
-  for (let round = 0; round < rounds; ++round) {
-    process.stderr.write(`[bench] round ${round + 1}/${rounds}: ${languageModel} in ft-train and PyTorch, alternating ...\n`);
-    const mine = (): number => tokensPerStep * stepsPerS(gpt.step, languageSeconds);
-    if (round % 2 === 0) {
-      gptOurs.push(mine());
-      gptTheirs.push(await pytorch.tokensPerS(gpt.net));
-    } else {
-      gptTheirs.push(await pytorch.tokensPerS(gpt.net));
-      gptOurs.push(mine());
-    }
-  }
+  const gpt = await raceLanguageModel(pytorch, { batch: languageBatch, device: 'cpu' }, '');
   pytorch.stop();
-  const gptRatios = gptOurs.map((mine, k) => mine / gptTheirs[k]);
 
   // threads: real 1-rank runs (ft-run places a rank's threads on cores of their own), 1 and 2 alternating
   const threadRatios = new Map<string, number[]>(threadModels.map((m) => [m, []]));
@@ -432,14 +442,12 @@ async function main(): Promise<void> {
         `${ratio.toFixed(3).padStart(6)} ${kernelMs.toFixed(2).padStart(10)} ${(realMs?.toFixed(2) ?? '-').padStart(13)}`,
     );
   }
-  console.log(
-    `${languageModel}: ft-train ${median(gptOurs).toFixed(0)} tokens/s, PyTorch ${median(gptTheirs).toFixed(0)} tokens/s, ratio ${median(gptRatios).toFixed(3)} (batch ${languageBatch} x context ${tokensPerStep / languageBatch})`,
-  );
+  console.log(languageLine(gpt));
   const threads2 = Object.fromEntries(threadModels.map((m) => [m, +median(threadRatios.get(m)!).toFixed(3)]));
   console.log(`2 threads / 1 thread: ${threadModels.map((m) => `${m} ${threads2[m]}x`).join(', ')}`);
   console.log(
     JSON.stringify({
-      gpt_vs_pytorch: +median(gptRatios).toFixed(3),
+      gpt_vs_pytorch: +median(gpt.ratios).toFixed(3),
       lenet_vs_pytorch: summary.lenet_vs_pytorch,
       min_model_vs_pytorch: Math.min(...models.map((m) => summary[`${m}_vs_pytorch`] as number)),
       threads2_speedup: Math.min(...Object.values(threads2)),
@@ -451,13 +459,7 @@ async function main(): Promise<void> {
       seconds_per_round: seconds,
       threads2_speedup_by_model: threads2,
       models: perModel,
-      [languageModel]: {
-        batch: languageBatch,
-        context: tokensPerStep / languageBatch,
-        tokens_per_s: +median(gptOurs).toFixed(1),
-        pytorch_tokens_per_s: +median(gptTheirs).toFixed(1),
-        vs_pytorch_rounds: gptRatios.map((r) => +r.toFixed(3)),
-      },
+      [languageModel]: languageRecord(gpt),
     }),
   );
 }
