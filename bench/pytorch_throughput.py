@@ -4,8 +4,9 @@ in short rounds: each line on stdin is a request {"spec": <a model spec, every d
 training steps (forward, backward, update, like ft-train's) of that model on one thread, timed for
 S seconds. A language model's spec ("context", "vocab") trains on random token windows with AdamW
 (decay on matrices only, as ft-train's: {"lr", "weight_decay"} in the request) and answers
-"tokens_per_s" beside "images_per_s" (windows per second), on the CPU or (windows kept there) the GPU. The model is built once per spec name, by examples/pytorch/load_model.py's SpecModel (the
-one rebuilder of ft-train specs in PyTorch), and warmed up on first use."""
+"tokens_per_s" beside "images_per_s" (windows per second), on the CPU or (windows kept there) the
+GPU. The model is built once per spec name, by examples/pytorch/load_model.py's SpecModel (the one
+rebuilder of ft-train specs in PyTorch), and warmed up on first use."""
 import json
 import sys
 import time

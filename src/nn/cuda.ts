@@ -1,8 +1,8 @@
 // The GPU backend: cuDNN convolutions, cuBLAS linear layers and the addon's own CUDA kernels
 // (binding/src/cuda), present only in an addon built where CUDA, cuDNN, cuBLAS and NCCL were found.
 // It runs the layers of image classifiers, residual networks included, and of GPT-style
-// transformers (gpuLayerTypes), and the optimizers' updates (the CPU's bits); a layer without GPU kernels is refused when the net is
-// built, and its kernels here throw saying so. The collectives and checkpoints stay on the host: the
+// transformers (gpuLayerTypes), and the optimizers' updates (the CPU's bits); a layer without GPU
+// kernels is refused when the net is built, and its kernels here throw saying so. The collectives and checkpoints stay on the host: the
 // net uploads its input before each pass and downloads its gradients and logits after
 // (src/nn/net.ts), and with replicated optimizer state the parameters and the state live on the GPU
 // (src/solver/replicated-state.ts).

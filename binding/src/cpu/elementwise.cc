@@ -1,7 +1,7 @@
 // Element-wise kernels: ReLU, in-place add, dropout's mask and the product that applies it, softmax
 // + cross-entropy, and the optimizers' updates (SGD with momentum and weight decay, AdamW), each
-// with the part that advances its state alone ("replay"), which sharded state uses to rebuild a lost chunk's state from a copy of the chunk's
-// previous state and the step's input.
+// with the part that advances its state alone ("replay"), which sharded state uses to rebuild a
+// lost chunk's state from a copy of the chunk's previous state and the step's input.
 // Plain loops in a fixed order: the same inputs give the same bits. The long element-wise ones
 // split their range over setThreads()'s OpenMP threads (each element still computed alone, so the
 // bits do not depend on the thread count).

@@ -1,4 +1,5 @@
-// Convolutions through cuDNN's convolution API, linear layers and batched products through cuBLAS; see dnn.h.
+// Convolutions through cuDNN's convolution API, linear layers and batched products through
+// cuBLAS; see dnn.h.
 #include "dnn.h"
 
 #include <algorithm>

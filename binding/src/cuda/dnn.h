@@ -1,5 +1,6 @@
-// Convolutions (cuDNN), linear layers and batched products (cuBLAS) on device memory, in full float32 (no TF32) and
-// with deterministic algorithms only, so that the same inputs give the same bits on the same GPU.
+// Convolutions (cuDNN), linear layers and batched products (cuBLAS) on device memory, in full
+// float32 (no TF32) and with deterministic algorithms only, so that the same inputs give the same
+// bits on the same GPU.
 #pragma once
 #include <vector>
 

@@ -1,6 +1,8 @@
-// The GPU backend's own CUDA kernels (kernels.cu): element-wise, bias, pooling, softmax
-// cross-entropy. Each is deterministic: every output is computed by one thread, or by one block in
-// a fixed order, never by atomics, so the same inputs give the same bits on the same GPU.
+// The GPU backend's own CUDA kernels: element-wise, bias, pooling, softmax cross-entropy
+// (kernels.cu), normalisation (normalization.cu), a transformer's (transformer.cu) and the
+// optimizers' updates (optimizer.cu). Each is deterministic: every output is computed by one
+// thread, warp or block in a fixed order (the one atomic, transformer.cu's first bad token, is a
+// minimum), so the same inputs give the same bits on the same GPU.
 // Pointers are device memory; each call launches on the default stream and checks the launch.
 #pragma once
 #include <cstddef>
