@@ -33,7 +33,7 @@ void Upload(const void* host, const Napi::TypedArray& mirrored);
 void Download(const Napi::TypedArray& mirrored, void* host);
 
 // Device memory kept for one purpose (a workspace, labels, partial sums), grown as needed and reused.
-enum class Scratch { kWorkspace, kLabels, kRowLoss, kPartials, kChannelTotals, kAttention, kTokens, kFirstBad, kCount };
+enum class Scratch { kWorkspace, kLabels, kRowLoss, kPartials, kWeightPartials, kChannelTotals, kAttention, kTokens, kFirstBad, kCount };
 void* ScratchOf(Scratch purpose, size_t bytes);
 
 // Bytes of device memory held by mirrors and scratch.

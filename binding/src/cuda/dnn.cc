@@ -46,6 +46,9 @@ struct Conv {
   cudnnConvolutionBwdFilterAlgo_t backwardFilter;
   size_t workspace = 0;
   int oh, ow;
+  ConvGeometry geometry;
+  // the weight gradient by weight_gradient.cu's kernels instead of cuDNN's
+  bool ownWeightGradient;
 };
 
 // The first algorithm the heuristics rank that is deterministic, uses FMA math (no tensor-core TF32)
@@ -83,6 +86,8 @@ Conv& ConvFor(const std::vector<int>& d) {
   FT_CUDA_CHECK(cudnnGetConvolution2dForwardOutputDim(c->conv, c->x, c->w, &on, &oc, &oh, &ow));
   c->oh = oh;
   c->ow = ow;
+  c->geometry = ConvGeometry{n, ch, h, w, k, r, s, stride, pad, oh, ow};
+  c->ownWeightGradient = OwnWeightGradient(c->geometry);
   FT_CUDA_CHECK(cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, k, oh, ow));
   FT_CUDA_CHECK(cudnnSetTensor4dDescriptor(c->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, k, 1, 1));
   cudnnHandle_t handle = Cudnn();
@@ -97,11 +102,13 @@ Conv& ConvFor(const std::vector<int>& d) {
                                                              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, data));
   c->backwardData = Pick<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
       data, returned, "conv2dBackwardData", &c->workspace);
-  cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-  FT_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-      handle, c->x, c->y, c->conv, c->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, filter));
-  c->backwardFilter = Pick<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
-      filter, returned, "conv2dBackwardWeights", &c->workspace);
+  if (!c->ownWeightGradient) {
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    FT_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+        handle, c->x, c->y, c->conv, c->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, filter));
+    c->backwardFilter = Pick<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+        filter, returned, "conv2dBackwardWeights", &c->workspace);
+  }
   slot = std::move(c);
   return *slot;
 }
@@ -131,8 +138,12 @@ void ConvBackwardData(const std::vector<int>& dims, const float* dy, const float
 
 void ConvBackwardWeights(const std::vector<int>& dims, const float* x, const float* dy, float* dw, float* db) {
   Conv& c = ConvFor(dims);
-  FT_CUDA_CHECK(cudnnConvolutionBackwardFilter(Cudnn(), &kOne, c.x, x, c.y, dy, c.conv, c.backwardFilter,
-                                               Workspace(c), c.workspace, &kZero, c.w, dw));
+  if (c.ownWeightGradient) {
+    ConvWeightGradient(x, dy, dw, c.geometry);
+  } else {
+    FT_CUDA_CHECK(cudnnConvolutionBackwardFilter(Cudnn(), &kOne, c.x, x, c.y, dy, c.conv, c.backwardFilter,
+                                                 Workspace(c), c.workspace, &kZero, c.w, dw));
+  }
   SumPerChannel(dy, db, dims[0], dims[4], static_cast<size_t>(c.oh) * c.ow);
 }
 

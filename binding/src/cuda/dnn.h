@@ -1,4 +1,5 @@
-// Convolutions (cuDNN), linear layers and batched products (cuBLAS) on device memory, in full
+// Convolutions (cuDNN; the weight gradient of a convolution over few input values by the addon's
+// own kernels, kernels.h), linear layers and batched products (cuBLAS) on device memory, in full
 // float32 (no TF32) and with deterministic algorithms only, so that the same inputs give the same
 // bits on the same GPU.
 #pragma once

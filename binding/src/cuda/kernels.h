@@ -1,5 +1,5 @@
 // The GPU backend's own CUDA kernels: element-wise, bias, pooling, softmax cross-entropy
-// (kernels.cu), normalisation (normalization.cu), a transformer's (transformer.cu) and the
+// (kernels.cu), a convolution's weight gradient (weight_gradient.cu), normalisation (normalization.cu), a transformer's (transformer.cu) and the
 // optimizers' updates (optimizer.cu). Each is deterministic: every output is computed by one
 // thread, warp or block in a fixed order (the one atomic, transformer.cu's first bad token, is a
 // minimum), so the same inputs give the same bits on the same GPU.
@@ -36,6 +36,16 @@ void MaxPoolForward(const float* x, float* y, int32_t* argmax, const PoolGeometr
 void MaxPoolBackward(const float* dy, float* dx, const int32_t* argmax, const PoolGeometry& g);
 void AvgPoolForward(const float* x, float* y, const PoolGeometry& g);
 void AvgPoolBackward(const float* dy, float* dx, const PoolGeometry& g);
+
+// A convolution's weight gradient by the addon's own kernels (weight_gradient.cu) where its filters
+// see at most kFewInputs input values (C R S), and cuDNN's deterministic algorithms are slow: dw
+// [K, C, R, S] overwritten, summed over fixed runs of output positions, the runs added in order.
+struct ConvGeometry {
+  int n, c, h, w, k, r, s, stride, pad, oh, ow;
+};
+constexpr int kFewInputs = 128;
+bool OwnWeightGradient(const ConvGeometry& g);
+void ConvWeightGradient(const float* x, const float* dy, float* dw, const ConvGeometry& g);
 
 // Batchnorm and global average pooling over plain [N, C, S] activations (normalization.cu), as the
 // CPU's kernels define them (src/nn/backend.ts); batchnorm's sums in double, in a fixed order of its
