@@ -29,6 +29,7 @@ export const phases = [
   'rebalance',
   'evaluation',
   'recovery',
+  'repair',
   'spawn',
   'spawning',
   'ready',

@@ -141,7 +141,7 @@ export class Manager implements StepPosition {
       observer,
       () => this.repairs.killStopped(),
     );
-    this.repairs = new WorldRepair(config, this.membership, this.vote, this, this, observer);
+    this.repairs = new WorldRepair(config, this.membership, this.vote, this, this, observer, this.enter);
     this.shards = new HeldShards(dataset, layout, () => this.membership.worldRank);
     this.checkpoints = new Checkpointing(config, this.membership, this.vote, this, this, observer, this.enter);
     this.sumState = new SumAndState(config, this.membership, observer);

@@ -9,6 +9,7 @@ import { CommTimeoutError, isFailure, type Communicator } from '../comm';
 import { withDeadline } from '../liveness/deadline';
 import { killDeclaredDead, killStopped, peersGone } from '../liveness/hangs';
 import { goneFromHere } from '../run/pids';
+import type { Phase } from '../liveness/drills';
 import type { ProtocolConfig, ProtocolObserver, RunHistory, StepPosition } from './contracts';
 import type { Membership } from './membership';
 import { ProtocolStop } from '../liveness/stop';
@@ -31,6 +32,8 @@ export interface RepairOptions {
   deadlineMs: number;
   /** this rank stops the job for an error of its own */
   erred?: boolean;
+  /** called in each attempt once the communicator is shrunk, before its agreements (a drill point) */
+  shrunk?: () => void;
 }
 
 const now = (): number => performance.now();
@@ -66,6 +69,7 @@ export async function repair(comm: Communicator, step: number, options: RepairOp
     current = shrunk;
     const shrunkAt = now();
     revokeShrinkMs += shrunkAt - start;
+    options.shrunk?.();
     try {
       const clean = await current.agree(options.erred ? ~errorBit(me) : ~0);
       const erred = Array.from({ length: 31 }, (_, r) => r).filter((r) => (clean & errorBit(r)) === 0);
@@ -85,7 +89,10 @@ export async function repair(comm: Communicator, step: number, options: RepairOp
     }
   }
   await current.free().catch(() => undefined);
-  throw new ProtocolStop('unrecoverable', `the communicator could not be repaired in ${options.maxAttempts} attempts at step ${step}`);
+  throw new ProtocolStop(
+    'unrecoverable',
+    `the communicator could not be repaired in ${options.maxAttempts} attempt${options.maxAttempts === 1 ? '' : 's'} at step ${step}`,
+  );
 }
 
 /** The repair of the world the Membership holds, with what it decides beyond the communicator. */
@@ -97,6 +104,7 @@ export class WorldRepair {
     private readonly position: StepPosition,
     private readonly history: RunHistory,
     private readonly observer: ProtocolObserver,
+    private readonly enter: (phase: Phase) => void,
   ) {}
 
   /** Revoke, shrink, agree; kills what was declared dead; stops the job if a rank erred. The world ranks lost. */
@@ -107,6 +115,7 @@ export class WorldRepair {
       maxAttempts: this.config.maxRetries,
       deadlineMs: this.config.commTimeoutMs,
       erred,
+      shrunk: () => this.enter('repair'),
     });
     this.world.replaceComm(fixed.comm);
     const killed = fixed.lost.length > 0 ? killDeclaredDead(this.config.pidsDir, fixed.lost) : [];

@@ -19,7 +19,7 @@ import type { Manager } from '../protocol/manager';
 import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../liveness/stop';
 import { runFiles } from '../run/files';
-import { processStat, rankList, readPid } from '../run/pids';
+import { claimStopLine, processStat, rankList, readPid } from '../run/pids';
 import { RunLog } from '../run/writer';
 import { agreeKernelLevel, KernelLevelRefusal, type LevelAsked } from './kernel-level';
 import { launcherWorldRank } from './launcher-env';
@@ -253,8 +253,9 @@ export class RankJob {
       return { code: stop.exitCode, leave: true };
     }
     if (stop.reason === 'unrecoverable') {
-      // MPI cannot be trusted to finish: make sure no rank of this job lingers on this host, then leave
-      console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
+      // MPI cannot be trusted to finish, nor to say who prints: the first survivor to claim the line
+      // does; then no rank of this job may linger on this host
+      if (claimStopLine(this.pidsDir)) console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
       killDeclaredDead(
         this.pidsDir,
         this.world!.worldRanks.filter((r) => r !== this.worldRank),

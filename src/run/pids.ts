@@ -32,6 +32,25 @@ export function pidFileText(): string {
   return `${process.pid} ${os.hostname()} ${processStat(process.pid)?.start ?? ''}\n`;
 }
 
+/**
+ * Whether this process is the first of its job to claim the job's stop line, for a stop where the
+ * ranks cannot agree on who prints it (the communicator cannot be repaired): a file made
+ * exclusively in pids/, named after rank 0's pid file, so that an earlier job's claim in the same
+ * run directory never counts. Where the run directory is not shared between hosts, the first rank
+ * on each host claims it. A claim that cannot be written (a full disk) counts as won: a line too
+ * many rather than none.
+ */
+export function claimStopLine(pidsDir: string): boolean {
+  const first = readPidFile(pidsDir, 0);
+  const name = first ? `stop-${first.host}-${first.pid}-${first.start}` : 'stop';
+  try {
+    fs.writeFileSync(path.join(pidsDir, name), pidFileText(), { flag: 'wx' });
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code !== 'EEXIST';
+  }
+  return true;
+}
+
 /** The world ranks with a pid file, ascending. */
 export function rankList(pidsDir: string): number[] {
   return fs.existsSync(pidsDir)

@@ -84,6 +84,7 @@ function parts(
       position,
       history,
       observer,
+      () => undefined,
     );
     return { position, observer, membership, vote, history, repair };
   });
