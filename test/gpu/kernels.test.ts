@@ -47,13 +47,15 @@ describe('GPU backend: kernels against the CPU backend', function () {
   });
 
   // Filters over at most 128 input values (C R S) take the addon's own weight gradient, the others
-  // cuDNN's: both kinds, a run of output positions crossing samples (13 x 11 outputs), and
-  // cifarnet's first layer at batch 40 (40 runs of positions added).
+  // cuDNN's: both kinds; the own kernel with 1, 2, 3 and 4 slices of 32 weights (C R S 27, 50, 75,
+  // 125), two tiles of filters (40), a run of output positions crossing samples (13 x 11 outputs),
+  // and cifarnet's first layer at batch 40 (80 runs of positions added).
   for (const shape of [
     [4, 3, 12, 12, 8, 3, 3, 1, 1],
     [3, 5, 11, 9, 6, 5, 5, 2, 0],
     [2, 1, 28, 28, 20, 5, 5, 1, 0],
     [7, 3, 13, 11, 5, 3, 3, 1, 1],
+    [5, 2, 9, 9, 40, 5, 5, 1, 2],
     [40, 3, 32, 32, 32, 5, 5, 1, 2],
     [2, 8, 10, 10, 12, 5, 5, 1, 2],
   ] as ConvShape[]) {
