@@ -45,7 +45,7 @@ struct Conv {
   cudnnConvolutionBwdDataAlgo_t backwardData;
   cudnnConvolutionBwdFilterAlgo_t backwardFilter;
   size_t workspace = 0;
-  int oh, ow;
+  // the shape, its output size included
   ConvGeometry geometry;
   // the weight gradient by weight_gradient.cu's kernels instead of cuDNN's
   bool ownWeightGradient;
@@ -84,8 +84,6 @@ Conv& ConvFor(const std::vector<int>& d) {
   FT_CUDA_CHECK(cudnnSetConvolutionMathType(c->conv, CUDNN_FMA_MATH));
   int on, oc, oh, ow;
   FT_CUDA_CHECK(cudnnGetConvolution2dForwardOutputDim(c->conv, c->x, c->w, &on, &oc, &oh, &ow));
-  c->oh = oh;
-  c->ow = ow;
   c->geometry = ConvGeometry{n, ch, h, w, k, r, s, stride, pad, oh, ow};
   c->ownWeightGradient = OwnWeightGradient(c->geometry);
   FT_CUDA_CHECK(cudnnSetTensor4dDescriptor(c->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, k, oh, ow));
@@ -120,14 +118,14 @@ const float kOne = 1.0f, kZero = 0.0f;
 
 std::vector<int> ConvOutput(const std::vector<int>& dims) {
   Conv& c = ConvFor(dims);
-  return {c.oh, c.ow};
+  return {c.geometry.oh, c.geometry.ow};
 }
 
 void ConvForward(const std::vector<int>& dims, const float* x, const float* w, const float* b, float* y) {
   Conv& c = ConvFor(dims);
   FT_CUDA_CHECK(cudnnConvolutionForward(Cudnn(), &kOne, c.x, x, c.w, w, c.conv, c.forward, Workspace(c), c.workspace,
                                         &kZero, c.y, y));
-  AddBias(y, b, dims[0], dims[4], static_cast<size_t>(c.oh) * c.ow);
+  AddBias(y, b, dims[0], dims[4], static_cast<size_t>(c.geometry.oh) * c.geometry.ow);
 }
 
 void ConvBackwardData(const std::vector<int>& dims, const float* dy, const float* w, float* dx) {
@@ -144,7 +142,7 @@ void ConvBackwardWeights(const std::vector<int>& dims, const float* x, const flo
     FT_CUDA_CHECK(cudnnConvolutionBackwardFilter(Cudnn(), &kOne, c.x, x, c.y, dy, c.conv, c.backwardFilter,
                                                  Workspace(c), c.workspace, &kZero, c.w, dw));
   }
-  SumPerChannel(dy, db, dims[0], dims[4], static_cast<size_t>(c.oh) * c.ow);
+  SumPerChannel(dy, db, dims[0], dims[4], static_cast<size_t>(c.geometry.oh) * c.geometry.ow);
 }
 
 // Row-major [N, I] is column-major [I, N]: each product below is the row-major one transposed.
