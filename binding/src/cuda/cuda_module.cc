@@ -176,18 +176,26 @@ Napi::Value LinearBackwardValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-Napi::Value ReluForwardValue(const Napi::CallbackInfo& info) {
-  size_t n = FloatSpanArg(info, 0, "reluForward", "x").length;
-  ReluForward(Dev(info, 0), DevArg(info, 1, "reluForward", "y", n), n);
+// An element-wise activation: method(x, y) runs forward(x, y, n); method(x, dy, dx) runs
+// backward(x, dy, dx, n), x giving n.
+Napi::Value ActivationValue(const Napi::CallbackInfo& info, const char* method, void (*forward)(const float*, float*, size_t)) {
+  size_t n = FloatSpanArg(info, 0, method, "x").length;
+  forward(Dev(info, 0), DevArg(info, 1, method, "y", n), n);
   return info.Env().Undefined();
 }
 
-Napi::Value ReluBackwardValue(const Napi::CallbackInfo& info) {
-  size_t n = FloatSpanArg(info, 0, "reluBackward", "x").length;
-  float* dy = DevArg(info, 1, "reluBackward", "dy", n);
-  float* dx = DevArg(info, 2, "reluBackward", "dx", n);
-  ReluBackward(Dev(info, 0), dy, dx, n);
+Napi::Value ActivationGradientValue(const Napi::CallbackInfo& info, const char* method,
+                                    void (*backward)(const float*, const float*, float*, size_t)) {
+  size_t n = FloatSpanArg(info, 0, method, "x").length;
+  float* dy = DevArg(info, 1, method, "dy", n);
+  backward(Dev(info, 0), dy, DevArg(info, 2, method, "dx", n), n);
   return info.Env().Undefined();
+}
+
+Napi::Value ReluForwardValue(const Napi::CallbackInfo& info) { return ActivationValue(info, "reluForward", ReluForward); }
+
+Napi::Value ReluBackwardValue(const Napi::CallbackInfo& info) {
+  return ActivationGradientValue(info, "reluBackward", ReluBackward);
 }
 
 Napi::Value AddInPlaceValue(const Napi::CallbackInfo& info) {
@@ -305,17 +313,10 @@ Napi::Value AttentionBackwardValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-Napi::Value GeluForwardValue(const Napi::CallbackInfo& info) {
-  size_t n = FloatSpanArg(info, 0, "geluForward", "x").length;
-  GeluForward(Dev(info, 0), DevArg(info, 1, "geluForward", "y", n), n);
-  return info.Env().Undefined();
-}
+Napi::Value GeluForwardValue(const Napi::CallbackInfo& info) { return ActivationValue(info, "geluForward", GeluForward); }
 
 Napi::Value GeluBackwardValue(const Napi::CallbackInfo& info) {
-  size_t n = FloatSpanArg(info, 0, "geluBackward", "x").length;
-  float* dy = DevArg(info, 1, "geluBackward", "dy", n);
-  GeluBackward(Dev(info, 0), dy, DevArg(info, 2, "geluBackward", "dx", n), n);
-  return info.Env().Undefined();
+  return ActivationGradientValue(info, "geluBackward", GeluBackward);
 }
 
 Napi::Value LayernormForwardValue(const Napi::CallbackInfo& info) {
