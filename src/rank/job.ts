@@ -253,14 +253,17 @@ export class RankJob {
       return { code: stop.exitCode, leave: true };
     }
     if (stop.reason === 'unrecoverable') {
-      // MPI cannot be trusted to finish, nor to say who prints: the first survivor to claim the line
-      // does; then no rank of this job may linger on this host
-      if (claimStopLine(this.pidsDir)) console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
-      killDeclaredDead(
-        this.pidsDir,
-        this.world!.worldRanks.filter((r) => r !== this.worldRank),
-      );
+      // MPI cannot be trusted to finish, nor to say which rank prints: as at a failed start-up, the
+      // first survivor to claim the line prints it, kills the job's other ranks on this host (a
+      // stopped one would keep mpirun alive) and, once they are gone, exits with the code last
+      // (mpirun returns at the first non-zero exit); the others leave quietly, exit 0. Survivors
+      // that each killed the other left mpirun nothing but signals, and it exited 0.
       await this.leaveNow();
+      if (!claimStopLine(this.pidsDir)) return { code: 0, leave: true };
+      console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
+      const others = this.world!.worldRanks.filter((r) => r !== this.worldRank);
+      killDeclaredDead(this.pidsDir, others);
+      await peersGone(this.pidsDir, others, this.bounds.commMs);
       return { code: stop.exitCode, leave: true };
     }
     if (manager.world.isLeader && stop.reason === 'corruption') this.progress.line(stop.message);

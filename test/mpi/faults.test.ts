@@ -145,24 +145,28 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     );
   });
 
-  it("a kill between the repair's shrink and its agreement: repaired again, the same bits; with --max-retries 1 the repair cannot finish: one line, exit 1, nothing left running", async () => {
-    const kills = ['--drill', 'rank=1,step=10', '--drill', 'rank=2,step=10,phase=repair'];
-    const repaired = await train(...kills);
-    assertRecovered(repaired, [1, 2]);
-    assert.deepEqual(
-      eventsOf(repaired)
-        .filter((e) => e.event === 'revoke+shrink')
-        .map((e) => [e.step, e.lost, e.attempts]),
-      [[10, [1, 2], 2]],
-    );
-    const stopped = await train('--max-retries', '1', ...kills);
-    assert.equal(stopped.job.code, 1, stopped.job.stderr);
-    assert.equal(stopped.job.stragglers, 0, 'processes of the job outlived mpirun');
-    // each survivor (0 and 3) meets the same end; the first to claim it prints the one line
-    const lines = ftLines(stopped.job);
-    assert.equal(lines.length, 1, stopped.job.stderr);
-    assert.match(lines[0], /^ft-train: rank [03]: the communicator could not be repaired in 1 attempt at step 10$/);
-    assert.ok(!fs.existsSync(path.join(stopped.dir, 'summary.json')), 'a summary was written');
+  it("a kill or a SIGSTOP between the repair's shrink and its agreement: repaired again, the same bits; with --max-retries 1 the repair cannot finish: one line, exit 1, nothing left running", async () => {
+    for (const action of ['kill', 'stop']) {
+      const drills = ['--drill', 'rank=1,step=10', '--drill', `rank=2,step=10,phase=repair,action=${action}`];
+      const repaired = await train(...drills);
+      assertRecovered(repaired, [1, 2]);
+      assert.deepEqual(
+        eventsOf(repaired)
+          .filter((e) => e.event === 'revoke+shrink')
+          .map((e) => [e.step, e.lost, e.attempts]),
+        [[10, [1, 2], 2]],
+        action,
+      );
+      assert.ok(!alive(pidOf(repaired, 2)), `${action}: rank 2 outlived the job`);
+      const stopped = await train('--max-retries', '1', ...drills);
+      assert.equal(stopped.job.code, 1, `${action}: ${stopped.job.stderr}`);
+      assert.equal(stopped.job.stragglers, 0, `${action}: processes of the job outlived mpirun`);
+      // each survivor (0 and 3) meets the same end; the first to claim the line prints it
+      const lines = ftLines(stopped.job);
+      assert.equal(lines.length, 1, `${action}: ${stopped.job.stderr}`);
+      assert.match(lines[0], /^ft-train: rank [03]: the communicator could not be repaired in 1 attempt at step 10$/);
+      assert.ok(!fs.existsSync(path.join(stopped.dir, 'summary.json')), `${action}: a summary was written`);
+    }
   });
 
   it('a kill in each step of a JIT checkpoint and of a periodic one', async () => {
