@@ -225,7 +225,7 @@ export class ElasticLoop {
 
   /** Test accuracy and loss over the dataset's test split, divided over the ranks (`score` gives a batch's mean loss and correct count). */
   async evaluate(score: ScoreFn): Promise<Evaluation> {
-    this.test ??= await this.dataset.test.readAll();
+    this.test ??= await this.dataset.test.readFirst(this.settings.evalSamples ?? this.dataset.test.rows);
     this.evaluation = await evaluateSplit(this.manager, this.test, this.buffers, score);
     return this.evaluation;
   }

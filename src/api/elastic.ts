@@ -91,6 +91,7 @@ function loopDoor(options: LoopOptions, program: LoopProgram): RankDoor<RunResul
             finalLoss: result.finalLoss,
             testAccuracy: result.evaluation?.accuracy ?? null,
             testLoss: result.evaluation?.loss ?? null,
+            testSamples: result.evaluation?.samples ?? null,
             failures: result.failures,
             worldInitial: result.worldInitial,
             worldFinal: result.worldFinal,

@@ -24,6 +24,7 @@ const loopKeys = [
   'respawnLimit',
   'respawnJoin',
   'drill',
+  'evalSamples',
   'verifyEvery',
   'onCorruption',
   'rebalance',

@@ -39,6 +39,8 @@ export interface RunResult {
   /** on the test split at the end; null where nothing was evaluated */
   testAccuracy: number | null;
   testLoss: number | null;
+  /** the test samples scored; null where nothing was evaluated */
+  testSamples: number | null;
   failures: Failure[];
   /** working ranks at the start and at the end */
   worldInitial: number;
@@ -152,7 +154,8 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     result = loop.result(manager);
     if (manager.world.isLeader) {
       const lost = lossesText(result.failures);
-      const accuracy = result.testAccuracy === null ? '' : `test accuracy ${(result.testAccuracy * 100).toFixed(2)}%, `;
+      const scored = options.evalSamples !== undefined ? ` (the first ${result.testSamples} test samples)` : '';
+      const accuracy = result.testAccuracy === null ? '' : `test accuracy ${(result.testAccuracy * 100).toFixed(2)}%${scored}, `;
       job.progress.line(
         `done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, ${accuracy}${result.worldFinal} of ${result.worldInitial} ranks left` +
           `${lost ? ` (lost ${lost}; ${manager.bytesReadBack} bytes read back)` : ''}, ${loop.hashName} ${result.paramsSha256.slice(0, 16)}`,
@@ -228,6 +231,7 @@ function summaryOf(
     final_loss: result.finalLoss,
     test_accuracy: result.testAccuracy,
     test_loss: result.testLoss,
+    test_samples: result.testSamples,
     wall_s: (Date.now() - started) / 1000,
     failures: result.failures,
     ranks_lost: result.failures.reduce((n, f) => n + f.lost.length, 0),

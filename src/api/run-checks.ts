@@ -110,6 +110,13 @@ function checkShards(options: TrainOptions, dataset: Dataset, worldSize: number,
   return options.batch / initialWorld;
 }
 
+/** --eval-samples against the test split it takes its first samples from. */
+function checkEvalSamples(options: TrainOptions, dataset: Dataset): void {
+  const { evalSamples } = options;
+  if (evalSamples !== undefined && evalSamples > dataset.test.rows)
+    throw new Error(`--eval-samples ${evalSamples} is more than the ${dataset.test.rows} samples of the test split (${dataset.test.path})`);
+}
+
 /**
  * Everything checked before MPI starts, alike on every rank (bad input rejects with one InputError
  * line): the launcher's flags, the dataset, the door's own checks, a resume, the shards; then the
@@ -125,6 +132,7 @@ export async function openRun(options: TrainOptions, door: RunInputs): Promise<{
     door.checkModel();
     dataset = await Dataset.open(options.data);
     door.check(dataset);
+    checkEvalSamples(options, dataset);
     const resume = options.resume !== undefined && !joining ? checkResume(options, dataset, door) : undefined;
     options.rankBatch = checkShards(options, dataset, launcherWorldSize() - options.spares, resume);
     if (!joining) createRunDir(options.runDir, resume !== undefined);

@@ -112,6 +112,8 @@ export interface TrainSettings {
   resume?: string;
   /** Test-set evaluation every K steps (default 0: at the end only). */
   evalEvery?: number;
+  /** Test samples an evaluation scores: the test split's first N, the same at any world size (default: all of them). */
+  evalSamples?: number;
   /** A language model: tokens of text it writes after training, into the run's sample.txt (default 200; 0: none). */
   sampleTokens?: number;
   /** Compute threads per rank (default 1; the result depends on it). */
@@ -161,6 +163,8 @@ export interface TrainOptions {
   keepCheckpoints: number;
   resume?: string;
   evalEvery: number;
+  /** the test split's first N samples are what an evaluation scores (undefined: all of them) */
+  evalSamples?: number;
   sampleTokens: number;
   threads: number;
   device: Device;
@@ -204,6 +208,12 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   steps: { kind: 'integer', min: 1, describe: 'steps to train (or --epochs; default: one epoch)', group: 'Job' },
   epochs: { kind: 'integer', min: 1, describe: 'epochs to train (default 1 when --steps is absent)', group: 'Job' },
   evalEvery: { kind: 'integer', min: 0, default: 0, describe: 'test-set evaluation every K steps (0: at the end only)', group: 'Job' },
+  evalSamples: {
+    kind: 'integer',
+    min: 1,
+    describe: "test samples each evaluation scores: the test split's first N, the same at any world size (default: all of them)",
+    group: 'Job',
+  },
   sampleTokens: {
     kind: 'integer',
     min: 0,
@@ -497,6 +507,7 @@ export function resolveTrainOptions(
       | 'resume'
       | 'verifyEvery'
       | 'rebalance'
+      | 'evalSamples'
     >
   > &
     TrainSettings;
@@ -568,6 +579,7 @@ export function resolveTrainOptions(
     keepCheckpoints: a.keepCheckpoints,
     resume: a.resume,
     evalEvery: a.evalEvery,
+    evalSamples: a.evalSamples,
     sampleTokens: a.sampleTokens,
     threads: a.threads,
     device: a.device,

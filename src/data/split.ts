@@ -166,10 +166,23 @@ export class Split {
   }
 
   /** The whole split as one piece (shard -1). */
-  async readAll(): Promise<ShardData> {
-    const data = this.emptyShard(-1, this.rows);
-    await this.loadInto(0, this.blocks.length, data, 0);
-    return data;
+  readAll(): Promise<ShardData> {
+    return this.readFirst(this.rows);
+  }
+
+  /** The split's first `rows` samples as one piece (shard -1): only the record batches holding them are read. */
+  async readFirst(rows: number): Promise<ShardData> {
+    if (!(Number.isSafeInteger(rows) && rows >= 0 && rows <= this.rows))
+      throw new RangeError(`${this.path}: expected 0 to ${this.rows} rows to read, got ${rows}`);
+    const batchRows = this.recordBatchRows;
+    let end = 0;
+    let covered = 0;
+    while (covered < rows) covered += batchRows[end++];
+    const data = this.emptyShard(-1, covered);
+    if (end > 0) await this.loadInto(0, end, data, 0);
+    return covered === rows
+      ? data
+      : { ...data, rows, features: data.features.subarray(0, rows * this.sampleSize), labels: data.labels.subarray(0, rows) };
   }
 
   /** Hashes the whole file against the manifest (reads it all). */

@@ -43,6 +43,8 @@ export interface Summary {
   /** null where there was nothing to evaluate (JSON has no NaN) */
   test_accuracy: number | null;
   test_loss: number | null;
+  /** the test samples scored (--eval-samples; null where nothing was evaluated); absent in summaries written before it */
+  test_samples?: number | null;
   wall_s: number;
   failures: { step: number; lost: number[]; world: number }[];
   ranks_lost: number;

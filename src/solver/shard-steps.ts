@@ -42,10 +42,12 @@ export interface Score {
   correct: number;
 }
 
-/** Accuracy and mean loss over a whole split. */
+/** Accuracy and mean loss over the samples of a split that were scored. */
 export interface Evaluation {
   accuracy: number;
   loss: number;
+  /** the samples scored */
+  samples: number;
 }
 
 /** Input and label buffers for the largest batch, allocated once. */
@@ -214,6 +216,6 @@ export async function evaluateSplit(manager: Manager, test: ShardData, buffers: 
     const agreed = await manager.agreeOn('evaluation', async () => {
       if (working) await world.allreduce(totals);
     });
-    if (agreed) return { accuracy: totals[0] / test.rows, loss: totals[1] / test.rows };
+    if (agreed) return { accuracy: totals[0] / test.rows, loss: totals[1] / test.rows, samples: test.rows };
   }
 }

@@ -45,6 +45,8 @@ export interface TrainConfig {
   lrRescale: 'linear' | 'none';
   /** evaluate on the test split every K steps (0: only at the end) */
   evalEvery: number;
+  /** evaluations score the test split's first N samples (undefined: all of them) */
+  evalSamples?: number;
   /** a checkpoint every K steps (0: none) */
   checkpointEvery: number;
   /** set on a spawned rank, which warmed its kernels up before it joined (warmUpKernels) */
@@ -60,6 +62,8 @@ export interface TrainResult {
   /** on the test split, at the end */
   testAccuracy: number;
   testLoss: number;
+  /** the test samples scored (--eval-samples) */
+  testSamples: number;
   /** each failure: the step it interrupted, the world ranks lost, the world size after it */
   failures: Failure[];
   /** working ranks at the start and at the end */
@@ -173,7 +177,7 @@ export class Trainer implements StateSource {
     // a spawned rank warmed up before it said it was ready (warmUpKernels)
     if (world.spares.includes(world.worldRank) && this.config.joinId === undefined) this.warmUp();
     await this.manager.start(this, from);
-    this.test = await this.dataset.test.readAll();
+    this.test = await this.dataset.test.readFirst(this.config.evalSamples ?? this.dataset.test.rows);
     while (!this.done()) await this.trainStep();
     this.manager.endTraining();
     return this.result(await this.evaluate());
@@ -299,6 +303,7 @@ export class Trainer implements StateSource {
       finalLoss: this.steps.lastLoss,
       testAccuracy: evaluation.accuracy,
       testLoss: evaluation.loss,
+      testSamples: evaluation.samples,
       failures: this.manager.failures,
       worldInitial: this.manager.world.initialSize,
       worldFinal: this.manager.world.size,

@@ -13,7 +13,18 @@ import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-j
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-resume-');
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '60', '--shards', '4'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '60',
+  '--shards',
+  '4',
+  '--eval-samples',
+  '500',
+];
 let runs = 0;
 
 const newDir = (): string => path.join(scratch, `run-${++runs}`);

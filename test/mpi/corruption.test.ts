@@ -22,7 +22,18 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 const respawnWaiting = ['--respawn', '--respawn-join', 'wait'];
 const scratch = makeScratch('ft-corruption-');
 const every = 4;
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '14', '--hang-timeout', '3'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '14',
+  '--hang-timeout',
+  '3',
+  '--eval-samples',
+  '500',
+];
 let runs = 0;
 
 async function train(ranks: number, ...extra: string[]): Promise<Run> {

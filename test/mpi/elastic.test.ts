@@ -22,7 +22,20 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 /** --respawn, the survivors waiting for the newcomers at the retried step's end: the world's size at each step is known */
 const respawnWaiting = ['--respawn', '--respawn-join', 'wait'];
 const scratch = makeScratch('ft-elastic-');
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '4'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '12',
+  '--batch',
+  '64',
+  '--shards',
+  '4',
+  '--eval-samples',
+  '500',
+];
 let runs = 0;
 
 async function train(ranks: number, ...extra: string[]): Promise<Run> {
@@ -494,7 +507,20 @@ describe('elastic world: spares and respawned ranks', function () {
   });
 
   it('launch/drill --chaos 2: a random working rank killed every 2 s, respawned ones too; the same bits as without', async () => {
-    const args = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '320', '--batch', '64', '--shards', '4'];
+    const args = [
+      '--model',
+      'models/lenet.json',
+      '--data',
+      'datasets/fashion-mnist',
+      '--steps',
+      '320',
+      '--batch',
+      '64',
+      '--shards',
+      '4',
+      '--eval-samples',
+      '500',
+    ];
     const calm = await runTrain(4, [...args, '--run-dir', path.join(scratch, 'chaos-calm')], 150_000);
     const dir = path.join(scratch, 'chaos');
     const job = await runLaunchDrill(

@@ -16,7 +16,18 @@ import { logMessages } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-faults-');
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '20', '--hang-timeout', '3'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '20',
+  '--hang-timeout',
+  '3',
+  '--eval-samples',
+  '500',
+];
 let runs = 0;
 
 interface Run {

@@ -22,7 +22,7 @@ const scratch = makeScratch('ft-hosts-');
 // measured slow and given shards to read
 const common = [
   ...['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '6'],
-  ...['--rebalance', 'off'],
+  ...['--rebalance', 'off', '--eval-samples', '500'],
 ];
 let runs = 0;
 

@@ -67,6 +67,11 @@ describe('ft-train: bad input is refused before MPI starts', function () {
         ['--model', 'models/cifarnet.json'],
         'ft-train: models/cifarnet.json: takes 3x32x32 inputs, but datasets/fashion-mnist holds 1x28x28 samples',
       ],
+      [
+        'more test samples to score than the test split holds',
+        ['--eval-samples', '10001'],
+        'ft-train: --eval-samples 10001 is more than the 10000 samples of the test split (datasets/fashion-mnist/test.arrow)',
+      ],
       ['an empty --model', ['--model', ''], 'ft-train: --model expects a path, got "" (see --help)'],
       ['an empty --data', ['--data', ''], 'ft-train: --data expects a path, got "" (see --help)'],
       [

@@ -7,7 +7,20 @@ import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-progress-');
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '24', '--batch', '64', '--eval-every', '12'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '24',
+  '--batch',
+  '64',
+  '--eval-every',
+  '12',
+  '--eval-samples',
+  '500',
+];
 
 /** A shell word. */
 const quote = (word: string): string => `'${word.replace(/'/g, `'\\''`)}'`;

@@ -11,7 +11,20 @@ import { runTrain } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-sharded-');
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '4'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '12',
+  '--batch',
+  '64',
+  '--shards',
+  '4',
+  '--eval-samples',
+  '500',
+];
 const lenetParams = 431080; // models/lenet.json's P
 let runs = 0;
 

@@ -20,7 +20,18 @@ import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-slow-');
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '24', '--hang-timeout', '3'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '24',
+  '--hang-timeout',
+  '3',
+  '--eval-samples',
+  '500',
+];
 let runs = 0;
 
 async function train(ranks: number, ...extra: string[]): Promise<Run> {

@@ -21,7 +21,7 @@ import { repoRoot, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-stops-');
-const common = ['--model', 'models/lenet.json', '--hang-timeout', '5'];
+const common = ['--model', 'models/lenet.json', '--hang-timeout', '5', '--eval-samples', '400'];
 const jobTimeoutMs = 45_000;
 let runs = 0;
 

@@ -22,7 +22,20 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 const scratch = makeScratch('ft-train-');
 // --rebalance off: these runs count what each recovery reads back, and after a loss (S > N) ranks
 // sharing 2 cores can be measured slow and given shards to read (slow-ranks.test.ts tests that)
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '60', '--batch', '64', '--rebalance', 'off'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '60',
+  '--batch',
+  '64',
+  '--rebalance',
+  'off',
+  '--eval-samples',
+  '500',
+];
 let runs = 0;
 
 interface Run extends JobRun {
@@ -106,6 +119,13 @@ describe('ft-train', function () {
     assert.deepEqual([summary.world_initial, summary.world_final, summary.ranks_lost, summary.bytes_read_back], [4, 4, 0, 0]);
     assert.ok(summary.final_loss > 0 && summary.final_loss < 1.2, `final loss ${summary.final_loss}`);
     assert.ok((summary.test_accuracy ?? 0) > 0.6, `test accuracy ${summary.test_accuracy}`);
+    // --eval-samples 500: the test split's first 500 samples scored, and said so
+    assert.equal(summary.test_samples, 500);
+    assert.equal((summary.test_accuracy! * 500) % 1, 0, `test accuracy ${summary.test_accuracy} is not a count out of 500`);
+    assert.match(
+      baseline.stdout,
+      /\[ft-train\] done: 60 steps, final loss \d\.\d{4}, test accuracy \d+\.\d\d% \(the first 500 test samples\), 4 of 4 ranks left, /,
+    );
     assert.ok(baseline.metrics.every((m) => m.world === 4 && m.samples === 64 && m.lr === 0.01));
     const model = decodeSafetensors(fs.readFileSync(path.join(baseline.dir, 'model.safetensors')), 'model.safetensors');
     const hash = createHash('sha256');

@@ -15,7 +15,20 @@ import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-unlike-');
-const common = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '4'];
+const common = [
+  '--model',
+  'models/lenet.json',
+  '--data',
+  'datasets/fashion-mnist',
+  '--steps',
+  '12',
+  '--batch',
+  '64',
+  '--shards',
+  '4',
+  '--eval-samples',
+  '500',
+];
 const low = cpuLevels[0];
 let runs = 0;
 

@@ -106,6 +106,26 @@ describe('Arrow datasets', function () {
     }
   });
 
+  it("reads the test split's first N samples (--eval-samples) from the record batches holding them alone", async () => {
+    await withDataset(fashion, async (dataset) => {
+      const test = dataset.test;
+      const all = await test.readAll();
+      const batchRows = test.recordBatchRows;
+      for (const rows of [0, 1, batchRows[0] - 1, batchRows[0], batchRows[0] + 1, test.rows - 1, test.rows]) {
+        let end = 0;
+        for (let covered = 0; covered < rows; covered += batchRows[end++]);
+        const before = test.bytesRead;
+        const first = await test.readFirst(rows);
+        assert.equal(test.bytesRead - before, end === 0 ? 0 : test.batchBytes(0, end), `${rows} rows`);
+        assert.equal(first.rows, rows);
+        assert.deepEqual(first.labels, all.labels.subarray(0, rows));
+        assert.ok(Buffer.from(first.features).equals(Buffer.from(all.features.subarray(0, rows * 784))), `${rows} rows`);
+      }
+      for (const rows of [-1, 1.5, test.rows + 1])
+        await assert.rejects(test.readFirst(rows), { message: `${test.path}: expected 0 to ${test.rows} rows to read, got ${rows}` });
+    });
+  });
+
   it('puts a shard read for training on huge pages where the kernel has them (each step gathers its rows at random)', function () {
     const setting = '/sys/kernel/mm/transparent_hugepage/enabled';
     if (!fs.existsSync(setting) || fs.readFileSync(setting, 'utf8').includes('[never]')) this.skip();

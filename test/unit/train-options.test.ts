@@ -35,6 +35,8 @@ describe('ft-train settings: one table for flags and options', () => {
       'rank=1,step=2',
       '--device',
       'cuda',
+      '--eval-samples',
+      '500',
     ];
     const settings = {
       steps: 7,
@@ -44,6 +46,7 @@ describe('ft-train settings: one table for flags and options', () => {
       jitCheckpoint: 'off',
       drill: ['rank=1,step=2'] as string[],
       device: 'cuda',
+      evalSamples: 500,
     } as const;
     assert.deepEqual(parseTrainOptions(['--model', required.model, '--data', required.data, '--run-dir', required.runDir, ...flags]), {
       ...resolveTrainOptions({ ...required, ...settings }),
@@ -51,7 +54,7 @@ describe('ft-train settings: one table for flags and options', () => {
       joinStep: undefined,
     });
     assert.equal(flagName('respawnLimit'), 'respawn-limit');
-    assert.equal(Object.keys(trainSettings).length, 46);
+    assert.equal(Object.keys(trainSettings).length, 47);
   });
 
   it("a bad setting is one line in the caller's spelling", () => {
