@@ -118,7 +118,7 @@ describe('across hosts (network namespaces with sshd)', function () {
   });
 
   it('host3 cut off the network: the majority carries on with the same bits, host3 stops without writing, mpirun ends', async () => {
-    const run = await ftRun(6, ['--hang-timeout', '3', '--drill', 'rank=2,step=3,action=cut']).finally(() => hosts.mend('host3'));
+    const run = await ftRun(6, ['--hang-timeout', '2', '--drill', 'rank=2,step=3,action=cut']).finally(() => hosts.mend('host3'));
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference);
     assert.deepEqual(
