@@ -133,6 +133,7 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
       on_failure: options.onFailure,
       batch: options.batch,
       isa: level,
+      steps: loop.totalSteps,
     });
     job.progress.line(
       `training ${door.title} on ${options.data}: ${working} ranks${spares}, ${shards} shards, global batch ${options.batch}, ` +

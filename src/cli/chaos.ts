@@ -5,7 +5,9 @@
 // one period after the first committed step, then one period after the last kill, and waits
 // while a recovery is under way (until a step has committed on as many working ranks as the events
 // name, and no spawned rank is still on its way): each kill meets a job that has recovered from
-// the one before. The last working rank is never killed.
+// the one before. The last working rank is never killed, and nothing is killed once the last step
+// has committed (the start event names the steps): the job is then ending, and a kill there, after
+// its results are written, would not be a failure of the run.
 import * as path from 'node:path';
 import { stream } from '../base/random';
 import { runFiles } from '../run/files';
@@ -27,6 +29,8 @@ export class ChaosKills {
   /** ranks spawned and not yet joined */
   private readonly coming = new Set<number>();
   private started = false;
+  /** the run's last step (the start event's steps less one) */
+  private lastStep = Infinity;
   /** the step of the last change of the working ranks: a recovery is over once a later step commits on them */
   private changedAt = -1;
   private due?: number;
@@ -49,7 +53,15 @@ export class ChaosKills {
     const now = Date.now();
     this.due ??= now + this.plan.everyMs;
     const { step, world } = last;
-    if (now < this.due || step <= this.changedAt || world !== this.working.size || world < 2 || this.coming.size > 0) return;
+    if (
+      now < this.due ||
+      step >= this.lastStep ||
+      step <= this.changedAt ||
+      world !== this.working.size ||
+      world < 2 ||
+      this.coming.size > 0
+    )
+      return;
     const ranks = [...this.working].sort((a, b) => a - b);
     const rank = ranks[Math.floor(this.random() * ranks.length)];
     const kill: Kill = { rank, step, signal: 'SIGKILL' };
@@ -64,6 +76,7 @@ export class ChaosKills {
   private follow(event: EventRecord): void {
     if (event.event === 'start' && !this.started) {
       this.started = true;
+      if (typeof event.steps === 'number') this.lastStep = event.steps - 1;
       for (let rank = 0; rank < (event.world as number); ++rank) this.working.add(rank);
     } else if (event.event === 'revoke+shrink') {
       for (const rank of event.lost as number[]) this.working.delete(rank);

@@ -133,4 +133,20 @@ describe('launch/drill --chaos (ChaosKills)', function () {
     assert.deepEqual(killed(), []);
     chaos.close();
   });
+
+  it('kills nothing once the last step has committed (the start event names the steps): the job is ending', async () => {
+    for (const rank of [0, 1, 2]) startRank(rank);
+    event({ event: 'start', world: 3, spares: 0, steps: 10 });
+    const chaos = new ChaosKills({ everyMs: 1, seed: 3 }, dir, send);
+    chaos.poll(step(0, 3));
+    await settle();
+    chaos.poll(step(9, 3)); // due, and the job at full strength: but step 9 was the last
+    await settle();
+    assert.equal(chaos.sent.length, 0);
+    chaos.poll(step(8, 3)); // the same job before its last step: the kill is due there
+    await settle();
+    assert.equal(chaos.sent.length, 1);
+    assert.deepEqual(killed(), [chaos.sent[0].rank]);
+    chaos.close();
+  });
 });
