@@ -111,12 +111,30 @@ function runEnded(runDir: string, was: Before): boolean {
 }
 
 /**
+ * How long mpirun may outlive the run it ran, and what would keep it. Across hosts, a side cut off
+ * from the rest needs its minority stop's time (minorityStopMs); on one host every rank sees the
+ * others, and what a rank does after the run ended (waiting for its peers to be gone, a write
+ * meeting its disk deadline) is bounded by one comm deadline. Then 10 s for mpirun itself.
+ */
+function endGrace(job: Command, trainArgs: string[]): { ms: number; why: string } {
+  const bounds = hangBounds(hangTimeoutOf(trainArgs));
+  return job.hosts > 1
+    ? { ms: minorityStopMs(bounds) + 10_000, why: 'ranks on a host it cannot reach?' }
+    : { ms: bounds.commMs + 10_000, why: 'a rank stuck in the kernel?' };
+}
+
+/**
  * Runs the job with the terminal's stdout and stderr; resolves to mpirun's exit code and whether
  * ft-run asked the ranks to stop. mpirun waits for every host's ranks, and one behind a cut link
- * never reports: once the run has ended (summary.json or a stop), mpirun gets `endGraceMs`, then
+ * never reports: once the run has ended (summary.json or a stop), mpirun gets `endGrace`, then
  * ft-run ends it.
  */
-function runJob(job: Command, runDir: string, was: Before, endGraceMs: number): Promise<{ code: number; stopAsked: boolean }> {
+function runJob(
+  job: Command,
+  runDir: string,
+  was: Before,
+  endGrace: { ms: number; why: string },
+): Promise<{ code: number; stopAsked: boolean }> {
   const marker = `FT_RUN_JOB=${process.pid}`;
   // a process group of its own: Ctrl-C reaches ft-run alone, which asks for a clean stop (mpirun
   // would kill the ranks at once); stdin closed, since a background group reading the terminal stops
@@ -158,8 +176,8 @@ function runJob(job: Command, runDir: string, was: Before, endGraceMs: number): 
   let killTimer: NodeJS.Timeout | undefined;
   const watch = setInterval(() => {
     endedAt ??= runEnded(runDir, was) ? Date.now() : undefined;
-    if (endedAt === undefined || Date.now() - endedAt < endGraceMs || killTimer !== undefined) return;
-    console.error(`ft-run: the run ended ${endGraceMs / 1000} s ago but mpirun has not (ranks on a host it cannot reach?): ending it`);
+    if (endedAt === undefined || Date.now() - endedAt < endGrace.ms || killTimer !== undefined) return;
+    console.error(`ft-run: the run ended ${endGrace.ms / 1000} s ago but mpirun has not (${endGrace.why}): ending it`);
     endJob();
     killTimer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 5000);
   }, 200);
@@ -255,11 +273,10 @@ async function main(): Promise<number> {
   const { runDir, hostfile, sshConfig, script, maxRestarts } = invocation;
   let { ranks, trainArgs } = invocation;
   const checkpointDir = trainFlag(trainArgs, 'checkpoint-dir') ?? path.join(runDir, 'ckpt');
-  const endGraceMs = minorityStopMs(hangBounds(hangTimeoutOf(trainArgs))) + 10_000;
   let restartHosts: string | undefined;
   for (let restarts = 0; ; ++restarts) {
     const was = before(runDir);
-    const { code, stopAsked } = await runJob(job, runDir, was, endGraceMs).finally(() => {
+    const { code, stopAsked } = await runJob(job, runDir, was, endGrace(job, trainArgs)).finally(() => {
       if (restartHosts !== undefined) fs.rmSync(restartHosts, { force: true });
     });
     const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was));

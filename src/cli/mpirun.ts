@@ -39,6 +39,8 @@ export interface Command {
   env: NodeJS.ProcessEnv;
   /** the variables the command needs set (launch/ft-run --dry-run prints them) */
   envSet: Record<string, string>;
+  /** the hosts the ranks may be placed on (the hostfile's, the Slurm allocation's, or this one) */
+  hosts: number;
 }
 
 /**
@@ -228,6 +230,7 @@ export function mpirunCommand(options: MpirunOptions): Command {
     ],
     env: { ...process.env, ...envSet },
     envSet,
+    hosts,
   };
 }
 
