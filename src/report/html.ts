@@ -158,7 +158,15 @@ function verdictCell(comparison: Comparison): string {
     : `<span class="expected">differs</span> (expected: ${escape(comparison.expected)})`;
 }
 
+/** Where the runs scored different numbers of test samples (--eval-samples), each accuracy says how many: they do not compare otherwise. */
+function scoredNotes(content: ReportContent): string[] {
+  const scored = content.runs.map((run) => run.summary?.test_samples ?? undefined);
+  if (new Set(scored).size < 2) return scored.map(() => '');
+  return scored.map((n) => (typeof n === 'number' ? ` <span class="note">(${n} samples)</span>` : ''));
+}
+
 function runsTable(content: ReportContent): string {
+  const scored = scoredNotes(content);
   const rows = content.runs.map((run, i) => {
     const s = run.summary;
     const name = `<td class="text" title="${escape(run.dir)}">${escape(content.labels[i])}</td>`;
@@ -177,7 +185,7 @@ function runsTable(content: ReportContent): string {
         : '';
     return (
       `<tr>${name}<td class="text">${escape(s.on_failure)}</td>` +
-      `<td>${s.world_initial} → ${s.world_final}</td><td>${s.steps}</td><td>${s.final_loss.toFixed(4)}</td><td>${percent(s.test_accuracy)}</td>` +
+      `<td>${s.world_initial} → ${s.world_final}</td><td>${s.steps}</td><td>${s.final_loss.toFixed(4)}</td><td>${percent(s.test_accuracy)}${scored[i]}</td>` +
       `<td>${s.wall_s.toFixed(2)} s</td><td>${s.failures.length === 0 ? 0 : `${s.ranks_lost} (${run.recoveries.length} recover${run.recoveries.length === 1 ? 'y' : 'ies'})`}${corruptionText(s.corruptions)}</td>` +
       `<td>${megabytes(s.bytes_read_back)}</td><td class="text"><code title="${s.params_sha256}">${s.params_sha256.slice(0, 16)}</code></td>` +
       `<td class="text">${verdictCell(comparison)}${against}</td></tr>`

@@ -272,6 +272,20 @@ describe('reports', function () {
     assert.deepEqual(plotted, [...Array(30).keys()]);
   });
 
+  it('says how many test samples each accuracy is over where the runs scored different numbers (--eval-samples)', async () => {
+    const fewer = broken('fewer-samples', (d) => {
+      const file = path.join(d, 'summary.json');
+      fs.writeFileSync(file, JSON.stringify({ ...JSON.parse(fs.readFileSync(file, 'utf8')), test_samples: 500 }));
+    });
+    const scored = (html: string) =>
+      [...html.matchAll(/<td>\d+\.\d{4}<\/td><td>\d+\.\d\d%( <span class="note">\((\d+) samples\)<\/span>)?<\/td>/g)].map((m) => m[2]);
+    const output = path.join(scratch, 'samples.html');
+    assert.equal((await report([run('n4-sgd'), run('n4-exact'), '-o', output])).code, 0);
+    assert.deepEqual(scored(fs.readFileSync(output, 'utf8')), [undefined, undefined], 'the same samples: no note');
+    assert.equal((await report([run('n4-sgd'), fewer, '-o', output])).code, 0);
+    assert.deepEqual(scored(fs.readFileSync(output, 'utf8')), ['10000', '500']);
+  });
+
   it("charts each run's loss minus its baseline's: zero at every step for an exact recovery, not for shrink", () => {
     const runs = ['n4-sgd', 'n4-exact', 'n4-shrink'].map((name) => readRun(run(name)));
     const charts = reportCharts(runs, ['sgd', 'exact', 'shrink'], compareWithBaselines(runs));
