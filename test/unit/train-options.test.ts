@@ -116,6 +116,11 @@ describe('ft-train settings: one table for flags and options', () => {
         "ft-train: clipNorm: clips the gradient before ft-train's update; give optimizer (or clip the sum yourself before your update)",
     });
     assert.equal(resolveLoopSettings({ ...loop, optimizer: 'adamw' }).clipNorm, 1);
+    // the custom loop scores the test split's first evalSamples too, checked alike
+    assert.equal(resolveLoopSettings({ ...loop, optimizer: 'adamw', evalSamples: 300 }).evalSamples, 300);
+    assert.throws(() => resolveLoopSettings({ ...loop, optimizer: 'adamw', evalSamples: 0 }), {
+      message: 'ft-train: evalSamples expects an integer >= 1, got 0',
+    });
     assert.throws(() => parseTrainOptions(['--model', 'm', '--data', 'd', '--run-dir', 'r', '--lr', '-1']), {
       message: 'ft-train: --lr expects a number >= 0, got -1 (see --help)',
     });
