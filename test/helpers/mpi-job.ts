@@ -18,6 +18,11 @@ export interface JobResult<T> {
 const programsDir = path.join(__dirname, '..', 'mpi', 'programs');
 export const repoRoot = path.join(__dirname, '..', '..', '..');
 
+/** The MPI tests' usual job: lenet on Fashion-MNIST (ft-train's flags). */
+export const lenetOnFashion = ['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist'];
+/** For the tests that do not measure accuracy: the test split's first 500 samples scored (scoring all 10,000 took a 4-rank job about 0.6 s). */
+export const fewTestSamples = ['--eval-samples', '500'];
+
 let jobs = 0;
 
 /** Waits up to `graceMs` for the job's processes to end, then kills what is left. */

@@ -9,22 +9,11 @@ import * as path from 'node:path';
 import { readRun } from '../../src/report/run-data';
 import { readPid } from '../../src/run/pids';
 import { withFaultyFs } from '../helpers/faulty-fs';
-import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-resume-');
-const common = [
-  '--model',
-  'models/lenet.json',
-  '--data',
-  'datasets/fashion-mnist',
-  '--steps',
-  '60',
-  '--shards',
-  '4',
-  '--eval-samples',
-  '500',
-];
+const common = [...lenetOnFashion, '--steps', '60', '--shards', '4', ...fewTestSamples];
 let runs = 0;
 
 const newDir = (): string => path.join(scratch, `run-${++runs}`);

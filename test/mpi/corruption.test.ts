@@ -14,7 +14,7 @@ import * as path from 'node:path';
 import { writeReport } from '../../src/report/report';
 import { readRun } from '../../src/report/run-data';
 import type { EventRecord, Summary } from '../../src/run/records';
-import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -22,18 +22,7 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 const respawnWaiting = ['--respawn', '--respawn-join', 'wait'];
 const scratch = makeScratch('ft-corruption-');
 const every = 4;
-const common = [
-  '--model',
-  'models/lenet.json',
-  '--data',
-  'datasets/fashion-mnist',
-  '--steps',
-  '14',
-  '--hang-timeout',
-  '3',
-  '--eval-samples',
-  '500',
-];
+const common = [...lenetOnFashion, '--steps', '14', '--hang-timeout', '3', ...fewTestSamples];
 let runs = 0;
 
 async function train(ranks: number, ...extra: string[]): Promise<Run> {

@@ -15,27 +15,14 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { readRun } from '../../src/report/run-data';
 import type { EventRecord, StepRecord } from '../../src/run/records';
-import { repoRoot, runCommand, runLaunchDrill, runTrain } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, repoRoot, runCommand, runLaunchDrill, runTrain } from '../helpers/mpi-job';
 import { lines, logMessages, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 /** --respawn, the survivors waiting for the newcomers at the retried step's end: the world's size at each step is known */
 const respawnWaiting = ['--respawn', '--respawn-join', 'wait'];
 const scratch = makeScratch('ft-elastic-');
-const common = [
-  '--model',
-  'models/lenet.json',
-  '--data',
-  'datasets/fashion-mnist',
-  '--steps',
-  '12',
-  '--batch',
-  '64',
-  '--shards',
-  '4',
-  '--eval-samples',
-  '500',
-];
+const common = [...lenetOnFashion, '--steps', '12', '--batch', '64', '--shards', '4', ...fewTestSamples];
 let runs = 0;
 
 async function train(ranks: number, ...extra: string[]): Promise<Run> {
@@ -507,20 +494,7 @@ describe('elastic world: spares and respawned ranks', function () {
   });
 
   it('launch/drill --chaos 2: a random working rank killed every 2 s, respawned ones too; the same bits as without', async () => {
-    const args = [
-      '--model',
-      'models/lenet.json',
-      '--data',
-      'datasets/fashion-mnist',
-      '--steps',
-      '320',
-      '--batch',
-      '64',
-      '--shards',
-      '4',
-      '--eval-samples',
-      '500',
-    ];
+    const args = [...lenetOnFashion, '--steps', '320', '--batch', '64', '--shards', '4', ...fewTestSamples];
     const calm = await runTrain(4, [...args, '--run-dir', path.join(scratch, 'chaos-calm')], 150_000);
     const dir = path.join(scratch, 'chaos');
     const job = await runLaunchDrill(

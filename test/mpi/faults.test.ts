@@ -11,23 +11,12 @@ import * as path from 'node:path';
 import type { EventRecord, Summary } from '../../src/run/records';
 import { trainCommand } from '../../src/cli/mpirun';
 import { readPid } from '../../src/run/pids';
-import { runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { logMessages } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-faults-');
-const common = [
-  '--model',
-  'models/lenet.json',
-  '--data',
-  'datasets/fashion-mnist',
-  '--steps',
-  '20',
-  '--hang-timeout',
-  '3',
-  '--eval-samples',
-  '500',
-];
+const common = [...lenetOnFashion, '--steps', '20', '--hang-timeout', '3', ...fewTestSamples];
 let runs = 0;
 
 interface Run {

@@ -12,7 +12,7 @@ import { verifyCheckpoint } from '../../src/checkpoint/checkpoint';
 import { readPidFile } from '../../src/run/pids';
 import type { EventRecord, StepRecord } from '../../src/run/records';
 import { hostsDown, hostsUnavailable, hostsUp, type Hosts } from '../helpers/hosts';
-import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { readbackBytes } from '../helpers/readback';
 import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -20,10 +20,7 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 const scratch = makeScratch('ft-hosts-');
 // --rebalance off: the tests count the bytes a recovery reads back, and ranks sharing 2 cores can be
 // measured slow and given shards to read
-const common = [
-  ...['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--steps', '12', '--batch', '64', '--shards', '6'],
-  ...['--rebalance', 'off', '--eval-samples', '500'],
-];
+const common = [...lenetOnFashion, '--steps', '12', '--batch', '64', '--shards', '6', '--rebalance', 'off', ...fewTestSamples];
 let runs = 0;
 
 describe('across hosts (network namespaces with sshd)', function () {

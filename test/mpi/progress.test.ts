@@ -3,24 +3,11 @@
 // things happened (the drill's own line comes through another path: see README, Drills); piped, plain lines without control codes.
 import { strict as assert } from 'node:assert';
 import * as path from 'node:path';
-import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-progress-');
-const common = [
-  '--model',
-  'models/lenet.json',
-  '--data',
-  'datasets/fashion-mnist',
-  '--steps',
-  '24',
-  '--batch',
-  '64',
-  '--eval-every',
-  '12',
-  '--eval-samples',
-  '500',
-];
+const common = [...lenetOnFashion, '--steps', '24', '--batch', '64', '--eval-every', '12', ...fewTestSamples];
 
 /** A shell word. */
 const quote = (word: string): string => `'${word.replace(/'/g, `'\\''`)}'`;

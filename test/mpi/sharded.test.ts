@@ -7,24 +7,11 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { EventRecord, Summary } from '../../src/run/records';
-import { runTrain } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, runTrain } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-sharded-');
-const common = [
-  '--model',
-  'models/lenet.json',
-  '--data',
-  'datasets/fashion-mnist',
-  '--steps',
-  '12',
-  '--batch',
-  '64',
-  '--shards',
-  '4',
-  '--eval-samples',
-  '500',
-];
+const common = [...lenetOnFashion, '--steps', '12', '--batch', '64', '--shards', '4', ...fewTestSamples];
 const lenetParams = 431080; // models/lenet.json's P
 let runs = 0;
 

@@ -14,24 +14,13 @@ import { ShardMap } from '../../src/data/shard-map';
 import { writeReport } from '../../src/report/report';
 import { readRun } from '../../src/report/run-data';
 import type { EventRecord } from '../../src/run/records';
-import { runLaunchDrill, runTrain } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, runLaunchDrill, runTrain } from '../helpers/mpi-job';
 import { readbackBytes } from '../helpers/readback';
 import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-slow-');
-const common = [
-  '--model',
-  'models/lenet.json',
-  '--data',
-  'datasets/fashion-mnist',
-  '--steps',
-  '24',
-  '--hang-timeout',
-  '3',
-  '--eval-samples',
-  '500',
-];
+const common = [...lenetOnFashion, '--steps', '24', '--hang-timeout', '3', ...fewTestSamples];
 let runs = 0;
 
 async function train(ranks: number, ...extra: string[]): Promise<Run> {

@@ -14,7 +14,7 @@ import { Dataset } from '../../src/data/dataset';
 import { MicroBatches } from '../../src/data/micro-batches';
 import { trainCommand } from '../../src/cli/mpirun';
 import type { EventRecord, StepRecord, Summary } from '../../src/run/records';
-import { runCommand, runLaunchDrill, runTrain } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, runCommand, runLaunchDrill, runTrain } from '../helpers/mpi-job';
 import { readbackBytes } from '../helpers/readback';
 import type { Run as JobRun } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
@@ -22,20 +22,7 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 const scratch = makeScratch('ft-train-');
 // --rebalance off: these runs count what each recovery reads back, and after a loss (S > N) ranks
 // sharing 2 cores can be measured slow and given shards to read (slow-ranks.test.ts tests that)
-const common = [
-  '--model',
-  'models/lenet.json',
-  '--data',
-  'datasets/fashion-mnist',
-  '--steps',
-  '60',
-  '--batch',
-  '64',
-  '--rebalance',
-  'off',
-  '--eval-samples',
-  '500',
-];
+const common = [...lenetOnFashion, '--steps', '60', '--batch', '64', '--rebalance', 'off', ...fewTestSamples];
 let runs = 0;
 
 interface Run extends JobRun {

@@ -10,25 +10,12 @@ import { mpirunCommand } from '../../src/cli/mpirun';
 import { cpuLevels } from '../../src/nn/backend';
 import { cpu } from '../../src/nn/cpu';
 import type { EventRecord } from '../../src/run/records';
-import { repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
+import { fewTestSamples, lenetOnFashion, repoRoot, runCommand, runTrain } from '../helpers/mpi-job';
 import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-unlike-');
-const common = [
-  '--model',
-  'models/lenet.json',
-  '--data',
-  'datasets/fashion-mnist',
-  '--steps',
-  '12',
-  '--batch',
-  '64',
-  '--shards',
-  '4',
-  '--eval-samples',
-  '500',
-];
+const common = [...lenetOnFashion, '--steps', '12', '--batch', '64', '--shards', '4', ...fewTestSamples];
 const low = cpuLevels[0];
 let runs = 0;
 
