@@ -15,7 +15,15 @@ import type { Failure, LoopPosition, ProtocolObserver, ResumePoint, StateSource 
 import type { Manager } from '../protocol/manager';
 import { DataPosition } from '../solver/data-position';
 import { matrixRanges, Optimizer } from '../solver/optimizer';
-import { BatchBuffers, evaluateSplit, type Evaluation, type GradientFn, type GradientTarget, type ScoreFn } from '../solver/shard-steps';
+import {
+  BatchBuffers,
+  evaluateSplit,
+  readScoredSplit,
+  type Evaluation,
+  type GradientFn,
+  type GradientTarget,
+  type ScoreFn,
+} from '../solver/shard-steps';
 import { ReplicatedState } from '../solver/replicated-state';
 import { DataParallelStep, type PreparedStep } from '../solver/step';
 import type { LoopOptions } from './loop-settings';
@@ -225,7 +233,7 @@ export class ElasticLoop {
 
   /** Test accuracy and loss over the dataset's test split, divided over the ranks (`score` gives a batch's mean loss and correct count). */
   async evaluate(score: ScoreFn): Promise<Evaluation> {
-    this.test ??= await this.dataset.test.readFirst(this.settings.evalSamples ?? this.dataset.test.rows);
+    this.test ??= await readScoredSplit(this.dataset.test, this.settings.evalSamples);
     this.evaluation = await evaluateSplit(this.manager, this.test, this.buffers, score);
     return this.evaluation;
   }

@@ -8,7 +8,7 @@ import type { Manager } from '../protocol/manager';
 import type { BatchKey } from '../nn/layer';
 import type { GradientProgress } from '../nn/net';
 import { gatherBatch, type MicroBatches } from '../data/micro-batches';
-import type { ShardData } from '../data/split';
+import type { ShardData, Split } from '../data/split';
 import { applyFlip } from '../liveness/drills';
 
 /** One shard's micro-batch of a step, as the code computing its gradient sees it. */
@@ -194,6 +194,11 @@ async function computeShard(work: ShardWork, shard: number, slot: Float32Array |
   const loss = compute({ x, labels, rows: rows.length, samples, key: { seed, epoch, step: t, shard }, progress }) * weight;
   flipFrom(0);
   return loss;
+}
+
+/** What evaluations score, read once: the test split's first `evalSamples` samples (--eval-samples; undefined: all of them). */
+export function readScoredSplit(test: Split, evalSamples: number | undefined): Promise<ShardData> {
+  return test.readFirst(evalSamples ?? test.rows);
 }
 
 /** Test accuracy and loss, the split divided over the live ranks; redone after a recovery. */

@@ -17,7 +17,7 @@ import { Stream, streamVector } from '../nn/stream-memory';
 import type { StepRecord } from '../run/records';
 import { learningRate, type LrSchedule } from './lr-schedule';
 import { matrixRanges, Optimizer, type OptimizerSettings } from './optimizer';
-import { BatchBuffers, evaluateSplit, type Evaluation, type GradientTarget, type MicroBatch } from './shard-steps';
+import { BatchBuffers, evaluateSplit, readScoredSplit, type Evaluation, type GradientTarget, type MicroBatch } from './shard-steps';
 import { DataPosition } from './data-position';
 import { ReplicatedState } from './replicated-state';
 import { DataParallelStep } from './step';
@@ -177,7 +177,7 @@ export class Trainer implements StateSource {
     // a spawned rank warmed up before it said it was ready (warmUpKernels)
     if (world.spares.includes(world.worldRank) && this.config.joinId === undefined) this.warmUp();
     await this.manager.start(this, from);
-    this.test = await this.dataset.test.readFirst(this.config.evalSamples ?? this.dataset.test.rows);
+    this.test = await readScoredSplit(this.dataset.test, this.config.evalSamples);
     while (!this.done()) await this.trainStep();
     this.manager.endTraining();
     return this.result(await this.evaluate());
