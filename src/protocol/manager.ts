@@ -319,6 +319,7 @@ export class Manager implements StepPosition {
         : run,
     );
     if (this.config.onFailure === 'none') return ok;
+    if (!ok) await this.membership.interruptPeers();
     if (phase === 'collective') this.enter('agree');
     // a step's vote also says whether the ranks spawned beside training are ready to join
     const spawnWord = phase === 'collective' ? await this.membership.spawnWord() : SPAWN_WAITING | SPAWN_SOUND | SPAWN_NOT_UP;

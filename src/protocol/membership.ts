@@ -226,6 +226,17 @@ export class Membership {
     return true;
   }
 
+  /**
+   * This rank's collective failed: every live rank is to leave whatever call it waits in, on the
+   * working ranks' communicator or on every rank's, now. A peer waiting on a rank that is alive
+   * learns of a death only when a call of its own meets it, or at its deadline. The vote's
+   * agreement and the repair's shrink still run on a revoked communicator.
+   */
+  async interruptPeers(): Promise<void> {
+    const comms = new Set([this.workers, this.everyone].filter((comm): comm is Communicator => comm !== null));
+    await Promise.all([...comms].map((comm) => comm.revoke().catch(() => undefined)));
+  }
+
   /** Before a repair: with spares, the working ranks' communicator goes too (formWorkers() makes the next). */
   async dropWorkers(): Promise<void> {
     if (this.workers !== this.everyone)

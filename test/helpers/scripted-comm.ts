@@ -3,7 +3,8 @@
 // collectives meet in memory. It follows ULFM as the protocol relies on it, deterministically:
 // - a collective (allreduce, bcast, barrier, allgather(v), split) completes once every member has
 //   called it; on a communicator with a dead member or a revoked one it rejects on every caller
-//   (ProcFailedError, RevokedError), those already waiting included;
+//   (ProcFailedError, RevokedError), those already waiting included (a kill may name the only
+//   waiting ranks that see it: the others wait on, as ULFM's callers waiting on a live peer do);
 // - agree ANDs the flags of the live members once all of them have called it, revoked or not, and
 //   rejects alike on all of them with ProcFailedError while the communicator has a dead member (the
 //   protocol never acknowledges failures); shrink makes a communicator of the live members;
@@ -77,6 +78,8 @@ interface Script {
   op: string;
   nth: number;
   action: ScriptAction;
+  /** a kill's: the ranks whose waiting calls meet the death (absent: every rank's) */
+  seenBy?: readonly number[];
 }
 
 export class ScriptedWorld {
@@ -101,8 +104,12 @@ export class ScriptedWorld {
     return this.dead.has(rank);
   }
 
-  /** World rank `rank` dies now: what waits on it fails (see the top). */
-  kill(rank: number): void {
+  /**
+   * World rank `rank` dies now: what waits on it fails (see the top). `seenBy`: only those ranks'
+   * waiting collectives meet the death, as in ULFM, where a call waiting on a live peer does not;
+   * the other callers wait on until a revoke or their deadline (calls made later reject at once).
+   */
+  kill(rank: number, seenBy?: readonly number[]): void {
     if (this.dead.has(rank)) return;
     this.dead.add(rank);
     for (const group of this.groups) {
@@ -113,14 +120,23 @@ export class ScriptedWorld {
           rendezvous.arrivals.delete(rank);
           own.reject(new RankDeadError(`rank ${rank} is dead`));
         }
-        this.progress(group, rendezvous);
+        if (!seenBy) {
+          this.progress(group, rendezvous);
+          continue;
+        }
+        for (const seer of rendezvous.kind === 'collective' ? seenBy : []) {
+          const arrival = rendezvous.arrivals.get(seer);
+          if (!arrival) continue;
+          rendezvous.arrivals.delete(seer);
+          arrival.reject(new ProcFailedError(`scripted: ${rendezvous.op}: rank ${rank} failed`, MPIX_ERR_PROC_FAILED));
+        }
       }
     }
   }
 
-  /** At its `nth` call of `op` (1: the next), rank `rank` meets `action`. */
-  at(rank: number, op: string, action: ScriptAction, nth = 1): void {
-    this.scripts.push({ rank, op, nth: (this.callCounts.get(`${rank} ${op}`) ?? 0) + nth, action });
+  /** At its `nth` call of `op` (1: the next), rank `rank` meets `action` (a kill: seen by `seenBy` alone, as kill() says). */
+  at(rank: number, op: string, action: ScriptAction, nth = 1, seenBy?: readonly number[]): void {
+    this.scripts.push({ rank, op, nth: (this.callCounts.get(`${rank} ${op}`) ?? 0) + nth, action, seenBy });
   }
 
   private group(members: readonly number[]): Group {
@@ -154,7 +170,7 @@ export class ScriptedWorld {
     this.callCounts.set(`${me} ${op}`, count);
     if (comm.freed) return Promise.reject(new Error(`scripted: rank ${me} called ${op} on freed communicator ${group.id}`));
     const script = this.scripts.find((s) => s.rank === me && s.op === op && s.nth === count);
-    if (script?.action === 'kill') this.kill(me);
+    if (script?.action === 'kill') this.kill(me, script.seenBy);
     if (this.dead.has(me)) return Promise.reject(new RankDeadError(`rank ${me} is dead (its ${op} was never made)`));
     const n = group.next(kind, me);
     if (script?.action === 'timeout') {

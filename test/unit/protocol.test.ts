@@ -668,6 +668,44 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       values(await onRanks(survivors, (r) => m[r].close()));
     });
 
+    it('a death only one survivor sees inside exchange(): it revokes, so the others leave their waits now and recover with it', async () => {
+      const world = new ScriptedWorld(4);
+      const { managers: m, observers } = managers(world, 'seen-by-one');
+      values(await onRanks(range(4), (r) => m[r].start(source())));
+      // ranks 0 to 2 wait in the sum when rank 3 dies in it; only rank 1's wait meets the death
+      world.at(3, 'allreduce', 'kill', 1, [1]);
+      const first = await onRanks(range(4), (r) => m[r].exchange(() => m[r].world.allreduce(Float32Array.of(r))));
+      assert.ok(first.get(3)!.error instanceof RankDeadError);
+      first.delete(3);
+      assert.deepEqual(
+        [...values(first)],
+        [
+          [0, false],
+          [1, false],
+          [2, false],
+        ],
+      );
+      assert.deepEqual(
+        [0, 1, 2].map((r) => observers[r].named('failure')[0].error),
+        ['RevokedError', 'ProcFailedError', 'RevokedError'],
+      );
+      assert.deepEqual(
+        [0, 1, 2].map((r) => m[r].failures),
+        [0, 1, 2].map(() => [{ step: 0, lost: [3], world: 3 }]),
+      );
+      const sums = [0, 1, 2].map((r) => Float32Array.of(r + 1));
+      assert.deepEqual(
+        [...values(await onRanks([0, 1, 2], (r) => m[r].exchange(() => m[r].world.allreduce(sums[r]))))].map(([, ok]) => ok),
+        [true, true, true],
+      );
+      assert.deepEqual(
+        sums.map((s) => s[0]),
+        [6, 6, 6],
+      );
+      values(await onRanks([0, 1, 2], (r) => m[r].commit()));
+      values(await onRanks([0, 1, 2], (r) => m[r].close()));
+    });
+
     it('with a spare: a worker dies inside exchange(), the spare takes its shards and works from the retry on', async () => {
       const world = new ScriptedWorld(4);
       const { managers: m, observers } = managers(world, 'spare', { spares: 1 });
