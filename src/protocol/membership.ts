@@ -234,7 +234,14 @@ export class Membership {
    */
   async interruptPeers(): Promise<void> {
     const comms = new Set([this.workers, this.everyone].filter((comm): comm is Communicator => comm !== null));
-    await Promise.all([...comms].map((comm) => comm.revoke().catch(() => undefined)));
+    // a revoke that fails (synchronously too) changes nothing: the vote and the repair follow anyway
+    await Promise.all(
+      [...comms].map((comm) =>
+        Promise.resolve()
+          .then(() => comm.revoke())
+          .catch(() => undefined),
+      ),
+    );
   }
 
   /** Before a repair: with spares, the working ranks' communicator goes too (formWorkers() makes the next). */
