@@ -521,7 +521,10 @@ describe('elastic world: spares and respawned ranks', function () {
     const metrics = lines<StepRecord>({ dir, ...job }, 'metrics.jsonl');
     for (const kill of drill.chaos) assert.equal(metrics.find((m) => m.step === kill.step)!.world, 4);
     for (const [a, b] of drill.chaos.slice(1).map((k, i) => [drill.chaos[i], k])) assert.ok(b.time - a.time >= every * 1000);
-    assert.ok(job.stdout.includes(`[drill] PASS: ${drill.chaos.length} chaos kill(s), one every ${every} s; `), job.stdout);
-    assert.match(job.stdout, /\[drill\] PASS: .*; [34] of 4 ranks finished 320 steps/);
+    const period = String(every).replace('.', '\\.');
+    assert.match(
+      job.stdout,
+      new RegExp(`\\[drill\\] PASS: ${drill.chaos.length} chaos kill\\(s\\), one every ${period} s; [34] of 4 ranks finished 320 steps`),
+    );
   });
 });
