@@ -13,6 +13,11 @@ export const Stream = { parameters: 0, gradients: 1, state: 2 } as const;
 const kinds = 4;
 const skewFloats = (4096 + 64) / Float32Array.BYTES_PER_ELEMENT;
 
+/** The floats streamVector asks its memory for, to give a vector of `length` its skew. */
+export function streamVectorFloats(length: number): number {
+  return length + (kinds - 1) * skewFloats;
+}
+
 /**
  * A zeroed vector of `length` floats for stream kind `kind`, skewed apart from the other kinds', in
  * memory that `memory` makes (default: a plain Float32Array).
@@ -27,7 +32,7 @@ export function streamVector(
   const skew = kind * skewFloats;
   let vector: Float32Array;
   try {
-    vector = memory(length + (kinds - 1) * skewFloats);
+    vector = memory(streamVectorFloats(length));
   } catch (error) {
     // worded as the engine words it, for the length asked for (the slack is this module's business)
     if (error instanceof RangeError) throw new RangeError(`Invalid typed array length: ${length}`, { cause: error });

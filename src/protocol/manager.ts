@@ -470,6 +470,7 @@ export class Manager implements StepPosition {
     this.currentStep += 1;
     this.shardTimes?.stepEnded(now());
     await report?.();
+    this.sumState.readyForRecovery();
     const balance = this.balanceDue;
     this.balanceDue = undefined;
     if (balance?.kind === 'rebalance' && !this.source!.done()) await this.rebalance(balance);

@@ -1,12 +1,15 @@
 // What the step's collective works on, kept in step with the world: exact mode's shard-ordered sum
 // (sharding/shard-sum.ts) over the working ranks and the shard map, and the sharded optimizer state
 // (sharding/sharded-state.ts). Both are made at the start and remade for each world a recovery forms; the sharded
-// state rebuilds the lost ranks' chunks from the survivors' memory, voted.
+// state rebuilds the lost ranks' chunks from the survivors' memory, voted. The sums' buffers come
+// from one SumMemory, which holds, once a world has committed a step, what the sum a recovery from
+// it builds will take.
 import type { Phase } from '../liveness/drills';
 import { ShardedState, type JoinMeta } from '../sharding/sharded-state';
 import type { ProtocolConfig, ProtocolObserver } from './contracts';
 import type { Membership } from './membership';
 import { ddpBuckets, oneBucket, ShardSum } from '../sharding/shard-sum';
+import { SumMemory } from '../sharding/sum-memory';
 import { ShardTimes } from './balance';
 import type { Vote } from './vote';
 
@@ -21,6 +24,9 @@ export class SumAndState {
    */
   inBuckets: boolean;
   private sharded?: ShardedState;
+  private readonly memory = new SumMemory();
+  /** the world changed since the memory was last made ready for a recovery from it */
+  private reserveDue = true;
 
   constructor(
     private readonly config: Pick<ProtocolConfig, 'onFailure' | 'sumLength' | 'add' | 'overlap' | 'sharded' | 'rebalance' | 'shards'>,
@@ -43,23 +49,44 @@ export class SumAndState {
 
   /** The sum for the world as it stands; `step`: the step whose vectors a survivor carries over. */
   rebuildSum(step: number): void {
-    const { onFailure, sumLength, add, rebalance, shards } = this.config;
+    const { onFailure, sumLength, add } = this.config;
     const workers = this.world.workerComm;
     const previous = this.sum;
     this.sum =
       onFailure === 'exact' && workers
-        ? // with --rebalance auto, each shard's compute time rides in the sum's sideband (balance.ts)
-          new ShardSum(
+        ? new ShardSum(
             workers,
             this.world.shardMap,
             sumLength,
             add,
             this.inBuckets ? ddpBuckets : oneBucket,
-            rebalance ? ShardTimes.sidebandLength(shards) : 0,
+            this.sideband(),
+            this.memory,
+            // a survivor's vectors for the step being retried stay valid: the parameters are untouched
+            previous && { sum: previous, step },
           )
         : undefined;
-    // a survivor's vectors for the step being retried stay valid: the parameters are untouched
-    if (previous && this.sum) this.sum.carryFrom(previous, step);
+    this.reserveDue = true;
+  }
+
+  /**
+   * Once per world, after it committed a step (beside training, not on a recovery's path): the
+   * memory gets, written through, the blocks that the sum after the loss of one rank takes on this
+   * rank, given as many shards as a rank holds; on a spare, those of a working rank in a lost one's place.
+   */
+  readyForRecovery(): void {
+    if (!this.reserveDue || this.config.onFailure !== 'exact') return;
+    this.reserveDue = false;
+    const map = this.world.shardMap;
+    const most = Math.max(...map.ranks.map((rank) => map.shardsOf(rank).length));
+    const working = this.world.working;
+    const size = this.world.size - (working ? 1 : 0);
+    this.memory.reserve(size > 0 ? ShardSum.blocks(this.config.sumLength, this.sideband(), size, map.shardCount, most, !working) : []);
+  }
+
+  /** With --rebalance auto, each shard's compute time rides in the sum's sideband (balance.ts). */
+  private sideband(): number {
+    return this.config.rebalance ? ShardTimes.sidebandLength(this.config.shards) : 0;
   }
 
   /** Sharded state on this rank: at the start over the working ranks, or on a rank that joins, from `joining`. */

@@ -13,7 +13,9 @@
 //
 // Each held shard's vector is stored whole in a slot of its own (code computing it may write it
 // there in place), tagged with its step, so that the sum a recovery builds for the smaller world
-// keeps the vectors the survivors already computed for the step being retried.
+// takes over the slots holding what the survivors already computed for the step being retried, and
+// the sum's output; its other buffers come from the job's SumMemory (sum-memory.ts), where the
+// replaced sum's go.
 //
 // A sideband may follow each vector (the last chunk's, never a parameter's): values added like the
 // rest, for what every rank must learn of every shard at each step without another collective
@@ -21,7 +23,8 @@
 import type { Communicator } from '../comm';
 import { chunkBounds } from '../base/chunks';
 import type { ShardMap } from '../data/shard-map';
-import { Stream, streamVector } from '../nn/stream-memory';
+import { Stream, streamVector, streamVectorFloats } from '../nn/stream-memory';
+import { SumMemory } from './sum-memory';
 
 /** Bucket sizes in floats, from the vector's end: the first one, then every other one. */
 export interface BucketSizes {
@@ -61,12 +64,10 @@ export class ShardSum {
   readonly bounds: number[];
   /** the chunks' lengths as reduced, the last with the sideband, in rank order (the counts of an allgatherv of the chunks) */
   readonly chunkLengths: number[];
-  /** a vector and its sideband: the distance between two held shards' vectors */
-  private readonly stride: number;
   /** this rank's shards, ascending */
   readonly held: number[];
-  /** held shard h's vector in [h * stride, h * stride + length), its sideband after it */
-  private readonly slots: Float32Array;
+  /** held shard h's vector in slots[h][0, length), its sideband after it */
+  private readonly slots: Float32Array[];
   /** every shard's piece of this rank's chunk, by bucket */
   private readonly receiveBuffer: Float32Array;
   private readonly chunk: Float32Array;
@@ -86,7 +87,9 @@ export class ShardSum {
 
   /**
    * `add(acc, x)`: acc += x element-wise (the backend's addInPlace); `sizes`: how the exchange is
-   * cut (ddpBuckets, oneBucket); `sideband`: the elements that follow each vector.
+   * cut (ddpBuckets, oneBucket); `sideband`: the elements that follow each vector. `replacing`: the
+   * sum this one replaces after a repair (no longer used), whose vectors for `replacing.step` of
+   * shards this rank still holds are kept, and whose buffers go to `memory`.
    */
   constructor(
     private readonly comm: Communicator,
@@ -95,9 +98,11 @@ export class ShardSum {
     private readonly add: (acc: Float32Array, x: Float32Array) => void,
     sizes: BucketSizes,
     readonly sideband = 0,
+    memory = new SumMemory(),
+    replacing?: { sum: ShardSum; step: number },
   ) {
     const size = comm.size;
-    const stride = (this.stride = length + sideband);
+    const stride = length + sideband;
     this.bounds = chunkBounds(length, size);
     // the exchange's cut: the last chunk takes the sideband
     const cut = [...this.bounds.slice(0, size), stride];
@@ -109,10 +114,23 @@ export class ShardSum {
       );
     }
     this.held = heldBy[comm.rank];
-    this.slots = streamVector(this.held.length * stride, Stream.gradients);
+    const previous = replacing?.sum;
+    if (previous && (previous.length !== length || previous.sideband !== sideband))
+      throw new RangeError(
+        `ShardSum: replaces a sum of ${previous.length} + ${previous.sideband} elements with one of ${length} + ${sideband}`,
+      );
+    const kept = previous ? previous.held.filter((shard) => this.held.includes(shard) && previous.holds(shard, replacing.step)) : [];
+    if (previous)
+      memory.give([previous.chunk, previous.receiveBuffer, ...previous.slots.filter((_, h) => !kept.includes(previous.held[h]))]);
+    this.slots = this.held.map((shard) =>
+      kept.includes(shard)
+        ? previous!.slots[previous!.held.indexOf(shard)]
+        : streamVector(stride, Stream.gradients, (floats) => memory.take(floats)),
+    );
+    for (const shard of kept) this.stepOf.set(shard, replacing!.step);
     const [mineFrom, mineTo] = [cut[comm.rank], cut[comm.rank + 1]];
-    this.chunk = new Float32Array(mineTo - mineFrom);
-    this.receiveBuffer = new Float32Array(map.shardCount * this.chunk.length);
+    this.chunk = memory.take(mineTo - mineFrom);
+    this.receiveBuffer = memory.take(map.shardCount * this.chunk.length);
     const calls = Math.max(...heldBy.map((shards) => shards.length));
     const overlap = (from: number, to: number, c: number) => Math.max(0, Math.min(to, cut[c + 1]) - Math.max(from, cut[c]));
     if (!(sizes.first >= 1 && sizes.rest >= 1))
@@ -138,7 +156,7 @@ export class ShardSum {
         received += receive.length;
         const sends = j < this.held.length;
         bucketCalls.push({
-          send: sends ? this.slots.subarray(j * stride + from, j * stride + to) : new Float32Array(0),
+          send: sends ? this.slots[j].subarray(from, to) : new Float32Array(0),
           sendCounts: cut.slice(0, size).map((_, c) => (sends ? overlap(from, to, c) : 0)),
           receive,
           receiveCounts,
@@ -146,27 +164,45 @@ export class ShardSum {
       }
       this.buckets.push({ from, calls: bucketCalls, chunkPart: this.chunk.subarray(partFrom, partFrom + mine), pieces });
     }
-    // alone with one shard, the sum is that shard's vector as stored: no copy
-    this.full = size === 1 && this.held.length === 1 ? this.slots : streamVector(stride, Stream.gradients);
+    // alone with one shard, the sum is that shard's vector as stored: no copy; else the replaced
+    // sum's output (the same array: a step's summed gradient stays where it was read)
+    const previousOwn = previous && previous.full !== previous.slots[0] ? previous.full : undefined;
+    if (size === 1 && this.held.length === 1) {
+      this.full = this.slots[0];
+      if (previousOwn) memory.give([previousOwn]);
+    } else this.full = previousOwn ?? streamVector(stride, Stream.gradients, (floats) => memory.take(floats));
     this.total = this.full.subarray(0, length);
     this.sidebandTotal = this.full.subarray(length);
+  }
+
+  /**
+   * The blocks (in floats) that a sum of `length` + `sideband` elements over a world of `size`
+   * takes from its memory on a rank given `newSlots` shards it has no vector of yet: their slots,
+   * its chunk (at most the largest) and every shard's piece of it; the sum's output too where
+   * `output` (no replaced sum's to keep).
+   */
+  static blocks(length: number, sideband: number, size: number, shards: number, newSlots: number, output: boolean): number[] {
+    const cut = [...chunkBounds(length, size).slice(0, size), length + sideband];
+    const chunk = Math.max(...cut.slice(1).map((end, c) => end - cut[c]));
+    const slot = streamVectorFloats(length + sideband);
+    return [...new Array<number>(newSlots).fill(slot), chunk, shards * chunk, ...(output ? [slot] : [])];
   }
 
   /** Held shard s's vector: code computing it may write it here in place of put(), then call stored(). */
   slot(shard: number): Float32Array {
     const h = this.held.indexOf(shard);
     if (h < 0) throw new RangeError(`ShardSum.slot: shard ${shard} is not held by this rank (holds ${this.held})`);
-    return this.slots.subarray(h * this.stride, h * this.stride + this.length);
+    return this.slots[h].subarray(0, this.length);
   }
 
   /** Sets held shard s's sideband to `values` (the sideband's length); send it with its vector. */
   setSideband(shard: number, values: ArrayLike<number>): void {
-    const from = this.held.indexOf(shard) * this.stride + this.length;
-    if (from < this.length || values.length !== this.sideband)
+    const h = this.held.indexOf(shard);
+    if (h < 0 || values.length !== this.sideband)
       throw new RangeError(
         `ShardSum.setSideband: shard ${shard} held (${this.held}), ${values.length} values for a sideband of ${this.sideband}`,
       );
-    this.slots.set(values, from);
+    this.slots[h].set(values, this.length);
   }
 
   /** Held shard s's slot holds its vector for `step`, all but the last element, which is `last` (its loss). */
@@ -195,17 +231,6 @@ export class ShardSum {
   /** Whether held shard s's vector for `step` is stored. */
   holds(shard: number, step: number): boolean {
     return this.stepOf.get(shard) === step;
-  }
-
-  /** Stores the vectors for `step` that `previous` (this rank's sum before a repair) holds of shards this sum holds too. */
-  carryFrom(previous: ShardSum, step: number): void {
-    if (previous.length !== this.length)
-      throw new RangeError(`ShardSum.carryFrom: vectors of ${previous.length} elements, this sum's have ${this.length}`);
-    for (const shard of previous.held) {
-      if (!this.held.includes(shard) || !previous.holds(shard, step)) continue;
-      this.slot(shard).set(previous.slot(shard));
-      this.stepOf.set(shard, step);
-    }
   }
 
   /**
@@ -248,10 +273,9 @@ export class ShardSum {
    * `into`, with no MPI call (the same additions in the same order as reduce()'s).
    */
   private addHeld(into: Float32Array): Float32Array {
-    if (into.buffer === this.slots.buffer && into.byteOffset === this.slots.byteOffset) return into;
-    const { stride } = this;
-    into.set(this.slots.subarray(0, stride));
-    for (let h = 1; h < this.held.length; ++h) this.add(into, this.slots.subarray(h * stride, (h + 1) * stride));
+    if (into === this.slots[0]) return into;
+    into.set(this.slots[0]);
+    for (let h = 1; h < this.held.length; ++h) this.add(into, this.slots[h]);
     return into;
   }
 

@@ -1,12 +1,17 @@
 // The shard-ordered sum on a real communicator: seven shards held unevenly (two, two, three), a
 // vector cut into several buckets, some sent early as backward would (in a different pattern on
 // each rank), two steps in a row; then with a sideband after each vector (shard s's value in its
-// element s, as balance.ts sends each shard's time). Reports the digests of each rank's sums and of the reference: every shard's vector
+// element s, as balance.ts sends each shard's time). Then, as a recovery does, a sum over the
+// world without its last rank replaces the sum of step 1: the survivors keep their vectors of that
+// step (the same slots) and the output, put only the shards handed to them from the lost rank, and
+// get the same sum. Reports the digests of each rank's sums and of the reference: every shard's vector
 // added in shard order, one float32 addition at a time, computed alone from the same seeded values.
 import { createHash } from 'node:crypto';
 import { finalize, init } from '../../../src/comm';
 import { ShardMap } from '../../../src/data/shard-map';
 import { ShardSum } from '../../../src/sharding/shard-sum';
+import { SumMemory } from '../../../src/sharding/sum-memory';
+import type { Communicator } from '../../../src/comm';
 import { cpu } from '../../../src/nn/cpu';
 import { stream } from '../../../src/base/random';
 import { report } from './report';
@@ -24,18 +29,68 @@ const sha256 = (values: Float32Array): string =>
     .update(Buffer.from(values.buffer, values.byteOffset, values.byteLength))
     .digest('hex');
 
+/**
+ * As a recovery after `lost` died with the vectors of step 1 computed: the sum over `survivors`
+ * replaces `previous`, and only the shards handed over are put. Its sum, against the reference.
+ */
+async function replace(
+  survivors: Communicator,
+  map: ShardMap,
+  previous: ShardSum,
+  length: number,
+  sideband: number,
+  add: (acc: Float32Array, x: Float32Array) => void,
+  memory: SumMemory,
+  lost: number,
+  side: (shard: number, step: number) => Float32Array,
+): Promise<{ kept: boolean; sum: string; reference: string }> {
+  const step = 1;
+  const next = map.without([lost], survivors.worldRanks);
+  const slots = new Map(previous.held.map((shard) => [shard, previous.slot(shard)]));
+  const output = previous.total;
+  const sum = new ShardSum(survivors, next, length, add, { first: 400, rest: 17_000 }, sideband, memory, { sum: previous, step });
+  let kept = sum.total.buffer === output.buffer && sum.total.byteOffset === output.byteOffset;
+  for (const shard of sum.held) {
+    if (slots.has(shard)) {
+      kept &&= sum.holds(shard, step) && sum.slot(shard).buffer === slots.get(shard)!.buffer;
+      continue;
+    }
+    kept &&= !sum.holds(shard, step);
+    const values = vector(shard, step, length);
+    sum.put(shard, step, [values]);
+    if (sideband > 0) sum.setSideband(shard, side(shard, step));
+  }
+  const total = await sum.sum();
+  const reference = vector(0, step, length);
+  for (let s = 1; s < owners.length; ++s) {
+    const values = vector(s, step, length);
+    for (let i = 0; i < length; ++i) reference[i] = Math.fround(reference[i] + values[i]);
+  }
+  const expected = owners.map((_, s) => side(s, step)[s]);
+  return {
+    kept,
+    sum: sha256(sideband > 0 ? Float32Array.from([...total, ...sum.sidebandTotal]) : total),
+    reference: sha256(sideband > 0 ? Float32Array.from([...reference, ...expected]) : reference),
+  };
+}
+
 async function main(): Promise<void> {
   const { world } = await init();
   const map = ShardMap.fromOwners(owners.map((o) => o % world.size));
   const sums: Record<string, string[]> = {};
   const references: Record<string, string[]> = {};
+  // the sum without the last rank: whether every survivor kept its slots and the output, its digest and the reference's
+  const replaced: { kept: boolean; sum: string; reference: string }[] = [];
+  const memory = new SumMemory();
+  const survivors = world.size > 1 ? await world.split(world.rank < world.size - 1 ? 0 : -1, world.rank) : null;
   for (const [length, sideband] of [
     [1_001, 0],
     [70_001, 0],
     [1_001, owners.length],
   ]) {
     // small buckets, so that both vectors go in several: 1,001 floats in 2, 70,001 in 6
-    const sum = new ShardSum(world, map, length, (acc, x) => cpu.addInPlace(acc, x), { first: 400, rest: 17_000 }, sideband);
+    const add = (acc: Float32Array, x: Float32Array): void => cpu.addInPlace(acc, x);
+    const sum = new ShardSum(world, map, length, add, { first: 400, rest: 17_000 }, sideband, memory);
     const side = (shard: number, step: number): Float32Array => {
       const values = new Float32Array(sideband);
       values[shard] = 1000.25 + 10 * step + shard;
@@ -68,8 +123,10 @@ async function main(): Promise<void> {
       (sums[key] ??= []).push(sha256(sideband > 0 ? Float32Array.from([...total, ...sum.sidebandTotal]) : total));
       (references[key] ??= []).push(sha256(sideband > 0 ? Float32Array.from([...reference, ...expected]) : reference));
     }
+    if (survivors) replaced.push(await replace(survivors, map, sum, length, sideband, add, memory, world.size - 1, side));
   }
-  report({ rank: world.rank, sums, references });
+  report({ rank: world.rank, sums, references, replaced });
+  await survivors?.free();
   await world.free();
   await finalize();
 }
