@@ -120,8 +120,13 @@ export class ShardSum {
         `ShardSum: replaces a sum of ${previous.length} + ${previous.sideband} elements with one of ${length} + ${sideband}`,
       );
     const kept = previous ? previous.held.filter((shard) => this.held.includes(shard) && previous.holds(shard, replacing.step)) : [];
+    // its output is never given: the committed step's summed gradient may still be read there
     if (previous)
-      memory.give([previous.chunk, previous.receiveBuffer, ...previous.slots.filter((_, h) => !kept.includes(previous.held[h]))]);
+      memory.give([
+        previous.chunk,
+        previous.receiveBuffer,
+        ...previous.slots.filter((slot, h) => !kept.includes(previous.held[h]) && slot !== previous.full),
+      ]);
     this.slots = this.held.map((shard) =>
       kept.includes(shard)
         ? previous!.slots[previous!.held.indexOf(shard)]
@@ -165,12 +170,10 @@ export class ShardSum {
       this.buckets.push({ from, calls: bucketCalls, chunkPart: this.chunk.subarray(partFrom, partFrom + mine), pieces });
     }
     // alone with one shard, the sum is that shard's vector as stored: no copy; else the replaced
-    // sum's output (the same array: a step's summed gradient stays where it was read)
+    // sum's output where it was one of its own (the same array: the summed gradient stays where it is read)
     const previousOwn = previous && previous.full !== previous.slots[0] ? previous.full : undefined;
-    if (size === 1 && this.held.length === 1) {
-      this.full = this.slots[0];
-      if (previousOwn) memory.give([previousOwn]);
-    } else this.full = previousOwn ?? streamVector(stride, Stream.gradients, (floats) => memory.take(floats));
+    if (size === 1 && this.held.length === 1) this.full = this.slots[0];
+    else this.full = previousOwn ?? streamVector(stride, Stream.gradients, (floats) => memory.take(floats));
     this.total = this.full.subarray(0, length);
     this.sidebandTotal = this.full.subarray(length);
   }
