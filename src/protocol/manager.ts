@@ -470,7 +470,6 @@ export class Manager implements StepPosition {
     this.currentStep += 1;
     this.shardTimes?.stepEnded(now());
     await report?.();
-    this.sumState.readyForRecovery();
     const balance = this.balanceDue;
     this.balanceDue = undefined;
     if (balance?.kind === 'rebalance' && !this.source!.done()) await this.rebalance(balance);
@@ -481,6 +480,8 @@ export class Manager implements StepPosition {
     if (spawned && this.membership.spawnedWaiting.length > 0 && !this.source!.done()) await this.growBySpawned(spawned);
     else if (this.membership.sparesToRefill > 0 && !this.source!.done() && !(await this.membership.refillSpares(this.vote)))
       await this.recover();
+    // what a recovery from the world as it now stands would take, made at a step's end, not on its path
+    this.sumState.readyForRecovery();
     if (this.stopAgreed) {
       this.observer.log(`stopping after step ${step} on request (SIGTERM): checkpoint first`);
       await this.checkpoint('sigterm');

@@ -2,8 +2,8 @@
 // (sharding/shard-sum.ts) over the working ranks and the shard map, and the sharded optimizer state
 // (sharding/sharded-state.ts). Both are made at the start and remade for each world a recovery forms; the sharded
 // state rebuilds the lost ranks' chunks from the survivors' memory, voted. The sums' buffers come
-// from one SumMemory, which holds, once a world has committed a step, what the sum a recovery from
-// it builds will take.
+// from one SumMemory, which holds, from the first step's end in a world on, what the sum a
+// recovery from it builds will take.
 import type { Phase } from '../liveness/drills';
 import { ShardedState, type JoinMeta } from '../sharding/sharded-state';
 import type { ProtocolConfig, ProtocolObserver } from './contracts';
@@ -70,9 +70,9 @@ export class SumAndState {
   }
 
   /**
-   * Once per world, after it committed a step (beside training, not on a recovery's path): the
-   * memory gets, written through, the blocks that the sum after the loss of one rank takes on this
-   * rank, given as many shards as a rank holds; on a spare, those of a working rank in a lost one's place.
+   * Once per world, at a step's end (beside training, not on a recovery's path): the memory gets,
+   * written through, the blocks that the sum after the loss of one rank takes on this rank, given
+   * as many shards as a rank holds; on a spare, those of a working rank in a lost one's place.
    */
   readyForRecovery(): void {
     if (!this.reserveDue || this.config.onFailure !== 'exact') return;

@@ -21,6 +21,7 @@
 // rest, for what every rank must learn of every shard at each step without another collective
 // (balance.ts: the time each shard took its owner). Code computing a vector never sees it.
 import type { Communicator } from '../comm';
+import { CommTimeoutError } from '../comm/errors';
 import { chunkBounds } from '../base/chunks';
 import type { ShardMap } from '../data/shard-map';
 import { Stream, streamVector, streamVectorFloats } from '../nn/stream-memory';
@@ -75,6 +76,8 @@ export class ShardSum {
   private readonly buckets: Bucket[];
   /** buckets of the sum under way already sent, and their exchanges */
   private sent = 0;
+  /** a call of this sum timed out and its request was left to MPI, which may still write into the buffers it receives into */
+  private abandoned = false;
   private readonly inFlight: Promise<void>[] = [];
   /** the step whose vector held shard s's slot holds */
   private readonly stepOf = new Map<number, number>();
@@ -101,6 +104,8 @@ export class ShardSum {
     memory = new SumMemory(),
     replacing?: { sum: ShardSum; step: number },
   ) {
+    if (!(sizes.first >= 1 && sizes.rest >= 1))
+      throw new RangeError(`ShardSum: bucket sizes must be positive, got ${JSON.stringify(sizes)}`);
     const size = comm.size;
     const stride = length + sideband;
     this.bounds = chunkBounds(length, size);
@@ -124,7 +129,7 @@ export class ShardSum {
     if (previous)
       memory.give([
         previous.chunk,
-        previous.receiveBuffer,
+        ...(previous.abandoned ? [] : [previous.receiveBuffer]),
         ...previous.slots.filter((slot, h) => !kept.includes(previous.held[h]) && slot !== previous.full),
       ]);
     this.slots = this.held.map((shard) =>
@@ -138,8 +143,6 @@ export class ShardSum {
     this.receiveBuffer = memory.take(map.shardCount * this.chunk.length);
     const calls = Math.max(...heldBy.map((shards) => shards.length));
     const overlap = (from: number, to: number, c: number) => Math.max(0, Math.min(to, cut[c + 1]) - Math.max(from, cut[c]));
-    if (!(sizes.first >= 1 && sizes.rest >= 1))
-      throw new RangeError(`ShardSum: bucket sizes must be positive, got ${JSON.stringify(sizes)}`);
     this.buckets = [];
     let received = 0;
     for (let to = stride, from: number; to > 0; to = from) {
@@ -171,7 +174,7 @@ export class ShardSum {
     }
     // alone with one shard, the sum is that shard's vector as stored: no copy; else the replaced
     // sum's output where it was one of its own (the same array: the summed gradient stays where it is read)
-    const previousOwn = previous && previous.full !== previous.slots[0] ? previous.full : undefined;
+    const previousOwn = previous && !previous.abandoned && previous.full !== previous.slots[0] ? previous.full : undefined;
     if (size === 1 && this.held.length === 1) this.full = this.slots[0];
     else this.full = previousOwn ?? streamVector(stride, Stream.gradients, (floats) => memory.take(floats));
     this.total = this.full.subarray(0, length);
@@ -246,7 +249,7 @@ export class ShardSum {
     while (this.sent < this.buckets.length && this.buckets[this.sent].from >= from) {
       for (const call of this.buckets[this.sent].calls) {
         const exchange = this.comm.alltoallv(call.send, call.sendCounts, call.receive, call.receiveCounts);
-        exchange.catch(() => undefined); // awaited in reduce(), unless a failure ends the step first
+        exchange.catch((error: unknown) => this.noteAbandoned(error)); // awaited in reduce(), unless a failure ends the step first
         this.inFlight.push(exchange);
       }
       this.sent += 1;
@@ -285,7 +288,15 @@ export class ShardSum {
   /** The shard-ordered sum of every shard's vector, on every rank (in `total`, the sideband's in `sidebandTotal`). */
   async sum(): Promise<Float32Array> {
     if (this.comm.size === 1) this.addHeld(this.full);
-    else await this.comm.allgatherv(await this.reduce(), this.full, this.chunkLengths);
+    else
+      await this.comm.allgatherv(await this.reduce(), this.full, this.chunkLengths).catch((error: unknown) => {
+        this.noteAbandoned(error);
+        throw error;
+      });
     return this.total;
+  }
+
+  private noteAbandoned(error: unknown): void {
+    if (error instanceof CommTimeoutError) this.abandoned = true;
   }
 }

@@ -1,8 +1,8 @@
 // Memory for the shard-ordered sums a job builds, one per world. A recovery's new sum is built on
 // the retried step's path, and buffers allocated then are fresh pages that the kernel maps on their
 // first write, during that step: at 4 ranks of lenet on 2 cores, about 5 ms of a 20 ms retry. So a
-// replaced sum's buffers come back here for the next sum to take, and once a world has committed a
-// step, blocks for what a recovery from it would take are made and written beside training.
+// replaced sum's buffers come back here for the next sum to take, and at a step's end after the world
+// changed, blocks for what a recovery from it would take are made and written beside training.
 
 /** Above this, the blocks kept ready are not worth their memory: a model this large recomputes a lost shard for far longer. */
 export const reserveBelowBytes = 256 << 20;
@@ -10,6 +10,11 @@ export const reserveBelowBytes = 256 << 20;
 export class SumMemory {
   /** blocks whose pages have been written: each a whole buffer, lent out at most once */
   private free: ArrayBuffer[] = [];
+
+  /** The bytes of the free blocks. */
+  get freeBytes(): number {
+    return this.free.reduce((n, block) => n + block.byteLength, 0);
+  }
 
   /** A zeroed vector of `floats`: in the smallest free block that holds it, else in new memory. */
   take(floats: number): Float32Array {

@@ -1,7 +1,7 @@
 // A scripted MPI world in one process, for unit tests of the fault-tolerance protocol's decisions
 // (src/protocol/) without processes or MPI: N simulated ranks, each with its own Communicator, whose
 // collectives meet in memory. It follows ULFM as the protocol relies on it, deterministically:
-// - a collective (allreduce, bcast, barrier, allgather(v), split) completes once every member has
+// - a collective (allreduce, bcast, barrier, allgather(v), alltoallv, split) completes once every member has
 //   called it; on a communicator with a dead member or a revoked one it rejects on every caller
 //   (ProcFailedError, RevokedError), those already waiting included (a kill may name the only
 //   waiting ranks that see it: the others wait on, as ULFM's callers waiting on a live peer do);
@@ -376,8 +376,42 @@ export class ScriptedComm implements Communicator {
     });
   }
 
-  alltoallv(): Promise<void> {
-    return Promise.reject(new Error('scripted: alltoallv is not scripted'));
+  alltoallv(
+    sendbuf: CommBuffer,
+    sendCounts: ArrayLike<number>,
+    recvbuf: CommBuffer,
+    recvCounts: ArrayLike<number>,
+    sendDispls?: ArrayLike<number>,
+    recvDispls?: ArrayLike<number>,
+  ): Promise<void> {
+    const packed = (counts: ArrayLike<number>): number[] =>
+      Array.from(counts, (_, r) =>
+        Array.from(counts)
+          .slice(0, r)
+          .reduce((a, b) => a + b, 0),
+      );
+    const input = {
+      sendbuf,
+      sendCounts: Array.from(sendCounts),
+      sendDispls: sendDispls ? Array.from(sendDispls) : packed(sendCounts),
+      recvbuf,
+      recvCounts: Array.from(recvCounts),
+      recvDispls: recvDispls ? Array.from(recvDispls) : packed(recvCounts),
+    };
+    return this.world.call(this, 'collective', 'alltoallv', input, (arrivals) => {
+      const inputs = arrivals.map((a) => a.input as typeof input);
+      inputs.forEach((to, d) =>
+        inputs.forEach((from, s) => {
+          if (from.sendCounts[d] !== to.recvCounts[s])
+            throw new Error(
+              `scripted: alltoallv: rank ${s} sends ${from.sendCounts[d]} elements to rank ${d}, which expects ${to.recvCounts[s]}`,
+            );
+          const block = from.sendbuf.subarray(from.sendDispls[d], from.sendDispls[d] + from.sendCounts[d]);
+          to.recvbuf.set(block as never, to.recvDispls[s]);
+        }),
+      );
+      return arrivals.map(() => undefined);
+    });
   }
 
   revoke(): Promise<void> {

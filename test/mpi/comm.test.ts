@@ -210,12 +210,13 @@ describe('The shard-ordered sum (ft/shard-sum.ts) on a real communicator', funct
   this.timeout(90_000);
 
   for (const size of [1, 2, 3]) {
-    it(`has the bits of one float32 addition after another in shard order at ${size} rank${size > 1 ? 's' : ''}, buckets sent early or late, a sideband summed with it${size > 1 ? "; replaced without the last rank, it keeps the survivors' vectors and output and sums the same" : ''}`, async () => {
+    it(`has the bits of one float32 addition after another in shard order at ${size} rank${size > 1 ? 's' : ''}, buckets sent early or late, a sideband summed with it, a spare's sum in memory made ready${size > 1 ? "; replaced without the last rank, it keeps the survivors' vectors and output, takes only memory made ready for it, and sums the same" : ''}`, async () => {
       const job = await runProgram<{
         rank: number;
         sums: Record<string, string[]>;
         references: Record<string, string[]>;
-        replaced: { kept: boolean; sum: string; reference: string }[];
+        replaced: { kept: boolean; fromReserve: boolean; sum: string; reference: string }[];
+        spareFromReserve: boolean[];
       }>('shard-sum', size);
       assert.equal(job.code, 0, job.stderr);
       assert.equal(job.results.length, size);
@@ -230,10 +231,12 @@ describe('The shard-ordered sum (ft/shard-sum.ts) on a real communicator', funct
             ),
           );
         }
+        assert.deepEqual(r.spareFromReserve, [true, true, true], `rank ${r.rank}: a spare's sum took memory not made ready for it`);
         // the last rank is the lost one: it takes no part
         assert.equal(r.replaced.length, size > 1 && r.rank < size - 1 ? 3 : 0);
-        r.replaced.forEach(({ kept, sum, reference }, i) => {
+        r.replaced.forEach(({ kept, fromReserve, sum, reference }, i) => {
           assert.ok(kept, `rank ${r.rank}, sum ${i}: the replacing sum did not keep the survivor's vectors and output`);
+          assert.ok(fromReserve, `rank ${r.rank}, sum ${i}: the replacing sum took memory that was not made ready for it`);
           assert.ok(sum === reference, `rank ${r.rank}, sum ${i}: the replacing sum's bits differ from the shard-order reference`);
         });
       }

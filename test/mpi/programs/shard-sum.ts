@@ -4,7 +4,8 @@
 // element s, as balance.ts sends each shard's time). Then, as a recovery does, a sum over the
 // world without its last rank replaces the sum of step 1: the survivors keep their vectors of that
 // step (the same slots) and the output, put only the shards handed to them from the lost rank, and
-// get the same sum. Reports the digests of each rank's sums and of the reference: every shard's vector
+// get the same sum; every buffer it takes is one of the blocks ShardSum.blocks() had the memory
+// make ready for that world (as a spare's are, for a sum of the whole world). Reports the digests of each rank's sums and of the reference: every shard's vector
 // added in shard order, one float32 addition at a time, computed alone from the same seeded values.
 import { createHash } from 'node:crypto';
 import { finalize, init } from '../../../src/comm';
@@ -29,6 +30,21 @@ const sha256 = (values: Float32Array): string =>
     .update(Buffer.from(values.buffer, values.byteOffset, values.byteLength))
     .digest('hex');
 
+/** A SumMemory that counts the vectors it had no free block for. */
+class CountingMemory extends SumMemory {
+  misses = 0;
+
+  override take(floats: number): Float32Array {
+    const free = this.freeBytes;
+    const vector = super.take(floats);
+    if (this.freeBytes === free) this.misses += 1;
+    return vector;
+  }
+}
+
+/** The most shards a rank holds under `map`. */
+const most = (map: ShardMap): number => Math.max(...map.ranks.map((rank) => map.shardsOf(rank).length));
+
 /**
  * As a recovery after `lost` died with the vectors of step 1 computed: the sum over `survivors`
  * replaces `previous`, and only the shards handed over are put. Its sum, against the reference.
@@ -40,15 +56,18 @@ async function replace(
   length: number,
   sideband: number,
   add: (acc: Float32Array, x: Float32Array) => void,
-  memory: SumMemory,
+  memory: CountingMemory,
   lost: number,
   side: (shard: number, step: number) => Float32Array,
-): Promise<{ kept: boolean; sum: string; reference: string }> {
+): Promise<Replaced> {
   const step = 1;
   const next = map.without([lost], survivors.worldRanks);
+  memory.reserve(ShardSum.blocks(length, sideband, survivors.size, map.shardCount, most(map), false));
+  const misses = memory.misses;
   const slots = new Map(previous.held.map((shard) => [shard, previous.slot(shard)]));
   const output = previous.total;
   const sum = new ShardSum(survivors, next, length, add, { first: 400, rest: 17_000 }, sideband, memory, { sum: previous, step });
+  const fromReserve = memory.misses === misses;
   let kept = sum.total.buffer === output.buffer && sum.total.byteOffset === output.byteOffset;
   for (const shard of sum.held) {
     if (slots.has(shard)) {
@@ -69,9 +88,18 @@ async function replace(
   const expected = owners.map((_, s) => side(s, step)[s]);
   return {
     kept,
+    fromReserve,
     sum: sha256(sideband > 0 ? Float32Array.from([...total, ...sum.sidebandTotal]) : total),
     reference: sha256(sideband > 0 ? Float32Array.from([...reference, ...expected]) : reference),
   };
+}
+
+/** The sum without the last rank: whether it kept the survivor's slots and output, took only reserved blocks, its digest and the reference's. */
+interface Replaced {
+  kept: boolean;
+  fromReserve: boolean;
+  sum: string;
+  reference: string;
 }
 
 async function main(): Promise<void> {
@@ -79,9 +107,10 @@ async function main(): Promise<void> {
   const map = ShardMap.fromOwners(owners.map((o) => o % world.size));
   const sums: Record<string, string[]> = {};
   const references: Record<string, string[]> = {};
-  // the sum without the last rank: whether every survivor kept its slots and the output, its digest and the reference's
-  const replaced: { kept: boolean; sum: string; reference: string }[] = [];
-  const memory = new SumMemory();
+  const replaced: Replaced[] = [];
+  // a spare's blocks: whether a sum of the whole world, made anew, took only them
+  const spareFromReserve: boolean[] = [];
+  const memory = new CountingMemory();
   const survivors = world.size > 1 ? await world.split(world.rank < world.size - 1 ? 0 : -1, world.rank) : null;
   for (const [length, sideband] of [
     [1_001, 0],
@@ -124,8 +153,12 @@ async function main(): Promise<void> {
       (references[key] ??= []).push(sha256(sideband > 0 ? Float32Array.from([...reference, ...expected]) : reference));
     }
     if (survivors) replaced.push(await replace(survivors, map, sum, length, sideband, add, memory, world.size - 1, side));
+    memory.reserve(ShardSum.blocks(length, sideband, world.size, map.shardCount, most(map), true));
+    const misses = memory.misses;
+    new ShardSum(world, map, length, add, { first: 400, rest: 17_000 }, sideband, memory);
+    spareFromReserve.push(memory.misses === misses);
   }
-  report({ rank: world.rank, sums, references, replaced });
+  report({ rank: world.rank, sums, references, replaced, spareFromReserve });
   await survivors?.free();
   await world.free();
   await finalize();
