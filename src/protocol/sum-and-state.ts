@@ -72,16 +72,22 @@ export class SumAndState {
   /**
    * Once per world, at a step's end (beside training, not on a recovery's path): the memory gets,
    * written through, the blocks that the sum after the loss of one rank takes on this rank, given
-   * as many shards as a rank holds; on a spare, those of a working rank in a lost one's place.
+   * as many shards as a rank holds; on a spare, those of a working rank in a lost one's place. With
+   * a spare waiting, a working rank keeps its world size and shards through a loss, and what the
+   * replaced sum gives back serves the new one: nothing is kept ready.
    */
   readyForRecovery(): void {
     if (!this.reserveDue || this.config.onFailure !== 'exact') return;
     this.reserveDue = false;
     const map = this.world.shardMap;
     const most = Math.max(...map.ranks.map((rank) => map.shardsOf(rank).length));
-    const working = this.world.working;
-    const size = this.world.size - (working ? 1 : 0);
-    this.memory.reserve(size > 0 ? ShardSum.blocks(this.config.sumLength, this.sideband(), size, map.shardCount, most, !working) : []);
+    const { working, size, spares } = this.world;
+    const sizes = working
+      ? spares.length > 0 || size === 1
+        ? []
+        : ShardSum.blocks(this.config.sumLength, this.sideband(), size - 1, map.shardCount, most, false)
+      : ShardSum.blocks(this.config.sumLength, this.sideband(), size, map.shardCount, most, true);
+    this.memory.reserve(sizes);
   }
 
   /** With --rebalance auto, each shard's compute time rides in the sum's sideband (balance.ts). */
