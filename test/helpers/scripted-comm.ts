@@ -376,14 +376,7 @@ export class ScriptedComm implements Communicator {
     });
   }
 
-  alltoallv(
-    sendbuf: CommBuffer,
-    sendCounts: ArrayLike<number>,
-    recvbuf: CommBuffer,
-    recvCounts: ArrayLike<number>,
-    sendDispls?: ArrayLike<number>,
-    recvDispls?: ArrayLike<number>,
-  ): Promise<void> {
+  alltoallv(...[sendbuf, sendCounts, recvbuf, recvCounts, sendDispls, recvDispls]: Parameters<Communicator['alltoallv']>): Promise<void> {
     const packed = (counts: ArrayLike<number>): number[] =>
       Array.from(counts, (_, r) =>
         Array.from(counts)
