@@ -80,14 +80,13 @@ export class SumAndState {
     if (!this.reserveDue || this.config.onFailure !== 'exact') return;
     this.reserveDue = false;
     const map = this.world.shardMap;
-    const most = Math.max(...map.ranks.map((rank) => map.shardsOf(rank).length));
+    const most = Math.max(...map.counts().values());
     const { working, size, spares } = this.world;
-    const sizes = working
-      ? spares.length > 0 || size === 1
-        ? []
-        : ShardSum.blocks(this.config.sumLength, this.sideband(), size - 1, map.shardCount, most, false)
-      : ShardSum.blocks(this.config.sumLength, this.sideband(), size, map.shardCount, most, true);
-    this.memory.reserve(sizes);
+    const blocks = (worldSize: number): number[] =>
+      ShardSum.blocks(this.config.sumLength, this.sideband(), worldSize, map.shardCount, most, !working);
+    if (!working) this.memory.reserve(blocks(size));
+    else if (spares.length > 0 || size === 1) this.memory.reserve([]);
+    else this.memory.reserve(blocks(size - 1));
   }
 
   /** With --rebalance auto, each shard's compute time rides in the sum's sideband (balance.ts). */

@@ -27,6 +27,16 @@ import type { ShardMap } from '../data/shard-map';
 import { Stream, streamVector, streamVectorFloats } from '../nn/stream-memory';
 import { SumMemory } from './sum-memory';
 
+/** The exchange's cut of a vector of `length` + `sideband` over `size` ranks: chunk c is [cut[c], cut[c+1]), the last with the sideband. */
+function exchangeCut(length: number, sideband: number, size: number): number[] {
+  return [...chunkBounds(length, size).slice(0, size), length + sideband];
+}
+
+/** The lengths of the chunks between a cut's bounds. */
+function chunkLengthsOf(cut: number[]): number[] {
+  return cut.slice(1).map((end, c) => end - cut[c]);
+}
+
 /** Bucket sizes in floats, from the vector's end: the first one, then every other one. */
 export interface BucketSizes {
   first: number;
@@ -109,9 +119,8 @@ export class ShardSum {
     const size = comm.size;
     const stride = length + sideband;
     this.bounds = chunkBounds(length, size);
-    // the exchange's cut: the last chunk takes the sideband
-    const cut = [...this.bounds.slice(0, size), stride];
-    this.chunkLengths = cut.slice(1).map((end, c) => end - cut[c]);
+    const cut = exchangeCut(length, sideband, size);
+    this.chunkLengths = chunkLengthsOf(cut);
     const heldBy = comm.worldRanks.map((worldRank) => map.shardsOf(worldRank));
     if (heldBy.reduce((n, shards) => n + shards.length, 0) !== map.shardCount) {
       throw new Error(
@@ -132,11 +141,8 @@ export class ShardSum {
         ...(previous.abandoned ? [] : [previous.receiveBuffer]),
         ...previous.slots.filter((slot, h) => !kept.includes(previous.held[h]) && slot !== previous.full),
       ]);
-    this.slots = this.held.map((shard) =>
-      kept.includes(shard)
-        ? previous!.slots[previous!.held.indexOf(shard)]
-        : streamVector(stride, Stream.gradients, (floats) => memory.take(floats)),
-    );
+    const newVector = (): Float32Array => streamVector(stride, Stream.gradients, (floats) => memory.take(floats));
+    this.slots = this.held.map((shard) => (kept.includes(shard) ? previous!.slots[previous!.held.indexOf(shard)] : newVector()));
     for (const shard of kept) this.stepOf.set(shard, replacing!.step);
     const [mineFrom, mineTo] = [cut[comm.rank], cut[comm.rank + 1]];
     this.chunk = memory.take(mineTo - mineFrom);
@@ -176,7 +182,7 @@ export class ShardSum {
     // sum's output where it was one of its own (the same array: the summed gradient stays where it is read)
     const previousOwn = previous && !previous.abandoned && previous.full !== previous.slots[0] ? previous.full : undefined;
     if (size === 1 && this.held.length === 1) this.full = this.slots[0];
-    else this.full = previousOwn ?? streamVector(stride, Stream.gradients, (floats) => memory.take(floats));
+    else this.full = previousOwn ?? newVector();
     this.total = this.full.subarray(0, length);
     this.sidebandTotal = this.full.subarray(length);
   }
@@ -188,8 +194,7 @@ export class ShardSum {
    * `output` (no replaced sum's to keep).
    */
   static blocks(length: number, sideband: number, size: number, shards: number, newSlots: number, output: boolean): number[] {
-    const cut = [...chunkBounds(length, size).slice(0, size), length + sideband];
-    const chunk = Math.max(...cut.slice(1).map((end, c) => end - cut[c]));
+    const chunk = Math.max(...chunkLengthsOf(exchangeCut(length, sideband, size)));
     const slot = streamVectorFloats(length + sideband);
     return [...new Array<number>(newSlots).fill(slot), chunk, shards * chunk, ...(output ? [slot] : [])];
   }

@@ -43,7 +43,7 @@ class CountingMemory extends SumMemory {
 }
 
 /** The most shards a rank holds under `map`. */
-const most = (map: ShardMap): number => Math.max(...map.ranks.map((rank) => map.shardsOf(rank).length));
+const most = (map: ShardMap): number => Math.max(...map.counts().values());
 
 /**
  * As a recovery after `lost` died with the vectors of step 1 computed: the sum over `survivors`
