@@ -47,7 +47,7 @@ function expectedLine(
       ...(hostfile ? [`--hostfile ${hostfile}`] : []),
       ...(binding ? [binding] : []),
       `--prefix ${mpiHome} --mca coll '^han' --mca mpi_add_procs_cutoff 1024 --mca mpi_ft_propagator_with_rbcast true -x FT_RUN_JOB -x FT_TEST_JOB -x FT_BENCH_JOB`,
-      '--mca coll_libnbc_iallreduce_algorithm ring',
+      '--mca coll_libnbc_iallreduce_algorithm ring --mca mpi_event_tick_rate 1000',
       detector,
       process.execPath,
       '--single-threaded-gc',
@@ -118,7 +118,7 @@ describe('launch/ft-run', function () {
       assert.equal(job.code, 0, job.stderr);
       assert.ok(
         job.stdout.includes(
-          ` -x FT_BENCH_JOB --prtemca plm_ssh_agent 'ssh -F ${config}' --mca coll_libnbc_iallreduce_algorithm ring --mca mpi_ft_detector true `,
+          ` -x FT_BENCH_JOB --prtemca plm_ssh_agent 'ssh -F ${config}' --mca coll_libnbc_iallreduce_algorithm ring --mca mpi_event_tick_rate 1000 --mca mpi_ft_detector true `,
         ),
         job.stdout,
       );
