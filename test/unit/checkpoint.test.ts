@@ -156,14 +156,11 @@ describe('checkpoints', () => {
       s,
       [0, 1].map((i) => stripeDigests(s, i, 2)),
     );
-    // (the stripes' file may not exist yet: the writers create it on their threads)
-    assert.deepEqual(
-      fs.readdirSync(staging).filter((name) => name.startsWith('manifest')),
-      ['manifest.json'],
-    );
+    // (neither file may exist yet: they are created off the JS thread)
     assert.equal(findCheckpoint(root).dir, older);
     await Promise.all([...stripes, prepared.durable]);
     assert.deepEqual(fs.readdirSync(staging).sort(), ['manifest.json', 'state.safetensors']);
+    assert.deepEqual(JSON.parse(fs.readFileSync(path.join(staging, 'manifest.json'), 'utf8')), prepared.manifest);
     assert.equal(findCheckpoint(root).dir, older);
     assert.deepEqual(commitManifest(prepared, dir), verifyCheckpoint(dir));
     assert.deepEqual(fs.readdirSync(dir).sort(), ['manifest.json', 'state.safetensors']);
@@ -433,6 +430,22 @@ describe('checkpoints', () => {
     const file = path.join(missing, 'state.safetensors');
     const parts = [{ at: 0, bytes: new Uint8Array(8) }];
     await assert.rejects(writers[0].write(file, 8, parts), { message: `${file}: ENOENT: no such file or directory`, code: 'ENOENT' });
+  });
+
+  it("a manifest's write replaces a longer file whole, and one that cannot be written fails naming it, as Node's fs errors do", async () => {
+    const s = state(1);
+    const staging = stagingDir(root);
+    fs.mkdirSync(staging, { recursive: true });
+    fs.writeFileSync(path.join(staging, 'manifest.json'), 'x'.repeat(1 << 16));
+    const prepared = prepareManifest(staging, meta(5), s, [stripeDigests(s, 0, 1)]);
+    await prepared.durable;
+    assert.equal(fs.readFileSync(path.join(staging, 'manifest.json'), 'utf8'), JSON.stringify(prepared.manifest, null, 1) + '\n');
+    // a directory where the manifest goes: its open fails
+    const other = path.join(root, 'other');
+    const file = path.join(other, 'manifest.json');
+    fs.mkdirSync(file, { recursive: true });
+    const refused = prepareManifest(other, meta(5), s, [stripeDigests(s, 0, 1)]);
+    await assert.rejects(refused.durable, { message: `${file}: EISDIR: illegal operation on a directory`, code: 'EISDIR' });
   });
 
   it("parts in any order, of any size and alignment, with gaps between them, land exactly where they say; the gaps keep the file's old bytes", async () => {

@@ -17,8 +17,17 @@
 // writer.fill(path, fileBytes) -> Promise: a new file of fileBytes with every block written and
 // durable; writer.cancel() ends a fill under way after the piece being written (it rejects with
 // ECANCELED), so that nobody waits at exit for a file no checkpoint will use. One write or fill at
-// a time per writer. An I/O error rejects with an Error like Node's
-// fs errors, naming the file: "<path>: ENOSPC: no space left on device", .code "ENOSPC".
+// a time per writer.
+//
+// writeDurable(path, bytes) -> Promise: a small file (a checkpoint's manifest) created or
+// replaced, written through the page cache and made durable, in one task on libuv's pool. Node's
+// fs takes a task for the write and another for the fdatasync, and on a core shared with a rank
+// that computes each hand-off between the pool and the JS thread waited for the core (lenet, 4
+// ranks on 2 cores, a kill, 12 drills each: the JIT checkpoint took 7.3 ms, median, 3.9-19 ms, with
+// Node's fs; 5.1 ms, 4.6-16.5, with one task).
+//
+// An I/O error rejects with an Error like Node's fs errors, naming the file: "<path>: ENOSPC: no
+// space left on device", .code "ENOSPC".
 #include "io/direct_write.h"
 
 #include <fcntl.h>
@@ -301,6 +310,16 @@ void FillFile(Ring& ring, const std::string& path, uint64_t fileBytes, const std
   if (fdatasync(buffered.get()) != 0) throw IoError{errno, "fdatasync"};
 }
 
+// An I/O error as Node's fs reports one, naming the file.
+Napi::Value ErrorValue(Napi::Env env, const std::string& path, const IoError& failure) {
+  const char* code = uv_err_name(-failure.code);
+  Napi::Error error = Napi::Error::New(env, path + ": " + code + ": " + uv_strerror(-failure.code));
+  error.Set("code", Napi::String::New(env, code));
+  error.Set("syscall", Napi::String::New(env, failure.syscall));
+  error.Set("path", Napi::String::New(env, path));
+  return error.Value();
+}
+
 class FileWriteWorker : public Napi::AsyncWorker {
  public:
   // fill: FillFile instead of WriteFile (runs empty)
@@ -331,12 +350,7 @@ class FileWriteWorker : public Napi::AsyncWorker {
       deferred_.Resolve(Env().Undefined());
       return;
     }
-    const char* code = uv_err_name(-error_.code);
-    Napi::Error error = Napi::Error::New(Env(), path_ + ": " + code + ": " + uv_strerror(-error_.code));
-    error.Set("code", Napi::String::New(Env(), code));
-    error.Set("syscall", Napi::String::New(Env(), error_.syscall));
-    error.Set("path", Napi::String::New(Env(), path_));
-    deferred_.Reject(error.Value());
+    deferred_.Reject(ErrorValue(Env(), path_, error_));
   }
 
  private:
@@ -353,6 +367,51 @@ class FileWriteWorker : public Napi::AsyncWorker {
   Napi::ObjectReference views_;
   IoError error_{0, ""};
 };
+
+// writeDurable's task: the bytes are its own copy, so the caller's buffer is free at once.
+class DurableWriteWorker : public Napi::AsyncWorker {
+ public:
+  DurableWriteWorker(Napi::Env env, std::string path, std::vector<uint8_t> bytes)
+      : Napi::AsyncWorker(env, "writeDurable"), deferred_(Napi::Promise::Deferred::New(env)), path_(std::move(path)),
+        bytes_(std::move(bytes)) {}
+
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+ protected:
+  void Execute() override {
+    try {
+      Fd file(path_, O_WRONLY | O_CREAT | O_TRUNC);
+      if (file.get() < 0) throw IoError{errno, "open"};
+      WriteAll(file.get(), bytes_.data(), bytes_.size(), 0);
+      if (fdatasync(file.get()) != 0) throw IoError{errno, "fdatasync"};
+    } catch (const IoError& error) {
+      error_ = error;
+    }
+  }
+
+  void OnOK() override {
+    if (error_.code == 0) deferred_.Resolve(Env().Undefined());
+    else deferred_.Reject(ErrorValue(Env(), path_, error_));
+  }
+
+ private:
+  Napi::Promise::Deferred deferred_;
+  std::string path_;
+  std::vector<uint8_t> bytes_;
+  IoError error_{0, ""};
+};
+
+Napi::Value WriteDurable(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const char* method = "writeDurable";
+  if (!info[0].IsString()) ThrowArg(env, method, "path", "a string", info[0]);
+  if (!info[1].IsTypedArray()) ThrowArg(env, method, "bytes", "a typed array", info[1]);
+  auto view = info[1].As<Napi::TypedArray>();
+  const uint8_t* data = DataOf(view);
+  auto* worker = new DurableWriteWorker(env, info[0].As<Napi::String>().Utf8Value(), std::vector<uint8_t>(data, data + view.ByteLength()));
+  worker->Queue();
+  return worker->Promise();
+}
 
 class FileWriter : public Napi::ObjectWrap<FileWriter> {
  public:
@@ -447,6 +506,7 @@ void InitFileWriter(Napi::Env env, Napi::Object exports) {
   exports.Set("FileWriter", FileWriter::DefineClass(env, "FileWriter", {FileWriter::InstanceMethod<&FileWriter::Write>("write"),
                                                                      FileWriter::InstanceMethod<&FileWriter::Fill>("fill"),
                                                                      FileWriter::InstanceMethod<&FileWriter::Cancel>("cancel")}));
+  exports.Set("writeDurable", Napi::Function::New(env, WriteDurable, "writeDurable"));
 }
 
 }  // namespace ft
