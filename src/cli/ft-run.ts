@@ -23,20 +23,24 @@ import { appendRunEvent } from '../run/writer';
 /** How long the ranks get to checkpoint and stop after the first SIGINT/SIGTERM before mpirun is told to end the job. */
 const stopGraceMs = 30_000;
 
+// one paragraph, wrapped by yargs to the terminal's width
 const usage = `$0 -n N [--hostfile F [--ssh-config C]] [--script FILE] [--dry-run] -- <ft-train flags>
 
-Runs ft-train on N ranks under the ULFM Open MPI's mpirun ($FT_MPI_HOME, default /opt/ompi-ulfm;
-launch/setup builds it) with --with-ft ulfm, --oversubscribe only when N exceeds the slots (this
-machine's cores, or the sum of the hostfile's slots=K), and ULFM's hang detector set from ft-train's
---hang-timeout (default ${defaultHangTimeoutS} s). The first Ctrl-C or SIGTERM asks the ranks to checkpoint and stop;
-${stopGraceMs / 1000} s later (or at a second one) mpirun ends the job. Exit code 0 only if the run directory
-holds a complete summary.json or a clean stop, 1 if the job ended without finishing, 2 on bad input
-or no ULFM, otherwise mpirun's own. With --max-restarts R, a job that ends without finishing (not
-one stopped by Ctrl-C) starts again, up to R times, from the newest complete checkpoint into the same
-run directory, on the hosts that still answer (over ssh, or to srun inside a Slurm allocation) with
-as many ranks as their slots allow (at most N), leaving out --drill points it already reached; one line and one restart event each. With --script, every rank runs \`node --single-threaded-gc FILE <flags>\` instead of ft-train:
-a program over the library (train() or elastic()) that takes at least --run-dir DIR (and
---hang-timeout S, if not the default) among its flags.`;
+${[
+  "Runs ft-train on N ranks under the ULFM Open MPI's mpirun ($FT_MPI_HOME, default /opt/ompi-ulfm;",
+  'launch/setup builds it) with --with-ft ulfm, --oversubscribe only when N exceeds the slots (this',
+  "machine's cores, or the sum of the hostfile's slots=K), and ULFM's hang detector set from ft-train's",
+  `--hang-timeout (default ${defaultHangTimeoutS} s). The first Ctrl-C or SIGTERM asks the ranks to checkpoint and stop;`,
+  `${stopGraceMs / 1000} s later (or at a second one) mpirun ends the job. Exit code 0 only if the run directory`,
+  'holds a complete summary.json or a clean stop, 1 if the job ended without finishing, 2 on bad input',
+  "or no ULFM, otherwise mpirun's own. With --max-restarts R, a job that ends without finishing (not",
+  'one stopped by Ctrl-C) starts again, up to R times, from the newest complete checkpoint into the same',
+  'run directory, on the hosts that still answer (over ssh, or to srun inside a Slurm allocation) with',
+  'as many ranks as their slots allow (at most N), leaving out --drill points it already reached; one',
+  'line and one restart event each. With --script, every rank runs `node --single-threaded-gc FILE',
+  '<flags>` instead of ft-train: a program over the library (train() or elastic()) that takes at least',
+  '--run-dir DIR (and --hang-timeout S, if not the default) among its flags.',
+].join(' ')}`;
 
 /** `word` as a POSIX shell reads it back. */
 function shellQuote(word: string): string {
