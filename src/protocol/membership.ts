@@ -382,7 +382,7 @@ export class Membership {
     });
     this.observer.log(
       `step ${step}: cannot spawn a rank to replace the lost: ${impossible ?? 'not possible on another rank'} ` +
-        '(no free slot in the allocation, or an MPI without spawn support); going on with the survivors, --respawn off',
+        '(no host can take it, or an MPI without spawn support); going on with the survivors, --respawn off',
     );
     return true;
   }

@@ -397,9 +397,19 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.deepEqual(worlds(run), [4, 4, 3, 4, 4, 4, ...Array(6).fill(3)]);
   });
 
-  it('--respawn where no slot is free: one line says so, and the survivors go on, the same bits', async () => {
+  it('--respawn on a job launched on all its slots: the replacement takes the place of the lost rank (the runtime still counts it), the same bits', async () => {
     const hostfile = path.join(scratch, 'two-slots');
     fs.writeFileSync(hostfile, 'localhost slots=2\n');
+    const run = await ftRun(2, ['--hostfile', hostfile], ...respawnWaiting, '--drill', 'rank=1,step=3,phase=compute');
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(run), [2, 2, 2, 1, ...Array(8).fill(2)]);
+    assert.ok(!run.stdout.includes('cannot spawn'), run.stdout);
+    assert.ok(!run.stderr.includes('already filled'), run.stderr);
+  });
+
+  it('--respawn where the hostfile allows no process beyond its slots (max_slots): one line says so, and the survivors go on, the same bits', async () => {
+    const hostfile = path.join(scratch, 'two-slots-at-most');
+    fs.writeFileSync(hostfile, 'localhost slots=2 max_slots=2\n');
     const run = await ftRun(2, ['--hostfile', hostfile], '--respawn', '--drill', 'rank=1,step=3,phase=compute');
     assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
     assert.deepEqual(worlds(run), [2, 2, 2, ...Array(9).fill(1)]);
@@ -407,7 +417,7 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.equal(said.length, 1, run.stdout);
     assert.match(
       said[0],
-      /^\[ft-train\] step 3: cannot spawn a rank to replace the lost: MPI_ERR_\w+: .* \(no free slot in the allocation, or an MPI without spawn support\); going on with the survivors, --respawn off$/,
+      /^\[ft-train\] step 3: cannot spawn a rank to replace the lost: MPI_ERR_\w+: .* \(no host can take it, or an MPI without spawn support\); going on with the survivors, --respawn off$/,
     );
   });
 

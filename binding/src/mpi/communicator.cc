@@ -488,14 +488,20 @@ Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
         app.ninfo = 1;
         PMIX_INFO_LOAD(&app.info[0], PMIX_WDIR, cwd, PMIX_STRING);
         // as Open MPI's MPI_Comm_spawn says of the processes it starts: MPI programs
-        pmix_info_t personality;
-        PMIX_INFO_LOAD(&personality, PMIX_PERSONALITY, "ompi5", PMIX_STRING);
+        pmix_info_t directives[3];
+        PMIX_INFO_LOAD(&directives[0], PMIX_PERSONALITY, "ompi5", PMIX_STRING);
+        // the runtime keeps a dead process's slot taken, so a job launched on all its slots had none
+        // for the process that replaces it: placed on the first host with a free slot, else beside
+        // the others, and unbound (bound, it would share with a live rank the core the runtime
+        // still counts as the dead one's, while that core idles)
+        PMIX_INFO_LOAD(&directives[1], PMIX_MAPBY, "slot:OVERSUBSCRIBE", PMIX_STRING);
+        PMIX_INFO_LOAD(&directives[2], PMIX_BINDTO, "none", PMIX_STRING);
         char nspace[PMIX_MAX_NSLEN + 1] = {0};
-        pmix_status_t status = PMIx_Spawn(&personality, 1, &app, 1, nspace);
-        PMIX_INFO_DESTRUCT(&personality);
+        pmix_status_t status = PMIx_Spawn(directives, 3, &app, 1, nspace);
+        for (pmix_info_t& directive : directives) PMIX_INFO_DESTRUCT(&directive);
         PMIX_APP_DESTRUCT(&app);
         if (status != PMIX_SUCCESS) {
-          // MPI_Comm_spawn's error class, and PMIx's reason (no free slot: PMIX_ERR_JOB_FAILED_TO_MAP)
+          // MPI_Comm_spawn's error class, and PMIx's reason (no host can take it: PMIX_ERR_JOB_FAILED_TO_MAP)
           Failure failure = MpiFailure(MPI_ERR_SPAWN, "PMIx_Spawn", __FILE__, __LINE__);
           failure.message += std::string(": ") + PMIx_Error_string(status);
           throw OpException(failure);
