@@ -1,6 +1,7 @@
 // bench/chaos: useful time under a kill -9 every ten seconds. lenet on Fashion-MNIST, exact mode,
-// 4 working ranks kept at full strength by --respawn (each lost rank replaced by a spawned one,
-// which starts beside training and joins once ready; BENCH_RESPAWN_JOIN=wait: the survivors wait),
+// 4 working ranks (BENCH_RANKS) kept at full strength by --respawn (each lost rank replaced by a
+// spawned one, which starts beside training and joins once ready; BENCH_RESPAWN_JOIN=wait: the
+// survivors wait),
 // about two minutes of training, first without a fault, then with launch/drill's --chaos: a kill -9
 // of a random working rank (the leader included) every BENCH_KILL_EVERY_S seconds (default 10)
 // from outside, each once the job has recovered from the last. Prints a table, then one JSON line:
@@ -17,11 +18,11 @@
 //     MPI runs), ready (from the launch until it was ready to join, beside training), join (the
 //     state sent to it), readback (what the retried step needs of the lost shards, and
 //     the newcomer of its shards, before they compute), checkpoint (the JIT checkpoint), retry (the retried step),
-//     back_to_full_ms (the kill to the first step committed on 4 working ranks again) and
+//     back_to_full_ms (the kill to the first step committed on all working ranks again) and
 //     slower_steps_ms (per kill: the time steps on fewer working ranks took beyond the median).
 // BENCH_STEPS sets the steps (default 4000, about two minutes here), BENCH_RESPAWN_LIMIT the ranks
 // that may be spawned (default 100), BENCH_RESPAWN_JOIN their --respawn-join (default ready),
-// BENCH_SPARES hot spares beside the 4 working ranks (default 0; --respawn refills them, and a
+// BENCH_SPARES hot spares beside the working ranks (default 0; --respawn refills them, and a
 // spare takes each lost place in the recovery). Whatever of a job outlives it is killed and reported.
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -32,7 +33,7 @@ import type { EventRecord, StepRecord } from '../src/run/records';
 import { median } from '../src/base/median';
 import { runRecords, type RunRecords } from './run-records';
 
-const ranks = 4;
+const ranks = Number(process.env.BENCH_RANKS ?? 4);
 const steps = Number(process.env.BENCH_STEPS ?? 4000);
 const killEveryS = Number(process.env.BENCH_KILL_EVERY_S ?? 10);
 const respawnLimit = Number(process.env.BENCH_RESPAWN_LIMIT ?? 100);
