@@ -10,7 +10,9 @@
 //     figure for the fault-free run (what step-time jitter alone costs); wall_ratio: the chaos run's
 //     span over the fault-free one's, for the same steps, and wall_lost_ms_per_kill: their
 //     difference per kill (what a kill costs against the run without one, slower steps included);
-//   kills, params_equal (the chaos run's params_sha256 equals the fault-free run's: must be true);
+//   kills, kills_back_to_full (those after which the world came back to all its working ranks: a
+//     kill short of it left fewer ranks to compute, and less to lose, so the figure is not one of
+//     a full world), params_equal (the chaos run's params_sha256 equals the fault-free run's: must be true);
 //   lost_ms_per_kill: (wall - steps x median) / kills, and its breakdown, medians over the kills
 //     (ms): detect (the kill to the survivors' failure event: the rest of the step they were
 //     computing, then the failed collective), repair (revoke, shrink, agree), spawn (the leader
@@ -151,6 +153,7 @@ async function main(): Promise<void> {
       respawn_join: respawnJoin,
       spares,
       kills,
+      kills_back_to_full: costs.filter((k) => Number.isFinite(k.back_to_full_ms)).length,
       useful_fraction: round4(c.useful),
       fault_free_useful_fraction: round4(f.useful),
       wall_ratio: round4(c.span / f.span),
