@@ -151,6 +151,30 @@ describe('launch/ft-run', function () {
       }
     });
 
+    it("with hot spares beyond the slots the ranks are left unbound: a spare takes a lost rank's place where the OS finds room, not on the core mpirun gave it", async () => {
+      const slots = os.availableParallelism();
+      const cases: [number, number, string][] = [
+        [slots + 1, 1, '--bind-to none'],
+        [slots + 2, 0, '--bind-to core:overload-allowed'],
+        [slots, 1, ''],
+      ];
+      for (const [ranks, spares, binding] of cases) {
+        const job = await launch([
+          '-n',
+          String(ranks),
+          '--hostfile',
+          hostfileOf(slots),
+          '--dry-run',
+          '--',
+          ...flags,
+          '--spares',
+          String(spares),
+        ]);
+        assert.equal(job.code, 0, job.stderr);
+        assert.equal(job.stdout, expectedLine(ranks, slots, detector30, `${quoted} --spares ${spares}`, hostfileOf(slots), binding));
+      }
+    });
+
     it("the hang detector follows ft-train's last --hang-timeout", async () => {
       const job = await launch(['-n', '1', '--dry-run', '--', ...flags, '--hang-timeout', '7', '--hang-timeout=2']);
       assert.equal(job.code, 0, job.stderr);
