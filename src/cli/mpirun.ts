@@ -196,8 +196,8 @@ const progressSettings = ['--mca', 'mpi_event_tick_rate', '1000'];
  * spares (`spares`): mpirun binds in blocks of consecutive ranks, and a spare takes a lost rank's
  * place on whatever core it was given, so working ranks bound side by side stay so, where the OS
  * would spread them (lenet, 4 working ranks and a spare on 2 cores: a step took 17.0 ms bound, 3
- * working ranks sharing core 0, against 11.9 unbound; after a kill 10.0 or 16.0 ms bound, by whose
- * place the spare took, against 10.1 unbound).
+ * working ranks sharing core 0, against 11.9 unbound; after a kill the spare covered, 9.6-10.0 ms
+ * bound where two working ranks were left to a core, 17.2 where three, against 9.6-10.1 unbound).
  *
  * Across hosts the ranks are dealt to them in turn (rank r on host r mod H while every host has
  * slots left), not a host's slots filled first. ULFM's detector watches a ring of the ranks, each
