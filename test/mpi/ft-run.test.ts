@@ -124,6 +124,13 @@ describe('launch/ft-run', function () {
       );
     });
 
+    /** --dry-run of `ranks` ranks on a hostfile of `slots` slots with ft-train's `flag value`: the line, with `binding`. */
+    async function assertBinding(ranks: number, slots: number, flag: string, value: number, binding: string): Promise<void> {
+      const job = await launch(['-n', String(ranks), '--hostfile', hostfileOf(slots), '--dry-run', '--', ...flags, flag, String(value)]);
+      assert.equal(job.code, 0, job.stderr);
+      assert.equal(job.stdout, expectedLine(ranks, slots, detector30, `${quoted} ${flag} ${value}`, hostfileOf(slots), binding));
+    }
+
     it('--threads T: each rank gets T + 1 cores of its own (one for its comm thread), else T, where the slots allow, else the OS places its threads; ranks of one thread beyond the slots share cores', async () => {
       const slots = os.availableParallelism();
       const cases: [number, number, string][] = [
@@ -134,21 +141,7 @@ describe('launch/ft-run', function () {
         [slots, 1, ''],
         [slots + 1, 1, '--bind-to core:overload-allowed'],
       ];
-      for (const [ranks, threads, binding] of cases) {
-        const job = await launch([
-          '-n',
-          String(ranks),
-          '--hostfile',
-          hostfileOf(slots),
-          '--dry-run',
-          '--',
-          ...flags,
-          '--threads',
-          String(threads),
-        ]);
-        assert.equal(job.code, 0, job.stderr);
-        assert.equal(job.stdout, expectedLine(ranks, slots, detector30, `${quoted} --threads ${threads}`, hostfileOf(slots), binding));
-      }
+      for (const [ranks, threads, binding] of cases) await assertBinding(ranks, slots, '--threads', threads, binding);
     });
 
     it("with hot spares beyond the slots the ranks are left unbound: a spare takes a lost rank's place where the OS finds room, not on the core mpirun gave it", async () => {
@@ -158,21 +151,7 @@ describe('launch/ft-run', function () {
         [slots + 2, 0, '--bind-to core:overload-allowed'],
         [slots, 1, ''],
       ];
-      for (const [ranks, spares, binding] of cases) {
-        const job = await launch([
-          '-n',
-          String(ranks),
-          '--hostfile',
-          hostfileOf(slots),
-          '--dry-run',
-          '--',
-          ...flags,
-          '--spares',
-          String(spares),
-        ]);
-        assert.equal(job.code, 0, job.stderr);
-        assert.equal(job.stdout, expectedLine(ranks, slots, detector30, `${quoted} --spares ${spares}`, hostfileOf(slots), binding));
-      }
+      for (const [ranks, spares, binding] of cases) await assertBinding(ranks, slots, '--spares', spares, binding);
     });
 
     it("the hang detector follows ft-train's last --hang-timeout", async () => {
