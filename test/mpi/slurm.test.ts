@@ -38,10 +38,18 @@ function slurm(argv: string[]): string {
   return execFileSync(command, [...on, ...withConf], { cwd: repoRoot, encoding: 'utf8', timeout: 30_000 });
 }
 
-/** The state scontrol gives job `id` (PENDING, RUNNING, COMPLETED, ...). */
+/** The state scontrol gives job `id` (PENDING, RUNNING, COMPLETED, ...); PURGED once slurmctld dropped its record (MinJobAge after its end). */
 function jobState(id: string): string | undefined {
-  return /JobState=(\w+)/.exec(slurm(['scontrol', 'show', 'job', id]))?.[1];
+  try {
+    return /JobState=(\w+)/.exec(slurm(['scontrol', 'show', 'job', id]))?.[1];
+  } catch (error) {
+    if (/Invalid job id/.test(String((error as { stderr?: string }).stderr))) return 'PURGED';
+    throw error;
+  }
 }
+
+/** The states a job ends in (and PURGED: ended, its record dropped). */
+const ended = ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY', 'PURGED'];
 
 /** Resolves once `ready()` holds, looking every 200 ms; rejects after `timeoutMs`. */
 async function until(ready: () => boolean, timeoutMs: number, what: string): Promise<void> {
@@ -155,8 +163,12 @@ describe('under Slurm (slurmctld and slurmd on test hosts)', function () {
     // Slurm holds a requeued job back for a while: let it go at once
     await until(() => jobState(id) === 'PENDING', 60_000, 'the job pending again');
     slurm(['scontrol', 'update', `JobId=${id}`, 'StartTime=now']);
-    await until(() => jobState(id) === 'COMPLETED', 240_000, 'the requeued job to complete');
+    // the record lasts MinJobAge (4 s) after the end: a poll late by that finds it gone, and the run
+    // directory says how it ended
+    let state: string | undefined;
+    await until(() => ended.includes((state = jobState(id)) ?? ''), 240_000, 'the requeued job to end');
     const text = fs.readFileSync(output, 'latin1');
+    assert.ok(state === 'COMPLETED' || state === 'PURGED', `the requeued job ended ${state}:\n${text}`);
     const run = { dir, code: 0, signal: null, stdout: '', stderr: text, results: [], stragglers: 0 };
     assert.equal(summaryOf(run).params_sha256, summaryOf({ dir: single, ...alone }).params_sha256);
     const events = lines<EventRecord>(run, 'events.jsonl');
