@@ -273,16 +273,10 @@ export function hangTimeoutOf(trainArgs: string[]): number {
   return seconds;
 }
 
-/** ft-train's --threads in `trainArgs` (1 when absent or not a whole number: ft-train itself refuses it in one line). */
-function threadsOf(trainArgs: string[]): number {
-  const threads = Number(trainFlag(trainArgs, 'threads') ?? 1);
-  return Number.isSafeInteger(threads) && threads >= 1 ? threads : 1;
-}
-
-/** ft-train's --spares in `trainArgs` (0 when absent or not a whole number: ft-train itself refuses it in one line). */
-function sparesOf(trainArgs: string[]): number {
-  const spares = Number(trainFlag(trainArgs, 'spares') ?? 0);
-  return Number.isSafeInteger(spares) && spares >= 0 ? spares : 0;
+/** ft-train's whole-number flag `--name` in `trainArgs`, at least `least` (`least` when absent or not one: ft-train itself refuses it in one line). */
+function wholeFlagOf(trainArgs: string[], name: string, least: number): number {
+  const value = Number(trainFlag(trainArgs, name) ?? least);
+  return Number.isSafeInteger(value) && value >= least ? value : least;
 }
 
 /**
@@ -308,8 +302,8 @@ export function trainCommand(
     ranks,
     ...hosts,
     hangTimeoutS: hangTimeoutOf(trainArgs),
-    threads: threadsOf(trainArgs),
-    spares: sparesOf(trainArgs),
+    threads: wholeFlagOf(trainArgs, 'threads', 1),
+    spares: wholeFlagOf(trainArgs, 'spares', 0),
     program: [process.execPath, ...rankNodeFlags, script, ...trainArgs],
   });
 }
