@@ -7,9 +7,12 @@
 // from outside, each once the job has recovered from the last. Prints a table, then one JSON line:
 //   useful_fraction = (steps x the chaos run's median step time) / wall time from its first step to
 //     its last (no evaluation in between), target >= 0.99; fault_free_useful_fraction: the same
-//     figure for the fault-free run (what step-time jitter alone costs); wall_ratio: the chaos run's
-//     span over the fault-free one's, for the same steps, and wall_lost_ms_per_kill: their
-//     difference per kill (what a kill costs against the run without one, slower steps included);
+//     figure for the fault-free run (what step-time jitter alone costs);
+//     useful_fraction_at_fault_free_median: the chaos run's steps x the fault-free run's median
+//     step time, over the chaos run's span (steps slower after the kills count as lost);
+//     wall_ratio: the chaos run's span over the fault-free one's, for the same steps, and
+//     wall_lost_ms_per_kill: their difference per kill (what a kill costs against the run without
+//     one, slower steps included);
 //   kills, kills_back_to_full (those after which the world came back to all its working ranks: a
 //     kill short of it left fewer ranks to compute, and less to lose, so the figure is not one of
 //     a full world), params_equal (the chaos run's params_sha256 equals the fault-free run's: must be true);
@@ -129,6 +132,7 @@ async function main(): Promise<void> {
   const [c, f] = [steady(chaos), steady(calm)];
   const kills = chaos.kills.length;
   const lostMs = c.span - (c.last.step - c.first.step) * c.median;
+  const usefulAtFaultFreeMedian = ((c.last.step - c.first.step) * f.median) / c.span;
   const costs = killCosts(chaos, c.median);
   const breakdown = Object.fromEntries(
     (Object.keys(costs[0] ?? {}) as (keyof KillCost)[]).map((key) => [key, round1(median(costs.map((k) => k[key])))]),
@@ -137,7 +141,7 @@ async function main(): Promise<void> {
     `fault-free: ${f.span.toFixed(0)} ms for ${f.last.step - f.first.step} steps, median ${f.median.toFixed(2)} ms/step, useful ${f.useful.toFixed(4)}`,
   );
   console.log(
-    `chaos: ${kills} kills in ${c.span.toFixed(0)} ms, median ${c.median.toFixed(2)} ms/step, useful ${c.useful.toFixed(4)}, lost ${(lostMs / Math.max(1, kills)).toFixed(1)} ms per kill`,
+    `chaos: ${kills} kills in ${c.span.toFixed(0)} ms, median ${c.median.toFixed(2)} ms/step, useful ${c.useful.toFixed(4)} (${usefulAtFaultFreeMedian.toFixed(4)} at the fault-free median), lost ${(lostMs / Math.max(1, kills)).toFixed(1)} ms per kill`,
   );
   console.log(
     `per kill, medians (ms): ${Object.entries(breakdown)
@@ -156,6 +160,7 @@ async function main(): Promise<void> {
       kills_back_to_full: costs.filter((k) => Number.isFinite(k.back_to_full_ms)).length,
       useful_fraction: round4(c.useful),
       fault_free_useful_fraction: round4(f.useful),
+      useful_fraction_at_fault_free_median: round4(usefulAtFaultFreeMedian),
       wall_ratio: round4(c.span / f.span),
       wall_lost_ms_per_kill: round1((c.span - f.span) / Math.max(1, kills)),
       params_equal: chaos.summary.params_sha256 === calm.summary.params_sha256,
