@@ -24,7 +24,11 @@
 //     state sent to it), readback (what the retried step needs of the lost shards, and
 //     the newcomer of its shards, before they compute), checkpoint (the JIT checkpoint), retry (the retried step),
 //     back_to_full_ms (the kill to the first step committed on all working ranks again) and
-//     slower_steps_ms (per kill: the time steps on fewer working ranks took beyond the median).
+//     slower_steps_ms (per kill: the time steps on fewer working ranks took beyond the median),
+//     starting_steps_ms and later_steps_ms (the time steps on all working ranks took beyond the
+//     fault-free run's mean step: while the spawned rank starts beside training, from the retried
+//     step to its join; then until the next kill, where the spawned ranks reach the others over
+//     TCP: Open MPI's shared memory serves one job's processes only).
 // BENCH_STEPS sets the steps (default 4000, about two minutes here), BENCH_RESPAWN_LIMIT the ranks
 // that may be spawned (default 100), BENCH_RESPAWN_JOIN their --respawn-join (default ready),
 // BENCH_SPARES hot spares beside the working ranks (default 0; --respawn refills them, and a
@@ -91,10 +95,12 @@ interface KillCost {
   retry: number;
   back_to_full_ms: number;
   slower_steps_ms: number;
+  starting_steps_ms: number;
+  later_steps_ms: number;
 }
 
-/** What each kill cost, from the events between it and the next kill. */
-function killCosts(run: Run, stepMedian: number): KillCost[] {
+/** What each kill cost, from the events between it and the next kill (`faultFreeStep`: the fault-free run's mean step). */
+function killCosts(run: Run, stepMedian: number, faultFreeStep: number): KillCost[] {
   return run.kills.map((kill, i) => {
     const until = run.kills[i + 1]?.time ?? Infinity;
     const within = <T extends { time: number }>(records: T[]): T[] => records.filter((r) => r.time >= kill.time && r.time < until);
@@ -102,8 +108,13 @@ function killCosts(run: Run, stepMedian: number): KillCost[] {
     const first = (name: string): EventRecord | undefined => events.find((e) => e.event === name);
     const duration = (name: string): number => events.filter((e) => e.event === name).reduce((sum, e) => sum + (e.duration_ms ?? 0), 0);
     const failure = first('failure');
-    const metrics = within(run.metrics);
+    const metrics = within(run.metrics).filter((m) => m.test_accuracy === undefined); // steps, not evaluations
     const back = metrics.find((m) => m.world === ranks && m.step > (failure?.step ?? -1));
+    // the newcomers' join ends their start-up beside training (a spare's own join takes no spawned rank)
+    const spawned = new Set(events.filter((e) => e.event === 'spawn').flatMap((e) => (e.ranks as number[] | undefined) ?? []));
+    const joins = events.filter((e) => e.event === 'join' && ((e.ranks as number[] | undefined) ?? []).some((r) => spawned.has(r)));
+    const settled = joins.at(-1)?.time ?? back?.time ?? until;
+    const beyondFaultFree = (steps: StepRecord[]): number => steps.reduce((sum, m) => sum + m.step_ms - faultFreeStep, 0);
     return {
       detect: failure ? failure.time - kill.time : NaN,
       repair: duration('revoke+shrink') + duration('agree'),
@@ -116,6 +127,8 @@ function killCosts(run: Run, stepMedian: number): KillCost[] {
       retry: duration('retry'),
       back_to_full_ms: back ? back.time - kill.time : NaN,
       slower_steps_ms: metrics.filter((m) => m.world < ranks).reduce((sum, m) => sum + Math.max(0, m.step_ms - stepMedian), 0),
+      starting_steps_ms: beyondFaultFree(metrics.filter((m) => m.world === ranks && m.step > (failure?.step ?? -1) && m.time < settled)),
+      later_steps_ms: beyondFaultFree(metrics.filter((m) => m.time >= settled)),
     };
   });
 }
@@ -133,7 +146,7 @@ async function main(): Promise<void> {
   const kills = chaos.kills.length;
   const lostMs = c.span - (c.last.step - c.first.step) * c.median;
   const usefulAtFaultFreeMedian = ((c.last.step - c.first.step) * f.median) / c.span;
-  const costs = killCosts(chaos, c.median);
+  const costs = killCosts(chaos, c.median, f.span / (f.last.step - f.first.step));
   const breakdown = Object.fromEntries(
     (Object.keys(costs[0] ?? {}) as (keyof KillCost)[]).map((key) => [key, round1(median(costs.map((k) => k[key])))]),
   );
