@@ -22,6 +22,8 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 const scratch = makeScratch('ft-slow-');
 const common = [...lenetOnFashion, '--steps', '24', '--hang-timeout', '3', ...fewTestSamples];
 let runs = 0;
+/** The steps a moved shard's background pass is given to finish before the end (it reads 1 MiB at a time while training goes on). */
+const passSteps = 8;
 
 async function train(ranks: number, ...extra: string[]): Promise<Run> {
   const dir = path.join(scratch, `run-${++runs}`);
@@ -67,12 +69,23 @@ describe('slow ranks: found, their shards moved, the bits unchanged', function (
   });
   after(() => removeScratch(scratch));
 
-  /** The run finished with `key`'s bits, and read from disk exactly the shards some rank was given and had never held. */
+  /**
+   * The run finished with `key`'s bits, and read from disk exactly the shards some rank was given
+   * and had never held; where the last rebalance came within `passSteps` of the end, no more than
+   * them (the end stops a background pass still reading the rows no step has asked for yet).
+   */
   async function assertExact(run: Run, key: string, shards: number, ranks: number): Promise<void> {
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, baseline.get(key), `${run.dir}: the parameters differ from the run without the slowness`);
-    if (summary.failures.length === 0)
-      assert.equal(summary.bytes_read_back, (await readbackBytes(shards, neverHeld(run, shards, ranks), 0)).total, 'bytes read from disk');
+    if (summary.failures.length > 0) return;
+    const expected = (await readbackBytes(shards, neverHeld(run, shards, ranks), 0)).total;
+    const lastMove = Math.max(-1, ...rebalances(run).map((e) => e.step as number));
+    if (lastMove < summary.steps - passSteps) assert.equal(summary.bytes_read_back, expected, 'bytes read from disk');
+    else
+      assert.ok(
+        summary.bytes_read_back <= expected,
+        `read ${summary.bytes_read_back} bytes, more than the ${expected} of the shards never held`,
+      );
   }
 
   for (const [who, rank] of [
