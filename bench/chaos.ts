@@ -74,13 +74,14 @@ async function train(runDir: string, chaos: boolean): Promise<Run> {
   };
 }
 
-/** A run's steps without evaluations: the first and last, the median step time, the span between them, the useful fraction. */
-function steady(run: Run): { first: StepRecord; last: StepRecord; median: number; span: number; useful: number } {
+/** A run's steps without evaluations: the steps from the first to the last, the median step time, the span between them, the useful fraction. */
+function steady(run: Run): { steps: number; median: number; span: number; useful: number } {
   const records = run.metrics.filter((m) => m.test_accuracy === undefined);
   const [first, last] = [records[0], records[records.length - 1]];
   const stepMedian = median(records.map((m) => m.step_ms));
   const span = last.time - first.time;
-  return { first, last, median: stepMedian, span, useful: ((last.step - first.step) * stepMedian) / span };
+  const steps = last.step - first.step;
+  return { steps, median: stepMedian, span, useful: (steps * stepMedian) / span };
 }
 
 interface KillCost {
@@ -109,10 +110,12 @@ function killCosts(run: Run, stepMedian: number, faultFreeStep: number): KillCos
     const duration = (name: string): number => events.filter((e) => e.event === name).reduce((sum, e) => sum + (e.duration_ms ?? 0), 0);
     const failure = first('failure');
     const metrics = within(run.metrics).filter((m) => m.test_accuracy === undefined); // steps, not evaluations
-    const back = metrics.find((m) => m.world === ranks && m.step > (failure?.step ?? -1));
+    const failedStep = failure?.step ?? -1;
+    const back = metrics.find((m) => m.world === ranks && m.step > failedStep);
     // the newcomers' join ends their start-up beside training (a spare's own join takes no spawned rank)
-    const spawned = new Set(events.filter((e) => e.event === 'spawn').flatMap((e) => (e.ranks as number[] | undefined) ?? []));
-    const joins = events.filter((e) => e.event === 'join' && ((e.ranks as number[] | undefined) ?? []).some((r) => spawned.has(r)));
+    const ranksOf = (e: EventRecord): number[] => (e.ranks as number[] | undefined) ?? [];
+    const spawned = new Set(events.filter((e) => e.event === 'spawn').flatMap(ranksOf));
+    const joins = events.filter((e) => e.event === 'join' && ranksOf(e).some((r) => spawned.has(r)));
     const settled = joins.at(-1)?.time ?? back?.time ?? until;
     const beyondFaultFree = (steps: StepRecord[]): number => steps.reduce((sum, m) => sum + m.step_ms - faultFreeStep, 0);
     return {
@@ -127,7 +130,7 @@ function killCosts(run: Run, stepMedian: number, faultFreeStep: number): KillCos
       retry: duration('retry'),
       back_to_full_ms: back ? back.time - kill.time : NaN,
       slower_steps_ms: metrics.filter((m) => m.world < ranks).reduce((sum, m) => sum + Math.max(0, m.step_ms - stepMedian), 0),
-      starting_steps_ms: beyondFaultFree(metrics.filter((m) => m.world === ranks && m.step > (failure?.step ?? -1) && m.time < settled)),
+      starting_steps_ms: beyondFaultFree(metrics.filter((m) => m.world === ranks && m.step > failedStep && m.time < settled)),
       later_steps_ms: beyondFaultFree(metrics.filter((m) => m.time >= settled)),
     };
   });
@@ -144,14 +147,14 @@ async function main(): Promise<void> {
   process.stderr.write(' done\n');
   const [c, f] = [steady(chaos), steady(calm)];
   const kills = chaos.kills.length;
-  const lostMs = c.span - (c.last.step - c.first.step) * c.median;
-  const usefulAtFaultFreeMedian = ((c.last.step - c.first.step) * f.median) / c.span;
-  const costs = killCosts(chaos, c.median, f.span / (f.last.step - f.first.step));
+  const lostMs = c.span - c.steps * c.median;
+  const usefulAtFaultFreeMedian = (c.steps * f.median) / c.span;
+  const costs = killCosts(chaos, c.median, f.span / f.steps);
   const breakdown = Object.fromEntries(
     (Object.keys(costs[0] ?? {}) as (keyof KillCost)[]).map((key) => [key, round1(median(costs.map((k) => k[key])))]),
   );
   console.log(
-    `fault-free: ${f.span.toFixed(0)} ms for ${f.last.step - f.first.step} steps, median ${f.median.toFixed(2)} ms/step, useful ${f.useful.toFixed(4)}`,
+    `fault-free: ${f.span.toFixed(0)} ms for ${f.steps} steps, median ${f.median.toFixed(2)} ms/step, useful ${f.useful.toFixed(4)}`,
   );
   console.log(
     `chaos: ${kills} kills in ${c.span.toFixed(0)} ms, median ${c.median.toFixed(2)} ms/step, useful ${c.useful.toFixed(4)} (${usefulAtFaultFreeMedian.toFixed(4)} at the fault-free median), lost ${(lostMs / Math.max(1, kills)).toFixed(1)} ms per kill`,
