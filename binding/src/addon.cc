@@ -19,6 +19,7 @@
 #include "io/direct_write.h"
 #include "coding/erasure_module.h"
 #include "mpi/errors.h"
+#include "mpi/reserves.h"
 #include "data/gather.h"
 #include "args.h"
 #include "mpi/watchdog.h"
@@ -50,22 +51,25 @@ struct Started {
   bool joined;
   int threadLevel;
   std::string library;
+  bool reserve = false;
 };
 
-// init(): starts the comm thread, which initialises MPI (it alone calls MPI, so FUNNELED is
-// enough) and resolves with the world communicator: a dup of COMM_WORLD with MPI_ERRORS_RETURN,
-// or, in a process that ranks of a running job spawned (spawn(), which sets FT_JOIN_PORT),
+// init(reserves): starts the comm thread, which initialises MPI (it alone calls MPI, so FUNNELED is
+// enough) and resolves with the world communicator: a dup of COMM_WORLD with MPI_ERRORS_RETURN
+// (with reserves > 0, a split of it without the launch's last `reserves` processes; on one of
+// those, `world` null and `reserve` true: see awaitWake()), or, in a process that ranks of a running job spawned (spawn(), which sets FT_JOIN_PORT),
 // `joined` true and the intercommunicator with them once they accepted it (accept()), which it
 // merges (merge()) once ready to join them.
 Napi::Value InitMpi(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   CommThread& thread = CommThread::Get();
   if (thread.started()) throw Napi::Error::New(env, "init: MPI was already initialized");
+  int reserves = info.Length() > 0 && !info[0].IsUndefined() ? IntArg(info, 0, "init", "reserves", 0, INT32_MAX) : 0;
   SkipFinalizeFenceUnderUlfm();
   thread.Start(env);
   return thread.Submit(
       env, {},
-      [] {
+      [reserves] {
         int provided = 0;
         MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
         MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
@@ -75,7 +79,11 @@ Napi::Value InitMpi(const Napi::CallbackInfo& info) {
         const char* port = std::getenv(kJoinPortVariable);
         MPI_Comm world;
         if (port == nullptr) {
-          MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+          if (reserves > 0) {
+            if (SplitOffReserves(reserves, &world)) return Started{{}, false, provided, std::string(library), true};
+          } else {
+            MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+          }
           // std::string(library), not `length`: it may count the NUL
           return Started{Describe(world, WorldIds(world)), false, provided, std::string(library)};
         }
@@ -84,21 +92,14 @@ Napi::Value InitMpi(const Napi::CallbackInfo& info) {
         // intercommunicator with them is merged once this process is ready.
         std::string joinPort = port;
         unsetenv(kJoinPortVariable);  // not for the processes this one may spawn later
-        int rank = 0;
-        MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-        std::string service = UpServiceName(joinPort, rank);
-        MPI_CHECK(MPI_Publish_name(service.c_str(), MPI_INFO_NULL, joinPort.c_str()));
-        MPI_Comm parent;
-        MPI_CHECK(MPI_Comm_connect(joinPort.c_str(), MPI_INFO_NULL, 0, MPI_COMM_WORLD, &parent));
-        MPI_Unpublish_name(service.c_str(), MPI_INFO_NULL, joinPort.c_str());
-        CommInfo link = Describe(parent, std::vector<int>(0));
-        link.link = std::make_shared<SpawnLink>(SpawnLink{false, -1, {}, {}});
+        CommInfo link = ConnectToJob(joinPort, MPI_COMM_WORLD);
         return Started{link, true, provided, std::string(library)};
       },
       [](Napi::Env env, Started& started) {
         Napi::Object result = Napi::Object::New(env);
-        result.Set("world", Communicator::New(env, started.world));
+        result.Set("world", started.reserve ? env.Null() : Napi::Value(Communicator::New(env, started.world)));
         result.Set("joined", started.joined);
+        result.Set("reserve", started.reserve);
         result.Set("threadLevel", started.threadLevel);
         result.Set("library", started.library);
         return result;
@@ -157,6 +158,10 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("setMainComputing", Napi::Function::New(env, SetMainComputing, "setMainComputing"));
   exports.Set("watchdog", Napi::Function::New(env, ArmWatchdog, "watchdog"));
   exports.Set("beat", Napi::Function::New(env, Beat, "beat"));
+  exports.Set("awaitWake", Napi::Function::New(env, AwaitWake, "awaitWake"));
+  exports.Set("connectWoken", Napi::Function::New(env, ConnectWoken, "connectWoken"));
+  exports.Set("wakeReserve", Napi::Function::New(env, WakeReserve, "wakeReserve"));
+  exports.Set("dismissReserves", Napi::Function::New(env, DismissReserves, "dismissReserves"));
   exports.Set("registerErrorTypes", Napi::Function::New(env, RegisterErrorTypes, "registerErrorTypes"));
   exports.Set("ulfm", Napi::Boolean::New(env, kUlfm));
   Communicator::Init(env, exports);

@@ -21,6 +21,7 @@ const loopKeys = [
   'hangTimeout',
   'spares',
   'respawn',
+  'reserves',
   'respawnLimit',
   'respawnJoin',
   'drill',

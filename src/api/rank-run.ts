@@ -11,13 +11,13 @@ import type { Failure, ProtocolObserver } from '../protocol/contracts';
 import { Manager } from '../protocol/manager';
 import { levelAsked } from '../rank/kernel-level';
 import { lossesText, RankJob } from '../rank/job';
-import { launcherWorldRank } from '../rank/launcher-env';
+import { launcherWorldRank, launcherWorldSize } from '../rank/launcher-env';
 import type { Summary } from '../run/records';
 import { runSettings } from '../run/settings';
 import { writeSummary } from '../run/writer';
 import { formatRedundancy } from '../sharding/placement';
 import { type Ranges, Optimizer } from '../solver/optimizer';
-import { respawnCommand, spawnedAs } from './respawn';
+import { respawnCommand, spawnedAs, wokenAs } from './respawn';
 import { InputError, openRun, type Resume, type RunInputs } from './run-checks';
 import type { TrainOptions } from './train-settings';
 
@@ -95,9 +95,18 @@ export interface RankLoop<Result extends RunResult> {
 export async function runRank<Result extends RunResult>(options: TrainOptions, door: RankDoor<Result>): Promise<TrainOutcome<Result>> {
   const started = Date.now();
   // a rank spawned to replace a lost one runs this program again, told its place on the command line
-  const spawned = options.respawn ? spawnedAs(process.argv) : undefined;
+  let spawned = options.respawn ? spawnedAs(process.argv) : undefined;
   if (spawned) Object.assign(options, spawned);
-  const { dataset, resume } = await openRun(options, door);
+  const opened = await openRun(options, door);
+  const { dataset } = opened;
+  let { resume } = opened;
+  // a reserve sleeps here, its inputs checked and its data open, until woken to replace a lost rank
+  const woken = spawned ? undefined : await wokenAs(options.reserves, options.hangTimeout, () => dataset.close());
+  if (woken) {
+    spawned = woken;
+    Object.assign(options, woken);
+    resume = undefined;
+  }
   if (door.threads !== undefined) cpu.setThreads(door.threads);
   const job = new RankJob({
     runDir: options.runDir,
@@ -105,6 +114,8 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     drills: options.drills,
     seed: options.seed,
     joinId: options.joinId,
+    woken: woken !== undefined,
+    reserves: options.reserves,
     steps: options.steps,
     stopOnSigterm: options.onFailure !== 'none',
     startStep: resume?.manifest.step ?? options.joinStep ?? 0,
@@ -124,7 +135,14 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
   job.logger.info(job.joined ? 'joined' : 'start', { world: world.size, shards, started_ms: performance.now(), options });
   if (job.runLog.isLeader) {
     const working = world.size - options.spares;
-    const spares = options.spares > 0 ? ` (+${options.spares} spare${options.spares > 1 ? 's' : ''})` : '';
+    const plural = (n: number, what: string): string => `${n} ${what}${n > 1 ? 's' : ''}`;
+    const asleep =
+      options.reserves > 0
+        ? `${options.spares > 0 ? ', ' : ' (+'}${plural(options.reserves, 'reserve')} asleep)`
+        : options.spares > 0
+          ? ')'
+          : '';
+    const spares = `${options.spares > 0 ? ` (+${plural(options.spares, 'spare')}` : ''}${asleep}`;
     job.runLog.event({
       event: 'start',
       world: working,
@@ -199,6 +217,9 @@ function newManager(
           ? { optimizer: new Optimizer(options.optimizer, cpu, loop.decayed), params: loop.paramsWithTail, redundancy: options.redundancy }
           : undefined,
       respawn: options.respawn ? { limit: options.respawnLimit!, join: options.respawnJoin, ...respawnCommand(shards, level) } : undefined,
+      // a joining rank learns of them at the join
+      reserves:
+        options.reserves > 0 && !job.joined ? { first: launcherWorldSize() - options.reserves, end: launcherWorldSize() } : undefined,
       joined: job.joined,
       joinStep: options.joinStep,
     },

@@ -1,6 +1,11 @@
 // A rank spawned to replace a lost one (--respawn) runs the same program again: the command the
 // job's ranks spawn, and how the spawned rank learns its place from the arguments appended to it.
+// A reserve (--reserves) is told the same arguments when woken.
+import { awaitWake, connectWoken, exitNow, finalize, startsAsReserve } from '../comm';
+import { withDeadline } from '../liveness/deadline';
+import { hangBounds } from '../liveness/hang-bounds';
 import type { CpuLevel } from '../nn/backend';
+import { launcherWorldRank, launcherWorldSize } from '../rank/launcher-env';
 
 /**
  * What a rank spawned to replace a lost one runs: this program with this rank's arguments, minus
@@ -36,8 +41,16 @@ export function respawnCommand(shards: number, level: CpuLevel): { command: stri
   };
 }
 
+/** Where a spawned or woken rank joins: the run's shard count and kernels' level, its id, the step its job's ranks were at. */
+export interface JoinPlace {
+  shards: number;
+  isa: CpuLevel;
+  joinId: number;
+  joinStep: number;
+}
+
 /** `--shards S --isa L --join-id J --join-step K` as respawnCommand appends them, if present: this rank was spawned. */
-export function spawnedAs(argv: string[]): { shards: number; isa: CpuLevel; joinId: number; joinStep: number } | undefined {
+export function spawnedAs(argv: string[]): JoinPlace | undefined {
   const at = argv.lastIndexOf('--join-id');
   const stepAt = argv.lastIndexOf('--join-step');
   const shardsAt = argv.lastIndexOf('--shards');
@@ -49,4 +62,32 @@ export function spawnedAs(argv: string[]): { shards: number; isa: CpuLevel; join
     joinId: Number(argv[at + 1]),
     joinStep: Number(argv[stepAt + 1]),
   };
+}
+
+/**
+ * On one of the launch's last `reserves` processes: starts MPI (within the start-up bound, as the
+ * others do; past it they report the job's failed start, and this one leaves quietly), then sleeps
+ * until woken, and returns where it joins. Dismissed (the run ended), it calls `close` (its open
+ * files), finalizes and exits 0; abandoned (every process before it in the launch failed), it
+ * exits 0 without finalizing, so that a reserve after it sees it gone too. Undefined on the other
+ * processes.
+ */
+export async function wokenAs(reserves: number, hangTimeoutS: number, close: () => Promise<void>): Promise<JoinPlace | undefined> {
+  if (reserves === 0 || launcherWorldRank() < launcherWorldSize() - reserves) return undefined;
+  const bounds = hangBounds(hangTimeoutS);
+  const reserve = await withDeadline(startsAsReserve(reserves), bounds.startupMs, 'MPI start-up').catch(() => exitNow(0));
+  if (!reserve) throw new Error(`launch rank ${launcherWorldRank()} is no reserve of ${reserves}`);
+  const wake = await awaitWake();
+  if (wake === 'abandoned') return exitNow(0);
+  if (wake === 'dismissed') {
+    await close();
+    await withDeadline(finalize(), bounds.commMs, 'MPI_Finalize').catch(() => undefined);
+    return exitNow(0);
+  }
+  const place = spawnedAs(wake.args);
+  if (!place) throw new Error(`woken without a place to join: ${wake.args.join(' ')}`);
+  // the waking ranks accept it at a step's end, or give it up (their failure, or a deadline of
+  // theirs): it then leaves as failed, as a spawned rank that cannot join does
+  await withDeadline(connectWoken(wake.port), bounds.commMs, 'MPI_Comm_connect').catch(() => process.kill(process.pid, 'SIGKILL'));
+  return place;
 }

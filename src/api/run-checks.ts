@@ -49,6 +49,9 @@ function checkLauncher(options: TrainOptions, worldSize: number): void {
         `--on-failure ${options.onFailure} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`,
       );
   }
+  if (options.reserves >= worldSize) throw new Error(`--reserves ${options.reserves} leaves no rank to train in the launch's ${worldSize}`);
+  // the reserves sleep outside the world
+  worldSize -= options.reserves;
   if (options.spares >= worldSize) throw new Error(`--spares ${options.spares} leaves no working rank in the world size ${worldSize}`);
   const working =
     options.spares > 0 ? `working world size ${worldSize - options.spares} (--spares ${options.spares})` : `world size ${worldSize}`;
@@ -127,14 +130,14 @@ export async function openRun(options: TrainOptions, door: RunInputs): Promise<{
   let dataset: Dataset | undefined;
   try {
     // --respawn's default limit: the initial working size (a spawned rank learns what is left at the join)
-    if (options.respawn) options.respawnLimit ??= launcherWorldSize() - options.spares;
+    if (options.respawn) options.respawnLimit ??= launcherWorldSize() - options.reserves - options.spares;
     if (!joining) checkLauncher(options, launcherWorldSize());
     door.checkModel();
     dataset = await Dataset.open(options.data);
     door.check(dataset);
     checkEvalSamples(options, dataset);
     const resume = options.resume !== undefined && !joining ? checkResume(options, dataset, door) : undefined;
-    options.rankBatch = checkShards(options, dataset, launcherWorldSize() - options.spares, resume);
+    options.rankBatch = checkShards(options, dataset, launcherWorldSize() - options.reserves - options.spares, resume);
     if (!joining) createRunDir(options.runDir, resume !== undefined);
     return { dataset, resume };
   } catch (error) {

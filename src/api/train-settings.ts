@@ -82,6 +82,8 @@ export interface TrainSettings {
   spares?: number;
   /** Spawn ranks to replace the lost that no spare replaced, and to refill the spares (exact mode; default false). */
   respawn?: boolean;
+  /** With respawn: the launch's last R ranks (after the spares) sleep until woken to replace a lost rank, before any is spawned (default 0). */
+  reserves?: number;
   /** With respawn: ranks spawned in all, at most (default: the initial working world size). */
   respawnLimit?: number;
   /** With respawn: when spawned ranks join: 'ready' (default: training goes on; they join at the first step's end once ready) or 'wait' (at the retried step's end, waiting for them). */
@@ -150,6 +152,7 @@ export interface TrainOptions {
   hangTimeout: number;
   spares: number;
   respawn: boolean;
+  reserves: number;
   respawnLimit?: number;
   respawnJoin: RespawnJoin;
   drills: Drill[];
@@ -328,6 +331,14 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     default: false,
     describe:
       "after a failure, spawn ranks (PMIx_Spawn, then MPI_Comm_accept) to take the lost ranks' places that no spare took, and to refill the spares used up or lost; they join once ready (exact mode)",
+    group: 'Fault tolerance',
+  },
+  reserves: {
+    kind: 'integer',
+    min: 0,
+    default: 0,
+    describe:
+      "with --respawn: the launch's last R ranks (after the spares) start, then sleep until woken to take a lost rank's place, one at a time, before any rank is spawned; a woken reserve joins within a step or two and, being of the launch's own job, reaches the others over shared memory, where a spawned rank uses TCP",
     group: 'Fault tolerance',
   },
   respawnLimit: {
@@ -525,6 +536,7 @@ export function resolveTrainOptions(
   if (a.rebalance === 'auto' && a.onFailure !== 'exact')
     fail(`${label('rebalance')} auto needs ${label('onFailure')} exact (the same bits whoever computes a shard), got ${a.onFailure}`);
   if (a.evictSlower > 0 && a.evictSlower <= 1) fail(`${label('evictSlower')} expects 0 (never) or a factor above 1, got ${a.evictSlower}`);
+  if (a.reserves > 0 && !a.respawn) fail(`${label('reserves')} applies with ${label('respawn')} only`);
   if (a.respawnLimit !== undefined && !a.respawn) fail(`${label('respawnLimit')} applies with ${label('respawn')} only`);
   if (a.respawnJoin !== 'ready' && !a.respawn) fail(`${label('respawnJoin')} applies with ${label('respawn')} only`);
   const parsed = <T>(parse: () => T): T => {
@@ -564,6 +576,7 @@ export function resolveTrainOptions(
     hangTimeout: a.hangTimeout,
     spares: a.spares,
     respawn: a.respawn,
+    reserves: a.reserves,
     respawnLimit: a.respawnLimit,
     respawnJoin: a.respawnJoin,
     drills: parsed(() => a.drill.map(parseDrill)),

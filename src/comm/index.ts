@@ -1,7 +1,7 @@
 // The MPI binding as the rest of ft-train uses it: init/finalize, the Communicator, typed errors.
 import * as os from 'node:os';
 import { addonPart } from '../base/addon';
-import type { MpiSession } from './communicator';
+import type { Communicator, MpiSession } from './communicator';
 import { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, RevokedError } from './errors';
 
 export type { CommBuffer, Communicator, MpiSession, ReduceOp } from './communicator';
@@ -9,7 +9,11 @@ export { CommTimeoutError, MpiError, NotSupportedError, ProcFailedError, Revoked
 
 /** The addon's MPI part. */
 interface MpiPart {
-  init(): Promise<MpiSession>;
+  init(reserves: number): Promise<Omit<MpiSession, 'world'> & { world: Communicator | null; reserve: boolean }>;
+  awaitWake(): Promise<{ port: string; args: string[] } | 'dismissed' | 'abandoned'>;
+  connectWoken(port: string): Promise<Communicator>;
+  wakeReserve(worldRank: number, args: string[]): Promise<string>;
+  dismissReserves(worldRanks: number[]): Promise<void>;
   finalize(): Promise<void>;
   exitNow(code: number): never;
   /** the classes the addon constructs an MPI error as, keeping its error class */
@@ -25,9 +29,57 @@ addon.registerErrorTypes({ MpiError, ProcFailedError, RevokedError, NotSupported
 /** True when the addon was built against an MPI with ULFM (revoke, shrink, agree). */
 export const ulfm: boolean = addon.ulfm;
 
-/** Starts the comm thread and initialises MPI; once per process. */
-export function init(): Promise<MpiSession> {
-  return addon.init();
+let started: ReturnType<MpiPart['init']> | undefined;
+let woken: MpiSession | undefined;
+
+/**
+ * Starts the comm thread and initialises MPI, once per process (later calls resolve alike). With
+ * `reserves` > 0 the launch's last `reserves` processes are left out of the world: they are
+ * reserves (see startsAsReserve), whose session is the one awaitWake() gives them.
+ */
+export async function init(reserves = 0): Promise<MpiSession> {
+  if (woken) return woken;
+  const session = await (started ??= addon.init(reserves));
+  if (session.reserve) throw new Error('init: this process is a reserve, not woken yet (awaitWake)');
+  return session as MpiSession;
+}
+
+/** Starts MPI as init() does: whether this process is one of the launch's last `reserves`. */
+export async function startsAsReserve(reserves: number): Promise<boolean> {
+  return (await (started ??= addon.init(reserves))).reserve;
+}
+
+/**
+ * On a reserve: sleeps (a receive polled between 2 ms naps) until a rank of the job wakes it: the
+ * port to connect to (connectWoken) and the arguments the job's ranks give a rank they spawn;
+ * 'dismissed' when the run ended; 'abandoned' when every process before it in the launch failed
+ * (none is left to wake it).
+ */
+export function awaitWake(): Promise<{ port: string; args: string[] } | 'dismissed' | 'abandoned'> {
+  return addon.awaitWake();
+}
+
+/**
+ * On a woken reserve, as a spawned process does: says that its MPI runs, then connects to `port`,
+ * which blocks until the waking ranks accept it (bound it). init() then resolves with `joined`
+ * true and the link to merge.
+ */
+export async function connectWoken(port: string): Promise<void> {
+  const link = await addon.connectWoken(port);
+  woken = { ...(await started!), world: link, joined: true };
+}
+
+/**
+ * Wakes the reserve at MPI_COMM_WORLD rank `worldRank` (not collective: on a rank of the launch's
+ * job): the port it connects to, as from Communicator.spawn, once it runs `args`' part.
+ */
+export function wakeReserve(worldRank: number, args: string[]): Promise<string> {
+  return addon.wakeReserve(worldRank, args);
+}
+
+/** Tells the reserves at these MPI_COMM_WORLD ranks that the run ended (one gone or woken is passed over). */
+export function dismissReserves(worldRanks: number[]): Promise<void> {
+  return addon.dismissReserves(worldRanks);
 }
 
 /** Fails queued calls that have not started, then finalizes MPI and ends the comm thread. */

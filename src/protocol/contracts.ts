@@ -60,6 +60,8 @@ export interface ProtocolConfig {
   spares: number;
   /** --respawn: how many ranks may be spawned in all, and the command a spawned rank runs given its first id */
   respawn?: { limit: number; join: RespawnJoin; command: string; args(firstId: number, step: number): string[] };
+  /** --reserves: the launch's processes asleep until woken in place of a spawn, by MPI_COMM_WORLD rank [first, end) (a joining rank learns them at the join) */
+  reserves?: { first: number; end: number };
   /** this process was spawned by the job's ranks: it joins them at a step's end, once ready */
   joined: boolean;
   /** a spawned rank: the step its spawners were at (its drill points' step until it joins) */

@@ -478,7 +478,7 @@ export class Manager implements StepPosition {
     this.spawnedDue = undefined;
     // (a recovery since the vote gave the spawned ranks up)
     if (spawned && this.membership.spawnedWaiting.length > 0 && !this.source!.done()) await this.growBySpawned(spawned);
-    else if (this.membership.sparesToRefill > 0 && !this.source!.done() && !(await this.membership.refillSpares(this.vote)))
+    else if (this.membership.placesToFill > 0 && !this.source!.done() && !(await this.membership.fillPlaces(this.vote)))
       await this.recover();
     // what a recovery from the world as it now stands would take, made at a step's end, not on its path
     this.sumState.readyForRecovery();
@@ -767,6 +767,7 @@ export class Manager implements StepPosition {
   async close(): Promise<void> {
     await this.membership.giveUpSpawn();
     this.membership.killGivenUp();
+    await this.membership.dismissReserves();
     await this.checkpoints.close();
     await this.membership.free();
   }

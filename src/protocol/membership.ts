@@ -2,12 +2,12 @@
 // same one unless hot spares wait), the shard map (who holds which shards), the leader, and the
 // spares. It grows the world after a repair: spares first take the lost ranks' places, then ranks
 // spawned for the rest (--respawn: launched, accepted once their MPI runs, merged once they are
-// ready), and it carries the join, in which the ranks already in the run tell the newcomers where
+// ready; a reserve, asleep since the launch, is woken instead while any is left), and it carries the join, in which the ranks already in the run tell the newcomers where
 // it stands.
 // Spares hold no shards: they only vote and receive each step's outcome, so that any of them can
 // take a lost rank's place, and its shards, in the recovery.
 import { crc64 } from '../base/checksum';
-import { isFailure, type Communicator } from '../comm';
+import { isFailure, wakeReserve, dismissReserves, type Communicator } from '../comm';
 import { ShardMap } from '../data/shard-map';
 import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../liveness/stop';
@@ -41,6 +41,8 @@ export interface WorldJoinFields {
   worldInitial: number;
   nextId: number;
   respawnsLeft: number;
+  /** the reserves not yet woken, by MPI_COMM_WORLD rank [next, end) */
+  reserves: [number, number];
 }
 
 /** What the protocol's clients read of the world (the Manager's `world`). */
@@ -72,6 +74,9 @@ export class Membership {
   /** the id the next spawned rank gets, and how many more may be spawned */
   private nextId: number;
   private respawnsLeft: number;
+  /** the reserves not yet woken: MPI_COMM_WORLD ranks [reserveNext, reserveEnd), woken in order */
+  private reserveNext: number;
+  private reserveEnd: number;
   /**
    * ranks spawned beside training that have not joined yet: their ids, since when, whether this
    * rank launched them (with the port they connect to), and the link to them once accepted
@@ -81,7 +86,7 @@ export class Membership {
   private readonly givenUp: number[] = [];
 
   constructor(
-    private readonly config: Pick<ProtocolConfig, 'shards' | 'spares' | 'respawn' | 'joined' | 'commTimeoutMs' | 'pidsDir'>,
+    private readonly config: Pick<ProtocolConfig, 'shards' | 'spares' | 'respawn' | 'reserves' | 'joined' | 'commTimeoutMs' | 'pidsDir'>,
     world: Communicator,
     private readonly position: StepPosition,
     private readonly observer: ProtocolObserver,
@@ -96,6 +101,8 @@ export class Membership {
     this.workers = config.spares === 0 ? world : null;
     this.nextId = ids[ids.length - 1] + 1;
     this.respawnsLeft = config.respawn?.limit ?? 0;
+    this.reserveNext = config.reserves?.first ?? 0;
+    this.reserveEnd = config.reserves?.end ?? 0;
   }
 
   /** The communicator of every live rank. */
@@ -282,9 +289,10 @@ export class Membership {
     return joiners.slice(0, this.vacantPlaces);
   }
 
-  /** Spawned ranks on their way that will work when they join (the rest refill the spares). */
+  /** Spawned or woken ranks on their way, or reserves to wake, that will work when they join (the rest refill the spares). */
   get workersComing(): number {
-    return Math.min(this.spawnedWaiting.length, this.vacantPlaces);
+    const reserves = Math.min(this.reserveEnd - this.reserveNext, this.respawnsLeft);
+    return Math.min(this.spawnedWaiting.length + reserves, this.vacantPlaces);
   }
 
   /**
@@ -313,17 +321,18 @@ export class Membership {
   }
 
   /**
-   * The spares used up or lost, while respawns last and no spawn is under way: ranks to spawn at a
-   * step's end, which join as spares once ready. Not in the recovery, which a spare makes fast.
+   * The spares used up or lost, and working places left open (reserves are woken one at a time),
+   * while respawns last and no spawn is under way: ranks to spawn or wake at a step's end, which
+   * join once ready. Not in the recovery, which a spare makes fast.
    */
-  get sparesToRefill(): number {
+  get placesToFill(): number {
     if (this.spawned || this.position.trainingDone) return 0;
-    return Math.min(Math.max(0, this.config.spares - this.spares.length), this.respawnsLeft);
+    return Math.min(this.vacantPlaces + Math.max(0, this.config.spares - this.spares.length), this.respawnsLeft);
   }
 
-  /** At a step's end: spawns the ranks that refill the spares (sparesToRefill); false when a failure interrupted it. */
-  refillSpares(vote: Vote): Promise<boolean> {
-    return this.spawn(this.sparesToRefill, vote);
+  /** At a step's end: spawns or wakes the ranks that fill the places left (placesToFill); false when a failure interrupted it. */
+  fillPlaces(vote: Vote): Promise<boolean> {
+    return this.spawn(this.placesToFill, vote);
   }
 
   /** The ranks spawned and not yet joined (their ids). */
@@ -332,14 +341,19 @@ export class Membership {
   }
 
   /**
-   * Spawns `count` ranks, which start beside training: false when a failure interrupted it. Where
-   * spawning is not possible, says so once and turns respawning off. The leader launches them
-   * (PMIx_Spawn: a few ms; the others wait for it in the vote); the ranks accept them at a later
-   * step's end, once their MPI runs (acceptSpawned), and merge with them once they are ready.
+   * Spawns `count` ranks, which start beside training, or wakes one reserve while any is left:
+   * false when a failure interrupted it. Where spawning is not possible, says so once and turns
+   * respawning off. The leader launches them (PMIx_Spawn: a few ms; a wake: one message; the others
+   * wait for it in the vote); the ranks accept them at a later step's end, once their MPI runs
+   * (acceptSpawned), and merge with them once they are ready. A reserve that died asleep never
+   * comes up, and is given up as a spawned rank lost before joining is.
    */
   private async spawn(count: number, vote: Vote): Promise<boolean> {
     const respawn = this.config.respawn!;
     const step = this.position.step;
+    // every rank alike: a reserve is woken in launch order, whatever comes of it
+    const reserve = this.reserveNext < this.reserveEnd ? this.reserveNext++ : undefined;
+    if (reserve !== undefined) count = 1;
     const firstId = this.nextId;
     const ids = Array.from({ length: count }, (_, i) => firstId + i);
     this.nextId += count;
@@ -353,9 +367,11 @@ export class Membership {
       if (!root) return;
       try {
         port = await withDeadline(
-          this.everyone.spawn(respawn.command, respawn.args(firstId, step), count),
+          reserve !== undefined
+            ? wakeReserve(reserve, respawn.args(firstId, step))
+            : this.everyone.spawn(respawn.command, respawn.args(firstId, step), count),
           this.config.commTimeoutMs,
-          'PMIx_Spawn',
+          reserve !== undefined ? 'the wake of a reserve' : 'PMIx_Spawn',
         );
       } catch (error) {
         if (isFailure(error)) throw error;
@@ -366,7 +382,13 @@ export class Membership {
     if (agreed !== null && (agreed & OK) !== 0) {
       this.respawnsLeft -= count;
       this.spawned = { ids, started: now(), root, port };
-      this.observer.event({ event: 'spawn', step, ranks: ids, duration_ms: now() - started });
+      this.observer.event({
+        event: 'spawn',
+        step,
+        ranks: ids,
+        duration_ms: now() - started,
+        ...(reserve !== undefined ? { reserve } : {}),
+      });
       return true;
     }
     // its processes may be starting even where the leader failed after launching them
@@ -510,6 +532,18 @@ export class Membership {
   }
 
   /**
+   * At the end, on the leader: the reserves never woken are dismissed (mpirun waits for them). Each
+   * is also woken or dismissed in order, so only ranks of the launch's job wake them, and a reserve
+   * left with no such process before it leaves by itself.
+   */
+  async dismissReserves(): Promise<void> {
+    if (!this.isLeader || this.reserveNext >= this.reserveEnd) return;
+    const left = Array.from({ length: this.reserveEnd - this.reserveNext }, (_, i) => this.reserveNext + i);
+    this.reserveNext = this.reserveEnd;
+    await dismissReserves(left);
+  }
+
+  /**
    * The join's transfer, on every live rank, voted: the leader sends `sent` (where the run stands)
    * and then `buffers` (the state at the step's start) in place, unless every rank holds the
    * leader's already: a hot spare fed every step does, a spawned newcomer does not, and a digest of
@@ -547,7 +581,13 @@ export class Membership {
 
   /** What a joining rank learns of the world. */
   joinFields(): WorldJoinFields {
-    return { owners: this.map.toJSON(), worldInitial: this.worldInitial, nextId: this.nextId, respawnsLeft: this.respawnsLeft };
+    return {
+      owners: this.map.toJSON(),
+      worldInitial: this.worldInitial,
+      nextId: this.nextId,
+      respawnsLeft: this.respawnsLeft,
+      reserves: [this.reserveNext, this.reserveEnd],
+    };
   }
 
   /** A spare about to join takes the map the working ranks hold (a rebalance changed theirs, not its). */
@@ -559,6 +599,7 @@ export class Membership {
   takeJoinFields(fields: WorldJoinFields): void {
     this.map = ShardMap.fromOwners(fields.owners);
     [this.worldInitial, this.nextId, this.respawnsLeft] = [fields.worldInitial, fields.nextId, fields.respawnsLeft];
+    [this.reserveNext, this.reserveEnd] = fields.reserves;
   }
 
   /** Frees the communicator (at exit). */

@@ -34,6 +34,10 @@ export interface JobSettings {
   seed: number;
   /** set on a spawned rank (see TrainOptions.joinId) */
   joinId?: number;
+  /** a woken reserve: its id is joinId (a spawned rank's, joinId + its rank among those spawned with it) */
+  woken?: boolean;
+  /** the launch's last processes that sleep as reserves (--reserves) */
+  reserves: number;
   /** steps in all, for the progress bar (undefined: unknown) */
   steps?: number;
   /** whether SIGTERM asks for a checkpoint and a clean stop (off without fault tolerance) */
@@ -96,7 +100,7 @@ export class RankJob {
 
   constructor(private readonly settings: JobSettings) {
     this.bounds = hangBounds(settings.hangTimeout);
-    this.launchRank = (settings.joinId ?? 0) + launcherWorldRank();
+    this.launchRank = (settings.joinId ?? 0) + (settings.woken ? 0 : launcherWorldRank());
     this.runLog = new RunLog(settings.runDir, this.launchRank);
     this.pidsDir = path.join(settings.runDir, runFiles.pids);
     this.logger = rankLogger(this.runLog.logFile, this.launchRank);
@@ -136,7 +140,11 @@ export class RankJob {
   async start(): Promise<Communicator> {
     this.faults.at(this.settings.startStep, 'startup');
     try {
-      ({ world: this.world, joined: this.joinedRun } = await withDeadline(init(), this.bounds.startupMs, 'MPI start-up'));
+      ({ world: this.world, joined: this.joinedRun } = await withDeadline(
+        init(this.settings.reserves),
+        this.bounds.startupMs,
+        'MPI start-up',
+      ));
     } catch (error) {
       await closeLogger(this.logger);
       if (this.settings.joinId !== undefined) return this.leave(`${(error as Error).message}`);

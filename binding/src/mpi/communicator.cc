@@ -636,6 +636,19 @@ Napi::Value Communicator::Merge(const Napi::CallbackInfo& info) {
       [](Napi::Env env, CommInfo& merged) { return New(env, merged); });
 }
 
+CommInfo ConnectToJob(const std::string& port, MPI_Comm comm) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  std::string service = UpServiceName(port, rank);
+  MPI_CHECK(MPI_Publish_name(service.c_str(), MPI_INFO_NULL, port.c_str()));
+  MPI_Comm job;
+  MPI_CHECK(MPI_Comm_connect(port.c_str(), MPI_INFO_NULL, 0, comm, &job));
+  MPI_Unpublish_name(service.c_str(), MPI_INFO_NULL, port.c_str());
+  CommInfo link = Describe(job, std::vector<int>(0));
+  link.link = std::make_shared<SpawnLink>(SpawnLink{false, -1, {}, {}});
+  return link;
+}
+
 Napi::Value Communicator::Free(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   MPI_Comm comm = Handle(env, "free");

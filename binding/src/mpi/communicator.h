@@ -51,6 +51,11 @@ std::vector<int> WorldIds(MPI_Comm comm);
 // numbered from `firstId` (which the spawning ranks pass, the spawned -1).
 std::vector<int> MergedIds(MPI_Comm merged, int myId, int firstId);
 
+// Comm thread, on processes started to join a running job (spawned, or woken reserves): says that
+// their MPI runs (the name spawnedUp() looks up), then MPI_Comm_connect over `comm` to `port`,
+// which blocks until the job's ranks accept(). The intercommunicator with them, to merge().
+CommInfo ConnectToJob(const std::string& port, MPI_Comm comm);
+
 class Communicator : public Napi::ObjectWrap<Communicator> {
  public:
   static void Init(Napi::Env env, Napi::Object exports);
