@@ -32,7 +32,9 @@
 // BENCH_STEPS sets the steps (default 4000, about two minutes here), BENCH_RESPAWN_LIMIT the ranks
 // that may be spawned (default 100), BENCH_RESPAWN_JOIN their --respawn-join (default ready),
 // BENCH_SPARES hot spares beside the working ranks (default 0; --respawn refills them, and a
-// spare takes each lost place in the recovery). Whatever of a job outlives it is killed and reported.
+// spare takes each lost place in the recovery), BENCH_RESERVES the reserves launched asleep after
+// them (default 12, more than the kills: each lost place is taken by a woken reserve, of the
+// launch's own job, rather than a spawned rank; 0: spawned ranks only). Whatever of a job outlives it is killed and reported.
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -48,6 +50,7 @@ const killEveryS = Number(process.env.BENCH_KILL_EVERY_S ?? 10);
 const respawnLimit = Number(process.env.BENCH_RESPAWN_LIMIT ?? 100);
 const respawnJoin = process.env.BENCH_RESPAWN_JOIN ?? 'ready';
 const spares = Number(process.env.BENCH_SPARES ?? 0);
+const reserves = Number(process.env.BENCH_RESERVES ?? 12);
 
 interface Run extends RunRecords {
   kills: { rank: number; time: number }[];
@@ -60,10 +63,11 @@ async function train(runDir: string, chaos: boolean): Promise<Run> {
     ...['--model', 'models/lenet.json', '--data', 'datasets/fashion-mnist', '--run-dir', runDir],
     ...['--steps', String(steps), '--respawn', '--respawn-limit', String(respawnLimit), '--respawn-join', respawnJoin],
     ...(spares > 0 ? ['--spares', String(spares)] : []),
+    ...(reserves > 0 ? ['--reserves', String(reserves)] : []),
   ];
   const marker = `${process.pid}-${++jobs}`;
   process.env.FT_BENCH_JOB = marker;
-  const outcome = await runDrill(ranks + spares, [], args, [], 20, chaos ? { everyMs: killEveryS * 1000, seed: 1 } : undefined);
+  const outcome = await runDrill(ranks + spares + reserves, [], args, [], 20, chaos ? { everyMs: killEveryS * 1000, seed: 1 } : undefined);
   const left = killJobProcesses(`FT_BENCH_JOB=${marker}`);
   if (left.length > 0)
     throw new Error(`${left.length} process(es) of the ${chaos ? 'chaos' : 'fault-free'} run outlived it: ${left.join(' ')}`);
@@ -172,6 +176,7 @@ async function main(): Promise<void> {
       kill_every_s: killEveryS,
       respawn_join: respawnJoin,
       spares,
+      reserves,
       kills,
       kills_back_to_full: costs.filter((k) => Number.isFinite(k.back_to_full_ms)).length,
       useful_fraction: round4(c.useful),

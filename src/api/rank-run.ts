@@ -101,7 +101,7 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
   const { dataset } = opened;
   let { resume } = opened;
   // a reserve sleeps here, its inputs checked and its data open, until woken to replace a lost rank
-  const woken = spawned ? undefined : await wokenAs(options.reserves, options.hangTimeout, () => dataset.close());
+  const woken = spawned ? undefined : await wokenAs(options, () => dataset.close());
   if (woken) {
     spawned = woken;
     Object.assign(options, woken);

@@ -2,10 +2,16 @@
 // job's ranks spawn, and how the spawned rank learns its place from the arguments appended to it.
 // A reserve (--reserves) is told the same arguments when woken.
 import { awaitWake, connectWoken, exitNow, finalize, startsAsReserve } from '../comm';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { withDeadline } from '../liveness/deadline';
+import { FaultInjector } from '../liveness/drills';
 import { hangBounds } from '../liveness/hang-bounds';
 import type { CpuLevel } from '../nn/backend';
 import { launcherWorldRank, launcherWorldSize } from '../rank/launcher-env';
+import { runFiles } from '../run/files';
+import { pidFileText } from '../run/pids';
+import type { TrainOptions } from './train-settings';
 
 /**
  * What a rank spawned to replace a lost one runs: this program with this rank's arguments, minus
@@ -72,9 +78,13 @@ export function spawnedAs(argv: string[]): JoinPlace | undefined {
  * exits 0 without finalizing, so that a reserve after it sees it gone too. Undefined on the other
  * processes.
  */
-export async function wokenAs(reserves: number, hangTimeoutS: number, close: () => Promise<void>): Promise<JoinPlace | undefined> {
+export async function wokenAs(
+  options: Pick<TrainOptions, 'reserves' | 'hangTimeout' | 'drills' | 'runDir' | 'seed'>,
+  close: () => Promise<void>,
+): Promise<JoinPlace | undefined> {
+  const { reserves } = options;
   if (reserves === 0 || launcherWorldRank() < launcherWorldSize() - reserves) return undefined;
-  const bounds = hangBounds(hangTimeoutS);
+  const bounds = hangBounds(options.hangTimeout);
   const reserve = await withDeadline(startsAsReserve(reserves), bounds.startupMs, 'MPI start-up').catch(() => exitNow(0));
   if (!reserve) throw new Error(`launch rank ${launcherWorldRank()} is no reserve of ${reserves}`);
   const wake = await awaitWake();
@@ -86,6 +96,12 @@ export async function wokenAs(reserves: number, hangTimeoutS: number, close: () 
   }
   const place = spawnedAs(wake.args);
   if (!place) throw new Error(`woken without a place to join: ${wake.args.join(' ')}`);
+  // its pid file under the id it joins as, at once: the waking ranks kill it by that if they give it up
+  const pidsDir = path.join(options.runDir, runFiles.pids);
+  fs.writeFileSync(path.join(pidsDir, String(place.joinId)), pidFileText());
+  // a drill names a reserve by its launch rank, at the step it is woken at (phase woken)
+  const note = path.join(options.runDir, runFiles.logs, `reserve-${launcherWorldRank()}.log`);
+  new FaultInjector(options.drills, launcherWorldRank(), note, pidsDir, options.seed).at(place.joinStep, 'woken');
   // the waking ranks accept it at a step's end, or give it up (their failure, or a deadline of
   // theirs): it then leaves as failed, as a spawned rank that cannot join does
   await withDeadline(connectWoken(wake.port), bounds.commMs, 'MPI_Comm_connect').catch(() => process.kill(process.pid, 'SIGKILL'));

@@ -30,7 +30,7 @@ export interface MpirunOptions {
   hangTimeoutS?: number;
   /** Compute threads per rank (default 1). */
   threads?: number;
-  /** Hot spares among the ranks (default 0): beyond the slots, ranks are then left unbound. */
+  /** Hot spares and reserves among the ranks (default 0): beyond the slots, ranks are then left unbound. */
   spares?: number;
 }
 
@@ -193,7 +193,7 @@ const progressSettings = ['--mca', 'mpi_event_tick_rate', '1000'];
  * the cores are left to the OS. Ranks of one thread beyond the slots are still bound a core each,
  * several to a core: a rank's comm thread then hands back to its main thread on the same core
  * (at 4 ranks on 2 cores a 4 KiB allreduce took 57 us so, against 85 unbound). Not so with hot
- * spares (`spares`): mpirun binds in blocks of consecutive ranks, and a spare takes a lost rank's
+ * spares or reserves (`spares`, which counts both): mpirun binds in blocks of consecutive ranks, and a spare takes a lost rank's
  * place on whatever core it was given, so working ranks bound side by side stay so, where the OS
  * would spread them (lenet, 4 working ranks and a spare on 2 cores: a step took 17.0 ms bound, 3
  * working ranks sharing core 0, against 11.9 unbound; after a kill the spare covered, 9.6-10.0 ms
@@ -303,7 +303,8 @@ export function trainCommand(
     ...hosts,
     hangTimeoutS: hangTimeoutOf(trainArgs),
     threads: wholeFlagOf(trainArgs, 'threads', 1),
-    spares: wholeFlagOf(trainArgs, 'spares', 0),
+    // a woken reserve, too, takes a lost rank's place on the core it was given
+    spares: wholeFlagOf(trainArgs, 'spares', 0) + wholeFlagOf(trainArgs, 'reserves', 0),
     program: [process.execPath, ...rankNodeFlags, script, ...trainArgs],
   });
 }

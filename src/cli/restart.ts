@@ -78,9 +78,11 @@ export async function planRestart(job: EndedJob): Promise<Restart> {
   }
   const minRanks = Number(trainFlag(job.trainArgs, 'min-ranks') ?? 1);
   const spares = Number(trainFlag(job.trainArgs, 'spares') ?? 0);
-  if (ranks - spares < minRanks)
+  const reserves = Number(trainFlag(job.trainArgs, 'reserves') ?? 0);
+  const idle = [spares > 0 ? `${spares} of them spares` : '', reserves > 0 ? `${reserves} reserves` : ''].filter(Boolean).join(', ');
+  if (ranks - spares - reserves < minRanks)
     throw new NoRestart(
-      `the hosts that answer have room for ${ranks} rank(s)${spares > 0 ? ` (${spares} of them spares)` : ''}, below --min-ranks ${minRanks}` +
+      `the hosts that answer have room for ${ranks} rank(s)${idle ? ` (${idle})` : ''}, below --min-ranks ${minRanks}` +
         (unreachable.length > 0 ? ` (${unreachable.join(', ')} did not answer)` : ''),
     );
   return {

@@ -50,7 +50,7 @@ export async function startsAsReserve(reserves: number): Promise<boolean> {
 }
 
 /**
- * On a reserve: sleeps (a receive polled between 2 ms naps) until a rank of the job wakes it: the
+ * On a reserve: sleeps (a receive polled between 10 ms naps) until a rank of the job wakes it: the
  * port to connect to (connectWoken) and the arguments the job's ranks give a rank they spawn;
  * 'dismissed' when the run ended; 'abandoned' when every process before it in the launch failed
  * (none is left to wake it).

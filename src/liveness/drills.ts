@@ -32,6 +32,7 @@ export const phases = [
   'repair',
   'spawn',
   'spawning',
+  'woken',
   'ready',
   'accept',
   'admit',

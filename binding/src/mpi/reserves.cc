@@ -23,11 +23,12 @@ namespace {
 constexpr int kWakeTag = 0x5e4e;
 // The longest wake: a port name and a command line.
 constexpr int kMaxWakeBytes = 1 << 20;
-// How long a reserve sleeps between two looks: a wake waits this long at most, and each look
-// drives MPI's progress (ULFM's heartbeats) for about a microsecond.
-constexpr auto kNap = std::chrono::milliseconds(2);
+// How long a reserve sleeps between two looks: a wake waits this long at most (a woken reserve
+// joins at a step's end anyway), and each look drives MPI's progress (ULFM's heartbeats) for a few
+// microseconds of a core the working ranks share.
+constexpr auto kNap = std::chrono::milliseconds(10);
 // How often, in looks, a reserve counts the processes before it that are gone.
-constexpr int kLooksPerCount = 50;
+constexpr int kLooksPerCount = 10;
 
 enum class Outcome { kWoken, kDismissed, kAbandoned };
 

@@ -1,0 +1,145 @@
+// Reserves (--reserves R, with --respawn): the launch's last R ranks sleep outside the world until
+// woken, one at a time and in launch order, to take a lost rank's place before any rank is
+// spawned. A woken reserve joins as a spawned rank does; the ones never woken are dismissed at the
+// end, and leave by themselves once every rank before them in the launch is gone. A reserve killed
+// or stopped as it is woken is given up and the next one woken. Every run ends with the bits of
+// the run without failure, and leaves no process behind.
+import { strict as assert } from 'node:assert';
+import * as path from 'node:path';
+import type { EventRecord, StepRecord } from '../../src/run/records';
+import { fewTestSamples, lenetOnFashion, runTrain, type JobResult } from '../helpers/mpi-job';
+import { lines, summaryOf, type Run } from '../helpers/runs';
+import { makeScratch, removeScratch } from '../helpers/scratch';
+
+const scratch = makeScratch('ft-reserves-');
+const common = [...lenetOnFashion, '--steps', '12', '--batch', '64', '--shards', '4', ...fewTestSamples];
+/** the survivors wait for the newcomer at the retried step's end: the world's size at each step is known */
+const waiting = ['--respawn', '--respawn-join', 'wait'];
+let runs = 0;
+
+type Job = Run & Pick<JobResult<never>, 'stragglers'>;
+
+async function train(ranks: number, ...extra: string[]): Promise<Job> {
+  const dir = path.join(scratch, `run-${++runs}`);
+  const job = await runTrain(ranks, [...common, '--run-dir', dir, ...extra], 150_000);
+  return { dir, ...job };
+}
+
+/** The working world of each committed step, in step order. */
+function worlds(run: Run): number[] {
+  return lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.world);
+}
+
+/** The spawn events: the ids each gave, and the launch rank of the reserve woken (undefined: spawned). */
+function spawns(run: Run): { ranks: number[]; reserve?: number }[] {
+  return lines<EventRecord>(run, 'events.jsonl')
+    .filter((e) => e.event === 'spawn')
+    .map((e) => ({ ranks: e.ranks as number[], reserve: e.reserve as number | undefined }));
+}
+
+/** The job ended well and left nothing running (the reserves never woken were dismissed). */
+function assertClean(run: Job): void {
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.stragglers, 0);
+}
+
+describe('reserves: ranks of the launch asleep until woken', function () {
+  this.timeout(600_000);
+  let reference = '';
+
+  after(() => removeScratch(scratch));
+
+  before(async () => {
+    reference = summaryOf(await train(4)).params_sha256;
+  });
+
+  it('4 ranks + 2 reserves, kill -9 of rank 2: the first reserve takes its place at the retried step, the other is dismissed', async () => {
+    const run = await train(6, ...waiting, '--reserves', '2', '--drill', 'rank=2,step=3,phase=compute');
+    assertClean(run);
+    assert.equal(summaryOf(run).params_sha256, reference);
+    assert.deepEqual(worlds(run), [4, 4, 4, 3, ...Array(8).fill(4)]);
+    assert.deepEqual(spawns(run), [{ ranks: [4], reserve: 4 }]);
+    const admit = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'admit')!;
+    // recorded at the retried step's end, as the next step starts
+    assert.deepEqual([admit.step, admit.ranks], [4, [4]]);
+  });
+
+  it('2 ranks + 1 reserve, two kills: the reserve takes the first place, a spawned rank the second', async () => {
+    const run = await train(
+      3,
+      ...waiting,
+      '--reserves',
+      '1',
+      '--drill',
+      'rank=1,step=3,phase=compute',
+      '--drill',
+      'rank=2,step=6,phase=compute',
+    );
+    assertClean(run);
+    assert.equal(summaryOf(run).params_sha256, reference);
+    assert.deepEqual(worlds(run), [2, 2, 2, 1, 2, 2, 1, 2, 2, 2, 2, 2]);
+    assert.deepEqual(spawns(run), [
+      { ranks: [2], reserve: 2 },
+      { ranks: [3], reserve: undefined },
+    ]);
+  });
+
+  it('two ranks lost at one step, 2 reserves: woken one at a time, the world back to 4 ranks', async () => {
+    const run = await train(
+      6,
+      ...waiting,
+      '--reserves',
+      '2',
+      '--drill',
+      'rank=1,step=3,phase=compute',
+      '--drill',
+      'rank=2,step=3,phase=compute',
+    );
+    assertClean(run);
+    assert.equal(summaryOf(run).params_sha256, reference);
+    const sizes = worlds(run);
+    assert.deepEqual(sizes.slice(0, 4), [4, 4, 4, 2]);
+    assert.equal(sizes[sizes.length - 1], 4);
+    assert.ok(sizes.every((size) => size <= 4));
+    assert.deepEqual(spawns(run), [
+      { ranks: [4], reserve: 4 },
+      { ranks: [5], reserve: 5 },
+    ]);
+  });
+
+  for (const action of ['kill', 'stop']) {
+    it(`a reserve ${action === 'kill' ? 'killed' : 'stopped'} as it is woken is given up, and the next one woken`, async () => {
+      const run = await train(
+        6,
+        ...waiting,
+        ...['--hang-timeout', '2', '--reserves', '2'],
+        ...['--drill', 'rank=2,step=3,phase=compute', '--drill', `rank=4,step=3,phase=woken,action=${action}`],
+      );
+      assertClean(run);
+      assert.equal(summaryOf(run).params_sha256, reference);
+      assert.deepEqual(spawns(run), [
+        { ranks: [4], reserve: 4 },
+        { ranks: [5], reserve: 5 },
+      ]);
+      const lost = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'spawn-lost')!;
+      assert.deepEqual(lost.ranks, [4]);
+      assert.equal(worlds(run).at(-1), 4);
+    });
+  }
+
+  it('every working rank killed: the reserves leave by themselves', async () => {
+    const run = await train(
+      4,
+      ...waiting,
+      '--reserves',
+      '2',
+      '--drill',
+      'rank=0,step=3,phase=compute',
+      '--drill',
+      'rank=1,step=3,phase=compute',
+    );
+    // mpirun waits for every process of the job: it returned, and nothing was left running
+    assert.equal(run.stragglers, 0);
+    assert.equal(lines<EventRecord>(run, 'events.jsonl').filter((e) => e.event === 'spawn').length, 0);
+  });
+});
