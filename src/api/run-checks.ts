@@ -49,12 +49,15 @@ function checkLauncher(options: TrainOptions, worldSize: number): void {
         `--on-failure ${options.onFailure} needs MPI fault tolerance: launch with launch/ft-run (or mpirun --with-ft ulfm), or use --on-failure none`,
       );
   }
-  if (options.reserves >= worldSize) throw new Error(`--reserves ${options.reserves} leaves no rank to train in the launch's ${worldSize}`);
+  if (options.reserves >= worldSize)
+    throw new Error(`--reserves ${options.reserves} leaves no working rank in the world size ${worldSize}`);
   // the reserves sleep outside the world
   worldSize -= options.reserves;
   if (options.spares >= worldSize) throw new Error(`--spares ${options.spares} leaves no working rank in the world size ${worldSize}`);
-  const working =
-    options.spares > 0 ? `working world size ${worldSize - options.spares} (--spares ${options.spares})` : `world size ${worldSize}`;
+  const idle = [options.spares > 0 ? `--spares ${options.spares}` : '', options.reserves > 0 ? `--reserves ${options.reserves}` : '']
+    .filter(Boolean)
+    .join(', ');
+  const working = idle ? `working world size ${worldSize - options.spares} (${idle})` : `world size ${worldSize}`;
   if (options.minRanks > worldSize - options.spares) throw new Error(`--min-ranks ${options.minRanks} is above the ${working}`);
   // spawned ranks take the ids after the launch's
   const ids = worldSize + (options.respawnLimit ?? 0);

@@ -93,6 +93,12 @@ describe('ft-train: bad input is refused before MPI starts', function () {
       ['--respawn-limit without --respawn', ['--respawn-limit', '2'], 'ft-train: --respawn-limit applies with --respawn only (see --help)'],
       ['--respawn-join without --respawn', ['--respawn-join', 'wait'], 'ft-train: --respawn-join applies with --respawn only (see --help)'],
       ['--spares that leave no working rank', ['--spares', '1'], 'ft-train: --spares 1 leaves no working rank in the world size 1'],
+      ['--reserves without --respawn', ['--reserves', '1'], 'ft-train: --reserves applies with --respawn only (see --help)'],
+      [
+        '--reserves that leave no working rank',
+        ['--respawn', '--reserves', '1'],
+        'ft-train: --reserves 1 leaves no working rank in the world size 1',
+      ],
     ];
     for (const [what, args, line] of cases) {
       it(what, async () => {
@@ -181,6 +187,12 @@ describe('ft-train: bad input is refused before MPI starts', function () {
         4,
         ['--spares', '1', '--min-ranks', '4'],
         'ft-train: --min-ranks 4 is above the working world size 3 (--spares 1)',
+      ],
+      [
+        '--min-ranks above the working world size, reserves asleep',
+        4,
+        ['--respawn', '--spares', '1', '--reserves', '1', '--min-ranks', '3'],
+        'ft-train: --min-ranks 3 is above the working world size 2 (--spares 1, --reserves 1)',
       ],
       [
         'a drill naming a rank past those --respawn may spawn',
