@@ -54,7 +54,7 @@ describe('ft-train settings: one table for flags and options', () => {
       joinStep: undefined,
     });
     assert.equal(flagName('respawnLimit'), 'respawn-limit');
-    assert.equal(Object.keys(trainSettings).length, 47);
+    assert.equal(Object.keys(trainSettings).length, 48);
   });
 
   it("a bad setting is one line in the caller's spelling", () => {
