@@ -85,6 +85,8 @@ interface ReadbackReport {
   spares: number;
   /** spawned ranks on their way */
   coming: number[];
+  /** how they came: woken reserves or spawned ranks */
+  comingHow: 'woken' | 'spawned';
 }
 
 export class Manager implements StepPosition {
@@ -561,8 +563,9 @@ export class Manager implements StepPosition {
     }
     this.enter('admit');
     if (due === 'admit') return this.recover(true);
+    const how = world.spawnedHow;
     const ids = await world.giveUpSpawn();
-    const line = `step ${this.currentStep}: spawned rank(s) ${ids.join(', ')} lost before joining (died, or not ready within ${this.config.commTimeoutMs / 2000} s); spawning again`;
+    const line = `step ${this.currentStep}: ${how} rank(s) ${ids.join(', ')} lost before joining (died, or not ready within ${this.config.commTimeoutMs / 2000} s); ${how === 'woken' ? 'waking or spawning another' : 'spawning again'}`;
     this.observer.log(line);
     this.observer.event({ event: 'spawn-lost', step: this.currentStep, ranks: ids });
     if ((await world.grow(this.vote)) === null) await this.recover();
@@ -685,6 +688,7 @@ export class Manager implements StepPosition {
         world: world.size,
         spares: world.spares.length,
         coming: waiting,
+        comingHow: world.spawnedHow,
       };
       // a join without a failure (the step is not retried): no checkpoint on the way
       if (this.vote.retrying && this.config.jitCheckpoint && !(await this.checkpoints.write(this.source!, 'jit'))) continue;
@@ -699,7 +703,7 @@ export class Manager implements StepPosition {
     this.shards.reported(counts[1], report.mine);
     this.observer.event({ event: 'readback', step, shards: report.shards, bytes_before_retry: counts[0], duration_ms: readMs });
     const spares = report.spares > 0 ? ` (+${report.spares} spare${report.spares > 1 ? 's' : ''})` : '';
-    const coming = report.coming.length > 0 ? `; rank(s) ${report.coming.join(', ')} spawned, to join once ready` : '';
+    const coming = report.coming.length > 0 ? `; rank(s) ${report.coming.join(', ')} ${report.comingHow}, to join once ready` : '';
     if (!report.retried) {
       const working = report.joined.filter((r) => !report.joinedAsSpares.includes(r));
       const joins = [

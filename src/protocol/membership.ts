@@ -81,7 +81,7 @@ export class Membership {
    * ranks spawned beside training that have not joined yet: their ids, since when, whether this
    * rank launched them (with the port they connect to), and the link to them once accepted
    */
-  private spawned?: { ids: number[]; started: number; root: boolean; port: string; link?: Communicator };
+  private spawned?: { ids: number[]; started: number; root: boolean; port: string; woken: boolean; link?: Communicator };
   /** ids of spawned ranks given up, or of a spawn a failure interrupted: killed where found, again at the end */
   private readonly givenUp: number[] = [];
 
@@ -340,6 +340,11 @@ export class Membership {
     return this.spawned?.ids ?? [];
   }
 
+  /** How the ranks on their way came: 'woken' (a reserve) or 'spawned'. */
+  get spawnedHow(): 'woken' | 'spawned' {
+    return this.spawned?.woken ? 'woken' : 'spawned';
+  }
+
   /**
    * Spawns `count` ranks, which start beside training, or wakes one reserve while any is left:
    * false when a failure interrupted it. Where spawning is not possible, says so once and turns
@@ -381,7 +386,7 @@ export class Membership {
     const agreed = await vote.agree((ok && !impossible ? OK : 0) | (impossible ? 0 : CARRY_ON));
     if (agreed !== null && (agreed & OK) !== 0) {
       this.respawnsLeft -= count;
-      this.spawned = { ids, started: now(), root, port };
+      this.spawned = { ids, started: now(), root, port, woken: reserve !== undefined };
       this.observer.event({
         event: 'spawn',
         step,

@@ -123,6 +123,11 @@ describe('reserves: ranks of the launch asleep until woken', function () {
       ]);
       const lost = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'spawn-lost')!;
       assert.deepEqual(lost.ranks, [4]);
+      assert.match(run.stdout, /step 3: lost rank\(s\) 2; .*; rank\(s\) 4 woken, to join once ready/);
+      assert.match(
+        run.stdout,
+        /step 4: woken rank\(s\) 4 lost before joining \(died, or not ready within 3 s\); waking or spawning another/,
+      );
       assert.equal(worlds(run).at(-1), 4);
     });
   }
