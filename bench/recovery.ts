@@ -9,17 +9,20 @@
 // detector declares it dead, the survivors kill it): the time from the stop to the first step
 // committed without it, measured the same way. Every job carries a marker in its environment, and
 // whatever carries it after the job has ended is killed and reported as an error.
-// At 4 working ranks it also kills one with a hot spare waiting (--spares 1) and with --respawn:
+// At 4 working ranks it also kills one with a hot spare waiting (--spares 1), with --respawn, and
+// with --respawn --reserves 1 (a reserve asleep since the launch is woken instead of a spawn):
 // the time from the kill to the first step committed after it (with --respawn, on the survivors:
 // the newcomer joins once ready), and to the first with 4 working ranks again, with the spawn
-// (the leader's launch of the new node process: PMIx_Spawn), its accept (MPI_Comm_accept, at a
-// step's end once its MPI runs), its own start-up (from its exec to its merge with the others,
-// beside training: from its log) and the join (the state's transfer) apart.
+// (the leader's launch of the new node process: PMIx_Spawn; or its message waking the reserve),
+// its accept (MPI_Comm_accept, at a step's end once its MPI runs), the newcomer's own part (a
+// spawned rank: from its exec to its merge with the others, beside training, from its log; a
+// reserve: from its wake to its merge) and the join (the state's transfer) apart.
 // Prints a table, then one JSON line with kill_to_step_ms_<N> (median of the rounds; target for 4
 // ranks <= 2 x raw_floor_ms_4, and <= 40 where the floor allows), raw_floor_ms_<N>, breakdown_<N>,
 // stop_to_step_ms_4 (target <= hang_timeout_ms + 300), hang_timeout_ms, stop_breakdown_4,
 // spare_kill_to_full_world_ms_4 (target <= 1.5 x kill_to_step_ms_4),
-// respawn_kill_to_full_world_ms_4 (target <= 2000) and elastic_breakdown_4; then, on 3 test hosts
+// respawn_kill_to_full_world_ms_4 (target <= 2000), reserve_kill_to_full_world_ms_4 and
+// elastic_breakdown_4; then, on 3 test hosts
 // of 2 ranks (bench/host-faults.ts; as root with sshd, else one line says why not),
 // host_ranks_loss_to_step_ms (target <= 300), partition_to_step_ms (target <= hang timeout + 500)
 // and daemon_loss_to_clean_stop_ms (target <= 2000). BENCH_ROUNDS sets the rounds (default 3);
@@ -135,16 +138,23 @@ interface ElasticBreakdown {
   spawn_ms: number;
   /** MPI_Comm_accept of it (every rank), once its MPI runs */
   accept_ms: number;
-  /** the new process's own start-up, beside training: from its exec to its merge with the others */
+  /** the newcomer's own part, beside training: a spawned rank's from its exec to its merge with the others; a reserve's from its wake */
   newcomer_startup_ms: number;
   join_ms: number;
   readback_ms: number;
 }
 
-/** Kills the highest working rank of `ranks` once step killAfter is committed, with a spare waiting or --respawn. */
-function elasticRecovery(ranks: number, scratch: string, how: 'spare' | 'respawn'): ElasticBreakdown {
+type Replacement = 'spare' | 'respawn' | 'reserve';
+const replacedBy: Record<Replacement, string[]> = {
+  spare: ['--spares', '1'],
+  respawn: ['--respawn'],
+  reserve: ['--respawn', '--reserves', '1'],
+};
+
+/** Kills the highest working rank of `ranks` once step killAfter is committed, with a spare waiting, --respawn, or a reserve asleep. */
+function elasticRecovery(ranks: number, scratch: string, how: Replacement): ElasticBreakdown {
   const runDir = path.join(scratch, `drill-${ranks}-${how}-${Date.now()}`);
-  const launched = how === 'spare' ? ranks + 1 : ranks;
+  const launched = how === 'respawn' ? ranks : ranks + 1;
   drill(
     [
       '-n',
@@ -160,7 +170,7 @@ function elasticRecovery(ranks: number, scratch: string, how: 'spare' | 'respawn
       runDir,
       '--steps',
       String(steps),
-      ...(how === 'spare' ? ['--spares', '1'] : ['--respawn']),
+      ...replacedBy[how],
     ],
     `${how} drill on ${ranks} ranks`,
   );
@@ -173,11 +183,14 @@ function elasticRecovery(ranks: number, scratch: string, how: 'spare' | 'respawn
   const first = metrics.find((m) => m.time > kill.time && m.world === ranks)!;
   const event = (name: string) => events.find((e) => e.event === name && e.time >= kill.time - 1);
   const checkpointMs = event('checkpoint')?.duration_ms ?? 0;
-  const newcomerLog = path.join(runDir, 'logs', `rank-${launched}.log`);
+  // the newcomer's id: the first after the launch's working ranks
+  const newcomerLog = path.join(runDir, 'logs', `rank-${ranks}.log`);
   const joined =
     how === 'respawn'
       ? jsonLines<{ message: string; started_ms: number }>(fs.readFileSync(newcomerLog, 'utf8')).find((l) => l.message === 'joined')!
-      : undefined;
+      : how === 'reserve'
+        ? { started_ms: (event('admit') as { waited_ms?: number } | undefined)?.waited_ms ?? 0 }
+        : undefined;
   return {
     kill_to_step_ms: next.time - kill.time - checkpointMs,
     kill_to_full_world_ms: first.time - kill.time - checkpointMs,
@@ -244,11 +257,11 @@ function main(): void {
       table.push(row(`${stopRanks} stop`, stopped, '-'));
     }
     const elastic: Record<string, ElasticBreakdown> = {};
-    for (const how of hostsOnly ? [] : (['spare', 'respawn'] as const)) {
+    for (const how of hostsOnly ? [] : (['spare', 'respawn', 'reserve'] as const)) {
       const runs: ElasticBreakdown[] = [];
       for (let round = 1; round <= rounds; ++round) {
         process.stderr.write(
-          `[bench] ${stopRanks} ranks, kill with ${how === 'spare' ? 'a spare' : '--respawn'}, round ${round}/${rounds} ...`,
+          `[bench] ${stopRanks} ranks, kill with ${{ spare: 'a spare', respawn: '--respawn', reserve: 'a reserve' }[how]}, round ${round}/${rounds} ...`,
         );
         runs.push(elasticRecovery(stopRanks, scratch, how));
         process.stderr.write(' done\n');
@@ -273,7 +286,9 @@ function main(): void {
   );
   console.log('ranks      fault->step ms  raw C ms  detect ms  revoke+shrink  agree ms  readback ms  retry ms  checkpoint ms');
   for (const line of table) console.log(line);
-  console.log(`\nkill -9 of a working rank at ${stopRanks} working ranks, back to ${stopRanks} with a hot spare or a respawned rank (ms)`);
+  console.log(
+    `\nkill -9 of a working rank at ${stopRanks} working ranks, back to ${stopRanks} with a hot spare, a respawned rank or a woken reserve (ms)`,
+  );
   console.log('how        kill->step  kill->full world  spawn ms  accept ms  newcomer ms  join ms  readback ms  checkpoint ms');
   for (const line of elasticTable) console.log(line);
   if (out.host_ranks_loss_to_step_ms !== undefined) {

@@ -78,7 +78,7 @@ export interface TrainSettings {
   maxRetries?: number;
   /** Seconds without progress after which a rank counts as failed (default 10). */
   hangTimeout?: number;
-  /** Hot spares: the launch's last K ranks (default 0). */
+  /** Hot spares: the launch's last K ranks, before any reserves (default 0). */
   spares?: number;
   /** Spawn ranks to replace the lost that no spare replaced, and to refill the spares (exact mode; default false). */
   respawn?: boolean;
@@ -323,7 +323,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     min: 0,
     default: 0,
     describe:
-      "hot spares: the launch's last K ranks hold no shards and only wait; a lost rank's place (its shards, its optimizer state) goes to one of them in the same recovery, so the working world keeps its size while they last (with --respawn, spawned ranks refill them)",
+      "hot spares: the launch's last K ranks (before any --reserves) hold no shards and only wait; a lost rank's place (its shards, its optimizer state) goes to one of them in the same recovery, so the working world keeps its size while they last (with --respawn, spawned ranks refill them)",
     group: 'Fault tolerance',
   },
   respawn: {
