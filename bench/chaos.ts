@@ -1,7 +1,7 @@
 // bench/chaos: useful time under a kill -9 every ten seconds. lenet on Fashion-MNIST, exact mode,
-// 4 working ranks (BENCH_RANKS) kept at full strength by --respawn (each lost rank replaced by a
-// spawned one, which starts beside training and joins once ready; BENCH_RESPAWN_JOIN=wait: the
-// survivors wait),
+// 4 working ranks (BENCH_RANKS) kept at full strength by a hot spare, refilled by --respawn from
+// reserves asleep since the launch (each joins once ready; BENCH_RESPAWN_JOIN=wait: the survivors
+// wait),
 // about two minutes of training, first without a fault, then with launch/drill's --chaos: a kill -9
 // of a random working rank (the leader included) every BENCH_KILL_EVERY_S seconds (default 10)
 // from outside, each once the job has recovered from the last. Prints a table, then one JSON line:
@@ -19,22 +19,24 @@
 //   lost_ms_per_kill: (wall - steps x median) / kills, and its breakdown, medians over the kills
 //     (ms): detect (the kill to the survivors' failure event: the rest of the step they were
 //     computing, then the failed collective), repair (revoke, shrink, agree), spawn (the leader
-//     launching the new rank: PMIx_Spawn), accept (MPI_Comm_accept of it, at a step's end once its
+//     launching the new rank: PMIx_Spawn, or waking a reserve), accept (MPI_Comm_accept of it, at a step's end once its
 //     MPI runs), ready (from the launch until it was ready to join, beside training), join (the
 //     state sent to it), readback (what the retried step needs of the lost shards, and
 //     the newcomer of its shards, before they compute), checkpoint (the JIT checkpoint), retry (the retried step),
 //     back_to_full_ms (the kill to the first step committed on all working ranks again) and
 //     slower_steps_ms (per kill: the time steps on fewer working ranks took beyond the median),
 //     starting_steps_ms and later_steps_ms (the time steps on all working ranks took beyond the
-//     fault-free run's mean step: while the spawned rank starts beside training, from the retried
-//     step to its join; then until the next kill, where the spawned ranks reach the others over
-//     TCP: Open MPI's shared memory serves one job's processes only).
+//     fault-free run's mean step: while the new rank starts or wakes beside training, from the
+//     retried step to its join; then until the next kill, where spawned ranks reach the others
+//     over TCP, Open MPI's shared memory serving one job's processes only, and woken reserves
+//     over shared memory).
 // BENCH_STEPS sets the steps (default 4000, about two minutes here), BENCH_RESPAWN_LIMIT the ranks
 // that may be spawned (default 100), BENCH_RESPAWN_JOIN their --respawn-join (default ready),
-// BENCH_SPARES hot spares beside the working ranks (default 0; --respawn refills them, and a
-// spare takes each lost place in the recovery), BENCH_RESERVES the reserves launched asleep after
-// them (default 12, more than the kills: each lost place is taken by a woken reserve, of the
-// launch's own job, rather than a spawned rank; 0: spawned ranks only). Whatever of a job outlives it is killed and reported.
+// BENCH_SPARES hot spares beside the working ranks (default 1; a spare takes each lost place in
+// the recovery, and the spares used are refilled at a step's end), BENCH_RESERVES the reserves
+// launched asleep after them (default 12, more than the kills: a woken reserve, of the launch's
+// own job, refills rather than a spawned rank; 0: spawned ranks only). The defaults are what kept
+// the world full fastest here. Whatever of a job outlives it is killed and reported.
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -49,7 +51,7 @@ const steps = Number(process.env.BENCH_STEPS ?? 4000);
 const killEveryS = Number(process.env.BENCH_KILL_EVERY_S ?? 10);
 const respawnLimit = Number(process.env.BENCH_RESPAWN_LIMIT ?? 100);
 const respawnJoin = process.env.BENCH_RESPAWN_JOIN ?? 'ready';
-const spares = Number(process.env.BENCH_SPARES ?? 0);
+const spares = Number(process.env.BENCH_SPARES ?? 1);
 const reserves = Number(process.env.BENCH_RESERVES ?? 12);
 
 interface Run extends RunRecords {
