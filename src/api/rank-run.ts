@@ -217,6 +217,7 @@ function newManager(
           ? { optimizer: new Optimizer(options.optimizer, cpu, loop.decayed), params: loop.paramsWithTail, redundancy: options.redundancy }
           : undefined,
       respawn: options.respawn ? { limit: options.respawnLimit!, join: options.respawnJoin, ...respawnCommand(shards, level) } : undefined,
+      launchJob: job.ofLaunchJob,
       // a joining rank learns of them at the join
       reserves:
         options.reserves > 0 && !job.joined ? { first: launcherWorldSize() - options.reserves, end: launcherWorldSize() } : undefined,

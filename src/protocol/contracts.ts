@@ -62,6 +62,8 @@ export interface ProtocolConfig {
   respawn?: { limit: number; join: RespawnJoin; command: string; args(firstId: number, step: number): string[] };
   /** --reserves: the launch's processes asleep until woken in place of a spawn, by MPI_COMM_WORLD rank [first, end) (a joining rank learns them at the join) */
   reserves?: { first: number; end: number };
+  /** this process belongs to the launch's own job (not spawned: a woken reserve does), whose MPI_COMM_WORLD holds the reserves */
+  launchJob: boolean;
   /** this process was spawned by the job's ranks: it joins them at a step's end, once ready */
   joined: boolean;
   /** a spawned rank: the step its spawners were at (its drill points' step until it joins) */

@@ -41,8 +41,8 @@ export interface WorldJoinFields {
   worldInitial: number;
   nextId: number;
   respawnsLeft: number;
-  /** the reserves not yet woken, by MPI_COMM_WORLD rank [next, end) */
-  reserves: [number, number];
+  /** the reserves by MPI_COMM_WORLD rank: [first, end), those not yet woken from next on */
+  reserves: [number, number, number];
 }
 
 /** What the protocol's clients read of the world (the Manager's `world`). */
@@ -74,7 +74,8 @@ export class Membership {
   /** the id the next spawned rank gets, and how many more may be spawned */
   private nextId: number;
   private respawnsLeft: number;
-  /** the reserves not yet woken: MPI_COMM_WORLD ranks [reserveNext, reserveEnd), woken in order */
+  /** the reserves: MPI_COMM_WORLD ranks [reserveFirst, reserveEnd), woken in order, those from reserveNext on not yet */
+  private reserveFirst: number;
   private reserveNext: number;
   private reserveEnd: number;
   /**
@@ -86,7 +87,10 @@ export class Membership {
   private readonly givenUp: number[] = [];
 
   constructor(
-    private readonly config: Pick<ProtocolConfig, 'shards' | 'spares' | 'respawn' | 'reserves' | 'joined' | 'commTimeoutMs' | 'pidsDir'>,
+    private readonly config: Pick<
+      ProtocolConfig,
+      'shards' | 'spares' | 'respawn' | 'reserves' | 'launchJob' | 'joined' | 'commTimeoutMs' | 'pidsDir'
+    >,
     world: Communicator,
     private readonly position: StepPosition,
     private readonly observer: ProtocolObserver,
@@ -101,7 +105,7 @@ export class Membership {
     this.workers = config.spares === 0 ? world : null;
     this.nextId = ids[ids.length - 1] + 1;
     this.respawnsLeft = config.respawn?.limit ?? 0;
-    this.reserveNext = config.reserves?.first ?? 0;
+    this.reserveFirst = this.reserveNext = config.reserves?.first ?? 0;
     this.reserveEnd = config.reserves?.end ?? 0;
   }
 
@@ -537,15 +541,17 @@ export class Membership {
   }
 
   /**
-   * At the end, on the leader: the reserves never woken are dismissed (mpirun waits for them). Each
-   * is also woken or dismissed in order, so only ranks of the launch's job wake them, and a reserve
-   * left with no such process before it leaves by itself.
+   * At the end, on every rank of the launch's own job (its MPI_COMM_WORLD holds the reserves; a
+   * spawned rank's does not): every reserve is dismissed (mpirun waits for them). One woken is
+   * passed over (a reserve takes the message only asleep), and so is one gone, but one whose wake a
+   * failure interrupted may still sleep, and any live rank of the job may be left to tell it. A
+   * reserve with no live process before it in the launch leaves by itself.
    */
   async dismissReserves(): Promise<void> {
-    if (!this.isLeader || this.reserveNext >= this.reserveEnd) return;
-    const left = Array.from({ length: this.reserveEnd - this.reserveNext }, (_, i) => this.reserveNext + i);
-    this.reserveNext = this.reserveEnd;
-    await dismissReserves(left);
+    if (!this.config.launchJob || this.reserveFirst === this.reserveEnd) return;
+    const all = Array.from({ length: this.reserveEnd - this.reserveFirst }, (_, i) => this.reserveFirst + i);
+    this.reserveFirst = this.reserveNext = this.reserveEnd;
+    await dismissReserves(all);
   }
 
   /**
@@ -591,7 +597,7 @@ export class Membership {
       worldInitial: this.worldInitial,
       nextId: this.nextId,
       respawnsLeft: this.respawnsLeft,
-      reserves: [this.reserveNext, this.reserveEnd],
+      reserves: [this.reserveFirst, this.reserveNext, this.reserveEnd],
     };
   }
 
@@ -604,7 +610,7 @@ export class Membership {
   takeJoinFields(fields: WorldJoinFields): void {
     this.map = ShardMap.fromOwners(fields.owners);
     [this.worldInitial, this.nextId, this.respawnsLeft] = [fields.worldInitial, fields.nextId, fields.respawnsLeft];
-    [this.reserveNext, this.reserveEnd] = fields.reserves;
+    [this.reserveFirst, this.reserveNext, this.reserveEnd] = fields.reserves;
   }
 
   /** Frees the communicator (at exit). */

@@ -232,6 +232,11 @@ export class RankJob {
     return this.joinedRun;
   }
 
+  /** Whether this rank belongs to the launch's own job: started by the launch (a woken reserve too), not spawned. */
+  get ofLaunchJob(): boolean {
+    return !this.joinedRun || this.settings.woken === true;
+  }
+
   /** This rank's id in the job (world rank; a spawned rank's id comes after the launch's). */
   get worldRank(): number {
     return this.world!.worldRanks[this.world!.rank];

@@ -132,6 +132,27 @@ describe('reserves: ranks of the launch asleep until woken', function () {
     });
   }
 
+  it('the leader killed as it wakes a reserve: the next one is woken, a rank spawned, and the one never woken dismissed', async () => {
+    const run = await train(
+      6,
+      ...waiting,
+      '--reserves',
+      '2',
+      '--drill',
+      'rank=2,step=3,phase=compute',
+      '--drill',
+      'rank=0,step=3,phase=spawning',
+    );
+    assertClean(run);
+    assert.equal(summaryOf(run).params_sha256, reference);
+    // the wake of launch rank 4 (id 4) died with the leader: id 5 went to launch rank 5, id 6 was spawned
+    assert.deepEqual(spawns(run), [
+      { ranks: [5], reserve: 5 },
+      { ranks: [6], reserve: undefined },
+    ]);
+    assert.equal(worlds(run).at(-1), 4);
+  });
+
   it('every working rank killed: the reserves leave by themselves', async () => {
     const run = await train(
       4,

@@ -63,7 +63,14 @@ function parts(
     const position = { step: options.step ?? 0, trainingDone: false };
     const observer = new RecordingObserver();
     const membership = new Membership(
-      { shards: options.shards, spares: options.spares ?? 0, joined: false, commTimeoutMs, pidsDir: options.pidsDir ?? '' },
+      {
+        shards: options.shards,
+        spares: options.spares ?? 0,
+        joined: false,
+        launchJob: true,
+        commTimeoutMs,
+        pidsDir: options.pidsDir ?? '',
+      },
       comm,
       position,
       observer,
@@ -533,6 +540,7 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         checkpointDir: path.join(dir, 'checkpoints'),
         keepCheckpoints: 2,
         spareCheckpoint: false,
+        launchJob: true,
         identity: { seed: 1 },
         commTimeoutMs,
         diskTimeoutMs: commTimeoutMs,

@@ -185,9 +185,13 @@ Napi::Value DismissReserves(const Napi::CallbackInfo& info) {
   return CommThread::Get().Submit(
       env, {},
       [ranks] {
+        int me = 0;
+        MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &me));
         char none = 0;
         // empty messages go eagerly; one to a process gone fails, and is passed over
-        for (int rank : ranks) MPI_Send(&none, 0, MPI_CHAR, rank, kWakeTag, MPI_COMM_WORLD);
+        for (int rank : ranks) {
+          if (rank != me) MPI_Send(&none, 0, MPI_CHAR, rank, kWakeTag, MPI_COMM_WORLD);
+        }
         return Unit{};
       },
       [](Napi::Env env, Unit&) { return env.Undefined(); });

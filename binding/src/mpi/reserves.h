@@ -32,7 +32,7 @@ Napi::Value ConnectWoken(const Napi::CallbackInfo& info);
 Napi::Value WakeReserve(const Napi::CallbackInfo& info);
 
 // dismissReserves(worldRanks): on a rank of the launch's job: tells those reserves that the run
-// ended (they finalize and exit 0); one already gone or woken is passed over.
+// ended (they finalize and exit 0); one already gone or woken, or this process, is passed over.
 Napi::Value DismissReserves(const Napi::CallbackInfo& info);
 
 }  // namespace ft
