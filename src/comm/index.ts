@@ -33,20 +33,22 @@ let started: ReturnType<MpiPart['init']> | undefined;
 let woken: MpiSession | undefined;
 
 /**
- * Starts the comm thread and initialises MPI, once per process (later calls resolve alike). With
- * `reserves` > 0 the launch's last `reserves` processes are left out of the world: they are
- * reserves (see startsAsReserve), whose session is the one awaitWake() gives them.
+ * Starts the comm thread and initialises MPI, once per process. With `reserves` > 0 the launch's
+ * last `reserves` processes are left out of the world: they are reserves (startsAsReserve), whose
+ * session, once woken, is the one init() then resolves with.
  */
 export async function init(reserves = 0): Promise<MpiSession> {
   if (woken) return woken;
-  const session = await (started ??= addon.init(reserves));
+  started = addon.init(reserves);
+  const session = await started;
   if (session.reserve) throw new Error('init: this process is a reserve, not woken yet (awaitWake)');
   return session as MpiSession;
 }
 
 /** Starts MPI as init() does: whether this process is one of the launch's last `reserves`. */
 export async function startsAsReserve(reserves: number): Promise<boolean> {
-  return (await (started ??= addon.init(reserves))).reserve;
+  started = addon.init(reserves);
+  return (await started).reserve;
 }
 
 /**
