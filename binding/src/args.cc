@@ -75,6 +75,20 @@ int IntArg(const Napi::CallbackInfo& info, size_t index, const char* method, con
   return value.As<Napi::Number>().Int32Value();
 }
 
+std::vector<std::string> StringsArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                                    const char* name) {
+  Napi::Env env = info.Env();
+  if (!info[index].IsArray()) ThrowArg(env, method, name, "an Array of strings", info[index]);
+  Napi::Array list = info[index].As<Napi::Array>();
+  std::vector<std::string> strings;
+  for (uint32_t i = 0; i < list.Length(); ++i) {
+    Napi::Value item = list.Get(i);
+    if (!item.IsString()) ThrowArg(env, method, name, "an Array of strings", item);
+    strings.push_back(item.As<Napi::String>());
+  }
+  return strings;
+}
+
 std::vector<int> CountsArg(const Napi::CallbackInfo& info, size_t index, const char* method,
                            const char* name, int length) {
   Napi::Value value = info[index];

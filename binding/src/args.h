@@ -33,6 +33,10 @@ Buffer BufferArg(const Napi::CallbackInfo& info, size_t index, const char* metho
 int IntArg(const Napi::CallbackInfo& info, size_t index, const char* method, const char* name,
            int min, int max);
 
+// An Array of strings.
+std::vector<std::string> StringsArg(const Napi::CallbackInfo& info, size_t index, const char* method,
+                                    const char* name);
+
 // An Array or Int32Array of `length` non-negative element counts.
 std::vector<int> CountsArg(const Napi::CallbackInfo& info, size_t index, const char* method,
                            const char* name, int length);

@@ -136,13 +136,11 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
   if (job.runLog.isLeader) {
     const working = world.size - options.spares;
     const plural = (n: number, what: string): string => `${n} ${what}${n > 1 ? 's' : ''}`;
-    const asleep =
-      options.reserves > 0
-        ? `${options.spares > 0 ? ', ' : ' (+'}${plural(options.reserves, 'reserve')} asleep)`
-        : options.spares > 0
-          ? ')'
-          : '';
-    const spares = `${options.spares > 0 ? ` (+${plural(options.spares, 'spare')}` : ''}${asleep}`;
+    const idle = [
+      options.spares > 0 ? plural(options.spares, 'spare') : '',
+      options.reserves > 0 ? `${plural(options.reserves, 'reserve')} asleep` : '',
+    ].filter(Boolean);
+    const spares = idle.length > 0 ? ` (+${idle.join(', ')})` : '';
     job.runLog.event({
       event: 'start',
       world: working,

@@ -2,8 +2,8 @@
 // same one unless hot spares wait), the shard map (who holds which shards), the leader, and the
 // spares. It grows the world after a repair: spares first take the lost ranks' places, then ranks
 // spawned for the rest (--respawn: launched, accepted once their MPI runs, merged once they are
-// ready; a reserve, asleep since the launch, is woken instead while any is left), and it carries the join, in which the ranks already in the run tell the newcomers where
-// it stands.
+// ready; a reserve, asleep since the launch, is woken instead while any is left), and it carries
+// the join, in which the ranks already in the run tell the newcomers where it stands.
 // Spares hold no shards: they only vote and receive each step's outcome, so that any of them can
 // take a lost rank's place, and its shards, in the recovery.
 import { crc64 } from '../base/checksum';

@@ -103,11 +103,19 @@ CommInfo Describe(MPI_Comm comm, std::vector<int> ids) {
 }
 
 std::vector<int> WorldIds(MPI_Comm comm) {
+  MPI_Group group;
+  MPI_CHECK(MPI_Comm_group(comm, &group));
+  std::vector<int> ranks = WorldRanksOf(group);
+  MPI_CHECK(MPI_Group_free(&group));
+  return ranks;
+}
+
+std::vector<int> WorldRanksOf(MPI_Group group) {
   int size = 0;
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   std::vector<int> worldIds(size);
   for (int i = 0; i < size; ++i) worldIds[i] = i;
-  return IdsWithin(comm, MPI_COMM_WORLD, worldIds);
+  return IdsOf(group, MPI_COMM_WORLD, worldIds);
 }
 
 std::vector<int> MergedIds(MPI_Comm merged, int myId, int firstId) {
@@ -460,14 +468,7 @@ Napi::Value Communicator::Spawn(const Napi::CallbackInfo& info) {
   Handle(env, "spawn");
   if (!info[0].IsString()) ThrowArg(env, "spawn", "command", "a string", info[0]);
   std::string command = info[0].As<Napi::String>();
-  if (!info[1].IsArray()) ThrowArg(env, "spawn", "args", "an Array of strings", info[1]);
-  std::vector<std::string> args;
-  Napi::Array list = info[1].As<Napi::Array>();
-  for (uint32_t i = 0; i < list.Length(); ++i) {
-    Napi::Value arg = list.Get(i);
-    if (!arg.IsString()) ThrowArg(env, "spawn", "args", "an Array of strings", arg);
-    args.push_back(arg.As<Napi::String>());
-  }
+  std::vector<std::string> args = StringsArg(info, 1, "spawn", "args");
   int count = IntArg(info, 2, "spawn", "count", 1, 4096);
   return CommThread::Get().Submit(
       env, {},

@@ -46,6 +46,9 @@ CommInfo Describe(MPI_Comm comm, std::vector<int> ids);
 // Comm thread: the ids of `comm`'s ranks, made of processes of this job's MPI_COMM_WORLD.
 std::vector<int> WorldIds(MPI_Comm comm);
 
+// Comm thread: the MPI_COMM_WORLD ranks of `group`'s processes (all of this job's MPI_COMM_WORLD).
+std::vector<int> WorldRanksOf(MPI_Group group);
+
 // Comm thread: collective over a communicator merged from spawning ranks (first, passing their
 // ids) and the processes they spawned (last, passing -1): every rank's id, the spawned ones
 // numbered from `firstId` (which the spawning ranks pass, the spawned -1).

@@ -42,16 +42,10 @@ struct Wake {
 // wake this reserve (a reserve is woken only by a working rank, and reserves in launch order).
 bool AllBeforeGone(int me) {
 #ifdef FT_HAVE_MPIX_COMM_GET_FAILED
-  MPI_Group failed, world;
+  MPI_Group failed;
   MPI_CHECK(MPIX_Comm_get_failed(MPI_COMM_WORLD, &failed));
-  MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
-  int size = 0;
-  MPI_CHECK(MPI_Group_size(failed, &size));
-  std::vector<int> ranks(size), worldRanks(size);
-  for (int i = 0; i < size; ++i) ranks[i] = i;
-  MPI_CHECK(MPI_Group_translate_ranks(failed, size, ranks.data(), world, worldRanks.data()));
+  std::vector<int> worldRanks = WorldRanksOf(failed);
   MPI_CHECK(MPI_Group_free(&failed));
-  MPI_CHECK(MPI_Group_free(&world));
   int before = 0;
   for (int rank : worldRanks) before += rank < me ? 1 : 0;
   return before == me;
@@ -145,14 +139,7 @@ Napi::Value ConnectWoken(const Napi::CallbackInfo& info) {
 Napi::Value WakeReserve(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int worldRank = IntArg(info, 0, "wakeReserve", "worldRank", 0, INT32_MAX);
-  if (!info[1].IsArray()) ThrowArg(env, "wakeReserve", "args", "an Array of strings", info[1]);
-  Napi::Array list = info[1].As<Napi::Array>();
-  std::vector<std::string> args;
-  for (uint32_t i = 0; i < list.Length(); ++i) {
-    Napi::Value arg = list.Get(i);
-    if (!arg.IsString()) ThrowArg(env, "wakeReserve", "args", "an Array of strings", arg);
-    args.push_back(arg.As<Napi::String>());
-  }
+  std::vector<std::string> args = StringsArg(info, 1, "wakeReserve", "args");
   return CommThread::Get().Submit(
       env, {},
       [worldRank, args] {
