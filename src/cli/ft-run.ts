@@ -15,13 +15,15 @@ import { NoRestart, planRestart, type Restart } from './restart';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { hangBounds, minorityStopMs } from '../liveness/hang-bounds';
-import { runFiles } from '../run/files';
+import { rankLogName, runFiles } from '../run/files';
 import { rankList, signalRanks } from '../run/pids';
 import { fileSize, readObject } from '../run/reader';
 import { appendRunEvent } from '../run/writer';
 
 /** How long the ranks get to checkpoint and stop after the first SIGINT/SIGTERM before mpirun is told to end the job. */
 const stopGraceMs = 30_000;
+/** How long mpirun takes to end once the last of its ranks has: in the end grace, beyond this, ft-run looks whether anything of the run is left. */
+const mpirunEndMs = 2_000;
 
 // one paragraph, wrapped by yargs to the terminal's width
 const usage = `$0 -n N [--hostfile F [--ssh-config C]] [--script FILE] [--dry-run] -- <ft-train flags>
@@ -49,17 +51,25 @@ function shellQuote(word: string): string {
 
 /**
  * What of the run directory was there before this job: a resumed run appends to its history, and
- * only this job's events and summary tell how it went.
+ * only this job's events, logs and summary tell how it went.
  */
 interface Before {
   /** where this job's events start in events.jsonl */
   eventsFrom: number;
   /** a summary.json that was there already (ft-train refuses to write into such a run) */
   summary: boolean;
+  /** where this job's lines start in each rank's log (absent: a log this job began) */
+  logsFrom: Map<string, number>;
 }
 
 function before(runDir: string): Before {
-  return { eventsFrom: fileSize(path.join(runDir, runFiles.events)), summary: fs.existsSync(path.join(runDir, runFiles.summary)) };
+  const logs = path.join(runDir, runFiles.logs);
+  const logNames = fs.existsSync(logs) ? fs.readdirSync(logs) : [];
+  return {
+    eventsFrom: fileSize(path.join(runDir, runFiles.events)),
+    summary: fs.existsSync(path.join(runDir, runFiles.summary)),
+    logsFrom: new Map(logNames.map((name) => [name, fileSize(path.join(logs, name))])),
+  };
 }
 
 /** Whether this job wrote summary.json. */
@@ -84,19 +94,41 @@ function unfinished(runDir: string, was: Before): string | undefined {
     : `no summary.json${was.summary ? ' of its own' : ''} in ${runDir}`;
 }
 
-/** The reasons of this job's `stop` events (from byte `from` on), in order; read leniently: the run may have been killed mid-line. */
+/** This job's records in a JSON-lines file of the run (from byte `from` on), read leniently: the run may have been killed mid-line. */
+function recordsSince<T>(file: string, from: number): Partial<T>[] {
+  return (fs.existsSync(file) ? fs.readFileSync(file).subarray(from).toString('utf8').split('\n') : []).map((line) => {
+    try {
+      return JSON.parse(line) as Partial<T>;
+    } catch {
+      return {};
+    }
+  });
+}
+
+/** The reasons of this job's `stop` events, in order. */
 function stopReasons(runDir: string, from: number): unknown[] {
-  const eventsFile = path.join(runDir, runFiles.events);
-  return (fs.existsSync(eventsFile) ? fs.readFileSync(eventsFile).subarray(from).toString('utf8').split('\n') : [])
-    .map((line) => {
-      try {
-        return JSON.parse(line) as { event?: string; reason?: string };
-      } catch {
-        return {};
-      }
-    })
+  return recordsSince<{ event: string; reason: string }>(path.join(runDir, runFiles.events), from)
     .filter((record) => record.event === 'stop')
     .map((record) => record.reason);
+}
+
+/**
+ * The ranks this job's survivors lost, when every one of them logged a stop of its own (a side cut
+ * off from the rest, which saw itself a minority): nothing of the run is left running, though
+ * mpirun, which cannot reach their host, waits for them. Undefined while a lost rank is silent (a
+ * killed rank, whose end mpirun sees), or none was lost.
+ */
+function lostRanksStopped(runDir: string, was: Before): number[] | undefined {
+  const lost = recordsSince<{ event: string; lost: number[] }>(path.join(runDir, runFiles.events), was.eventsFrom).flatMap((record) =>
+    record.event === 'revoke+shrink' && Array.isArray(record.lost) ? record.lost : [],
+  );
+  const stoppedOnItsOwn = (rank: number) => {
+    const name = rankLogName(rank);
+    return recordsSince<{ message: string }>(path.join(runDir, runFiles.logs, name), was.logsFrom.get(name) ?? 0).some(
+      (entry) => typeof entry.message === 'string' && entry.message.startsWith('stop: '),
+    );
+  };
+  return lost.length > 0 && lost.every(stoppedOnItsOwn) ? [...new Set(lost)].sort((a, b) => a - b) : undefined;
 }
 
 /**
@@ -118,7 +150,8 @@ function runEnded(runDir: string, was: Before): boolean {
  * How long mpirun may outlive the run it ran, and what would keep it. Across hosts, a side cut off
  * from the rest needs its minority stop's time (minorityStopMs); on one host every rank sees the
  * others, and what a rank does after the run ended (waiting for its peers to be gone, a write
- * meeting its disk deadline) is bounded by one comm deadline. Then 10 s for mpirun itself.
+ * meeting its disk deadline) is bounded by one comm deadline. Then 10 s for mpirun itself. It ends
+ * sooner where every rank the run lost logged its stop (lostRanksStopped).
  */
 function endGrace(job: Command, trainArgs: string[]): { ms: number; why: string } {
   const bounds = hangBounds(hangTimeoutOf(trainArgs));
@@ -180,8 +213,16 @@ function runJob(
   let killTimer: NodeJS.Timeout | undefined;
   const watch = setInterval(() => {
     endedAt ??= runEnded(runDir, was) ? Date.now() : undefined;
-    if (endedAt === undefined || Date.now() - endedAt < endGrace.ms || killTimer !== undefined) return;
-    console.error(`ft-run: the run ended ${endGrace.ms / 1000} s ago but mpirun has not (${endGrace.why}): ending it`);
+    if (endedAt === undefined || killTimer !== undefined) return;
+    const waited = Date.now() - endedAt;
+    const stopped = waited >= mpirunEndMs ? lostRanksStopped(runDir, was) : undefined;
+    if (stopped !== undefined)
+      console.error(
+        `ft-run: the run ended and the rank(s) it lost (${stopped.join(', ')}) stopped on their own, but mpirun has not (ranks on a host it cannot reach?): ending it`,
+      );
+    else if (waited >= endGrace.ms)
+      console.error(`ft-run: the run ended ${endGrace.ms / 1000} s ago but mpirun has not (${endGrace.why}): ending it`);
+    else return;
     endJob();
     killTimer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 5000);
   }, 200);

@@ -19,3 +19,6 @@ export const runFiles = {
   /** launch/drill's record of its kills */
   drill: 'drill.json',
 } as const;
+
+/** A rank's log in `logs/`: one JSON line per entry (its message, level, timestamp). */
+export const rankLogName = (worldRank: number): string => `rank-${worldRank}.log`;

@@ -5,7 +5,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { namingFile } from '../base/file-errors';
 import { writeAtomically } from '../base/atomic-write';
-import { runFiles } from './files';
+import { rankLogName, runFiles } from './files';
 import { pidFileText } from './pids';
 import { fileSize, lastRecord } from './reader';
 import type { EventRecord, RunEvent, StepRecord, Summary } from './records';
@@ -50,7 +50,7 @@ export class RunLog {
   }
 
   get logFile(): string {
-    return path.join(this.dir, runFiles.logs, `rank-${this.worldRank}.log`);
+    return path.join(this.dir, runFiles.logs, rankLogName(this.worldRank));
   }
 
   /** Makes this rank the writer (or not); on becoming it, appends the steps and events the files lack. */
