@@ -36,7 +36,16 @@ describe('launch/drill --chaos (ChaosKills)', function () {
   });
   const killed = (): number[] => [...ranks].filter(([, child]) => child.signalCode === 'SIGKILL').map(([rank]) => rank);
   const send = (kill: Kill): void => sendKill(dir, kill, kill.step, 'chaos: ');
+  /** Lets a period of everyMs pass. */
   const settle = () => new Promise((resolve) => setTimeout(resolve, 100));
+  /** Resolves once the stand-ins for `killedRanks` have exited: a SIGKILL is sent at once, its exit seen later. */
+  const exited = (killedRanks: number[]): Promise<unknown> =>
+    Promise.all(
+      killedRanks.map((rank) => {
+        const child = ranks.get(rank)!;
+        return child.exitCode !== null || child.signalCode !== null ? undefined : new Promise((resolve) => child.once('exit', resolve));
+      }),
+    );
 
   beforeEach(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ft-chaos-test-'));
@@ -61,6 +70,7 @@ describe('launch/drill --chaos (ChaosKills)', function () {
     await settle();
     assert.equal(chaos.sent.length, 1);
     const first = chaos.sent[0];
+    await exited([first.rank]);
     assert.deepEqual(killed(), [first.rank]);
     assert.ok(first.rank < 3, `a working rank, not the spare (killed ${first.rank})`);
     assert.equal(first.step, 5);
@@ -78,6 +88,7 @@ describe('launch/drill --chaos (ChaosKills)', function () {
     assert.equal(chaos.sent.length, 2);
     const second = chaos.sent[1];
     assert.notEqual(second.rank, first.rank);
+    await exited([second.rank]);
     assert.deepEqual(killed().sort(), [first.rank, second.rank].sort());
     chaos.close();
   });
@@ -104,7 +115,7 @@ describe('launch/drill --chaos (ChaosKills)', function () {
     assert.equal(chaos.sent.length, 2, 'the working ranks are 2 again, as the steps say');
     const second = chaos.sent[1];
     assert.ok(second.rank !== 3 && second.rank !== first.rank, `a working rank, not the new spare (killed ${second.rank})`);
-    await settle();
+    await exited([first.rank, second.rank]);
     assert.deepEqual(killed().sort(), [first.rank, second.rank].sort());
     chaos.close();
   });
@@ -146,6 +157,7 @@ describe('launch/drill --chaos (ChaosKills)', function () {
     chaos.poll(step(8, 3)); // the same job before its last step: the kill is due there
     await settle();
     assert.equal(chaos.sent.length, 1);
+    await exited([chaos.sent[0].rank]);
     assert.deepEqual(killed(), [chaos.sent[0].rank]);
     chaos.close();
   });
