@@ -5,7 +5,6 @@
 // one line (see docs/architecture.md, the recovery protocol).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type * as winston from 'winston';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { exitNow, finalize, init, type Communicator } from '../comm';
 import type { CpuLevel, KernelSettings } from '../nn/backend';
@@ -23,7 +22,7 @@ import { claimStopLine, processStat, rankList, readPid } from '../run/pids';
 import { RunLog } from '../run/writer';
 import { agreeKernelLevel, KernelLevelRefusal, type LevelAsked } from './kernel-level';
 import { launcherWorldRank } from './launcher-env';
-import { closeLogger, rankLogger } from './logger';
+import { RankLogger } from './logger';
 import { Progress } from './progress';
 
 export interface JobSettings {
@@ -87,7 +86,7 @@ export class RankJob {
   readonly launchRank: number;
   readonly runLog: RunLog;
   readonly pidsDir: string;
-  readonly logger: winston.Logger;
+  readonly logger: RankLogger;
   readonly faults: FaultInjector;
   readonly progress: Progress;
   readonly observer: ProtocolObserver;
@@ -103,7 +102,7 @@ export class RankJob {
     this.launchRank = (settings.joinId ?? 0) + (settings.woken ? 0 : launcherWorldRank());
     this.runLog = new RunLog(settings.runDir, this.launchRank);
     this.pidsDir = path.join(settings.runDir, runFiles.pids);
-    this.logger = rankLogger(this.runLog.logFile, this.launchRank);
+    this.logger = new RankLogger(this.runLog.logFile, this.launchRank);
     this.faults = new FaultInjector(settings.drills, this.launchRank, this.runLog.logFile, this.pidsDir, settings.seed);
     this.progress = new Progress(settings.steps);
     const { runLog, logger, progress } = this;
@@ -146,7 +145,6 @@ export class RankJob {
         'MPI start-up',
       ));
     } catch (error) {
-      await closeLogger(this.logger);
       if (this.settings.joinId !== undefined) return this.leave(`${(error as Error).message}`);
       return endStartup(
         `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
@@ -161,7 +159,6 @@ export class RankJob {
       try {
         this.world = await this.mergeWithSpawners(this.world);
       } catch (error) {
-        await closeLogger(this.logger);
         return this.leave(`${(error as Error).message}`);
       }
     }
@@ -183,7 +180,6 @@ export class RankJob {
         return cpu.kernelSettings();
       } catch (error) {
         this.logger.error((error as Error).message);
-        await closeLogger(this.logger);
         fs.writeSync(2, `ft-train: rank ${this.launchRank}: ${(error as Error).message}\n`);
         return process.exit(1);
       }
@@ -191,7 +187,6 @@ export class RankJob {
     try {
       return await agreeKernelLevel(world, isa, this.bounds.commMs, (error) => this.logger.error(error.message));
     } catch (error) {
-      await closeLogger(this.logger);
       if (!(error instanceof KernelLevelRefusal)) {
         return endStartup(
           `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
@@ -262,7 +257,7 @@ export class RankJob {
     if (stop.reason === 'minority') {
       // the other side trains on and owns the run directory: one line from this side's lowest rank, nothing written
       if (this.worldRank === manager.world.liveRanks[0]) console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
-      await this.leaveNow();
+      this.disarm();
       return { code: stop.exitCode, leave: true };
     }
     if (stop.reason === 'unrecoverable') {
@@ -271,7 +266,7 @@ export class RankJob {
       // stopped one would keep mpirun alive) and, once they are gone, exits with the code last
       // (mpirun returns at the first non-zero exit); the others leave quietly, exit 0. Survivors
       // that each killed the other left mpirun nothing but signals, and it exited 0.
-      await this.leaveNow();
+      this.disarm();
       if (!claimStopLine(this.pidsDir)) return { code: 0, leave: true };
       console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
       const others = this.world!.worldRanks.filter((r) => r !== this.worldRank);
@@ -295,7 +290,6 @@ export class RankJob {
     await withDeadline(manager.close(), this.bounds.commMs, 'MPI_Comm_free').catch(() => undefined);
     this.disarm();
     this.runLog.close();
-    await closeLogger(this.logger);
     const finalized = await withDeadline(finalize(), this.bounds.commMs, 'MPI_Finalize').then(
       () => true,
       () => false,
@@ -303,11 +297,6 @@ export class RankJob {
     // a finalize that never returns would keep the process alive: every rank has agreed on the end already
     if (!finalized) exitNow(code);
     return code === 0 ? 0 : this.exitLast(code, manager);
-  }
-
-  private async leaveNow(): Promise<void> {
-    await closeLogger(this.logger);
-    this.disarm();
   }
 
   /**
