@@ -2,14 +2,9 @@
 // that holds a request, zeroed, at most once), blocks made ready for sizes written through (the
 // process's resident memory grows by them), the ones no size needs let go, and none kept above the bound.
 import { strict as assert } from 'node:assert';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { reserveBelowBytes, SumMemory } from '../../src/sharding/sum-memory';
-
-/** This process's resident memory, bytes (Linux). */
-function residentBytes(): number {
-  const kb = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync('/proc/self/status', 'utf8'))![1];
-  return Number(kb) * 1024;
-}
 
 describe('SumMemory (sharding/sum-memory.ts)', () => {
   it('lends a given block again, the smallest that holds the request, zeroed, and only once', () => {
@@ -49,13 +44,22 @@ describe('SumMemory (sharding/sum-memory.ts)', () => {
 
   it('the blocks reserve makes are in memory, written through, not just allocated', function () {
     if (!fs.existsSync('/proc/self/status')) this.skip();
-    const memory = new SumMemory();
-    const floats = (64 << 20) / 4;
-    const before = residentBytes();
-    memory.reserve([floats]);
-    const grown = residentBytes() - before;
+    // in a process of its own: here, a collection the 64 MiB set off could free another test's
+    // garbage while the block is written, and the resident memory would show the difference only
+    const measure = `
+      const { SumMemory } = require(${JSON.stringify(require.resolve('../../src/sharding/sum-memory'))});
+      const resident = () => Number(/VmRSS:\\s+(\\d+) kB/.exec(require('fs').readFileSync('/proc/self/status', 'utf8'))[1]) * 1024;
+      const memory = new SumMemory();
+      const floats = (64 << 20) / 4;
+      const before = resident();
+      memory.reserve([floats]);
+      const grown = resident() - before;
+      console.log(JSON.stringify({ grown, taken: memory.take(floats).length }));`;
+    const child = spawnSync(process.execPath, ['-e', measure], { encoding: 'utf8' });
+    assert.equal(child.status, 0, child.stderr);
+    const { grown, taken } = JSON.parse(child.stdout) as { grown: number; taken: number };
     assert.ok(grown >= 48 << 20, `resident memory grew by ${grown} bytes for a 64 MiB block`);
-    assert.equal(memory.take(floats).length, floats);
+    assert.equal(taken, (64 << 20) / 4);
   });
 
   it(`keeps nothing where the sizes come to ${reserveBelowBytes >> 20} MiB or more`, () => {
