@@ -5,7 +5,9 @@
 // or stopped as it is woken is given up and the next one woken. Every run ends with the bits of
 // the run without failure, and leaves no process behind.
 import { strict as assert } from 'node:assert';
+import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { processStat, readPid } from '../../src/run/pids';
 import type { EventRecord, StepRecord } from '../../src/run/records';
 import { fewTestSamples, lenetOnFashion, runTrain, type JobResult } from '../helpers/mpi-job';
 import { lines, summaryOf, type Run } from '../helpers/runs';
@@ -151,6 +153,21 @@ describe('reserves: ranks of the launch asleep until woken', function () {
       { ranks: [6], reserve: undefined },
     ]);
     assert.equal(worlds(run).at(-1), 4);
+  });
+
+  it('every working rank killed after a reserve was woken, before it was accepted: its connect gives up at the comm deadline, and nothing is left running', async () => {
+    // no waker is left to kill it by its pid file: what ends it is its own deadline (3 x --hang-timeout)
+    const run = await train(
+      3,
+      ...waiting,
+      ...['--hang-timeout', '2', '--reserves', '1'],
+      ...['--drill', 'rank=1,step=3,phase=compute', '--drill', 'rank=0,step=4,phase=accept'],
+    );
+    assert.equal(run.stragglers, 0);
+    assert.deepEqual(spawns(run), [{ ranks: [2], reserve: 2 }]);
+    assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
+    const woken = readPid(path.join(run.dir, 'pids'), 2)!;
+    assert.equal(processStat(woken), null, `the woken reserve (pid ${woken}) is still there`);
   });
 
   it('every working rank killed: the reserves leave by themselves', async () => {
