@@ -2,8 +2,9 @@
 // woken, one at a time and in launch order, to take a lost rank's place before any rank is
 // spawned. A woken reserve joins as a spawned rank does; the ones never woken are dismissed at the
 // end, and leave by themselves once every rank before them in the launch is gone. A reserve killed
-// or stopped as it is woken is given up and the next one woken. Every run ends with the bits of
-// the run without failure, and leaves no process behind.
+// or stopped as it is woken is given up and the next one woken; one woken whose wakers all die
+// gives up its connect at its own deadline. Every run that finishes ends with the bits of the run
+// without failure, and none leaves a process behind.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
