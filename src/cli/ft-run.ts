@@ -18,11 +18,16 @@ import { hangBounds, minorityStopMs } from '../liveness/hang-bounds';
 import { rankLogName, runFiles } from '../run/files';
 import { rankList, signalRanks } from '../run/pids';
 import { fileSize, readObject } from '../run/reader';
+import { stopLogPrefix } from '../run/records';
 import { appendRunEvent } from '../run/writer';
 
 /** How long the ranks get to checkpoint and stop after the first SIGINT/SIGTERM before mpirun is told to end the job. */
 const stopGraceMs = 30_000;
-/** How long mpirun takes to end once the last of its ranks has: in the end grace, beyond this, ft-run looks whether anything of the run is left. */
+/**
+ * How long mpirun gets to end by itself once a run completed without its cut-off side (whose ranks
+ * logged their minority stop), before ft-run ends it: where it reaches every host, it ends within
+ * moments of its last rank.
+ */
 const mpirunEndMs = 2_000;
 
 // one paragraph, wrapped by yargs to the terminal's width
@@ -113,22 +118,24 @@ function stopReasons(runDir: string, from: number): unknown[] {
 }
 
 /**
- * The ranks this job's survivors lost, when every one of them logged a stop of its own (a side cut
- * off from the rest, which saw itself a minority): nothing of the run is left running, though
- * mpirun, which cannot reach their host, waits for them. Undefined while a lost rank is silent (a
- * killed rank, whose end mpirun sees), or none was lost.
+ * The ranks this job's survivors lost, once the run completed and each of them logged its minority
+ * stop (the side of a cut link away from the rest): the survivors wrote the run's last file and
+ * the cut-off ranks write nothing more, while mpirun, which cannot reach their host, waits for
+ * them. Undefined before that, where a lost rank logged no such stop (a killed rank, whose end
+ * mpirun sees), or where none was lost.
  */
-function lostRanksStopped(runDir: string, was: Before): number[] | undefined {
+function cutOffRanksStopped(runDir: string, was: Before): number[] | undefined {
+  if (!summaryWritten(runDir, was)) return undefined;
   const lost = recordsSince<{ event: string; lost: number[] }>(path.join(runDir, runFiles.events), was.eventsFrom).flatMap((record) =>
     record.event === 'revoke+shrink' && Array.isArray(record.lost) ? record.lost : [],
   );
-  const stoppedOnItsOwn = (rank: number) => {
+  const stoppedAsMinority = (rank: number) => {
     const name = rankLogName(rank);
     return recordsSince<{ message: string }>(path.join(runDir, runFiles.logs, name), was.logsFrom.get(name) ?? 0).some(
-      (entry) => typeof entry.message === 'string' && entry.message.startsWith('stop: '),
+      (entry) => typeof entry.message === 'string' && entry.message.startsWith(stopLogPrefix('minority')),
     );
   };
-  return lost.length > 0 && lost.every(stoppedOnItsOwn) ? [...new Set(lost)].sort((a, b) => a - b) : undefined;
+  return lost.length > 0 && lost.every(stoppedAsMinority) ? [...new Set(lost)].sort((a, b) => a - b) : undefined;
 }
 
 /**
@@ -151,7 +158,7 @@ function runEnded(runDir: string, was: Before): boolean {
  * from the rest needs its minority stop's time (minorityStopMs); on one host every rank sees the
  * others, and what a rank does after the run ended (waiting for its peers to be gone, a write
  * meeting its disk deadline) is bounded by one comm deadline. Then 10 s for mpirun itself. It ends
- * sooner where every rank the run lost logged its stop (lostRanksStopped).
+ * sooner once the run completed and every rank it lost logged its minority stop (cutOffRanksStopped).
  */
 function endGrace(job: Command, trainArgs: string[]): { ms: number; why: string } {
   const bounds = hangBounds(hangTimeoutOf(trainArgs));
@@ -215,10 +222,10 @@ function runJob(
     endedAt ??= runEnded(runDir, was) ? Date.now() : undefined;
     if (endedAt === undefined || killTimer !== undefined) return;
     const waited = Date.now() - endedAt;
-    const stopped = waited >= mpirunEndMs ? lostRanksStopped(runDir, was) : undefined;
+    const stopped = waited >= mpirunEndMs ? cutOffRanksStopped(runDir, was) : undefined;
     if (stopped !== undefined)
       console.error(
-        `ft-run: the run ended and the rank(s) it lost (${stopped.join(', ')}) stopped on their own, but mpirun has not (ranks on a host it cannot reach?): ending it`,
+        `ft-run: the run completed and the rank(s) it lost (${stopped.join(', ')}) stopped as a minority, but mpirun has not ended (it waits on a host it cannot reach): ending it`,
       );
     else if (waited >= endGrace.ms)
       console.error(`ft-run: the run ended ${endGrace.ms / 1000} s ago but mpirun has not (${endGrace.why}): ending it`);

@@ -19,6 +19,7 @@ import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../liveness/stop';
 import { runFiles } from '../run/files';
 import { claimStopLine, processStat, rankList, readPid } from '../run/pids';
+import { stopLogPrefix } from '../run/records';
 import { RunLog } from '../run/writer';
 import { agreeKernelLevel, KernelLevelRefusal, type LevelAsked } from './kernel-level';
 import { launcherWorldRank } from './launcher-env';
@@ -251,7 +252,7 @@ export class RankJob {
   async stopped(error: unknown, manager: Manager, checkpointDir: string): Promise<{ code: number; leave: boolean }> {
     this.progress.endBar(); // the stop's lines print below the bar, which stays where the run stopped
     const stop = error instanceof ProtocolStop ? error : await this.stopForError(error as Error, manager);
-    this.logger.warn(`stop: ${stop.reason}: ${stop.message}`);
+    this.logger.warn(`${stopLogPrefix(stop.reason)}${stop.message}`);
     if (stop.reason === 'error' && manager.world.isLeader)
       this.observer.event({ event: 'stop', step: manager.step, reason: 'error', ranks: stop.erred });
     if (stop.reason === 'minority') {

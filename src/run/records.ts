@@ -1,5 +1,6 @@
-// The records of a run directory: a line of metrics.jsonl, a line of events.jsonl, summary.json.
-// The trainer and ft-train write them through RunLog and writeSummary; ft-report reads them back.
+// The records of a run directory: a line of metrics.jsonl, a line of events.jsonl, summary.json,
+// and the line a rank's log gets where it stops. The trainer and ft-train write them through RunLog
+// and writeSummary; ft-report and ft-run read them back.
 import type { KernelSettings } from '../nn/backend';
 import type { RunSettings } from './settings';
 
@@ -75,3 +76,6 @@ export interface Summary {
   /** the CPU kernels' level (also in settings, as isa) and the libraries' versions and kernels at it; absent before */
   kernels?: KernelSettings;
 }
+
+/** The message a rank logs (logs/rank-R.log) as it stops for `reason` (a ProtocolStop's): this, then the stop's line. */
+export const stopLogPrefix = (reason: string): string => `stop: ${reason}: `;

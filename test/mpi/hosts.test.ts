@@ -134,10 +134,10 @@ describe('across hosts (network namespaces with sshd)', function () {
         /stop: minority: 2 rank\(s\) left of the last agreed world of 6, and 4 lost on hosts where no survivor can see them gone/,
       );
     }
-    // once host3's ranks logged their stop, nothing of the run is left: ft-run ends mpirun, which waits for host3's daemon
+    // once host3's ranks logged their stop, nothing more comes to the run directory: ft-run ends mpirun, which waits for host3's daemon
     assert.match(
       run.stderr,
-      /ft-run: the run ended and the rank\(s\) it lost \(2, 5\) stopped on their own, but mpirun has not \(ranks on a host it cannot reach\?\): ending it/,
+      /ft-run: the run completed and the rank\(s\) it lost \(2, 5\) stopped as a minority, but mpirun has not ended \(it waits on a host it cannot reach\): ending it/,
     );
   });
 });
