@@ -17,7 +17,7 @@ import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { hangBounds, minorityStopMs } from '../liveness/hang-bounds';
 import { rankLogName, runFiles } from '../run/files';
 import { rankList, signalRanks } from '../run/pids';
-import { fileSize, readObject } from '../run/reader';
+import { fileSize, readObject, recordsFrom } from '../run/reader';
 import { stopLogPrefix } from '../run/records';
 import { appendRunEvent } from '../run/writer';
 
@@ -99,20 +99,9 @@ function unfinished(runDir: string, was: Before): string | undefined {
     : `no summary.json${was.summary ? ' of its own' : ''} in ${runDir}`;
 }
 
-/** This job's records in a JSON-lines file of the run (from byte `from` on), read leniently: the run may have been killed mid-line. */
-function recordsSince<T>(file: string, from: number): Partial<T>[] {
-  return (fs.existsSync(file) ? fs.readFileSync(file).subarray(from).toString('utf8').split('\n') : []).map((line) => {
-    try {
-      return JSON.parse(line) as Partial<T>;
-    } catch {
-      return {};
-    }
-  });
-}
-
 /** The reasons of this job's `stop` events, in order. */
 function stopReasons(runDir: string, from: number): unknown[] {
-  return recordsSince<{ event: string; reason: string }>(path.join(runDir, runFiles.events), from)
+  return recordsFrom<Partial<{ event: string; reason: string }>>(path.join(runDir, runFiles.events), from)
     .filter((record) => record.event === 'stop')
     .map((record) => record.reason);
 }
@@ -126,12 +115,12 @@ function stopReasons(runDir: string, from: number): unknown[] {
  */
 function cutOffRanksStopped(runDir: string, was: Before): number[] | undefined {
   if (!summaryWritten(runDir, was)) return undefined;
-  const lost = recordsSince<{ event: string; lost: number[] }>(path.join(runDir, runFiles.events), was.eventsFrom).flatMap((record) =>
-    record.event === 'revoke+shrink' && Array.isArray(record.lost) ? record.lost : [],
+  const lost = recordsFrom<Partial<{ event: string; lost: number[] }>>(path.join(runDir, runFiles.events), was.eventsFrom).flatMap(
+    (record) => (record.event === 'revoke+shrink' && Array.isArray(record.lost) ? record.lost : []),
   );
   const stoppedAsMinority = (rank: number) => {
     const name = rankLogName(rank);
-    return recordsSince<{ message: string }>(path.join(runDir, runFiles.logs, name), was.logsFrom.get(name) ?? 0).some(
+    return recordsFrom<Partial<{ message: string }>>(path.join(runDir, runFiles.logs, name), was.logsFrom.get(name) ?? 0).some(
       (entry) => typeof entry.message === 'string' && entry.message.startsWith(stopLogPrefix('minority')),
     );
   };

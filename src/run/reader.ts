@@ -1,6 +1,6 @@
 // Reading a run directory's files. A finished run's files are read strictly: a missing, unreadable
 // or half-written one is a RunDirError naming the file and the problem. A live run's files are
-// followed with lastRecord, which tolerates the line being appended.
+// read with recordsFrom and lastRecord, which tolerate the line being appended.
 import * as fs from 'node:fs';
 
 export class RunDirError extends Error {}
@@ -70,4 +70,26 @@ export function lastRecord<T>(file: string, from = 0): T | undefined {
   } catch {
     return undefined; // another process's line, half appended
   }
+}
+
+/**
+ * The records (JSON objects) of a JSON-lines file of a live run, from byte `from` on (a resumed
+ * run's own, past the history it continues); none while the file does not exist. A blank line, or
+ * one half written (by a process killed mid-line, or still appending), is passed over.
+ */
+export function recordsFrom<T>(file: string, from = 0): T[] {
+  if (!fs.existsSync(file)) return [];
+  return fs
+    .readFileSync(file)
+    .subarray(from)
+    .toString('utf8')
+    .split('\n')
+    .flatMap((line) => {
+      try {
+        const value: unknown = JSON.parse(line);
+        return isObject(value) ? [value as T] : [];
+      } catch {
+        return [];
+      }
+    });
 }

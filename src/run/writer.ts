@@ -7,7 +7,7 @@ import { namingFile } from '../base/file-errors';
 import { writeAtomically } from '../base/atomic-write';
 import { rankLogName, runFiles } from './files';
 import { pidFileText } from './pids';
-import { fileSize, lastRecord } from './reader';
+import { fileSize, lastRecord, recordsFrom } from './reader';
 import type { EventRecord, RunEvent, StepRecord, Summary } from './records';
 
 /**
@@ -75,16 +75,9 @@ export class RunLog {
   private missingEvents(): EventRecord[] {
     const key = (record: RunEvent) => `${record.event}@${record.step ?? ''}`;
     const written = new Map<string, number>();
-    const file = path.join(this.dir, runFiles.events);
-    if (fs.existsSync(file)) {
-      for (const line of fs.readFileSync(file).subarray(this.eventsFrom).toString('utf8').split('\n')) {
-        try {
-          const k = key(JSON.parse(line) as RunEvent);
-          written.set(k, (written.get(k) ?? 0) + 1);
-        } catch {
-          // a blank or half-written line
-        }
-      }
+    for (const record of recordsFrom<RunEvent>(path.join(this.dir, runFiles.events), this.eventsFrom)) {
+      const k = key(record);
+      written.set(k, (written.get(k) ?? 0) + 1);
     }
     // the file lacks a pair's records past the first w this rank holds
     const seen = new Map<string, number>();
