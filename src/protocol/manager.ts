@@ -770,7 +770,6 @@ export class Manager implements StepPosition {
   /** Frees the communicator (at exit); the leader removes the spare checkpoint file (or an uncommitted attempt). */
   async close(): Promise<void> {
     await this.membership.giveUpSpawn();
-    this.membership.killGivenUp();
     await this.membership.dismissReserves();
     await this.checkpoints.close();
     await this.membership.free();

@@ -12,7 +12,7 @@ import { ShardMap } from '../data/shard-map';
 import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../liveness/stop';
 import { killDeclaredDead } from '../liveness/hangs';
-import { goneFromHere } from '../run/pids';
+import { goneFromHere, markGivenUp } from '../run/pids';
 import type { Phase } from '../liveness/drills';
 import type { ProtocolConfig, ProtocolObserver, StepPosition } from './contracts';
 import { CARRY_ON, OK, SPAWN_NOT_UP, SPAWN_SOUND, SPAWN_WAITING, type Vote } from './vote';
@@ -83,8 +83,6 @@ export class Membership {
    * rank launched them (with the port they connect to), and the link to them once accepted
    */
   private spawned?: { ids: number[]; started: number; root: boolean; port: string; woken: boolean; link?: Communicator };
-  /** ids of spawned ranks given up, or of a spawn a failure interrupted: killed where found, again at the end */
-  private readonly givenUp: number[] = [];
 
   constructor(
     private readonly config: Pick<
@@ -524,20 +522,16 @@ export class Membership {
   }
 
   /**
-   * The link to spawned ranks (if any) is freed, and those found on this host are killed, now and
-   * at the end (killGivenUp: one still loading has no pid file yet); one elsewhere leaves once its
-   * merge runs past its deadline. Not revoked: a revoke reaches out to every process of the link,
-   * and MPI waits without end for the address of one that died before it ever talked to this side.
+   * The spawned ranks are marked as given up and those found on this host killed (one still
+   * loading, with no pid file yet, finds the mark once it writes one, and leaves), then the link to
+   * them (if any) is freed; one elsewhere leaves once its merge runs past its deadline. Not
+   * revoked: a revoke reaches out to every process of the link, and MPI waits without end for the
+   * address of one that died before it ever talked to this side.
    */
   private async leaveSpawned(spawned: { link?: Communicator; ids: number[] }): Promise<void> {
-    this.givenUp.push(...spawned.ids);
+    markGivenUp(this.config.pidsDir, spawned.ids);
     killDeclaredDead(this.config.pidsDir, spawned.ids);
     await spawned.link?.free().catch(() => undefined);
-  }
-
-  /** At the end: the spawned ranks given up that still run on this host are killed (mpirun waits for them). */
-  killGivenUp(): void {
-    killDeclaredDead(this.config.pidsDir, this.givenUp);
   }
 
   /**

@@ -18,7 +18,7 @@ import type { Manager } from '../protocol/manager';
 import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../liveness/stop';
 import { runFiles } from '../run/files';
-import { claimStopLine, processStat, rankList, readPid } from '../run/pids';
+import { claimStopLine, processStat, rankList, readPid, wasGivenUp } from '../run/pids';
 import { stopLogPrefix } from '../run/records';
 import { RunLog } from '../run/writer';
 import { agreeKernelLevel, KernelLevelRefusal, type LevelAsked } from './kernel-level';
@@ -138,6 +138,9 @@ export class RankJob {
    * ready (beforeReady) and merges with the ranks that spawned it.
    */
   async start(): Promise<Communicator> {
+    // its pid file is written (RunLog): from here on the ranks that give it up can kill it; before, they could only mark it
+    if (this.settings.joinId !== undefined && wasGivenUp(this.pidsDir, this.launchRank))
+      return this.leave('the ranks that spawned it gave it up before it started');
     this.faults.at(this.settings.startStep, 'startup');
     try {
       ({ world: this.world, joined: this.joinedRun } = await withDeadline(

@@ -33,22 +33,49 @@ export function pidFileText(): string {
 }
 
 /**
+ * This job's mark for the files it makes in pids/ beside the pid files: rank 0's pid file as a
+ * name (rank 0 is started by the launch and writes it first), so that an earlier job's files in
+ * the same run directory never count.
+ */
+function jobMark(pidsDir: string): string {
+  const first = readPidFile(pidsDir, 0);
+  return first ? `-${first.host}-${first.pid}-${first.start}` : '';
+}
+
+/**
  * Whether this process is the first of its job to claim the job's stop line, for a stop where the
  * ranks cannot agree on who prints it (the communicator cannot be repaired): a file made
- * exclusively in pids/, named after rank 0's pid file, so that an earlier job's claim in the same
- * run directory never counts. Where the run directory is not shared between hosts, the first rank
- * on each host claims it. A claim that cannot be written (a full disk) counts as won: a line too
- * many rather than none.
+ * exclusively in pids/. Where the run directory is not shared between hosts, the first rank on
+ * each host claims it. A claim that cannot be written (a full disk) counts as won: a line too many
+ * rather than none.
  */
 export function claimStopLine(pidsDir: string): boolean {
-  const first = readPidFile(pidsDir, 0);
-  const name = first ? `stop-${first.host}-${first.pid}-${first.start}` : 'stop';
   try {
-    fs.writeFileSync(path.join(pidsDir, name), pidFileText(), { flag: 'wx' });
+    fs.writeFileSync(path.join(pidsDir, `stop${jobMark(pidsDir)}`), pidFileText(), { flag: 'wx' });
   } catch (error) {
     return (error as NodeJS.ErrnoException).code !== 'EEXIST';
   }
   return true;
+}
+
+/**
+ * Marks spawned (or woken) ranks as given up, before their processes are killed by their pid
+ * files: one that writes its pid file only after that finds the mark (wasGivenUp) and leaves, so
+ * that none waits out its own start-up deadline unseen. Not written (a full disk): it does wait.
+ */
+export function markGivenUp(pidsDir: string, worldRanks: readonly number[]): void {
+  for (const rank of worldRanks) {
+    try {
+      fs.writeFileSync(path.join(pidsDir, `given-up-${rank}${jobMark(pidsDir)}`), '');
+    } catch {
+      // the rank's own deadline still ends it
+    }
+  }
+}
+
+/** Whether this job gave up world rank `rank` (markGivenUp); asked by that rank once its pid file is written. */
+export function wasGivenUp(pidsDir: string, rank: number): boolean {
+  return fs.existsSync(path.join(pidsDir, `given-up-${rank}${jobMark(pidsDir)}`));
 }
 
 /** The world ranks with a pid file, ascending. */

@@ -503,6 +503,21 @@ describe('elastic world: spares and respawned ranks', function () {
     );
   });
 
+  it('--respawn: a rank killed at the last step: the run ends before its newcomer has started, which finds itself given up and leaves at once instead of waiting out its start-up deadline', async () => {
+    // at --hang-timeout 60 that deadline (3T) and ft-run's grace for mpirun run past this test's own timeout
+    const run = await ftRun(4, [], '--respawn', '--hang-timeout', '60', '--drill', 'rank=1,step=11,phase=compute');
+    assert.equal(run.code, 0, run.stderr);
+    const summary = summaryOf(run);
+    assert.equal(summary.params_sha256, reference.get('sgd'));
+    assert.equal(summary.world_final, 3);
+    const spawn = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'spawn')!;
+    assert.deepEqual([spawn.step, spawn.ranks], [11, [4]]);
+    // given up before it wrote its pid file it leaves by itself; after, the survivors killed it by that file
+    const log = fs.readFileSync(path.join(run.dir, 'logs', 'rank-4.log'), 'utf8');
+    if (!log.includes('rank 4: spawned, but cannot join: the ranks that spawned it gave it up before it started; leaving'))
+      assertGone(run, 4);
+  });
+
   it('launch/drill --chaos: a random working rank killed every quarter of the run, respawned ones too; the same bits as without', async () => {
     const args = [...lenetOnFashion, '--steps', '320', '--batch', '64', '--shards', '4', ...fewTestSamples];
     const calm = await runTrain(4, [...args, '--run-dir', path.join(scratch, 'chaos-calm')], 150_000);
