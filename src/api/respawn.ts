@@ -10,7 +10,8 @@ import { hangBounds } from '../liveness/hang-bounds';
 import type { CpuLevel } from '../nn/backend';
 import { launcherWorldRank, launcherWorldSize } from '../rank/launcher-env';
 import { runFiles } from '../run/files';
-import { pidFileText } from '../run/pids';
+import { pidFileText, wasGivenUp } from '../run/pids';
+import { leaveUnjoined } from '../rank/job';
 import type { TrainOptions } from './train-settings';
 
 /**
@@ -96,14 +97,19 @@ export async function wokenAs(
   }
   const place = spawnedAs(wake.args);
   if (!place) throw new Error(`woken without a place to join: ${wake.args.join(' ')}`);
-  // its pid file under the id it joins as, at once: the waking ranks kill it by that if they give it up
+  // its pid file under the id it joins as, at once: the waking ranks kill it by that if they give it
+  // up, and one that gave it up before finds it marked
   const pidsDir = path.join(options.runDir, runFiles.pids);
   fs.writeFileSync(path.join(pidsDir, String(place.joinId)), pidFileText());
+  if (wasGivenUp(pidsDir, place.joinId))
+    leaveUnjoined(options.runDir, place.joinId, 'woken', 'the ranks that woke it gave it up before it connected', false);
   // a drill names a reserve by its launch rank, at the step it is woken at (phase woken)
   const note = path.join(options.runDir, runFiles.logs, `reserve-${launcherWorldRank()}.log`);
   new FaultInjector(options.drills, launcherWorldRank(), note, pidsDir, options.seed).at(place.joinStep, 'woken');
   // the waking ranks accept it at a step's end, or give it up (their failure, or a deadline of
   // theirs): it then leaves as failed, as a spawned rank that cannot join does
-  await withDeadline(connectWoken(wake.port), bounds.commMs, 'MPI_Comm_connect').catch(() => process.kill(process.pid, 'SIGKILL'));
+  await withDeadline(connectWoken(wake.port), bounds.commMs, 'MPI_Comm_connect').catch((error: Error) =>
+    leaveUnjoined(options.runDir, place.joinId, 'woken', error.message, true),
+  );
   return place;
 }

@@ -12,12 +12,12 @@ import { cpu } from '../nn/cpu';
 import type { Dataset } from '../data/dataset';
 import { FaultInjector, type Drill } from '../liveness/drills';
 import { hangBounds, type HangBounds } from '../liveness/hang-bounds';
-import { guardAgainstHangs, killDeclaredDead, peersGone } from '../liveness/hangs';
+import { guardAgainstHangs, killDeclaredDead, killStopped, peersGone } from '../liveness/hangs';
 import type { Failure, ProtocolObserver } from '../protocol/contracts';
 import type { Manager } from '../protocol/manager';
 import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../liveness/stop';
-import { runFiles } from '../run/files';
+import { rankLogName, runFiles } from '../run/files';
 import { claimStopLine, processStat, rankList, readPid, wasGivenUp } from '../run/pids';
 import { stopLogPrefix } from '../run/records';
 import { RunLog } from '../run/writer';
@@ -57,6 +57,29 @@ export interface JobSettings {
 function running(pid: number | null): boolean {
   const state = pid === null ? undefined : processStat(pid)?.state;
   return state !== undefined && !['T', 't', 'Z', 'X'].includes(state);
+}
+
+/**
+ * A spawned or woken rank that cannot join leaves as failed (the ranks that spawned or woke it go
+ * on without it): a line in its log, then SIGKILL. Where its wait for them ran past its deadline
+ * (`waitedOut`), the job's ranks found stopped on this host are killed first: hung, and where they
+ * were the last of the job no detector is left to see it, and mpirun would wait for them for good.
+ */
+export function leaveUnjoined(runDir: string, id: number, how: 'spawned' | 'woken', why: string, waitedOut: boolean): never {
+  const pidsDir = path.join(runDir, runFiles.pids);
+  const killed = waitedOut
+    ? killStopped(
+        pidsDir,
+        rankList(pidsDir).filter((rank) => rank !== id),
+      )
+    : [];
+  const hung = killed.length > 0 ? ` (killed rank(s) ${killed.join(', ')} of the job, found stopped)` : '';
+  fs.appendFileSync(
+    path.join(runDir, runFiles.logs, rankLogName(id)),
+    `${new Date().toISOString()} rank ${id}: ${how}, but cannot join: ${why}${hung}; leaving\n`,
+  );
+  process.kill(process.pid, 'SIGKILL');
+  throw new Error('unreachable');
 }
 
 /**
@@ -140,7 +163,13 @@ export class RankJob {
   async start(): Promise<Communicator> {
     // its pid file is written (RunLog): from here on the ranks that give it up can kill it; before, they could only mark it
     if (this.settings.joinId !== undefined && wasGivenUp(this.pidsDir, this.launchRank))
-      return this.leave('the ranks that spawned it gave it up before it started');
+      return leaveUnjoined(
+        this.settings.runDir,
+        this.launchRank,
+        this.joinedAs,
+        `the ranks that ${this.settings.woken ? 'woke' : 'spawned'} it gave it up before it started`,
+        false,
+      );
     this.faults.at(this.settings.startStep, 'startup');
     try {
       ({ world: this.world, joined: this.joinedRun } = await withDeadline(
@@ -149,7 +178,8 @@ export class RankJob {
         'MPI start-up',
       ));
     } catch (error) {
-      if (this.settings.joinId !== undefined) return this.leave(`${(error as Error).message}`);
+      if (this.settings.joinId !== undefined)
+        return leaveUnjoined(this.settings.runDir, this.launchRank, this.joinedAs, (error as Error).message, true);
       return endStartup(
         `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
         this.pidsDir,
@@ -163,7 +193,7 @@ export class RankJob {
       try {
         this.world = await this.mergeWithSpawners(this.world);
       } catch (error) {
-        return this.leave(`${(error as Error).message}`);
+        return leaveUnjoined(this.settings.runDir, this.launchRank, this.joinedAs, (error as Error).message, true);
       }
     }
     this.runLog.setLeader(this.world.rank === 0 && !this.joinedRun);
@@ -216,14 +246,9 @@ export class RankJob {
     return merged;
   }
 
-  /** A spawned rank that could not join leaves as failed (its spawners go on without it): a line in its log, then SIGKILL. */
-  private leave(why: string): never {
-    fs.appendFileSync(
-      this.runLog.logFile,
-      `${new Date().toISOString()} rank ${this.launchRank}: spawned, but cannot join: ${why}; leaving\n`,
-    );
-    process.kill(process.pid, 'SIGKILL');
-    throw new Error('unreachable');
+  /** How this rank came to join a running job (set only on one that does). */
+  private get joinedAs(): 'spawned' | 'woken' {
+    return this.settings.woken ? 'woken' : 'spawned';
   }
 
   /** Whether this rank was spawned into a running job. */

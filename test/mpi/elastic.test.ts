@@ -518,6 +518,23 @@ describe('elastic world: spares and respawned ranks', function () {
       assertGone(run, 4);
   });
 
+  it('--respawn: the last rank of the job stopped (SIGSTOP) as it accepts its newcomer: the newcomer, its start-up past its deadline, kills the stopped rank, and the job ends without a summary', async () => {
+    // no detector is left to declare rank 0 hung: without the newcomer, mpirun would wait for it for good
+    const run = await ftRun(
+      2,
+      [],
+      ...respawnWaiting,
+      ...['--hang-timeout', '2', '--drill', 'rank=1,step=3,phase=compute', '--drill', 'rank=0,step=4,phase=accept,action=stop'],
+    );
+    assert.notEqual(run.code, 0);
+    assert.match(run.stderr, /^ft-run: .*no summary\.json in /m);
+    for (const rank of [0, 2]) assertGone(run, rank);
+    assert.match(
+      fs.readFileSync(path.join(run.dir, 'logs', 'rank-2.log'), 'utf8'),
+      /rank 2: spawned, but cannot join: MPI start-up did not return within 10000 ms: .* \(killed rank\(s\) 0 of the job, found stopped\); leaving\n$/,
+    );
+  });
+
   it('launch/drill --chaos: a random working rank killed every quarter of the run, respawned ones too; the same bits as without', async () => {
     const args = [...lenetOnFashion, '--steps', '320', '--batch', '64', '--shards', '4', ...fewTestSamples];
     const calm = await runTrain(4, [...args, '--run-dir', path.join(scratch, 'chaos-calm')], 150_000);

@@ -3,7 +3,7 @@
 // spawned. A woken reserve joins as a spawned rank does; the ones never woken are dismissed at the
 // end, and leave by themselves once every rank before them in the launch is gone. A reserve killed
 // or stopped as it is woken is given up and the next one woken; one woken whose wakers all die
-// gives up its connect at its own deadline. Every run that finishes ends with the bits of the run
+// gives up its connect at its own deadline, and kills those of them it finds stopped (hung). Every run that finishes ends with the bits of the run
 // without failure, and none leaves a process behind.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
@@ -169,6 +169,25 @@ describe('reserves: ranks of the launch asleep until woken', function () {
     assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
     const woken = readPid(path.join(run.dir, 'pids'), 2)!;
     assert.equal(processStat(woken), null, `the woken reserve (pid ${woken}) is still there`);
+  });
+
+  it('the last working rank stopped (SIGSTOP) after a reserve was woken, the others killed: the reserve, its connect past its deadline, kills the stopped rank, and nothing is left running', async () => {
+    // no detector is left to declare rank 0 hung: without the reserve, mpirun would wait for it for good
+    const run = await train(
+      3,
+      ...waiting,
+      ...['--hang-timeout', '2', '--reserves', '1'],
+      ...['--drill', 'rank=1,step=3,phase=compute', '--drill', 'rank=0,step=4,phase=accept,action=stop'],
+    );
+    assert.equal(run.stragglers, 0);
+    assert.deepEqual(spawns(run), [{ ranks: [2], reserve: 2 }]);
+    assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
+    const pids = path.join(run.dir, 'pids');
+    for (const rank of [0, 2]) assert.equal(processStat(readPid(pids, rank)!), null, `rank ${rank} is still there`);
+    assert.match(
+      fs.readFileSync(path.join(run.dir, 'logs', 'rank-2.log'), 'utf8'),
+      /rank 2: woken, but cannot join: MPI_Comm_connect did not return within 6000 ms: .* \(killed rank\(s\) 0 of the job, found stopped\); leaving\n$/,
+    );
   });
 
   it('every working rank killed: the reserves leave by themselves', async () => {
