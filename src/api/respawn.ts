@@ -1,7 +1,7 @@
 // A rank spawned to replace a lost one (--respawn) runs the same program again: the command the
 // job's ranks spawn, and how the spawned rank learns its place from the arguments appended to it.
 // A reserve (--reserves) is told the same arguments when woken.
-import { awaitWake, connectWoken, exitNow, finalize, startsAsReserve } from '../comm';
+import { awaitWake, CommTimeoutError, connectWoken, exitNow, finalize, startsAsReserve } from '../comm';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { withDeadline } from '../liveness/deadline';
@@ -109,7 +109,7 @@ export async function wokenAs(
   // the waking ranks accept it at a step's end, or give it up (their failure, or a deadline of
   // theirs): it then leaves as failed, as a spawned rank that cannot join does
   await withDeadline(connectWoken(wake.port), bounds.commMs, 'MPI_Comm_connect').catch((error: Error) =>
-    leaveUnjoined(options.runDir, place.joinId, 'woken', error.message, true),
+    leaveUnjoined(options.runDir, place.joinId, 'woken', error.message, error instanceof CommTimeoutError),
   );
   return place;
 }

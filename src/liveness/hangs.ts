@@ -13,7 +13,7 @@
 // deadline, and then by the survivors on its host, which find it stopped and kill it.
 import { addonPart } from '../base/addon';
 import type { HangBounds } from './hang-bounds';
-import { processStat, rankProcess, signalRanks } from '../run/pids';
+import { contextSwitches, processStat, rankProcess, signalRanks } from '../run/pids';
 
 /** The addon's bounds on waiting: the comm thread's deadline and idle progress, the watchdog. */
 interface HangGuardPart {
@@ -68,12 +68,35 @@ export async function peersGone(pidsDir: string, worldRanks: readonly number[], 
   }
 }
 
-/** Kills the processes of `worldRanks` that run on this host stopped (SIGSTOP, a debugger): hung, whatever the detector saw. The ranks killed. */
+/**
+ * How long a rank must stay stopped without being scheduled once to count as hung: one stopped
+ * and continued in turn (launch/drill --slow, every --slow-period, 20 ms by default; job control)
+ * is slow, not hung.
+ */
+const stoppedForGoodMs = 100;
+
+/**
+ * Kills the processes of `worldRanks` that run on this host stopped (SIGSTOP, a debugger) and stay
+ * so, unscheduled, for stoppedForGoodMs (this thread sleeps that long where any is stopped): hung,
+ * whatever the detector saw. The ranks killed.
+ */
 export function killStopped(pidsDir: string, worldRanks: readonly number[]): number[] {
-  const stopped = worldRanks.filter((rank) => {
-    const pid = rankProcess(pidsDir, rank, []);
-    const state = pid === null ? undefined : processStat(pid)?.state;
-    return state === 'T' || state === 't';
-  });
-  return killDeclaredDead(pidsDir, stopped);
+  const stoppedNow = (ranks: readonly number[]): Map<number, string> => {
+    const found = new Map<number, string>();
+    for (const rank of ranks) {
+      const pid = rankProcess(pidsDir, rank, []);
+      const state = pid === null ? undefined : processStat(pid)?.state;
+      const switches = pid === null ? null : contextSwitches(pid);
+      if ((state === 'T' || state === 't') && switches !== null) found.set(rank, `${pid} ${switches}`);
+    }
+    return found;
+  };
+  const first = stoppedNow(worldRanks);
+  if (first.size === 0) return [];
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, stoppedForGoodMs);
+  const then = stoppedNow([...first.keys()]);
+  return killDeclaredDead(
+    pidsDir,
+    [...first].filter(([rank, look]) => then.get(rank) === look).map(([rank]) => rank),
+  );
 }

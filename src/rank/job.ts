@@ -6,7 +6,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
-import { exitNow, finalize, init, type Communicator } from '../comm';
+import { CommTimeoutError, exitNow, finalize, init, type Communicator } from '../comm';
 import type { CpuLevel, KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
 import type { Dataset } from '../data/dataset';
@@ -62,7 +62,7 @@ function running(pid: number | null): boolean {
 /**
  * A spawned or woken rank that cannot join leaves as failed (the ranks that spawned or woke it go
  * on without it): a line in its log, then SIGKILL. Where its wait for them ran past its deadline
- * (`waitedOut`), the job's ranks found stopped on this host are killed first: hung, and where they
+ * (`waitedOut`), the job's ranks found stopped for good on this host are killed first: hung, and where they
  * were the last of the job no detector is left to see it, and mpirun would wait for them for good.
  */
 export function leaveUnjoined(runDir: string, id: number, how: 'spawned' | 'woken', why: string, waitedOut: boolean): never {
@@ -179,7 +179,13 @@ export class RankJob {
       ));
     } catch (error) {
       if (this.settings.joinId !== undefined)
-        return leaveUnjoined(this.settings.runDir, this.launchRank, this.joinedAs, (error as Error).message, true);
+        return leaveUnjoined(
+          this.settings.runDir,
+          this.launchRank,
+          this.joinedAs,
+          (error as Error).message,
+          error instanceof CommTimeoutError,
+        );
       return endStartup(
         `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
         this.pidsDir,
@@ -193,7 +199,13 @@ export class RankJob {
       try {
         this.world = await this.mergeWithSpawners(this.world);
       } catch (error) {
-        return leaveUnjoined(this.settings.runDir, this.launchRank, this.joinedAs, (error as Error).message, true);
+        return leaveUnjoined(
+          this.settings.runDir,
+          this.launchRank,
+          this.joinedAs,
+          (error as Error).message,
+          error instanceof CommTimeoutError,
+        );
       }
     }
     this.runLog.setLeader(this.world.rank === 0 && !this.joinedRun);

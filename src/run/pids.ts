@@ -27,6 +27,19 @@ export function processStat(pid: number): { state: string; start: string } | nul
   return { state: fields[0], start: fields[19] };
 }
 
+/** How often a process's main thread has been switched out (voluntarily or not), or null when it is gone: unchanged only while it does not run. */
+export function contextSwitches(pid: number): number | null {
+  let text: string;
+  try {
+    text = fs.readFileSync(`/proc/${pid}/status`, 'latin1');
+  } catch {
+    return null;
+  }
+  const count = (name: string): number => Number(new RegExp(`^${name}:\\s*(\\d+)`, 'm').exec(text)?.[1] ?? NaN);
+  const switches = count('voluntary_ctxt_switches') + count('nonvoluntary_ctxt_switches');
+  return Number.isFinite(switches) ? switches : null;
+}
+
 /** A pid file's text for this process. */
 export function pidFileText(): string {
   return `${process.pid} ${os.hostname()} ${processStat(process.pid)?.start ?? ''}\n`;
@@ -37,9 +50,9 @@ export function pidFileText(): string {
  * name (rank 0 is started by the launch and writes it first), so that an earlier job's files in
  * the same run directory never count.
  */
-function jobMark(pidsDir: string): string {
+function jobMark(pidsDir: string): string | null {
   const first = readPidFile(pidsDir, 0);
-  return first ? `-${first.host}-${first.pid}-${first.start}` : '';
+  return first ? `-${first.host}-${first.pid}-${first.start}` : null;
 }
 
 /**
@@ -51,7 +64,7 @@ function jobMark(pidsDir: string): string {
  */
 export function claimStopLine(pidsDir: string): boolean {
   try {
-    fs.writeFileSync(path.join(pidsDir, `stop${jobMark(pidsDir)}`), pidFileText(), { flag: 'wx' });
+    fs.writeFileSync(path.join(pidsDir, `stop${jobMark(pidsDir) ?? ''}`), pidFileText(), { flag: 'wx' });
   } catch (error) {
     return (error as NodeJS.ErrnoException).code !== 'EEXIST';
   }
@@ -61,12 +74,15 @@ export function claimStopLine(pidsDir: string): boolean {
 /**
  * Marks spawned (or woken) ranks as given up, before their processes are killed by their pid
  * files: one that writes its pid file only after that finds the mark (wasGivenUp) and leaves, so
- * that none waits out its own start-up deadline unseen. Not written (a full disk): it does wait.
+ * that none waits out its own start-up deadline unseen. Not written (a full disk, or no pid file of
+ * rank 0 to name the job by): it does wait.
  */
 export function markGivenUp(pidsDir: string, worldRanks: readonly number[]): void {
+  const job = jobMark(pidsDir);
+  if (job === null) return;
   for (const rank of worldRanks) {
     try {
-      fs.writeFileSync(path.join(pidsDir, `given-up-${rank}${jobMark(pidsDir)}`), '');
+      fs.writeFileSync(path.join(pidsDir, `given-up-${rank}${job}`), '');
     } catch {
       // the rank's own deadline still ends it
     }
@@ -75,7 +91,8 @@ export function markGivenUp(pidsDir: string, worldRanks: readonly number[]): voi
 
 /** Whether this job gave up world rank `rank` (markGivenUp); asked by that rank once its pid file is written. */
 export function wasGivenUp(pidsDir: string, rank: number): boolean {
-  return fs.existsSync(path.join(pidsDir, `given-up-${rank}${jobMark(pidsDir)}`));
+  const job = jobMark(pidsDir);
+  return job !== null && fs.existsSync(path.join(pidsDir, `given-up-${rank}${job}`));
 }
 
 /** The world ranks with a pid file, ascending. */
