@@ -10,6 +10,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { commandLine, last, UsageError } from './command';
+import { FrozenRanks } from './frozen-ranks';
 import { killJobProcesses } from './job-processes';
 import { NoRestart, planRestart, type Restart } from './restart';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
@@ -160,15 +161,18 @@ function endGrace(job: Command, trainArgs: string[]): { ms: number; why: string 
  * Runs the job with the terminal's stdout and stderr; resolves to mpirun's exit code and whether
  * ft-run asked the ranks to stop. mpirun waits for every host's ranks, and one behind a cut link
  * never reports: once the run has ended (summary.json or a stop), mpirun gets `endGrace`, then
- * ft-run ends it.
+ * ft-run ends it. A rank of the job on this host stopped for good for `hungMs` is killed (FrozenRanks).
  */
 function runJob(
   job: Command,
   runDir: string,
   was: Before,
   endGrace: { ms: number; why: string },
+  hungMs: number,
 ): Promise<{ code: number; stopAsked: boolean }> {
   const marker = `FT_RUN_JOB=${process.pid}`;
+  const pidsDir = path.join(runDir, runFiles.pids);
+  const frozen = new FrozenRanks(pidsDir, marker, hungMs);
   // a process group of its own: Ctrl-C reaches ft-run alone, which asks for a clean stop (mpirun
   // would kill the ranks at once); stdin closed, since a background group reading the terminal stops
   const child = spawn(job.command, job.args, {
@@ -208,6 +212,11 @@ function runJob(
   let endedAt: number | undefined;
   let killTimer: NodeJS.Timeout | undefined;
   const watch = setInterval(() => {
+    const hung = signalRanks(pidsDir, frozen.look(Date.now()), () => [marker], 'SIGKILL');
+    if (hung.length > 0)
+      console.error(
+        `ft-run: rank(s) ${hung.join(', ')} stopped (SIGSTOP? a debugger?) for ${hungMs / 1000} s, with no rank of the job left to declare them dead: killed them as hung`,
+      );
     endedAt ??= runEnded(runDir, was) ? Date.now() : undefined;
     if (endedAt === undefined || killTimer !== undefined) return;
     const waited = Date.now() - endedAt;
@@ -317,7 +326,13 @@ async function main(): Promise<number> {
   let restartHosts: string | undefined;
   for (let restarts = 0; ; ++restarts) {
     const was = before(runDir);
-    const { code, stopAsked } = await runJob(job, runDir, was, endGrace(job, trainArgs)).finally(() => {
+    const { code, stopAsked } = await runJob(
+      job,
+      runDir,
+      was,
+      endGrace(job, trainArgs),
+      hangBounds(hangTimeoutOf(trainArgs)).commMs,
+    ).finally(() => {
       if (restartHosts !== undefined) fs.rmSync(restartHosts, { force: true });
     });
     const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was));

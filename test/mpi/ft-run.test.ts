@@ -2,7 +2,8 @@
 // cores or a hostfile's slots, the hang detector from ft-train's --hang-timeout, the ranks' cores
 // from its --threads, root's consent),
 // its one-line refusals, and real jobs judged by their run directory: a finished run exits 0, a job
-// whose ranks were all killed exits 1 although mpirun exits 0, and SIGTERM ends in a clean stop;
+// whose ranks were all killed exits 1 although mpirun exits 0, one whose ranks were all stopped
+// has them killed after the comm deadline, and SIGTERM ends in a clean stop;
 // --max-restarts: a job stopped below --min-ranks restarted from its checkpoint to the same bits, and
 // no restart without a checkpoint.
 import { strict as assert } from 'node:assert';
@@ -272,6 +273,22 @@ describe('launch/ft-run', function () {
         job.stderr,
       );
       assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
+    });
+
+    it('every rank stopped (SIGSTOP): no rank is left to declare them dead, so ft-run kills them after the comm deadline (3T), one line, exit 1, nothing left', async () => {
+      const runDir = path.join(scratch, 'every-rank-stopped');
+      const drills = ['--drill', 'rank=0,step=2,action=stop', '--drill', 'rank=1,step=2,action=stop'];
+      const job = await launch(
+        ['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '5', '--hang-timeout', '2', ...drills],
+        process.env,
+        90_000,
+      );
+      assert.equal(job.code, 1, `${job.stdout}\n${job.stderr}`);
+      assert.deepEqual(job.stderr.trimEnd().split('\n').slice(-2), [
+        'ft-run: rank(s) 0, 1 stopped (SIGSTOP? a debugger?) for 6 s, with no rank of the job left to declare them dead: killed them as hung',
+        `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0); no complete checkpoint to go back to`,
+      ]);
+      assert.equal(job.stragglers, 0);
     });
 
     it('--max-restarts 1, every rank killed before any checkpoint: no restart, one line, exit 1', async () => {

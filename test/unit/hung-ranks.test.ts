@@ -1,11 +1,13 @@
-// What the pid files let a rank do to others of its job on its host: kill one stopped for good
-// (hung) but not one stopped and continued in turn (slowed), and mark a spawned rank given up for
-// this job only, so that one which writes its pid file after the kill went out still learns of it.
+// What the pid files let a rank, or launch/ft-run, do to others of its job on its host: kill one
+// stopped for good (hung) but not one stopped and continued in turn (slowed), and mark a spawned
+// rank given up for this job only, so that one which writes its pid file after the kill went out
+// still learns of it.
 import { strict as assert } from 'node:assert';
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { FrozenRanks } from '../../src/cli/frozen-ranks';
 import { killStopped } from '../../src/liveness/hangs';
 import { markGivenUp, processStat, wasGivenUp } from '../../src/run/pids';
 
@@ -58,6 +60,34 @@ describe('hung ranks and given-up ranks, by their pid files', () => {
     for (let look = 0; look < 5; ++look) assert.deepEqual(killStopped(pidsDir, [1, 2]), []);
     assert.notEqual(processStat(running.pid!), null);
     assert.notEqual(processStat(slowed.pid!), null);
+  });
+
+  it("ft-run's watch (FrozenRanks): a rank of its job stopped, unscheduled, through looks no more than 1 s apart for the bound counts; a gap between looks, a rank continued, or another job's rank does not", async () => {
+    const marker = `FT_RUN_JOB=test-${process.pid}`;
+    const ofJob = (): ChildProcess => {
+      const child = spawn('sleep', ['60'], { stdio: 'ignore', env: { ...process.env, FT_RUN_JOB: `test-${process.pid}` } });
+      children.push(child);
+      return child;
+    };
+    const [stopped, continued, otherJob] = [ofJob(), ofJob(), sleeper()];
+    for (const [rank, child] of [stopped, continued, otherJob].entries()) writePidFile(pidsDir, rank, child.pid!);
+    for (const child of [stopped, continued, otherJob]) child.kill('SIGSTOP');
+    while ([stopped, continued, otherJob].some((child) => processStat(child.pid!)?.state !== 'T'))
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    const watch = new FrozenRanks(pidsDir, marker, 3000);
+    assert.deepEqual(watch.look(0), []);
+    assert.deepEqual(watch.look(900), []);
+    // ft-run itself did not look for 1.1 s (stopped with its job, a suspend): the count starts again
+    assert.deepEqual(watch.look(2000), []);
+    continued.kill('SIGCONT');
+    while (processStat(continued.pid!)?.state === 'T') await new Promise((resolve) => setTimeout(resolve, 1));
+    continued.kill('SIGSTOP');
+    while (processStat(continued.pid!)?.state !== 'T') await new Promise((resolve) => setTimeout(resolve, 1));
+    assert.deepEqual(watch.look(2900), []);
+    assert.deepEqual(watch.look(3800), []);
+    assert.deepEqual(watch.look(4700), []);
+    assert.deepEqual(watch.look(5000), [0]);
+    assert.deepEqual(watch.look(5900), [0, 1]);
   });
 
   it("a given-up mark counts for the job that wrote it (rank 0's pid file names it) and for no later one; none without rank 0's pid file", () => {

@@ -1,0 +1,46 @@
+// launch/ft-run's watch for ranks stopped for good (SIGSTOP, a debugger left attached). A stopped
+// rank is hung: the others' failure detector declares it dead within --hang-timeout T and they kill
+// it. Where no rank is left to do so (every rank of the job stopped, or the last one as a newcomer
+// joins), nothing inside the job can end it and mpirun would wait for good; ft-run, outside it,
+// kills a rank of its job on this host that has stayed stopped, unscheduled, for the comm deadline
+// (3T). A rank stopped and continued in turn (launch/drill --slow) is scheduled between its stops
+// and never counts; nor does a stop that ft-run itself was stopped through (a suspended job).
+import { contextSwitches, processStat, rankList, rankProcess } from '../run/pids';
+
+/** Longer than this between two looks: ft-run itself did not run, and what it saw before counts no more. */
+const lookGapMs = 1000;
+
+export class FrozenRanks {
+  /** each rank found stopped: its process and context switches then, and since when */
+  private readonly stopped = new Map<number, { look: string; since: number }>();
+  private lastLook = -Infinity;
+
+  constructor(
+    private readonly pidsDir: string,
+    /** the job's mark in its ranks' environment: a pid file of another job names some other process */
+    private readonly marker: string,
+    /** how long a rank must stay stopped, unscheduled, to count as hung */
+    readonly boundMs: number,
+  ) {}
+
+  /** One look at the job's ranks on this host, at `now` (ms); the ranks stopped for good for boundMs. */
+  look(now: number): number[] {
+    if (now - this.lastLook > lookGapMs) this.stopped.clear();
+    this.lastLook = now;
+    const hung: number[] = [];
+    for (const rank of rankList(this.pidsDir)) {
+      const pid = rankProcess(this.pidsDir, rank, [this.marker]);
+      const state = pid === null ? undefined : processStat(pid)?.state;
+      const switches = pid === null ? null : contextSwitches(pid);
+      if ((state !== 'T' && state !== 't') || switches === null) {
+        this.stopped.delete(rank);
+        continue;
+      }
+      const look = `${pid} ${switches}`;
+      const seen = this.stopped.get(rank);
+      if (seen?.look !== look) this.stopped.set(rank, { look, since: now });
+      else if (now - seen.since >= this.boundMs) hung.push(rank);
+    }
+    return hung;
+  }
+}
