@@ -14,7 +14,9 @@ import { readPidFile } from '../run/pids';
 import { JsonlFollower } from '../run/follower';
 import { readObject } from '../run/reader';
 import type { StepRecord, Summary } from '../run/records';
-import { forwardJobStderr, trainCommand, trainFlag } from './mpirun';
+import { forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag } from './mpirun';
+import { FrozenRanks } from './frozen-ranks';
+import { hangBounds } from '../liveness/hang-bounds';
 import { ChaosKills, type ChaosPlan } from './chaos';
 
 export type DrillSignal = 'SIGKILL' | 'SIGSTOP';
@@ -193,6 +195,12 @@ export async function runDrill(
     const pending = [...plan, ...slowPlan].some((fault) => fault.time === undefined && fault.error === undefined);
     if (!pending && !chaosKills) stopFollowing();
   }, 5);
+  // no rank left to kill a stopped one (every rank stopped): the drill does, as ft-run would
+  const frozen = new FrozenRanks(path.join(runDir, runFiles.pids), [], hangBounds(hangTimeoutOf(trainArgs)).commMs);
+  const watch = setInterval(() => {
+    const hung = frozen.killHung(Date.now());
+    if (hung !== null) console.log(`[drill] ${hung}`);
+  }, 200);
   const stopFollowing = (): void => {
     clearInterval(follow);
     metrics.close();
@@ -202,6 +210,7 @@ export async function runDrill(
   try {
     code = await exited;
   } finally {
+    clearInterval(watch);
     stopFollowing();
     for (const cycle of cycles.values()) cycle.end();
   }

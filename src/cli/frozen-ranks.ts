@@ -1,13 +1,13 @@
-// launch/ft-run's watch for ranks stopped for good (SIGSTOP, a debugger left attached). A stopped
+// The launcher's watch for ranks stopped for good (SIGSTOP, a debugger left attached). A stopped
 // rank is hung: the others' failure detector declares it dead within --hang-timeout T and they kill
 // it. Where no rank is left to do so (every rank of the job stopped, or the last one as a newcomer
-// joins), nothing inside the job can end it and mpirun would wait for good; ft-run, outside it,
-// kills a rank of its job on this host that has stayed stopped, unscheduled, for the comm deadline
+// joins), nothing inside the job can end it and mpirun would wait for good; the launcher (ft-run,
+// launch/drill), outside it, kills a rank of its job on this host that has stayed stopped, unscheduled, for the comm deadline
 // (3T). A rank stopped and continued in turn (launch/drill --slow) is scheduled between its stops
-// and never counts; nor does a stop that ft-run itself was stopped through (a suspended job).
-import { contextSwitches, processStat, rankList, rankProcess } from '../run/pids';
+// and never counts; nor does a stop that the launcher itself was stopped through (a suspended job).
+import { contextSwitches, processStat, rankList, rankProcess, signalRanks } from '../run/pids';
 
-/** Longer than this between two looks: ft-run itself did not run, and what it saw before counts no more. */
+/** Longer than this between two looks: the launcher itself did not run, and what it saw before counts no more. */
 const lookGapMs = 1000;
 
 export class FrozenRanks {
@@ -17,11 +17,19 @@ export class FrozenRanks {
 
   constructor(
     private readonly pidsDir: string,
-    /** the job's mark in its ranks' environment: a pid file of another job names some other process */
-    private readonly marker: string,
+    /** the job's marks in its ranks' environment, if it has any (a pid file left by an earlier job names no live rank anyway) */
+    private readonly marks: readonly string[],
     /** how long a rank must stay stopped, unscheduled, to count as hung */
     readonly boundMs: number,
   ) {}
+
+  /** One look (see look) that kills the ranks stopped for good for boundMs; the line that says so, or null. */
+  killHung(now: number): string | null {
+    const hung = signalRanks(this.pidsDir, this.look(now), () => this.marks, 'SIGKILL');
+    return hung.length > 0
+      ? `rank(s) ${hung.join(', ')} stopped (SIGSTOP? a debugger?) for ${this.boundMs / 1000} s, with no rank of the job left to declare them dead: killed them as hung`
+      : null;
+  }
 
   /** One look at the job's ranks on this host, at `now` (ms); the ranks stopped for good for boundMs. */
   look(now: number): number[] {
@@ -29,7 +37,7 @@ export class FrozenRanks {
     this.lastLook = now;
     const hung: number[] = [];
     for (const rank of rankList(this.pidsDir)) {
-      const pid = rankProcess(this.pidsDir, rank, [this.marker]);
+      const pid = rankProcess(this.pidsDir, rank, this.marks);
       const state = pid === null ? undefined : processStat(pid)?.state;
       const switches = pid === null ? null : contextSwitches(pid);
       if ((state !== 'T' && state !== 't') || switches === null) {

@@ -172,7 +172,7 @@ function runJob(
 ): Promise<{ code: number; stopAsked: boolean }> {
   const marker = `FT_RUN_JOB=${process.pid}`;
   const pidsDir = path.join(runDir, runFiles.pids);
-  const frozen = new FrozenRanks(pidsDir, marker, hungMs);
+  const frozen = new FrozenRanks(pidsDir, [marker], hungMs);
   // a process group of its own: Ctrl-C reaches ft-run alone, which asks for a clean stop (mpirun
   // would kill the ranks at once); stdin closed, since a background group reading the terminal stops
   const child = spawn(job.command, job.args, {
@@ -212,11 +212,8 @@ function runJob(
   let endedAt: number | undefined;
   let killTimer: NodeJS.Timeout | undefined;
   const watch = setInterval(() => {
-    const hung = signalRanks(pidsDir, frozen.look(Date.now()), () => [marker], 'SIGKILL');
-    if (hung.length > 0)
-      console.error(
-        `ft-run: rank(s) ${hung.join(', ')} stopped (SIGSTOP? a debugger?) for ${hungMs / 1000} s, with no rank of the job left to declare them dead: killed them as hung`,
-      );
+    const hung = frozen.killHung(Date.now());
+    if (hung !== null) console.error(`ft-run: ${hung}`);
     endedAt ??= runEnded(runDir, was) ? Date.now() : undefined;
     if (endedAt === undefined || killTimer !== undefined) return;
     const waited = Date.now() - endedAt;

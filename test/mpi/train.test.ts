@@ -216,6 +216,31 @@ describe('ft-train', function () {
     assertSurvived(run, baseline, [2], 3);
   });
 
+  it('launch/drill stopping every rank: none is left to declare the others dead, so the drill kills them after the comm deadline (3T): one line, FAIL, nothing left', async () => {
+    const dir = path.join(scratch, 'external-stop-all');
+    const job = await runLaunchDrill([
+      '-n',
+      '2',
+      '--stop',
+      '0@5',
+      '--stop',
+      '1@5',
+      '--',
+      ...common,
+      '--run-dir',
+      dir,
+      '--hang-timeout',
+      '2',
+    ]);
+    assert.notEqual(job.code, 0, job.stdout + job.stderr);
+    assert.match(
+      job.stdout,
+      /^\[drill\] rank\(s\) 0, 1 stopped \(SIGSTOP\? a debugger\?\) for 6 s, with no rank of the job left to declare them dead: killed them as hung$/m,
+    );
+    assert.match(job.stdout, /^\[drill\] FAIL: .*no summary\.json$/m);
+    assert.equal(job.stragglers, 0);
+  });
+
   it('exact: a record batch found corrupt by the background readback stops the job in one line', async () => {
     const data = path.join(scratch, 'fashion-mnist-copy');
     fs.cpSync('datasets/fashion-mnist', data, { recursive: true, dereference: true });

@@ -74,7 +74,7 @@ describe('hung ranks and given-up ranks, by their pid files', () => {
     for (const child of [stopped, continued, otherJob]) child.kill('SIGSTOP');
     while ([stopped, continued, otherJob].some((child) => processStat(child.pid!)?.state !== 'T'))
       await new Promise((resolve) => setTimeout(resolve, 1));
-    const watch = new FrozenRanks(pidsDir, marker, 3000);
+    const watch = new FrozenRanks(pidsDir, [marker], 3000);
     assert.deepEqual(watch.look(0), []);
     assert.deepEqual(watch.look(900), []);
     // ft-run itself did not look for 1.1 s (stopped with its job, a suspend): the count starts again
