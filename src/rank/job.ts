@@ -178,14 +178,7 @@ export class RankJob {
         'MPI start-up',
       ));
     } catch (error) {
-      if (this.settings.joinId !== undefined)
-        return leaveUnjoined(
-          this.settings.runDir,
-          this.launchRank,
-          this.joinedAs,
-          (error as Error).message,
-          error instanceof CommTimeoutError,
-        );
+      if (this.settings.joinId !== undefined) return this.cannotJoin(error);
       return endStartup(
         `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
         this.pidsDir,
@@ -199,13 +192,7 @@ export class RankJob {
       try {
         this.world = await this.mergeWithSpawners(this.world);
       } catch (error) {
-        return leaveUnjoined(
-          this.settings.runDir,
-          this.launchRank,
-          this.joinedAs,
-          (error as Error).message,
-          error instanceof CommTimeoutError,
-        );
+        return this.cannotJoin(error);
       }
     }
     this.runLog.setLeader(this.world.rank === 0 && !this.joinedRun);
@@ -256,6 +243,11 @@ export class RankJob {
     const merged = await withDeadline(link.merge(), this.bounds.commMs, 'the merge with the ranks that spawned it');
     await link.free();
     return merged;
+  }
+
+  /** This joining rank leaves for `error` (leaveUnjoined: past a deadline, killing the job's ranks found stopped first). */
+  private cannotJoin(error: unknown): never {
+    return leaveUnjoined(this.settings.runDir, this.launchRank, this.joinedAs, (error as Error).message, error instanceof CommTimeoutError);
   }
 
   /** How this rank came to join a running job (set only on one that does). */
