@@ -16,7 +16,7 @@ import { readObject } from '../run/reader';
 import type { StepRecord, Summary } from '../run/records';
 import { forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag } from './mpirun';
 import { FrozenRanks } from './frozen-ranks';
-import { hangBounds } from '../liveness/hang-bounds';
+import { frozenRankMs, hangBounds } from '../liveness/hang-bounds';
 import { ChaosKills, type ChaosPlan } from './chaos';
 
 export type DrillSignal = 'SIGKILL' | 'SIGSTOP';
@@ -195,8 +195,8 @@ export async function runDrill(
     const pending = [...plan, ...slowPlan].some((fault) => fault.time === undefined && fault.error === undefined);
     if (!pending && !chaosKills) stopFollowing();
   }, 5);
-  // no rank left to kill a stopped one (every rank stopped): the drill does, as ft-run would
-  const frozen = new FrozenRanks(path.join(runDir, runFiles.pids), [], hangBounds(hangTimeoutOf(trainArgs)).commMs);
+  // no rank left to kill a stopped one (every rank stopped): the drill does, as ft-run does
+  const frozen = new FrozenRanks(path.join(runDir, runFiles.pids), [], frozenRankMs(hangBounds(hangTimeoutOf(trainArgs))));
   const watch = setInterval(() => {
     const hung = frozen.killHung(Date.now());
     if (hung !== null) console.log(`[drill] ${hung}`);

@@ -2,9 +2,9 @@
 // rank is hung: the others' failure detector declares it dead within --hang-timeout T and they kill
 // it. Where no rank is left to do so (every rank of the job stopped, or the last one as a newcomer
 // joins), nothing inside the job can end it and mpirun would wait for good; the launcher (ft-run,
-// launch/drill), outside it, kills a rank of its job on this host that has stayed stopped, unscheduled, for the comm deadline
-// (3T). A rank stopped and continued in turn (launch/drill --slow) is scheduled between its stops
-// and never counts; nor does a stop that the launcher itself was stopped through (a suspended job).
+// launch/drill), outside it, kills a rank of its job on this host that has stayed stopped,
+// unscheduled, for longer than the job's ranks take to find one (frozenRankMs). A rank stopped
+// and continued in turn (launch/drill --slow) is scheduled between its stops and never counts; nor does a stop that the launcher itself was stopped through (a suspended job).
 import { contextSwitches, processStat, rankList, rankProcess, signalRanks } from '../run/pids';
 
 /** Longer than this between two looks: the launcher itself did not run, and what it saw before counts no more. */

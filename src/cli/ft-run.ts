@@ -15,7 +15,7 @@ import { killJobProcesses } from './job-processes';
 import { NoRestart, planRestart, type Restart } from './restart';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
-import { hangBounds, minorityStopMs } from '../liveness/hang-bounds';
+import { frozenRankMs, hangBounds, minorityStopMs } from '../liveness/hang-bounds';
 import { rankLogName, runFiles } from '../run/files';
 import { rankList, signalRanks } from '../run/pids';
 import { fileSize, readObject, recordsFrom } from '../run/reader';
@@ -328,7 +328,7 @@ async function main(): Promise<number> {
       runDir,
       was,
       endGrace(job, trainArgs),
-      hangBounds(hangTimeoutOf(trainArgs)).commMs,
+      frozenRankMs(hangBounds(hangTimeoutOf(trainArgs))),
     ).finally(() => {
       if (restartHosts !== undefined) fs.rmSync(restartHosts, { force: true });
     });

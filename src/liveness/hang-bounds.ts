@@ -27,3 +27,13 @@ export function hangBounds(seconds: number): HangBounds {
 export function minorityStopMs(bounds: HangBounds): number {
   return 3 * bounds.commMs;
 }
+
+/**
+ * How long a rank may stay stopped before its launcher kills it (FrozenRanks): longer than the
+ * job's own ranks take to find and kill it, so that the launcher acts only where none is left to.
+ * They find a launch rank within the detector's T, a spawned one when a wait on it runs past the
+ * comm deadline, and a joining rank finds the ones it waits for past its start-up deadline.
+ */
+export function frozenRankMs(bounds: HangBounds): number {
+  return bounds.startupMs + bounds.commMs;
+}

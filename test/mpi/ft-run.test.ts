@@ -275,7 +275,7 @@ describe('launch/ft-run', function () {
       assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
     });
 
-    it('every rank stopped (SIGSTOP): no rank is left to declare them dead, so ft-run kills them after the comm deadline (3T), one line, exit 1, nothing left', async () => {
+    it('every rank stopped (SIGSTOP): no rank is left to declare them dead, so ft-run kills them past the start-up and comm deadlines (16 s at T = 2), one line, exit 1, nothing left', async () => {
       const runDir = path.join(scratch, 'every-rank-stopped');
       const drills = ['--drill', 'rank=0,step=2,action=stop', '--drill', 'rank=1,step=2,action=stop'];
       const job = await launch(
@@ -285,7 +285,7 @@ describe('launch/ft-run', function () {
       );
       assert.equal(job.code, 1, `${job.stdout}\n${job.stderr}`);
       assert.deepEqual(job.stderr.trimEnd().split('\n').slice(-2), [
-        'ft-run: rank(s) 0, 1 stopped (SIGSTOP? a debugger?) for 6 s, with no rank of the job left to declare them dead: killed them as hung',
+        'ft-run: rank(s) 0, 1 stopped (SIGSTOP? a debugger?) for 16 s, with no rank of the job left to declare them dead: killed them as hung',
         `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0); no complete checkpoint to go back to`,
       ]);
       assert.equal(job.stragglers, 0);

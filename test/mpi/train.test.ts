@@ -216,7 +216,7 @@ describe('ft-train', function () {
     assertSurvived(run, baseline, [2], 3);
   });
 
-  it('launch/drill stopping every rank: none is left to declare the others dead, so the drill kills them after the comm deadline (3T): one line, FAIL, nothing left', async () => {
+  it('launch/drill stopping every rank: none is left to declare the others dead, so the drill kills them past the start-up and comm deadlines: one line, FAIL, nothing left', async () => {
     const dir = path.join(scratch, 'external-stop-all');
     const job = await runLaunchDrill([
       '-n',
@@ -235,7 +235,7 @@ describe('ft-train', function () {
     assert.notEqual(job.code, 0, job.stdout + job.stderr);
     assert.match(
       job.stdout,
-      /^\[drill\] rank\(s\) 0, 1 stopped \(SIGSTOP\? a debugger\?\) for 6 s, with no rank of the job left to declare them dead: killed them as hung$/m,
+      /^\[drill\] rank\(s\) 0, 1 stopped \(SIGSTOP\? a debugger\?\) for 16 s, with no rank of the job left to declare them dead: killed them as hung$/m,
     );
     assert.match(job.stdout, /^\[drill\] FAIL: .*no summary\.json$/m);
     assert.equal(job.stragglers, 0);
