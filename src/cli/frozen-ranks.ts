@@ -27,7 +27,7 @@ export class FrozenRanks {
   killHung(now: number): string | null {
     const hung = signalRanks(this.pidsDir, this.look(now), () => this.marks, 'SIGKILL');
     return hung.length > 0
-      ? `rank(s) ${hung.join(', ')} stopped (SIGSTOP? a debugger?) for ${this.boundMs / 1000} s, with no rank of the job left to declare them dead: killed them as hung`
+      ? `rank(s) ${hung.join(', ')} stopped (SIGSTOP? a debugger?) and not scheduled once for ${this.boundMs / 1000} s, past the job's own deadlines: killed them as hung`
       : null;
   }
 

@@ -228,14 +228,20 @@ function runJob(
     endJob();
     killTimer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 5000);
   }, 200);
+  const stopWatching = (): void => {
+    clearTimeout(stopTimer);
+    clearTimeout(killTimer);
+    clearInterval(watch);
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  };
   return new Promise((resolve, reject) => {
-    child.on('error', (error) => reject(new Error(`${job.command}: ${error.message}`)));
+    child.on('error', (error) => {
+      stopWatching();
+      reject(new Error(`${job.command}: ${error.message}`));
+    });
     child.on('exit', (code, signal) => {
-      clearTimeout(stopTimer);
-      clearTimeout(killTimer);
-      clearInterval(watch);
-      process.off('SIGINT', onSignal);
-      process.off('SIGTERM', onSignal);
+      stopWatching();
       // what mpirun started and left behind here (ssh, in a session of its own, to a host it cannot reach)
       killJobProcesses(marker, true);
       resolve({ code: code ?? 128 + (os.constants.signals[signal!] ?? 0), stopAsked: stopTimer !== undefined });

@@ -30,9 +30,12 @@ export function minorityStopMs(bounds: HangBounds): number {
 
 /**
  * How long a rank may stay stopped before its launcher kills it (FrozenRanks): longer than the
- * job's own ranks take to find and kill it, so that the launcher acts only where none is left to.
- * They find a launch rank within the detector's T, a spawned one when a wait on it runs past the
- * comm deadline, and a joining rank finds the ones it waits for past its start-up deadline.
+ * job's own ranks take to find and kill it on their usual paths, so that the launcher acts where
+ * none is left to. They find a launch rank within the detector's T, a spawned one when a wait on it
+ * runs past the comm deadline, and a joining rank finds the ones it waits for past its start-up
+ * deadline. A longer wait of theirs (a merge's 3 comm deadlines; a failure seen only at the next
+ * MPI call after a long evaluation) may meet the rank killed by the launcher first: a failure all
+ * the same, seen sooner.
  */
 export function frozenRankMs(bounds: HangBounds): number {
   return bounds.startupMs + bounds.commMs;

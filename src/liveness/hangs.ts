@@ -70,8 +70,8 @@ export async function peersGone(pidsDir: string, worldRanks: readonly number[], 
 
 /**
  * How long a rank must stay stopped without being scheduled once to count as hung: one stopped
- * and continued in turn (launch/drill --slow, every --slow-period, 20 ms by default; job control)
- * is slow, not hung.
+ * and continued in turn (launch/drill --slow, every --slow-period, 20 ms by default; job control),
+ * each stop shorter than this, is slow, not hung.
  */
 const stoppedForGoodMs = 100;
 
@@ -93,7 +93,12 @@ export function killStopped(pidsDir: string, worldRanks: readonly number[]): num
   };
   const first = stoppedNow(worldRanks);
   if (first.size === 0) return [];
-  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, stoppedForGoodMs);
+  // slept in pieces with a beat between them: this rank's own watchdog must not take the wait for a hang
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  for (let slept = 0; slept < stoppedForGoodMs; slept += 10) {
+    Atomics.wait(nap, 0, 0, 10);
+    addon.beat();
+  }
   const then = stoppedNow([...first.keys()]);
   return killDeclaredDead(
     pidsDir,
