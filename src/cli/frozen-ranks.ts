@@ -4,14 +4,15 @@
 // joins), nothing inside the job can end it and mpirun would wait for good; the launcher (ft-run,
 // launch/drill), outside it, kills a rank of its job on this host that has stayed stopped,
 // unscheduled, for longer than the job's ranks take to find one (frozenRankMs). A rank stopped
-// and continued in turn (launch/drill --slow) is scheduled between its stops and never counts; nor does a stop that the launcher itself was stopped through (a suspended job).
-import { contextSwitches, processStat, rankList, rankProcess, signalRanks } from '../run/pids';
+// and continued in turn (launch/drill --slow) is scheduled between its stops and never counts;
+// nor does a stop that the launcher itself was stopped through (a suspended job).
+import { rankList, signalRanks, stoppedLook } from '../run/pids';
 
 /** Longer than this between two looks: the launcher itself did not run, and what it saw before counts no more. */
 const lookGapMs = 1000;
 
 export class FrozenRanks {
-  /** each rank found stopped: its process and context switches then, and since when */
+  /** each rank found stopped: its look then (stoppedLook), and since when */
   private readonly stopped = new Map<number, { look: string; since: number }>();
   private lastLook = -Infinity;
 
@@ -37,14 +38,11 @@ export class FrozenRanks {
     this.lastLook = now;
     const hung: number[] = [];
     for (const rank of rankList(this.pidsDir)) {
-      const pid = rankProcess(this.pidsDir, rank, this.marks);
-      const state = pid === null ? undefined : processStat(pid)?.state;
-      const switches = pid === null ? null : contextSwitches(pid);
-      if ((state !== 'T' && state !== 't') || switches === null) {
+      const look = stoppedLook(this.pidsDir, rank, this.marks);
+      if (look === null) {
         this.stopped.delete(rank);
         continue;
       }
-      const look = `${pid} ${switches}`;
       const seen = this.stopped.get(rank);
       if (seen?.look !== look) this.stopped.set(rank, { look, since: now });
       else if (now - seen.since >= this.boundMs) hung.push(rank);

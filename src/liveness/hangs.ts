@@ -13,7 +13,7 @@
 // deadline, and then by the survivors on its host, which find it stopped and kill it.
 import { addonPart } from '../base/addon';
 import type { HangBounds } from './hang-bounds';
-import { contextSwitches, processStat, rankProcess, signalRanks } from '../run/pids';
+import { rankProcess, signalRanks, stoppedLook } from '../run/pids';
 
 /** The addon's bounds on waiting: the comm thread's deadline and idle progress, the watchdog. */
 interface HangGuardPart {
@@ -81,27 +81,16 @@ const stoppedForGoodMs = 100;
  * whatever the detector saw. The ranks killed.
  */
 export function killStopped(pidsDir: string, worldRanks: readonly number[]): number[] {
-  const stoppedNow = (ranks: readonly number[]): Map<number, string> => {
-    const found = new Map<number, string>();
-    for (const rank of ranks) {
-      const pid = rankProcess(pidsDir, rank, []);
-      const state = pid === null ? undefined : processStat(pid)?.state;
-      const switches = pid === null ? null : contextSwitches(pid);
-      if ((state === 'T' || state === 't') && switches !== null) found.set(rank, `${pid} ${switches}`);
-    }
-    return found;
-  };
-  const first = stoppedNow(worldRanks);
-  if (first.size === 0) return [];
+  const first = worldRanks.map((rank) => [rank, stoppedLook(pidsDir, rank, [])] as const).filter(([, look]) => look !== null);
+  if (first.length === 0) return [];
   // slept in pieces with a beat between them: this rank's own watchdog must not take the wait for a hang
   const nap = new Int32Array(new SharedArrayBuffer(4));
   for (let slept = 0; slept < stoppedForGoodMs; slept += 10) {
     Atomics.wait(nap, 0, 0, 10);
     addon.beat();
   }
-  const then = stoppedNow([...first.keys()]);
   return killDeclaredDead(
     pidsDir,
-    [...first].filter(([rank, look]) => then.get(rank) === look).map(([rank]) => rank),
+    first.filter(([rank, look]) => stoppedLook(pidsDir, rank, []) === look).map(([rank]) => rank),
   );
 }

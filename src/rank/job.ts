@@ -62,8 +62,9 @@ function running(pid: number | null): boolean {
 /**
  * A spawned or woken rank that cannot join leaves as failed (the ranks that spawned or woke it go
  * on without it): a line in its log, then SIGKILL. Where its wait for them ran past its deadline
- * (`waitedOut`), the job's ranks found stopped for good on this host are killed first: hung, and where they
- * were the last of the job no detector is left to see it, and mpirun would wait for them for good.
+ * (`waitedOut`), the job's ranks found stopped for good on this host are killed first: hung, and
+ * where they were the last of the job no detector is left to see it, and mpirun would wait for
+ * them for good.
  */
 export function leaveUnjoined(runDir: string, id: number, how: 'spawned' | 'woken', why: string, waitedOut: boolean): never {
   const pidsDir = path.join(runDir, runFiles.pids);

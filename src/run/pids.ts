@@ -28,7 +28,7 @@ export function processStat(pid: number): { state: string; start: string } | nul
 }
 
 /** How often a process's main thread has been switched out (voluntarily or not), or null when it is gone: unchanged only while it does not run. */
-export function contextSwitches(pid: number): number | null {
+function contextSwitches(pid: number): number | null {
   let text: string;
   try {
     text = fs.readFileSync(`/proc/${pid}/status`, 'latin1');
@@ -152,6 +152,18 @@ export function rankProcess(pidsDir: string, rank: number, marks: readonly strin
   if (file === null || !runsHere(file)) return null;
   const environ = environOf(file.pid);
   return environ !== null && marks.every((mark) => environ.includes(mark)) ? file.pid : null;
+}
+
+/**
+ * World rank `rank`'s process on this host (with `marks`, as rankProcess) while it is stopped
+ * (SIGSTOP, a debugger): its pid and context switches, a look that stays the same only while it
+ * stays stopped without being scheduled once; null when it runs or is gone.
+ */
+export function stoppedLook(pidsDir: string, rank: number, marks: readonly string[]): string | null {
+  const pid = rankProcess(pidsDir, rank, marks);
+  const state = pid === null ? undefined : processStat(pid)?.state;
+  const switches = pid === null ? null : contextSwitches(pid);
+  return (state === 'T' || state === 't') && switches !== null ? `${pid} ${switches}` : null;
 }
 
 /**

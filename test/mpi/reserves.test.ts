@@ -156,34 +156,34 @@ describe('reserves: ranks of the launch asleep until woken', function () {
     assert.equal(worlds(run).at(-1), 4);
   });
 
-  it('every working rank killed after a reserve was woken, before it was accepted: its connect gives up at the comm deadline, and nothing is left running', async () => {
-    // no waker is left to kill it by its pid file: what ends it is its own deadline (3 x --hang-timeout)
+  /**
+   * 3 ranks + 1 reserve: rank 1 killed at step 3 (reserve 2 woken), then rank 0 hit by `action` as
+   * it accepts it at step 4: the job ends with no summary, and neither rank 0 nor the woken reserve
+   * is left running.
+   */
+  async function wakersLost(action: 'kill' | 'stop'): Promise<Job> {
     const run = await train(
       3,
       ...waiting,
       ...['--hang-timeout', '2', '--reserves', '1'],
-      ...['--drill', 'rank=1,step=3,phase=compute', '--drill', 'rank=0,step=4,phase=accept'],
-    );
-    assert.equal(run.stragglers, 0);
-    assert.deepEqual(spawns(run), [{ ranks: [2], reserve: 2 }]);
-    assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
-    const woken = readPid(path.join(run.dir, 'pids'), 2)!;
-    assert.equal(processStat(woken), null, `the woken reserve (pid ${woken}) is still there`);
-  });
-
-  it('the last working rank stopped (SIGSTOP) after a reserve was woken, the others killed: the reserve, its connect past its deadline, kills the stopped rank, and nothing is left running', async () => {
-    // no detector is left to declare rank 0 hung: without the reserve, mpirun would wait for it for good
-    const run = await train(
-      3,
-      ...waiting,
-      ...['--hang-timeout', '2', '--reserves', '1'],
-      ...['--drill', 'rank=1,step=3,phase=compute', '--drill', 'rank=0,step=4,phase=accept,action=stop'],
+      ...['--drill', 'rank=1,step=3,phase=compute', '--drill', `rank=0,step=4,phase=accept,action=${action}`],
     );
     assert.equal(run.stragglers, 0);
     assert.deepEqual(spawns(run), [{ ranks: [2], reserve: 2 }]);
     assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
     const pids = path.join(run.dir, 'pids');
     for (const rank of [0, 2]) assert.equal(processStat(readPid(pids, rank)!), null, `rank ${rank} is still there`);
+    return run;
+  }
+
+  it('every working rank killed after a reserve was woken, before it was accepted: its connect gives up at the comm deadline, and nothing is left running', async () => {
+    // no waker is left to kill it by its pid file: what ends it is its own deadline (3 x --hang-timeout)
+    await wakersLost('kill');
+  });
+
+  it('the last working rank stopped (SIGSTOP) after a reserve was woken, the others killed: the reserve, its connect past its deadline, kills the stopped rank, and nothing is left running', async () => {
+    // no detector is left to declare rank 0 hung: without the reserve, mpirun would wait for it for good
+    const run = await wakersLost('stop');
     assert.match(
       fs.readFileSync(path.join(run.dir, 'logs', 'rank-2.log'), 'utf8'),
       /rank 2: woken, but cannot join: MPI_Comm_connect did not return within 6000 ms: .* \(killed rank\(s\) 0 of the job, found stopped\); leaving\n$/,
