@@ -464,7 +464,8 @@ export class Manager implements StepPosition {
   /**
    * Ends the step every survivor committed: the step advances; `report` records it (the client's
    * evaluation and metrics); then a stop that a rank asked for checkpoints and throws ProtocolStop
-   * ('sigterm'), and a periodic checkpoint is written when due (not after the last step).
+   * ('sigterm'), a periodic checkpoint is written when due (not after the last step), and last the
+   * ranks spawned beside training are accepted or join, or more are spawned.
    */
   async commit(report?: () => Promise<void> | void): Promise<void> {
     const step = this.currentStep;
@@ -476,12 +477,6 @@ export class Manager implements StepPosition {
     this.balanceDue = undefined;
     if (balance?.kind === 'rebalance' && !this.source!.done()) await this.rebalance(balance);
     if (balance?.kind === 'evict' && !this.source!.done()) await this.evictSlow(balance);
-    const spawned = this.spawnedDue;
-    this.spawnedDue = undefined;
-    // (a recovery since the vote gave the spawned ranks up)
-    if (spawned && this.membership.spawnedWaiting.length > 0 && !this.source!.done()) await this.growBySpawned(spawned);
-    else if (this.membership.placesToFill > 0 && !this.source!.done() && !(await this.membership.fillPlaces(this.vote)))
-      await this.recover();
     // what a recovery from the world as it now stands would take, made at a step's end, not on its path
     this.sumState.readyForRecovery();
     if (this.stopAgreed) {
@@ -492,6 +487,15 @@ export class Manager implements StepPosition {
     }
     const every = this.config.checkpointEvery;
     if (every > 0 && this.currentStep % every === 0 && !this.source!.done()) await this.checkpoint('periodic');
+    // last: a rank that joins here goes on at the next step's computation, so nothing of this
+    // step's end may come after its join
+    const spawned = this.spawnedDue;
+    this.spawnedDue = undefined;
+    // (a recovery since the vote gave the spawned ranks up)
+    if (spawned && this.membership.spawnedWaiting.length > 0 && !this.source!.done()) await this.growBySpawned(spawned);
+    else if (this.membership.placesToFill > 0 && !this.source!.done() && !(await this.membership.fillPlaces(this.vote)))
+      await this.recover();
+    this.sumState.readyForRecovery();
   }
 
   /**
@@ -592,9 +596,11 @@ export class Manager implements StepPosition {
       this.enter('recovery');
       if (!this.joining.awaiting && !this.vote.retrying) this.vote.noteFailure(new Error('agreed failure'), 'agree', 0);
     }
-    // the world changes: slow ranks are measured afresh, and nothing decided before is done
+    // the world changes: slow ranks are measured afresh, and nothing decided before is done (the
+    // spawned ranks that the vote found ready may be given up, others spawned in their place)
     this.balancer?.reset();
     this.balanceDue = undefined;
+    this.spawnedDue = undefined;
     // a recovery before the last one's report was voted on reports both
     const carried = this.readbackReport;
     this.readbackReport = undefined;

@@ -7,8 +7,8 @@
 // one as the newcomers are accepted or admitted are recovered like any other, and so are the death (or a stop, taken for a hang) of the rank that starts the spawn while it is under way and a
 // newcomer stopped during its join (which no failure detector watches: the survivors find it
 // stopped once their wait runs past its deadline, and kill it) or before it (given up, and another
-// spawned). A spawned rank that leads at the end cleans up the checkpoint directory as the first
-// leader would. A chaos drill kills a random working rank every quarter of the run, spawned ones
+// spawned). A newcomer joins at a step's end after the others' periodic checkpoint or stop there. A
+// spawned rank that leads at the end cleans up the checkpoint directory as the first leader would. A chaos drill kills a random working rank every quarter of the run, spawned ones
 // included. Every run ends with the bits of the run without failure.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
@@ -279,6 +279,31 @@ describe('elastic world: spares and respawned ranks', function () {
       run.stdout,
       new RegExp(`step ${joinedAt}: rank\\(s\\) 4 joined; read back their shards' first \\d+ bytes in [\\d.]+ ms; 4 ranks work`),
     );
+  });
+
+  it("--respawn: a newcomer joins at a step's end after what the others do there: a periodic checkpoint, or the stop a SIGTERM asked for (it is then given up); each run ends, with the same bits", async () => {
+    // the newcomer goes on at the next step's computation: joined before the others' checkpoint
+    // (or stop), it met their vote on it with the step's sum, and the world repaired in a loop
+    const respawned = [...respawnWaiting, '--hang-timeout', '2', '--drill', 'rank=2,step=3,phase=compute'];
+    const checkpointed = await ftRun(4, [], ...respawned, '--checkpoint-every', '4');
+    assert.equal(checkpointed.code, 0, checkpointed.stderr);
+    assert.equal(summaryOf(checkpointed).params_sha256, reference.get('sgd'));
+    const events = lines<EventRecord>(checkpointed, 'events.jsonl').filter((e) => e.step === 4);
+    assert.deepEqual(
+      events.filter((e) => e.event === 'checkpoint' || e.event === 'join').map((e) => [e.event, e.reason ?? e.ranks]),
+      [
+        ['checkpoint', 'periodic'],
+        ['join', [4]],
+      ],
+    );
+    // rank 0 asks to stop as the step fails; the retried step's vote agrees on the stop
+    const stopped = await train(4, ...respawned, '--drill', 'rank=0,step=3,phase=collective,action=term');
+    const stop = lines<EventRecord>(stopped, 'events.jsonl').find((e) => e.event === 'stop');
+    assert.deepEqual([stop?.step, stop?.reason], [4, 'sigterm'], stopped.stdout);
+    assert.equal(lines<EventRecord>(stopped, 'events.jsonl').filter((e) => e.event === 'join').length, 0);
+    const resumed = await train(4, '--resume', stop!.checkpoint as string);
+    assert.equal(resumed.code, 0, resumed.stderr);
+    assert.equal(summaryOf(resumed).params_sha256, reference.get('sgd'));
   });
 
   it('--respawn: a newcomer killed before it joins is found lost and another spawned; one stopped before it joins is given up after half the comm deadline, killed, and replaced: the same bits', async () => {
