@@ -97,6 +97,9 @@ export async function repair(comm: Communicator, step: number, options: RepairOp
 
 /** The repair of the world the Membership holds, with what it decides beyond the communicator. */
 export class WorldRepair {
+  /** The step of the last repair, and the repairs in a row there that lost no rank. */
+  private lossless = { step: -1, repairs: 0 };
+
   constructor(
     private readonly config: Pick<ProtocolConfig, 'maxRetries' | 'commTimeoutMs' | 'pidsDir'>,
     private readonly world: Membership,
@@ -110,6 +113,7 @@ export class WorldRepair {
   /** Revoke, shrink, agree; kills what was declared dead; stops the job if a rank erred. The world ranks lost. */
   async run(erred: boolean): Promise<number[]> {
     const step = this.position.step;
+    this.stopWhereRanksDoNotMeet(step);
     await this.world.dropWorkers();
     const fixed = await repair(this.world.comm, step, {
       maxAttempts: this.config.maxRetries,
@@ -134,6 +138,8 @@ export class WorldRepair {
       attempts: fixed.attempts,
     });
     this.observer.event({ event: 'agree', step, duration_ms: fixed.agreeMs });
+    this.lossless = fixed.lost.length > 0 || step !== this.lossless.step ? { step, repairs: 0 } : this.lossless;
+    if (fixed.lost.length === 0) this.lossless.repairs += 1;
     if (fixed.lost.length > 0) {
       if (killed.length > 0)
         this.observer.log(`step ${step}: killed rank(s) ${killed.join(', ')}, declared dead while still running (hung)`);
@@ -142,6 +148,22 @@ export class WorldRepair {
       this.history.worldHistory.push({ step, world: working, lost: fixed.lost });
     }
     return fixed.lost;
+  }
+
+  /**
+   * A step that fails again and again with every rank alive means that the ranks do not meet in
+   * the same collective: each try would end at the comm deadline, repaired, for good. Once a step
+   * has had --max-retries repairs in a row that lost no rank, its next failure stops every rank
+   * (each counted the same repairs), before a repair that one could finish and another not:
+   * ProtocolStop 'unrecoverable'.
+   */
+  private stopWhereRanksDoNotMeet(step: number): void {
+    const { repairs } = this.lossless;
+    if (step !== this.lossless.step || repairs < this.config.maxRetries) return;
+    throw new ProtocolStop(
+      'unrecoverable',
+      `step ${step} failed again after ${repairs} repairs in a row that lost no rank: the ranks do not meet in the same collective; stopping`,
+    );
   }
 
   /**

@@ -413,6 +413,35 @@ describe('protocol decisions (scripted world, no MPI)', function () {
       assert.deepEqual(world.calls.filter((c) => c.endsWith('revoke')).sort(), ['0 revoke', '1 revoke', '3 revoke']);
     });
 
+    it('a step repaired again and again with no rank lost (the ranks not meeting in one collective): past --max-retries such repairs in a row its next failure stops every rank; a loss or the next step starts the count again', async () => {
+      const world = new ScriptedWorld(3);
+      const p = parts(world, { shards: 3, step: 7 });
+      const repairAll = () => onRanks(range(3), (r) => p[r].repair.run(false));
+      // (maxRetries 3) three lossless repairs of step 7, then three of step 8
+      for (let i = 0; i < 3; i++) values(await repairAll());
+      for (const r of range(3)) p[r].position.step = 8;
+      for (let i = 0; i < 3; i++) values(await repairAll());
+      for (const [r, error] of errors(await repairAll())) {
+        assert.ok(error instanceof ProtocolStop, `rank ${r}: ${String(error)}`);
+        assert.equal(error.reason, 'unrecoverable');
+        assert.equal(error.exitCode, 1);
+        assert.equal(
+          error.message,
+          'step 8 failed again after 3 repairs in a row that lost no rank: the ranks do not meet in the same collective; stopping',
+        );
+      }
+      // no repair was begun: nothing was revoked for the fourth
+      assert.equal(world.calls.filter((c) => c.endsWith('revoke')).length, 6 * 3);
+      // a rank lost in between: the count starts again
+      const other = new ScriptedWorld(3);
+      const again = parts(other, { shards: 3, step: 2 });
+      const runOn = (ranks: number[]) => onRanks(ranks, (r) => again[r].repair.run(false));
+      for (let i = 0; i < 2; i++) values(await runOn([0, 1, 2]));
+      other.kill(2);
+      assert.deepEqual(values(await runOn([0, 1])).get(0), [2]);
+      for (let i = 0; i < 3; i++) values(await runOn([0, 1]));
+    });
+
     it('two ranks of 4 lost, neither seen gone: an even split is no majority, every survivor stops (minority)', async () => {
       const world = new ScriptedWorld(4);
       const p = parts(world, { shards: 4, step: 3 });
