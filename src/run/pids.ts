@@ -146,10 +146,16 @@ export function environOf(pid: number): string[] | null {
   }
 }
 
-/** The pid of rank `rank` while that process runs on this host with every one of `marks` in its environment. */
+/**
+ * The pid of rank `rank` while that process runs on this host with every one of `marks` in its
+ * environment. Without marks its environment is not read: a killed process on its way out (still
+ * running, its memory already released: tens of ms on a busy host) gives none to read, and would
+ * count as gone here while goneFromHere still sees it run.
+ */
 export function rankProcess(pidsDir: string, rank: number, marks: readonly string[]): number | null {
   const file = readPidFile(pidsDir, rank);
   if (file === null || !runsHere(file)) return null;
+  if (marks.length === 0) return file.pid;
   const environ = environOf(file.pid);
   return environ !== null && marks.every((mark) => environ.includes(mark)) ? file.pid : null;
 }
