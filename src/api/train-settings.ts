@@ -312,7 +312,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     kind: 'integer',
     min: 1,
     default: 5,
-    describe: 'repair attempts per failure, and repairs in a row of one step that lose no rank (its next failure stops the job)',
+    describe: 'repair attempts per failure',
     group: 'Fault tolerance',
   },
   hangTimeout: {

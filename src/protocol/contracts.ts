@@ -19,7 +19,7 @@ export interface ProtocolConfig {
   onFailure: FailurePolicy;
   shards: number;
   minRanks: number;
-  /** repair attempts per failure, and lossless repairs in a row of one step (repair.ts) */
+  /** repair attempts per failure */
   maxRetries: number;
   /** write a checkpoint from the survivors after each failure */
   jitCheckpoint: boolean;

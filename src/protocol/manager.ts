@@ -330,7 +330,8 @@ export class Manager implements StepPosition {
       if (report) this.reportReadback(report);
       this.shards.committed();
       if ((agreed & CARRY_ON) === 0) this.stopAgreed = true;
-      this.spawnedDue = spawnedDue(agreed);
+      // (only the step's own vote says it: a later one in the step, a check's or an evaluation's, would wipe it)
+      if (phase === 'collective') this.spawnedDue = spawnedDue(agreed);
       return true;
     }
     await this.recover();

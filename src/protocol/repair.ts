@@ -95,6 +95,12 @@ export async function repair(comm: Communicator, step: number, options: RepairOp
   );
 }
 
+/**
+ * Repairs in a row of one step that lost no rank, after which its next failure stops the job (see
+ * WorldRepair.stopWhereRanksDoNotMeet).
+ */
+export const losslessRepairsLimit = 5;
+
 /** The repair of the world the Membership holds, with what it decides beyond the communicator. */
 export class WorldRepair {
   /** The step of the last repair, and the repairs in a row there that lost no rank. */
@@ -153,13 +159,13 @@ export class WorldRepair {
   /**
    * A step that fails again and again with every rank alive means that the ranks do not meet in
    * the same collective: each try would end at the comm deadline, repaired, for good. Once a step
-   * has had --max-retries repairs in a row that lost no rank, its next failure stops every rank
-   * (each counted the same repairs), before a repair that one could finish and another not:
-   * ProtocolStop 'unrecoverable'.
+   * has had losslessRepairsLimit repairs in a row that lost no rank, its next failure stops every
+   * rank (each counted the same repairs), before a repair that one could finish and another not
+   * (one that left it would be lost to the others, who would go on): ProtocolStop 'unrecoverable'.
    */
   private stopWhereRanksDoNotMeet(step: number): void {
     const { repairs } = this.lossless;
-    if (step !== this.lossless.step || repairs < this.config.maxRetries) return;
+    if (step !== this.lossless.step || repairs < losslessRepairsLimit) return;
     throw new ProtocolStop(
       'unrecoverable',
       `step ${step} failed again after ${repairs} repairs in a row that lost no rank: the ranks do not meet in the same collective; stopping`,

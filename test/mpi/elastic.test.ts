@@ -7,7 +7,8 @@
 // one as the newcomers are accepted or admitted are recovered like any other, and so are the death (or a stop, taken for a hang) of the rank that starts the spawn while it is under way and a
 // newcomer stopped during its join (which no failure detector watches: the survivors find it
 // stopped once their wait runs past its deadline, and kill it) or before it (given up, and another
-// spawned). A newcomer joins at a step's end after the others' periodic checkpoint or stop there. A
+// spawned). A newcomer joins at a step's end after the others' periodic checkpoint or stop there,
+// and an evaluation's vote in the step leaves what the step's own vote said of it. A
 // spawned rank that leads at the end cleans up the checkpoint directory as the first leader would. A chaos drill kills a random working rank every quarter of the run, spawned ones
 // included. Every run ends with the bits of the run without failure.
 import { strict as assert } from 'node:assert';
@@ -304,6 +305,13 @@ describe('elastic world: spares and respawned ranks', function () {
     const resumed = await train(4, '--resume', stop!.checkpoint as string);
     assert.equal(resumed.code, 0, resumed.stderr);
     assert.equal(summaryOf(resumed).params_sha256, reference.get('sgd'));
+  });
+
+  it("--respawn with an evaluation at every step: its vote, after the step's own, leaves what that said of the newcomer, which joins at the retried step's end: the same bits", async () => {
+    const run = await ftRun(4, [], ...respawnWaiting, '--eval-every', '1', '--drill', 'rank=2,step=3,phase=compute');
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+    assert.deepEqual(worlds(run), [4, 4, 4, 3, ...Array(8).fill(4)]);
   });
 
   it('--respawn: a newcomer killed before it joins is found lost and another spawned; one stopped before it joins is given up after half the comm deadline, killed, and replaced: the same bits', async () => {
