@@ -231,7 +231,12 @@ export class ElasticLoop {
     );
   }
 
-  /** Test accuracy and loss over the dataset's test split, divided over the ranks (`score` gives a batch's mean loss and correct count). */
+  /**
+   * Test accuracy and loss over the dataset's test split, divided over the ranks (`score` gives a
+   * batch's mean loss and correct count). A collective of every rank: call it after the loop, or
+   * at a step's start (before sum/update), never between commit() and the next step, where a rank
+   * that joined at the commit is already in the next step's sum.
+   */
   async evaluate(score: ScoreFn): Promise<Evaluation> {
     this.test ??= await readScoredSplit(this.dataset.test, this.settings.evalSamples);
     this.evaluation = await evaluateSplit(this.manager, this.test, this.buffers, score);
