@@ -313,6 +313,7 @@ export class ElasticLoop {
       },
       position: (): LoopPosition => this.data.position(this.manager.step),
       done: () => this.done,
+      lastStep: () => this.data.done(this.manager.step + 1),
       stepRows: (map: ShardMap, shards: readonly number[]) => this.data.stepRows(this.manager.step, map, shards),
       initialState: (slot, from, to, out) => {
         if (this.initialSlots) out.set(this.initialSlots[slot].subarray(from, to));

@@ -91,6 +91,8 @@ export interface StateSource {
   position(): LoopPosition;
   /** whether the run has reached its end, once the protocol's step has advanced */
   done(): boolean;
+  /** whether the protocol's current step is the run's last */
+  lastStep(): boolean;
   /** the rows (within each shard) the current step reads of `shards` under `map`; absent: none */
   stepRows(map: ShardMap, shards: readonly number[]): Map<number, Int32Array>;
   /** sharded state: the optimizer state at the run's start, slot k over elements [from, to) */

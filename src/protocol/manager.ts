@@ -205,16 +205,24 @@ export class Manager implements StepPosition {
     return this.checkpoints.lastCheckpoint;
   }
 
-  /** Whether the current step is checked for silent data corruption (every --verify-every K-th step, while training). */
+  /**
+   * Whether the current step is checked for silent data corruption: every --verify-every K-th step
+   * while training, and the last, so that no corruption since the last check reaches the results.
+   */
   get checking(): boolean {
     const every = this.config.verifyEvery;
-    return every > 0 && this.currentStep % every === 0 && !this.done && this.config.onFailure === 'exact';
+    if (every <= 0 || this.done || this.config.onFailure !== 'exact') return false;
+    return this.currentStep % every === 0 || this.source!.lastStep();
+  }
+
+  /** The current check's number, which says who recomputes whose shard (the last step's: the next K-th step's). */
+  private get checkNumber(): number {
+    return Math.ceil(this.currentStep / this.config.verifyEvery);
   }
 
   /** At a checked step, the shard of another working rank that this rank recomputes (none: undefined). */
   spotShard(): number | undefined {
-    const check = this.currentStep / this.config.verifyEvery;
-    return spotAssignments(this.membership.shardMap, check).find((a) => a.checker === this.membership.worldRank)?.shard;
+    return spotAssignments(this.membership.shardMap, this.checkNumber).find((a) => a.checker === this.membership.worldRank)?.shard;
   }
 
   /** Resolves to shard s with `rows` in memory, read from disk when another rank holds it (a check recomputes it). */
@@ -356,7 +364,7 @@ export class Manager implements StepPosition {
     // sharded state: every working rank's chunk, and the copies of it that peers keep
     const chunks = this.config.sharded ? world.size : 0;
     const words = recordWords(shards, chunks);
-    const assignments = spotAssignments(world.shardMap, step / this.config.verifyEvery);
+    const assignments = spotAssignments(world.shardMap, this.checkNumber);
     const state = this.stepStartState();
     const mine = encodeRecord(
       { ...gradients, state: stateDigest(state, !this.config.sharded), chunks: sharded?.chunkDigests() },

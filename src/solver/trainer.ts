@@ -168,6 +168,11 @@ export class Trainer implements StateSource {
     return this.data.done(this.manager.step);
   }
 
+  /** StateSource: whether the current step is the run's last. */
+  lastStep(): boolean {
+    return this.data.done(this.manager.step + 1);
+  }
+
   /** Trains to the end; throws ProtocolStop when the run stops early (SIGTERM, --min-ranks, an error). */
   async run(resume?: { dir: string; manifest: CheckpointManifest }): Promise<TrainResult> {
     const from = resume ? this.restore(resume.dir, resume.manifest) : undefined;

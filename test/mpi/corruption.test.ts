@@ -1,6 +1,7 @@
 // Silent data corruption at 3 ranks (--verify-every 4): a faulty core (corrupt) or a one-off bit
 // flip in a rank's gradient, in the sum it received or in its parameters, on the leader, a middle
-// rank or the last, at S = N and S > N, is caught at the first check after it, the rank named and
+// rank or the last, at S = N and S > N, is caught at the first check after it (the last step is
+// checked too: nothing corrupted since the last K-th step reaches the results), the rank named and
 // evicted as failed, the survivors rolled back to the last verified step, and the run ends with the
 // bits of the run without the fault (which the check itself does not change). Also: the stops
 // where nobody can be named or --on-corruption stop says so, a corruption and a kill during the
@@ -22,7 +23,8 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 const respawnWaiting = ['--respawn', '--respawn-join', 'wait'];
 const scratch = makeScratch('ft-corruption-');
 const every = 4;
-const common = [...lenetOnFashion, '--steps', '14', '--hang-timeout', '3', ...fewTestSamples];
+const steps = 14;
+const common = [...lenetOnFashion, '--steps', String(steps), '--hang-timeout', '3', ...fewTestSamples];
 let runs = 0;
 
 async function train(ranks: number, ...extra: string[]): Promise<Run> {
@@ -53,8 +55,10 @@ async function ftRun(ranks: number, ...extra: string[]): Promise<Run> {
 
 const corruptionsOf = (run: Run): EventRecord[] => lines<EventRecord>(run, 'events.jsonl').filter((e) => e.event === 'corruption');
 const lost = (summary: Summary): number[] => summary.failures.flatMap((f) => f.lost).sort((a, b) => a - b);
-/** The first check that sees a fault starting at step k: a gradient at k itself, a state from k + 1 on. */
-const checkAfter = (k: number): number => Math.ceil(k / every) * every;
+/** The first check that sees a fault starting at step k: a gradient at k itself, a state from k + 1 on (the last step is checked too). */
+const checkAfter = (k: number): number => Math.min(Math.ceil(k / every) * every, steps - 1);
+/** The check before the one at step `check`, which a rollback goes back to. */
+const checkBefore = (check: number): number => Math.floor((check - 1) / every) * every;
 
 describe('silent data corruption: caught, the culprit evicted, the bits still exact', function () {
   this.timeout(600_000);
@@ -74,15 +78,19 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     assert.deepEqual(lost(summary), [rank]);
     assert.equal(summary.corruptions, 1);
     const [event] = corruptionsOf(run);
-    assert.deepEqual([event.step, event.ranks, event.action, event.rolled_back], [check, [rank], 'evict', every], JSON.stringify(event));
+    assert.deepEqual(
+      [event.step, event.ranks, event.action, event.rolled_back],
+      [check, [rank], 'evict', check - checkBefore(check)],
+      JSON.stringify(event),
+    );
     assert.match(String((event.differed as string[])[0]), differed);
     // the report reads the replayed steps as a rollback, not a resume: every step once
     const read = readRun(run.dir);
     assert.deepEqual(
       read.steps.map((s) => s.step),
-      Array.from({ length: 14 }, (_, i) => i),
+      Array.from({ length: steps }, (_, i) => i),
     );
-    assert.deepEqual([read.resumes, read.corruptions.map((c) => [c.step, c.to, c.ranks])], [[], [[check, check - every, [rank]]]]);
+    assert.deepEqual([read.resumes, read.corruptions.map((c) => [c.step, c.to, c.ranks])], [[], [[check, checkBefore(check), [rank]]]]);
   }
 
   const cases: [phase: string, rank: number, step: number, shards: number][] = [
@@ -92,6 +100,8 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     ['collective', 0, 2, 7],
     ['update', 2, 2, 7],
     ['update', 1, 5, 3],
+    // from the last step on, between two K-th steps: the last step's own check
+    ['compute', 1, steps - 1, 3],
   ];
   for (const [phase, rank, step, shards] of cases) {
     it(`corrupt at ${phase} on rank ${rank} from step ${step}, S = ${shards}: rank ${rank} evicted at the next check, the same bits`, async () => {

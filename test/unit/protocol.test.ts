@@ -543,6 +543,7 @@ describe('protocol decisions (scripted world, no MPI)', function () {
         state: () => state,
         position: () => ({ epoch: 0 }),
         done: () => false,
+        lastStep: () => false,
         // the retried step reads the first row of each shard taken over
         stepRows: (_map, shards) => new Map(shards.map((s) => [s, Int32Array.of(0)])),
         initialState: () => undefined,
