@@ -56,8 +56,9 @@ function train(ranks: number, scratch: string, name: string, extra: string[]): R
 /** What each check after warm-up added to its step: its step_ms less the median of the 10 unchecked steps around it. */
 function checkCosts(run: RunFiles): { extra: number[]; step: number } {
   const ms = new Map(run.metrics.map((m) => [m.step, m.step_ms]));
+  // (the last step is checked too)
   const unchecked = (from: number, to: number) =>
-    run.metrics.filter((m) => m.step >= from && m.step <= to && m.step % K !== 0).map((m) => m.step_ms);
+    run.metrics.filter((m) => m.step >= from && m.step <= to && m.step % K !== 0 && m.step !== steps - 1).map((m) => m.step_ms);
   const extra: number[] = [];
   for (let step = K; step < steps; step += K) if (step >= warmup) extra.push(ms.get(step)! - median(unchecked(step - 5, step + 5)));
   return { extra, step: median(unchecked(warmup, steps)) };
