@@ -2,7 +2,8 @@
 // TypeScript (its own forward, backward and SGD with momentum; no model spec, no ft-train kernels),
 // trained data-parallel and fault-tolerant by elastic(). Kill a rank and the survivors repair,
 // re-read its shards and finish with the same bits as a run that never failed. The protocol's
-// options are the trainer's: --on-failure exact|shrink|none, --spares K, --respawn, --verify-every K
+// options are the trainer's: --on-failure exact|shrink|none, --spares K, --respawn (with
+// --respawn-join ready|wait), --verify-every K
 // (the check for silent data corruption, which rolls the registered state back); with
 // --optimizer sgd|adamw ft-train's optimizer makes the update (loop.update()) instead of this
 // file's own SGD, which also allows --optimizer-state sharded and its --redundancy.
@@ -37,9 +38,11 @@ const { values: flags } = parseArgs({
     redundancy: { type: 'string' },
     spares: { type: 'string', default: '0' },
     respawn: { type: 'boolean', default: false },
+    'respawn-join': { type: 'string', default: 'ready' },
     // a rank spawned to replace a lost one gets these from its job (elastic() reads them)
     isa: { type: 'string' },
     'join-id': { type: 'string' },
+    'join-step': { type: 'string' },
   },
 });
 if (flags['run-dir'] === undefined) {
@@ -153,6 +156,7 @@ exitWhenDone(
       onFailure: flags['on-failure'] as FailurePolicy,
       spares: Number(flags.spares),
       respawn: flags.respawn,
+      respawnJoin: flags.respawn ? (flags['respawn-join'] as 'ready' | 'wait') : undefined,
       optimizerState: flags['optimizer-state'] as 'replicated' | 'sharded',
       redundancy: flags.redundancy,
       ...(optimizer ? { optimizer, momentum, weightDecay: 0 } : {}),

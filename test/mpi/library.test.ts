@@ -104,6 +104,16 @@ describe('ft-train as a library', function () {
       assert.equal(summary.optimizer_state, 'sharded');
       assert.equal(summary.world_final, 3);
     });
+
+    it('--respawn: the spawned rank runs the script again with the join flags appended, which it accepts, and joins at the retried step: the same bits', async () => {
+      const respawned = await runScript(loopScript, 3, [...loop, '--respawn', '--respawn-join', 'wait', '--drill', 'rank=1,step=4']);
+      assert.equal(respawned.code, 0, respawned.stderr);
+      assert.equal(summaryOf(respawned).params_sha256, summaryOf(unfailed).params_sha256);
+      assert.deepEqual(
+        lines<StepRecord>(respawned, 'metrics.jsonl').map((m) => m.world),
+        Array.from({ length: 10 }, (_, step) => (step === 4 ? 2 : 3)),
+      );
+    });
   });
 
   describe('the custom loop and the trainer, one protocol (test/mpi/programs/net-loop.ts: lenet through elastic())', () => {
