@@ -308,13 +308,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     group: 'Fault tolerance',
   },
   minRanks: { kind: 'integer', min: 1, default: 1, describe: 'stop (exit code 3) when fewer ranks survive', group: 'Fault tolerance' },
-  maxRetries: {
-    kind: 'integer',
-    min: 1,
-    default: 5,
-    describe: 'repair attempts per failure',
-    group: 'Fault tolerance',
-  },
+  maxRetries: { kind: 'integer', min: 1, default: 5, describe: 'repair attempts per failure', group: 'Fault tolerance' },
   hangTimeout: {
     kind: 'number',
     min: 0,

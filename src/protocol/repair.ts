@@ -144,8 +144,8 @@ export class WorldRepair {
       attempts: fixed.attempts,
     });
     this.observer.event({ event: 'agree', step, duration_ms: fixed.agreeMs });
-    this.lossless = fixed.lost.length > 0 || step !== this.lossless.step ? { step, repairs: 0 } : this.lossless;
-    if (fixed.lost.length === 0) this.lossless.repairs += 1;
+    const before = step === this.lossless.step ? this.lossless.repairs : 0;
+    this.lossless = { step, repairs: fixed.lost.length > 0 ? 0 : before + 1 };
     if (fixed.lost.length > 0) {
       if (killed.length > 0)
         this.observer.log(`step ${step}: killed rank(s) ${killed.join(', ')}, declared dead while still running (hung)`);

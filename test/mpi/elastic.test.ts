@@ -8,9 +8,10 @@
 // newcomer stopped during its join (which no failure detector watches: the survivors find it
 // stopped once their wait runs past its deadline, and kill it) or before it (given up, and another
 // spawned). A newcomer joins at a step's end after the others' periodic checkpoint or stop there,
-// and an evaluation's vote in the step leaves what the step's own vote said of it. A
-// spawned rank that leads at the end cleans up the checkpoint directory as the first leader would. A chaos drill kills a random working rank every quarter of the run, spawned ones
-// included. Every run ends with the bits of the run without failure.
+// and an evaluation's vote in the step leaves what the step's own vote said of it. A spawned rank
+// that leads at the end cleans up the checkpoint directory as the first leader would. A chaos drill
+// kills a random working rank every quarter of the run, spawned ones included. Every run ends with
+// the bits of the run without failure.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
