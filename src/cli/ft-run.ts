@@ -95,16 +95,18 @@ function unfinished(runDir: string, was: Before): string | undefined {
     }
     return status === 'complete' ? undefined : `${summaryFile} says status ${JSON.stringify(status)}`;
   }
-  return stopReasons(runDir, was.eventsFrom).at(-1) === 'sigterm'
+  return lastStop(runDir, was.eventsFrom)?.reason === 'sigterm'
     ? undefined
     : `no summary.json${was.summary ? ' of its own' : ''} in ${runDir}`;
 }
 
-/** The reasons of this job's `stop` events, in order. */
-function stopReasons(runDir: string, from: number): unknown[] {
-  return recordsFrom<Partial<{ event: string; reason: string }>>(path.join(runDir, runFiles.events), from)
+type StopRecord = Partial<{ event: string; reason: string; spawned_given_up: number[] }>;
+
+/** This job's last `stop` event, if any. */
+function lastStop(runDir: string, from: number): StopRecord | undefined {
+  return recordsFrom<StopRecord>(path.join(runDir, runFiles.events), from)
     .filter((record) => record.event === 'stop')
-    .map((record) => record.reason);
+    .at(-1);
 }
 
 /**
@@ -140,7 +142,7 @@ function stopRanks(runDir: string, marker: string): number {
 
 /** Whether the ranks are done with the run directory: summary.json written, or a stop recorded. */
 function runEnded(runDir: string, was: Before): boolean {
-  return summaryWritten(runDir, was) || stopReasons(runDir, was.eventsFrom).length > 0;
+  return summaryWritten(runDir, was) || lastStop(runDir, was.eventsFrom) !== undefined;
 }
 
 /**
@@ -338,7 +340,7 @@ async function main(): Promise<number> {
     ).finally(() => {
       if (restartHosts !== undefined) fs.rmSync(restartHosts, { force: true });
     });
-    const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was));
+    const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was), lastStop(runDir, was.eventsFrom));
     if (ended.unfinished === undefined) return ended.code;
     if (stopAsked || restarts === maxRestarts) {
       console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir)}`);
@@ -377,13 +379,28 @@ async function main(): Promise<number> {
  * How a job ended, judged by its run directory: `unfinished` says how it did not finish (undefined:
  * it completed or stopped cleanly on a SIGTERM asked for), `code` ft-run's exit code for it.
  */
-function outcome(code: number, stopAsked: boolean, why: string | undefined, summary: boolean): { code: number; unfinished?: string } {
+function outcome(
+  code: number,
+  stopAsked: boolean,
+  why: string | undefined,
+  summary: boolean,
+  stop: StopRecord | undefined,
+): { code: number; unfinished?: string } {
   const complete = why === undefined && summary;
   // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the
   // survivors recovered and finished: the complete summary, written last and atomically, decides
   if (code !== 0 && complete) {
     console.error(
       `ft-run: mpirun exited ${code} (it counts a --respawn rank that died or could not start, or a host it lost, against the job), but the run completed: exit 0`,
+    );
+    return { code: 0 };
+  }
+  // the ranks stopped on a SIGTERM sent to one of them and killed the spawned ranks not yet joined,
+  // whose deaths mpirun counts
+  const givenUp = stop?.spawned_given_up ?? [];
+  if (code !== 0 && why === undefined && !summary && givenUp.length > 0) {
+    console.error(
+      `ft-run: mpirun exited ${code} (it counts the --respawn rank(s) ${givenUp.join(', ')}, given up at the stop, against the job), but the ranks stopped cleanly on SIGTERM: exit 0`,
     );
     return { code: 0 };
   }

@@ -491,7 +491,16 @@ export class Manager implements StepPosition {
     if (this.stopAgreed) {
       this.observer.log(`stopping after step ${step} on request (SIGTERM): checkpoint first`);
       await this.checkpoint('sigterm');
-      this.observer.event({ event: 'stop', step: this.currentStep, reason: 'sigterm', checkpoint: this.lastCheckpoint });
+      // ranks spawned and not yet joined are given up (killed) here, and the stop says so: mpirun
+      // counts their deaths against the job, and ft-run tells that from a job that did not stop cleanly
+      const givenUp = await this.membership.giveUpSpawn();
+      this.observer.event({
+        event: 'stop',
+        step: this.currentStep,
+        reason: 'sigterm',
+        checkpoint: this.lastCheckpoint,
+        ...(givenUp.length > 0 ? { spawned_given_up: givenUp } : {}),
+      });
       throw new ProtocolStop('sigterm', `stopped (SIGTERM) at step ${this.currentStep}`, this.lastCheckpoint);
     }
     const every = this.config.checkpointEvery;
