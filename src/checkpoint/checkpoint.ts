@@ -525,10 +525,28 @@ export function findCheckpoint(target: string): { dir: string; manifest: Checkpo
   throw new Error(`${target}: no complete checkpoint${skipped.length ? ` (${skipped.join('; ')})` : ''}`);
 }
 
-/** Where a run that stopped can go on from, in words: the newest complete checkpoint under `root`. */
-export function newestCheckpoint(root: string): string {
+/**
+ * The newest complete checkpoint a job can go back to: its own under `checkpointDir`, else the one
+ * it resumed from (`resumedFrom`, its --resume), where it ended before writing one; the error is
+ * its own directory's.
+ */
+export function findJobCheckpoint(checkpointDir: string, resumedFrom: string | undefined): ReturnType<typeof findCheckpoint> {
   try {
-    const { dir } = findCheckpoint(root);
+    return findCheckpoint(checkpointDir);
+  } catch (error) {
+    if (resumedFrom === undefined) throw error;
+    try {
+      return findCheckpoint(resumedFrom);
+    } catch {
+      throw error;
+    }
+  }
+}
+
+/** Where a job that stopped can go on from, in words: see findJobCheckpoint. */
+export function newestCheckpoint(checkpointDir: string, resumedFrom: string | undefined): string {
+  try {
+    const { dir } = findJobCheckpoint(checkpointDir, resumedFrom);
     return `the newest complete checkpoint is ${dir} (continue with --resume ${dir})`;
   } catch {
     return 'no complete checkpoint to go back to';

@@ -42,7 +42,8 @@ ${[
   `${stopGraceMs / 1000} s later (or at a second one) mpirun ends the job. Exit code 0 only if the run directory`,
   'holds a complete summary.json or a clean stop, 1 if the job ended without finishing, 2 on bad input',
   "or no ULFM, otherwise mpirun's own. With --max-restarts R, a job that ends without finishing (not",
-  'one stopped by Ctrl-C) starts again, up to R times, from the newest complete checkpoint into the same',
+  'one stopped by Ctrl-C) starts again, up to R times, from the newest complete checkpoint (its own, else',
+  'the one its --resume named) into the same',
   'run directory, on the hosts that still answer (over ssh, or to srun inside a Slurm allocation) with',
   'as many ranks as their slots allow (at most N), leaving out --drill points it already reached; one',
   'line and one restart event each. With --script, every rank runs `node --single-threaded-gc FILE',
@@ -343,7 +344,7 @@ async function main(): Promise<number> {
     const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was), lastStop(runDir, was.eventsFrom));
     if (ended.unfinished === undefined) return ended.code;
     if (stopAsked || restarts === maxRestarts) {
-      console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir)}`);
+      console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir, trainFlag(trainArgs, 'resume'))}`);
       return ended.code;
     }
     let restart: Restart;

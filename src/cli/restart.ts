@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { findCheckpoint } from '../checkpoint/checkpoint';
+import { findJobCheckpoint } from '../checkpoint/checkpoint';
 import { runFiles } from '../run/files';
 import { lastRecord } from '../run/reader';
 import type { StepRecord } from '../run/records';
@@ -50,7 +50,7 @@ export class NoRestart extends Error {}
 export async function planRestart(job: EndedJob): Promise<Restart> {
   let found;
   try {
-    found = findCheckpoint(job.checkpointDir);
+    found = findJobCheckpoint(job.checkpointDir, trainFlag(job.trainArgs, 'resume'));
   } catch (error) {
     throw new NoRestart((error as Error).message, { cause: error });
   }

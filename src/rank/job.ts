@@ -279,10 +279,15 @@ export class RankJob {
 
   /**
    * The run stopped with `error` (a ProtocolStop, or this rank's own error, which the Manager turns
-   * into a stop of every rank): the stop's one line, and its exit code. `checkpointDir`: where the
-   * lines point a user to resume from.
+   * into a stop of every rank): the stop's one line, and its exit code. `checkpointDir`, or else
+   * `resumedFrom` (the run's --resume): where the lines point a user to resume from.
    */
-  async stopped(error: unknown, manager: Manager, checkpointDir: string): Promise<{ code: number; leave: boolean }> {
+  async stopped(
+    error: unknown,
+    manager: Manager,
+    checkpointDir: string,
+    resumedFrom: string | undefined,
+  ): Promise<{ code: number; leave: boolean }> {
     this.progress.endBar(); // the stop's lines print below the bar, which stays where the run stopped
     const stop = error instanceof ProtocolStop ? error : await this.stopForError(error as Error, manager);
     this.logger.warn(`${stopLogPrefix(stop.reason)}${stop.message}`);
@@ -310,7 +315,7 @@ export class RankJob {
     }
     if (manager.world.isLeader && stop.reason === 'corruption') this.progress.line(stop.message);
     else if (manager.world.isLeader && stop.reason === 'state-lost')
-      this.progress.line(`${stop.message}; stopping: ${newestCheckpoint(checkpointDir)}`);
+      this.progress.line(`${stop.message}; stopping: ${newestCheckpoint(checkpointDir, resumedFrom)}`);
     else if (manager.world.isLeader && stop.reason !== 'error')
       this.progress.line(`${stop.message}; continue with --resume ${stop.checkpoint ?? checkpointDir}`);
     return { code: stop.exitCode, leave: false };

@@ -4,8 +4,9 @@
 // its one-line refusals, and real jobs judged by their run directory: a finished run exits 0, a job
 // whose ranks were all killed exits 1 although mpirun exits 0, one whose ranks were all stopped
 // has them killed past the start-up and comm deadlines, and SIGTERM ends in a clean stop;
-// --max-restarts: a job stopped below --min-ranks restarted from its checkpoint to the same bits, and
-// no restart without a checkpoint.
+// --max-restarts: a job stopped below --min-ranks restarted from its checkpoint to the same bits, a
+// resumed job with none of its own restarted from the one it resumed from, and no restart without
+// a checkpoint.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -333,10 +334,49 @@ describe('launch/ft-run', function () {
       );
     });
 
+    const summaryOf = (dir: string) => JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')) as { params_sha256: string };
+    const common = [...trainFlags, '--steps', '12', '--shards', '4'];
+    let referenceRun: Promise<string> | undefined;
+    /** The run directory of `common` without failure (on 4 ranks), run once. */
+    const reference = (): Promise<string> =>
+      (referenceRun ??= (async () => {
+        const dir = path.join(scratch, 'restart-reference');
+        assert.equal((await launch(['-n', '4', '--', ...common, '--run-dir', dir], process.env, 120_000)).code, 0);
+        return dir;
+      })());
+
+    it('--max-restarts 1, a job resumed into a new run directory, every rank killed before it wrote a checkpoint of its own: it restarts from the one it resumed from, to the same bits', async () => {
+      const killedAt6 = ['--drill', 'rank=0,step=6', '--drill', 'rank=1,step=6'];
+      const first = path.join(scratch, 'resumed-from');
+      const ended = await launch(
+        ['-n', '2', '--', ...common, '--run-dir', first, '--checkpoint-every', '4', ...killedAt6],
+        process.env,
+        120_000,
+      );
+      assert.equal(ended.code, 1, `${ended.stdout}\n${ended.stderr}`);
+      const source = path.join(first, 'ckpt', 'step-00000004');
+      assert.equal(
+        ended.stderr.trimEnd().split('\n').at(-1),
+        `ft-run: the job ended without finishing: no summary.json in ${first} (mpirun exit 0); the newest complete checkpoint is ${source} (continue with --resume ${source})`,
+      );
+      const runDir = path.join(scratch, 'resumed-restarted');
+      const job = await launch(
+        ['-n', '2', '--max-restarts', '1', '--', ...common, '--run-dir', runDir, '--resume', first, ...killedAt6],
+        process.env,
+        180_000,
+      );
+      assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
+      assert.deepEqual(
+        job.stderr.split('\n').filter((line) => line.startsWith('ft-run: ')),
+        [
+          `ft-run: the job ended without finishing: no summary.json in ${runDir} (mpirun exit 0); restart 1 of 1: resuming from ${source} (step 4) on 2 rank(s)`,
+        ],
+      );
+      assert.ok(!fs.existsSync(path.join(runDir, 'ckpt', 'step-00000004')));
+      assert.equal(summaryOf(runDir).params_sha256, summaryOf(await reference()).params_sha256);
+    });
+
     it('--max-restarts 2: a job stopped below --min-ranks restarts from its checkpoint without the drill that fired, twice, ends with the bits of a run without failure, and the report counts the restarts', async () => {
-      const common = [...trainFlags, '--steps', '12', '--shards', '4'];
-      const reference = path.join(scratch, 'restart-reference');
-      assert.equal((await launch(['-n', '4', '--', ...common, '--run-dir', reference], process.env, 120_000)).code, 0);
       const runDir = path.join(scratch, 'restarted');
       const job = await launch(
         [
@@ -368,8 +408,7 @@ describe('launch/ft-run', function () {
             `ft-run: mpirun exited 3 and the run did not finish: no summary.json in ${runDir}; restart ${i + 1} of 2: resuming from ${checkpoint(step)} (step ${step}) on 4 rank(s)`,
         ),
       );
-      const summaryOf = (dir: string) => JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')) as { params_sha256: string };
-      assert.equal(summaryOf(runDir).params_sha256, summaryOf(reference).params_sha256);
+      assert.equal(summaryOf(runDir).params_sha256, summaryOf(await reference()).params_sha256);
       const events = fs
         .readFileSync(path.join(runDir, 'events.jsonl'), 'utf8')
         .trim()
