@@ -364,10 +364,11 @@ export class Manager implements StepPosition {
     // sharded state: every working rank's chunk, and the copies of it that peers keep
     const chunks = this.config.sharded ? world.size : 0;
     const words = recordWords(shards, chunks);
-    const assignments = spotAssignments(world.shardMap, this.checkNumber);
+    const assigned = spotAssignments(world.shardMap, this.checkNumber).find((a) => a.checker === world.worldRank);
+    const spot = gradients.spot !== undefined && assigned !== undefined ? { ...assigned, digest: gradients.spot } : undefined;
     const state = this.stepStartState();
     const mine = encodeRecord(
-      { ...gradients, state: stateDigest(state, !this.config.sharded), chunks: sharded?.chunkDigests() },
+      { shards: gradients.shards, spot, state: stateDigest(state, !this.config.sharded), chunks: sharded?.chunkDigests() },
       shards,
       chunks,
     );
@@ -379,7 +380,7 @@ export class Manager implements StepPosition {
       await world.comm.allgather(mine, gathered);
     });
     if (!first) return false;
-    let finding = firstRound(ranks, gathered, shards, assignments, 'state', chunks);
+    let finding = firstRound(ranks, gathered, shards, 'state', chunks);
     if (finding.unattributable === undefined && finding.disputes.length > 0) {
       const { disputes } = finding;
       const thirds = new Int32Array(2 * disputes.length);

@@ -55,9 +55,17 @@ export interface GradientDigests {
 }
 
 /** What one rank contributes to a check. */
-export interface CheckDigests extends GradientDigests {
+export interface CheckDigests {
   /** crc64 of the state every live rank holds alike */
   state: string;
+  /** held shard -> crc64 of its gradient vector this step */
+  shards: Map<number, string>;
+  /**
+   * the spot shard this rank recomputed, whose it is, and the crc64 it got: every rank judges the
+   * checkers by what they say they recomputed, since a spare's shard map is not the working ranks'
+   * (a rebalance changes only theirs)
+   */
+  spot?: SpotAssignment & { digest: string };
   /** sharded state: crc64 of each chunk it holds, by chunk (its own, and the copies it keeps for peers) */
   chunks?: Map<number, { digest: string; own: boolean }>;
 }
@@ -67,22 +75,28 @@ export function stateDigest(state: TrainingState, slotsWhole: boolean): string {
   return crc64(state.params, ...(slotsWhole ? state.slots.map((slot) => slot.data) : []), state.buffers?.data ?? new Float32Array(0));
 }
 
-/** Int32 words of a rank's record: state (2), spot (2, with a flag word), 2 per shard of the run, then 3 per chunk of sharded state (a flag: 2 own, 1 a copy; the digest). */
-export const recordWords = (shards: number, chunks = 0): number => 5 + 2 * shards + 3 * chunks;
+/**
+ * Int32 words of a rank's record: state (2), spot (a flag word, the digest (2), its owner and
+ * shard), 2 per shard of the run, then 3 per chunk of sharded state (a flag: 2 own, 1 a copy; the digest).
+ */
+export const recordWords = (shards: number, chunks = 0): number => shardsAt + 2 * shards + 3 * chunks;
+const shardsAt = 7;
 
 /** This rank's record for the gather: absent digests are flagged, never read. */
 export function encodeRecord(digests: CheckDigests, shards: number, chunks = 0): Int32Array {
   const record = new Int32Array(recordWords(shards, chunks));
   for (const [c, { digest, own }] of digests.chunks ?? []) {
-    record[5 + 2 * shards + 3 * c] = own ? 2 : 1;
-    record.set(digestWords(digest), 6 + 2 * shards + 3 * c);
+    record[shardsAt + 2 * shards + 3 * c] = own ? 2 : 1;
+    record.set(digestWords(digest), shardsAt + 1 + 2 * shards + 3 * c);
   }
   record.set(digestWords(digests.state), 0);
   if (digests.spot !== undefined) {
     record[2] = 1;
-    record.set(digestWords(digests.spot), 3);
+    record.set(digestWords(digests.spot.digest), 3);
+    record[5] = digests.spot.owner;
+    record[6] = digests.spot.shard;
   }
-  for (const [shard, hex] of digests.shards) record.set(digestWords(hex), 5 + 2 * shard);
+  for (const [shard, hex] of digests.shards) record.set(digestWords(hex), shardsAt + 2 * shard);
   return record;
 }
 
@@ -112,17 +126,10 @@ export interface CheckFinding {
  * i-th record). State: the ranks off the majority's digest are suspect (no majority: nobody can
  * be named); so are, for each chunk of sharded state, the holders off the majority of its copies
  * (with two, nobody can be named). Gradients: each checker's digest against the owner's; a
- * mismatch between two ranks neither of which is already suspect goes to a third working rank,
- * when there is one.
+ * mismatch between two ranks neither of which is already suspect goes to a third working rank
+ * (one that recomputed a spot shard), when there is one.
  */
-export function firstRound(
-  ranks: readonly number[],
-  records: Int32Array,
-  shards: number,
-  assignments: readonly SpotAssignment[],
-  what: string,
-  chunks = 0,
-): CheckFinding {
+export function firstRound(ranks: readonly number[], records: Int32Array, shards: number, what: string, chunks = 0): CheckFinding {
   const words = recordWords(shards, chunks);
   const at = (rank: number): number => ranks.indexOf(rank) * words;
   const suspects = new Map<number, string>();
@@ -145,7 +152,7 @@ export function firstRound(
     for (const rank of ranks) if (!majority.includes(rank)) suspects.set(rank, what);
   }
   for (let c = 0; c < chunks; ++c) {
-    const at = 5 + 2 * shards + 3 * c;
+    const at = shardsAt + 2 * shards + 3 * c;
     const holders = ranks.filter((_, i) => records[i * words + at] !== 0);
     const copies = new Map<string, number[]>();
     for (const rank of holders) {
@@ -168,16 +175,17 @@ export function firstRound(
     }
     for (const rank of holders) if (!majority.includes(rank)) suspects.set(rank, label);
   }
+  const checkers = ranks.filter((rank) => records[at(rank) + 2] === 1);
   const disputes: Dispute[] = [];
-  for (const { checker, owner, shard } of assignments) {
-    if (suspects.has(checker) || suspects.has(owner) || !ranks.includes(checker) || !ranks.includes(owner)) continue;
+  for (const checker of checkers) {
     const mine = at(checker);
-    if (records[mine + 2] !== 1) continue;
-    const theirs = at(owner) + 5 + 2 * shard;
+    const [owner, shard] = [records[mine + 5], records[mine + 6]];
+    if (suspects.has(checker) || suspects.has(owner) || !ranks.includes(owner)) continue;
+    const theirs = at(owner) + shardsAt + 2 * shard;
     const digests: [string, string] = [hexOf(records[theirs], records[theirs + 1]), hexOf(records[mine + 3], records[mine + 4])];
     if (digests[0] !== digests[1]) disputes.push({ shard, owner, checker, digests });
   }
-  const workers = [...new Set(assignments.map((a) => a.checker))].sort((a, b) => a - b);
+  const workers = [...checkers].sort((a, b) => a - b);
   for (const dispute of disputes) {
     dispute.third = workers.find((r) => r !== dispute.owner && r !== dispute.checker && !suspects.has(r) && !involved(disputes, r));
     dispute.third ??= workers.find((r) => r !== dispute.owner && r !== dispute.checker && !suspects.has(r));

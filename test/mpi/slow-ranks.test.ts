@@ -3,7 +3,8 @@
 // alike; the leader, a middle rank or the last; slowness that comes and goes (the map follows, no
 // two changes closer than --slow-steps); a kill during a rebalance and a kill of the slow rank; with
 // sharded optimizer state (its chunks stay where they are); at S = N (nothing to move) and with a
-// spare, which takes the place of a rank evicted for staying far slower. Every run ends with the
+// spare, which takes the place of a rank evicted for staying far slower, and one kept through a
+// rebalance, which judges the checks for corruption alike. Every run ends with the
 // bits of the same run without the slowness, and reads from disk only the shards a rank had never
 // held (worked out from the rebalance events). In shrink mode moving shards would change the
 // samples each rank trains on: it is refused, and a slow rank there only costs time.
@@ -192,6 +193,18 @@ describe('slow ranks: found, their shards moved, the bits unchanged', function (
     assert.equal(rebalances(spared)[0].step, 6);
     const join = lines<EventRecord>(spared, 'events.jsonl').find((e) => e.event === 'join')!;
     assert.deepEqual([join.step, join.ranks], [10, [3]]);
+  });
+
+  it('a spare kept through a rebalance judges the checks for corruption with the working ranks (by what each checker recomputed: its map is not theirs): no failure, the bits', async () => {
+    const run = await train(4, '--shards', '6', '--spares', '1', ...slow(1, 3, 8), '--verify-every', '8');
+    await assertExact(run, 'S6', 6, 3);
+    assert.equal(rebalances(run)[0].step, 6);
+    const events = lines<EventRecord>(run, 'events.jsonl');
+    assert.deepEqual(
+      events.filter((e) => ['failure', 'corruption', 'stop'].includes(e.event)),
+      [],
+    );
+    assert.equal(summaryOf(run).world_final, 3);
   });
 
   it('with sharded optimizer state: the shards move, the chunks stay, the bits are those of the run without it', async () => {

@@ -22,8 +22,8 @@ const A = '00000000000000aa';
 const B = '00000000000000bb';
 const C = 'ffffffff000000cc';
 
-/** Every rank's record: the same state digest but where `states` says, shard s's gradient `G<s>`, and the spot digests given. */
-function gather(ranks: number[], shards: number, map: ShardMap, states: Record<number, string>, spots: Record<number, string>): Int32Array {
+/** Every rank's record: the same state digest but where `states` says, shard s's gradient `G<s>`, and the spots given. */
+function gather(ranks: number[], shards: number, map: ShardMap, states: Record<number, string>, spots: Record<number, Spot>): Int32Array {
   const words = recordWords(shards);
   const all = new Int32Array(ranks.length * words);
   ranks.forEach((rank, i) => {
@@ -34,9 +34,11 @@ function gather(ranks: number[], shards: number, map: ShardMap, states: Record<n
 }
 const gradient = (shard: number): string => (0x1000 + shard).toString(16).padStart(16, '0');
 
-/** Spot digests as an honest checker would get them (the owner's), but for the checkers in `wrong`. */
-function spots(assignments: readonly SpotAssignment[], wrong: Record<number, string> = {}): Record<number, string> {
-  return Object.fromEntries(assignments.map((a) => [a.checker, wrong[a.checker] ?? gradient(a.shard)]));
+type Spot = SpotAssignment & { digest: string };
+
+/** Spots as an honest checker would get them (the owner's digest), but for the checkers in `wrong`. */
+function spots(assignments: readonly SpotAssignment[], wrong: Record<number, string> = {}): Record<number, Spot> {
+  return Object.fromEntries(assignments.map((a) => [a.checker, { ...a, digest: wrong[a.checker] ?? gradient(a.shard) }]));
 }
 
 describe('silent data corruption: the check', () => {
@@ -69,7 +71,7 @@ describe('silent data corruption: the check', () => {
     const ranks = [0, 1, 2, 3];
     const map = ShardMap.initial(8, ranks);
     const assignments = spotAssignments(map, 3);
-    const finding = firstRound(ranks, gather(ranks, 8, map, {}, spots(assignments)), 8, assignments, 'parameters');
+    const finding = firstRound(ranks, gather(ranks, 8, map, {}, spots(assignments)), 8, 'parameters');
     assert.deepEqual([finding.suspects.size, finding.disputes.length, finding.unattributable], [0, 0, undefined]);
   });
 
@@ -77,9 +79,9 @@ describe('silent data corruption: the check', () => {
     const ranks = [0, 1, 2, 3];
     const map = ShardMap.initial(4, ranks);
     const assignments = spotAssignments(map, 0);
-    const one = firstRound(ranks, gather(ranks, 4, map, { 3: B }, spots(assignments)), 4, assignments, 'parameters');
+    const one = firstRound(ranks, gather(ranks, 4, map, { 3: B }, spots(assignments)), 4, 'parameters');
     assert.deepEqual([...one.suspects], [[3, 'parameters']]);
-    const split = firstRound(ranks, gather(ranks, 4, map, { 2: B, 3: B }, spots(assignments)), 4, assignments, 'parameters');
+    const split = firstRound(ranks, gather(ranks, 4, map, { 2: B, 3: B }, spots(assignments)), 4, 'parameters');
     assert.equal(split.unattributable, "the ranks' parameters digests differ with no majority (ranks 0, 1 | 2, 3)");
     assert.deepEqual(split.involved, [0, 1, 2, 3]);
   });
@@ -89,7 +91,7 @@ describe('silent data corruption: the check', () => {
     const map = ShardMap.initial(6, ranks);
     const assignments = spotAssignments(map, 1);
     const bad = assignments.find((a) => a.owner === 1)!;
-    const finding = firstRound(ranks, gather(ranks, 6, map, {}, spots(assignments, { [bad.checker]: C })), 6, assignments, 'parameters');
+    const finding = firstRound(ranks, gather(ranks, 6, map, {}, spots(assignments, { [bad.checker]: C })), 6, 'parameters');
     assert.equal(finding.disputes.length, 1);
     const [dispute] = finding.disputes;
     assert.deepEqual([dispute.shard, dispute.owner, dispute.checker], [bad.shard, 1, bad.checker]);
@@ -108,11 +110,35 @@ describe('silent data corruption: the check', () => {
     );
   });
 
+  it("a spare, whose shard map a rebalance left as it was, judges from the checkers' records alike: nothing disputed where they match, and a dispute's third rank is a checker, never the spare", () => {
+    const ranks = [0, 1, 2, 3];
+    const workers = [0, 1, 2];
+    const rebalanced = ShardMap.initial(6, workers).withCounts(
+      new Map([
+        [0, 3],
+        [1, 1],
+        [2, 2],
+      ]),
+    );
+    // what the spare (rank 3) would have taken for the rotation, from the map before the rebalance
+    const stale = spotAssignments(ShardMap.initial(6, workers), 1);
+    const assignments = spotAssignments(rebalanced, 1);
+    assert.notDeepEqual(stale, assignments);
+    const clean = firstRound(ranks, gather(ranks, 6, rebalanced, {}, spots(assignments)), 6, 'parameters');
+    assert.deepEqual([clean.suspects.size, clean.disputes.length, clean.unattributable], [0, 0, undefined]);
+    const bad = assignments[0];
+    const disputed = firstRound(ranks, gather(ranks, 6, rebalanced, {}, spots(assignments, { [bad.checker]: C })), 6, 'parameters');
+    assert.deepEqual(
+      disputed.disputes.map((d) => [d.owner, d.checker, d.shard, d.third]),
+      [[bad.owner, bad.checker, bad.shard, workers.find((r) => r !== bad.owner && r !== bad.checker)]],
+    );
+  });
+
   it('two working ranks: a dispute names both and nobody is suspect', () => {
     const ranks = [0, 1];
     const map = ShardMap.initial(2, ranks);
     const assignments = spotAssignments(map, 0);
-    const finding = firstRound(ranks, gather(ranks, 2, map, {}, spots(assignments, { 0: C })), 2, assignments, 'parameters');
+    const finding = firstRound(ranks, gather(ranks, 2, map, {}, spots(assignments, { 0: C })), 2, 'parameters');
     assert.equal(
       finding.unattributable,
       "ranks 0 and 1 computed shard 1's gradient with different bits, and no third rank can tell which is wrong",
@@ -125,13 +151,7 @@ describe('silent data corruption: the check', () => {
     const map = ShardMap.initial(4, ranks);
     const assignments = spotAssignments(map, 2);
     const checker = assignments.find((a) => a.owner === 2)!.checker;
-    const finding = firstRound(
-      ranks,
-      gather(ranks, 4, map, { [checker]: B }, spots(assignments, { [checker]: C })),
-      4,
-      assignments,
-      'parameters',
-    );
+    const finding = firstRound(ranks, gather(ranks, 4, map, { [checker]: B }, spots(assignments, { [checker]: C })), 4, 'parameters');
     assert.deepEqual([...finding.suspects.keys()], [checker]);
     assert.equal(finding.disputes.length, 0);
   });
@@ -155,7 +175,7 @@ describe('silent data corruption: the check', () => {
       });
       return all;
     };
-    const decide = (copyHolders: number[][], bad: number) => firstRound(ranks, records(copyHolders, bad), 3, assignments, 'state', 3);
+    const decide = (copyHolders: number[][], bad: number) => firstRound(ranks, records(copyHolders, bad), 3, 'state', 3);
     const everyOther = [
       [1, 2],
       [0, 2],
