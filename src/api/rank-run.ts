@@ -180,7 +180,7 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     }
     job.logger.info('end', { ...result });
   } catch (error) {
-    const stop = await job.stopped(error, manager, options.checkpointDir, options.resume);
+    const stop = await job.stopped(error, manager, options.checkpointDir, resume?.dir);
     if (stop.leave) return { exitCode: stop.code };
     code = stop.code;
   }

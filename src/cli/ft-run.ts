@@ -43,7 +43,7 @@ ${[
   'holds a complete summary.json or a clean stop, 1 if the job ended without finishing, 2 on bad input',
   "or no ULFM, otherwise mpirun's own. With --max-restarts R, a job that ends without finishing (not",
   'one stopped by Ctrl-C) starts again, up to R times, from the newest complete checkpoint (its own, else',
-  'the one its --resume named) into the same',
+  'the one it resumed from) into the same',
   'run directory, on the hosts that still answer (over ssh, or to srun inside a Slurm allocation) with',
   'as many ranks as their slots allow (at most N), leaving out --drill points it already reached; one',
   'line and one restart event each. With --script, every rank runs `node --single-threaded-gc FILE',
@@ -108,6 +108,14 @@ function lastStop(runDir: string, from: number): StopRecord | undefined {
   return recordsFrom<StopRecord>(path.join(runDir, runFiles.events), from)
     .filter((record) => record.event === 'stop')
     .at(-1);
+}
+
+/** The checkpoint this job resumed from (its `resume` event's), if it did. */
+function resumedFrom(runDir: string, was: Before): string | undefined {
+  const from = recordsFrom<Partial<{ event: string; from: string }>>(path.join(runDir, runFiles.events), was.eventsFrom).find(
+    (record) => record.event === 'resume',
+  )?.from;
+  return typeof from === 'string' ? from : undefined;
 }
 
 /**
@@ -344,12 +352,21 @@ async function main(): Promise<number> {
     const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was), lastStop(runDir, was.eventsFrom));
     if (ended.unfinished === undefined) return ended.code;
     if (stopAsked || restarts === maxRestarts) {
-      console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir, trainFlag(trainArgs, 'resume'))}`);
+      console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir, resumedFrom(runDir, was))}`);
       return ended.code;
     }
     let restart: Restart;
     try {
-      restart = await planRestart({ runDir, checkpointDir, trainArgs, ranks, hostfile, sshConfig, number: restarts + 1 });
+      restart = await planRestart({
+        runDir,
+        checkpointDir,
+        resumedFrom: resumedFrom(runDir, was),
+        trainArgs,
+        ranks,
+        hostfile,
+        sshConfig,
+        number: restarts + 1,
+      });
     } catch (error) {
       if (!(error instanceof NoRestart)) throw error;
       console.error(`ft-run: ${ended.unfinished}; cannot restart: ${error.message}`);
@@ -396,20 +413,20 @@ function outcome(
     );
     return { code: 0 };
   }
-  // the ranks stopped on a SIGTERM sent to one of them and killed the spawned ranks not yet joined,
-  // whose deaths mpirun counts
+  // the ranks killed the spawned ranks not yet joined at the stop: mpirun counts their deaths too
   const givenUp = stop?.spawned_given_up ?? [];
-  if (code !== 0 && why === undefined && !summary && givenUp.length > 0) {
-    console.error(
-      `ft-run: mpirun exited ${code} (it counts the --respawn rank(s) ${givenUp.join(', ')}, given up at the stop, against the job), but the ranks stopped cleanly on SIGTERM: exit 0`,
-    );
+  const counted =
+    givenUp.length > 0 ? ` (it counts the --respawn rank(s) ${givenUp.join(', ')}, given up at the stop, against the job)` : '';
+  // the stop asked for here was clean (mpirun also counts a newcomer lost earlier)
+  if (code !== 0 && stopAsked && why === undefined && !summary) {
+    console.error(`ft-run: mpirun exited ${code}${counted}, but the ranks stopped cleanly on the SIGTERM asked for: exit 0`);
     return { code: 0 };
   }
   // a stop on SIGTERM that nobody here asked for: mpirun ending the job, as PRRTE does when it loses a host's daemon
   if (code !== 0 && !stopAsked && why === undefined)
     return {
       code,
-      unfinished: `mpirun ended the job (exit ${code}; it does so when it loses a host or its daemon) and the ranks stopped cleanly`,
+      unfinished: `mpirun ended the job (exit ${code}; it does so when it loses a host or its daemon)${counted} and the ranks stopped cleanly`,
     };
   if (code !== 0) return { code, unfinished: `mpirun exited ${code} and the run did not finish: ${why ?? 'stopped'}` };
   if (why === undefined) return { code: 0 };

@@ -35,6 +35,8 @@ export interface Restart {
 export interface EndedJob {
   runDir: string;
   checkpointDir: string;
+  /** the checkpoint the job started from (its resume event's), if it resumed */
+  resumedFrom?: string;
   trainArgs: string[];
   ranks: number;
   hostfile?: string;
@@ -50,7 +52,7 @@ export class NoRestart extends Error {}
 export async function planRestart(job: EndedJob): Promise<Restart> {
   let found;
   try {
-    found = findJobCheckpoint(job.checkpointDir, trainFlag(job.trainArgs, 'resume'));
+    found = findJobCheckpoint(job.checkpointDir, job.resumedFrom);
   } catch (error) {
     throw new NoRestart((error as Error).message, { cause: error });
   }

@@ -280,7 +280,7 @@ export class RankJob {
   /**
    * The run stopped with `error` (a ProtocolStop, or this rank's own error, which the Manager turns
    * into a stop of every rank): the stop's one line, and its exit code. `checkpointDir`, or else
-   * `resumedFrom` (the run's --resume): where the lines point a user to resume from.
+   * `resumedFrom` (the checkpoint the run resumed from): where the lines point a user to resume from.
    */
   async stopped(
     error: unknown,

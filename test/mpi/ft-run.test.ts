@@ -483,9 +483,18 @@ describe('launch/ft-run', function () {
       );
     });
 
-    it('SIGTERM to ft-run: the ranks checkpoint and stop cleanly, exit 0', async () => {
-      const runDir = path.join(scratch, 'stopped');
-      const running = launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '1000000'], process.env, 90_000);
+    /**
+     * `launch(args)` for a job that trains until stopped: once `file` in its run directory holds
+     * `text`, ft-run (its pid is in the ranks' environment, FT_RUN_JOB) gets a SIGTERM. The job's
+     * result, and its stop events.
+     */
+    async function stopOnceWritten(
+      runDir: string,
+      args: string[],
+      file: string,
+      text: string,
+    ): Promise<{ job: JobResult<never>; stops: { reason?: string; spawned_given_up?: number[] }[] }> {
+      const running = launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '1000000', ...args], process.env, 90_000);
       let ended = false;
       running.then(
         () => {
@@ -495,13 +504,12 @@ describe('launch/ft-run', function () {
           ended = true;
         },
       );
-      // ft-run's pid is in the ranks' environment (FT_RUN_JOB); signal it once a step is committed
-      const metrics = path.join(runDir, 'metrics.jsonl');
-      while (!ended && !(fs.existsSync(metrics) && fs.readFileSync(metrics, 'utf8').includes('\n')))
+      const watched = path.join(runDir, file);
+      while (!ended && !(fs.existsSync(watched) && fs.readFileSync(watched, 'utf8').includes(text)))
         await new Promise((r) => setTimeout(r, 50));
       if (ended) {
         const early = await running;
-        assert.fail(`the job ended before its first step (exit ${early.code})\n${early.stdout}\n${early.stderr}`);
+        assert.fail(`the job ended before ${file} held ${text} (exit ${early.code})\n${early.stdout}\n${early.stderr}`);
       }
       const rankPid = readPid(path.join(runDir, 'pids'), 0);
       const launcher = fs
@@ -510,19 +518,53 @@ describe('launch/ft-run', function () {
         .find((v) => v.startsWith('FT_RUN_JOB='))!;
       process.kill(Number(launcher.slice('FT_RUN_JOB='.length)), 'SIGTERM');
       const job = await running;
-      assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
-      assert.ok(job.stderr.includes('ft-run: SIGTERM: asked 2 rank(s) to checkpoint and stop'), job.stderr);
       const stops = fs
         .readFileSync(path.join(runDir, 'events.jsonl'), 'utf8')
         .trim()
         .split('\n')
-        .map((l) => JSON.parse(l) as { event: string; reason?: string })
+        .map((l) => JSON.parse(l) as { event: string; reason?: string; spawned_given_up?: number[] })
         .filter((e) => e.event === 'stop');
+      assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
+      return { job, stops };
+    }
+
+    it('SIGTERM to ft-run: the ranks checkpoint and stop cleanly, exit 0', async () => {
+      const { job, stops } = await stopOnceWritten(path.join(scratch, 'stopped'), [], 'metrics.jsonl', '\n');
+      assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
+      assert.ok(job.stderr.includes('ft-run: SIGTERM: asked 2 rank(s) to checkpoint and stop'), job.stderr);
       assert.deepEqual(
         stops.map((e) => e.reason),
         ['sigterm'],
       );
-      assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
+    });
+
+    it('SIGTERM to ft-run while a --respawn newcomer has not joined: the stop gives it up and names it, mpirun counts its death, ft-run exits 0 with one line', async () => {
+      // rank 1 killed at step 3; its newcomer, rank 2, stopped before it is ready: given up only
+      // half the comm deadline (6 s) after its spawn, unless the stop comes first
+      const newcomerStopped = [
+        '--respawn',
+        '--hang-timeout',
+        '4',
+        '--drill',
+        'rank=1,step=3',
+        '--drill',
+        'rank=2,step=3,phase=ready,action=stop',
+      ];
+      const { job, stops } = await stopOnceWritten(
+        path.join(scratch, 'stopped-newcomer'),
+        newcomerStopped,
+        'events.jsonl',
+        '"event":"spawn"',
+      );
+      assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
+      assert.deepEqual(
+        stops.map((e) => [e.reason, e.spawned_given_up]),
+        [['sigterm', [2]]],
+      );
+      assert.match(
+        job.stderr,
+        /^ft-run: mpirun exited \d+ \(it counts the --respawn rank\(s\) 2, given up at the stop, against the job\), but the ranks stopped cleanly on the SIGTERM asked for: exit 0$/m,
+      );
     });
   });
 });

@@ -112,15 +112,16 @@ describe('silent data corruption: the check', () => {
 
   it("a spare, whose shard map a rebalance left as it was, judges from the checkers' records alike: nothing disputed where they match, and a dispute's third rank is a checker, never the spare", () => {
     const ranks = [0, 1, 2, 3];
-    const workers = [0, 1, 2];
+    // the spare is the lowest rank: a third rank picked from every rank, not the checkers, would be it
+    const workers = [1, 2, 3];
     const rebalanced = ShardMap.initial(6, workers).withCounts(
       new Map([
-        [0, 3],
-        [1, 1],
-        [2, 2],
+        [1, 3],
+        [2, 1],
+        [3, 2],
       ]),
     );
-    // what the spare (rank 3) would have taken for the rotation, from the map before the rebalance
+    // what the spare (rank 0) would have taken for the rotation, from the map before the rebalance
     const stale = spotAssignments(ShardMap.initial(6, workers), 1);
     const assignments = spotAssignments(rebalanced, 1);
     assert.notDeepEqual(stale, assignments);
