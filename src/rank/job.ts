@@ -291,8 +291,12 @@ export class RankJob {
     this.progress.endBar(); // the stop's lines print below the bar, which stays where the run stopped
     const stop = error instanceof ProtocolStop ? error : await this.stopForError(error as Error, manager);
     this.logger.warn(`${stopLogPrefix(stop.reason)}${stop.message}`);
+    // every stop but the minority's is recorded (sigterm and min-ranks by the Manager): launch/ft-run
+    // sees by it that the run ended, and bounds its wait for an mpirun that waits on a host it cannot reach
     if (stop.reason === 'error' && manager.world.isLeader)
       this.observer.event({ event: 'stop', step: manager.step, reason: 'error', ranks: stop.erred });
+    if ((stop.reason === 'state-lost' || stop.reason === 'corruption') && manager.world.isLeader)
+      this.observer.event({ event: 'stop', step: manager.step, reason: stop.reason });
     if (stop.reason === 'minority') {
       // the other side trains on and owns the run directory: one line from this side's lowest rank, nothing written
       if (this.worldRank === manager.world.liveRanks[0]) console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
@@ -308,6 +312,9 @@ export class RankJob {
       this.disarm();
       if (!claimStopLine(this.pidsDir)) return { code: 0, leave: true };
       console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
+      // the rank that claimed the line records the stop, leader or not (the others write nothing more)
+      this.runLog.setLeader(true);
+      this.observer.event({ event: 'stop', step: manager.step, reason: 'unrecoverable' });
       const others = this.world!.worldRanks.filter((r) => r !== this.worldRank);
       killDeclaredDead(this.pidsDir, others);
       await peersGone(this.pidsDir, others, this.bounds.commMs);

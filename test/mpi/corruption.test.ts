@@ -159,6 +159,12 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       run.stdout,
     );
     assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
+    assert.deepEqual(
+      lines<EventRecord>(run, 'events.jsonl')
+        .filter((e) => e.event === 'stop')
+        .map((e) => [e.step, e.reason]),
+      [[4, 'corruption']],
+    );
   });
 
   it("a kill during the eviction's recovery: repaired again, the same bits", async () => {

@@ -166,6 +166,14 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
       assert.equal(lines.length, 1, `${action}: ${stopped.job.stderr}`);
       assert.match(lines[0], /^ft-train: rank [03]: the communicator could not be repaired in 1 attempt at step 10$/);
       assert.ok(!fs.existsSync(path.join(stopped.dir, 'summary.json')), `${action}: a summary was written`);
+      // recorded once, by the rank that printed the line
+      assert.deepEqual(
+        eventsOf(stopped)
+          .filter((e) => e.event === 'stop')
+          .map((e) => [e.step, e.reason]),
+        [[10, 'unrecoverable']],
+        action,
+      );
     }
   });
 

@@ -174,5 +174,12 @@ describe('sharded optimizer state', function () {
     assert.ok(
       !fs.existsSync(path.join(run.dir, 'ckpt')) || fs.readdirSync(path.join(run.dir, 'ckpt')).every((name) => name === '.made-by-run'),
     );
+    // the stop is recorded: launch/ft-run knows by it that the run ended
+    assert.deepEqual(
+      events(run.dir)
+        .filter((e) => e.event === 'stop')
+        .map((e) => [e.step, e.reason]),
+      [[5, 'state-lost']],
+    );
   });
 });
