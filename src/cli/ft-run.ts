@@ -17,7 +17,7 @@ import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainC
 import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { frozenRankMs, hangBounds, minorityStopMs } from '../liveness/hang-bounds';
 import { rankLogName, runFiles } from '../run/files';
-import { rankList, signalRanks } from '../run/pids';
+import { goneFromHere, rankList, readPidFile, signalRanks } from '../run/pids';
 import { fileSize, readObject, recordsFrom } from '../run/reader';
 import { stopLogPrefix } from '../run/records';
 import { appendRunEvent } from '../run/writer';
@@ -140,6 +140,31 @@ function cutOffRanksStopped(runDir: string, was: Before): number[] | undefined {
 }
 
 /**
+ * This host's ranks of the job, once every one of them is gone and logged its minority stop: the
+ * side of a cut link away from the rest, here, where mpirun runs. The other side writes the run on
+ * if it is a majority; after an even split (both sides stop) nobody does, while mpirun waits on the
+ * other side's host for good. Undefined before that, or where this host ran none of the job's ranks.
+ */
+function minorityHere(runDir: string, was: Before): number[] | undefined {
+  const pidsDir = path.join(runDir, runFiles.pids);
+  const logOf = (rank: number) => {
+    const name = rankLogName(rank);
+    return recordsFrom<Partial<{ message: string }>>(path.join(runDir, runFiles.logs, name), was.logsFrom.get(name) ?? 0);
+  };
+  // this job's ranks here: a pid file naming this host, and lines in this job's part of their log
+  const here = rankList(pidsDir).filter((rank) => readPidFile(pidsDir, rank)?.host === os.hostname() && logOf(rank).length > 0);
+  const stoppedAsMinority = (rank: number) =>
+    goneFromHere(pidsDir, rank) &&
+    logOf(rank).some((entry) => typeof entry.message === 'string' && entry.message.startsWith(stopLogPrefix('minority')));
+  return here.length > 0 && here.every(stoppedAsMinority) ? here : undefined;
+}
+
+/** The sizes of the run's metrics and events: what changes while any rank still writes the run. */
+function runWritten(runDir: string): string {
+  return `${fileSize(path.join(runDir, runFiles.metrics))} ${fileSize(path.join(runDir, runFiles.events))}`;
+}
+
+/**
  * Sends SIGTERM to the job's ranks on this host: the pids in <run-dir>/pids/ whose environment
  * carries `marker` (a pid file left by an earlier job, or one from another host, names some other
  * process). One rank's request stops every rank at the next step boundary. Returns how many it signalled.
@@ -172,7 +197,9 @@ function endGrace(job: Command, trainArgs: string[]): { ms: number; why: string 
  * Runs the job with the terminal's stdout and stderr; resolves to mpirun's exit code and whether
  * ft-run asked the ranks to stop. mpirun waits for every host's ranks, and one behind a cut link
  * never reports: once the run has ended (summary.json or a stop), mpirun gets `endGrace`, then
- * ft-run ends it. A rank of the job on this host stopped for good for `hungMs` is killed (FrozenRanks).
+ * ft-run ends it; so it does `endGrace` after the run directory last changed once this host's
+ * ranks stopped as a minority (minorityHere). A rank of the job on this host stopped for good for
+ * `hungMs` is killed (FrozenRanks).
  */
 function runJob(
   job: Command,
@@ -222,20 +249,32 @@ function runJob(
   // every 200 ms: a tighter poll of the run directory stalls training steps on small machines
   let endedAt: number | undefined;
   let killTimer: NodeJS.Timeout | undefined;
+  // since when this host's ranks stopped as a minority and nothing came to the run directory
+  let quiet: { since: number; written: string } | undefined;
   const watch = setInterval(() => {
     const hung = frozen.killHung(Date.now());
     if (hung !== null) console.error(`ft-run: ${hung}`);
+    if (killTimer !== undefined) return;
     endedAt ??= runEnded(runDir, was) ? Date.now() : undefined;
-    if (endedAt === undefined || killTimer !== undefined) return;
-    const waited = Date.now() - endedAt;
-    const stopped = waited >= mpirunEndMs ? cutOffRanksStopped(runDir, was) : undefined;
-    if (stopped !== undefined)
+    if (endedAt === undefined) {
+      const minority = job.hosts > 1 ? minorityHere(runDir, was) : undefined;
+      const written = runWritten(runDir);
+      if (minority === undefined || quiet?.written !== written) quiet = minority && { since: Date.now(), written };
+      if (quiet === undefined || Date.now() - quiet.since < endGrace.ms) return;
       console.error(
-        `ft-run: the run completed and the rank(s) it lost (${stopped.join(', ')}) stopped as a minority, but mpirun has not ended (it waits on a host it cannot reach): ending it`,
+        `ft-run: this host's rank(s) ${minority!.join(', ')} stopped as a minority and nothing came to the run directory from the others for ${endGrace.ms / 1000} s (both sides of a cut stopped?), but mpirun has not ended (it waits on a host it cannot reach): ending it`,
       );
-    else if (waited >= endGrace.ms)
-      console.error(`ft-run: the run ended ${endGrace.ms / 1000} s ago but mpirun has not (${endGrace.why}): ending it`);
-    else return;
+    } else {
+      const waited = Date.now() - endedAt;
+      const stopped = waited >= mpirunEndMs ? cutOffRanksStopped(runDir, was) : undefined;
+      if (stopped !== undefined)
+        console.error(
+          `ft-run: the run completed and the rank(s) it lost (${stopped.join(', ')}) stopped as a minority, but mpirun has not ended (it waits on a host it cannot reach): ending it`,
+        );
+      else if (waited >= endGrace.ms)
+        console.error(`ft-run: the run ended ${endGrace.ms / 1000} s ago but mpirun has not (${endGrace.why}): ending it`);
+      else return;
+    }
     endJob();
     killTimer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 5000);
   }, 200);

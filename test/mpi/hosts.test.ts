@@ -5,6 +5,7 @@
 // lost shards. The whole host lost, its daemon too: PRRTE 3.0.8 ends the job, after the survivors'
 // JIT checkpoint, and --resume on the hosts left gives the same bits. A host cut off the network:
 // the majority carries on with the same bits, the cut-off side stops without writing, mpirun ends.
+// An even split (two hosts of a rank each, one cut off): both sides stop, ft-run ends mpirun.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -138,6 +139,35 @@ describe('across hosts (network namespaces with sshd)', function () {
     assert.match(
       run.stderr,
       /ft-run: the run completed and the rank\(s\) it lost \(2, 5\) stopped as a minority, but mpirun has not ended \(it waits on a host it cannot reach\): ending it/,
+    );
+  });
+
+  it('an even split (host1 and host2, a rank each, host2 cut off): both sides stop as a minority and write nothing more; ft-run ends the mpirun that waits on host2 9T + 10 s after the last write, one line, exit non-zero', async () => {
+    const two = path.join(scratch, 'hosts-1-2');
+    fs.writeFileSync(two, 'host1 slots=1\nhost2 slots=1\n');
+    const run = await ftRun(2, ['--hang-timeout', '1', '--drill', 'rank=1,step=3,action=cut'], two).finally(() => hosts.mend('host2'));
+    assert.notEqual(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
+    assert.deepEqual(
+      lines<StepRecord>(run, 'metrics.jsonl').map((r) => r.step),
+      [0, 1, 2],
+    );
+    // the leader recorded the failure before it found itself a minority; nothing after it
+    assert.deepEqual(
+      lines<EventRecord>(run, 'events.jsonl').map((e) => e.event),
+      ['start', 'failure'],
+    );
+    for (const rank of [0, 1])
+      assert.match(
+        fs.readFileSync(path.join(run.dir, 'logs', `rank-${rank}.log`), 'utf8'),
+        /stop: minority: 1 rank\(s\) left of the last agreed world of 2, and 1 lost on hosts where no survivor can see them gone/,
+      );
+    assert.deepEqual(
+      run.stderr.split('\n').filter((line) => line.startsWith('ft-run: ')),
+      [
+        "ft-run: this host's rank(s) 0 stopped as a minority and nothing came to the run directory from the others for 19 s (both sides of a cut stopped?), but mpirun has not ended (it waits on a host it cannot reach): ending it",
+        `ft-run: mpirun exited ${run.code} and the run did not finish: no summary.json in ${run.dir}; no complete checkpoint to go back to`,
+      ],
     );
   });
 });
