@@ -372,15 +372,24 @@ export class Membership {
     const ok = await vote.completes('spawn', async () => {
       this.enter('spawning'); // the drill point while the leader launches them
       if (!root) return;
+      let returned = false;
       try {
         port = await withDeadline(
-          reserve !== undefined
+          (reserve !== undefined
             ? wakeReserve(reserve, respawn.args(firstId, step))
-            : this.everyone.spawn(respawn.command, respawn.args(firstId, step), count),
+            : this.everyone.spawn(respawn.command, respawn.args(firstId, step), count)
+          ).finally(() => {
+            returned = true;
+          }),
           this.config.commTimeoutMs,
           reserve !== undefined ? 'the wake of a reserve' : 'PMIx_Spawn',
         );
       } catch (error) {
+        if (!returned)
+          await this.leaveStuck(
+            ids,
+            `step ${step}: ${reserve !== undefined ? 'the wake of a reserve' : 'PMIx_Spawn'} did not return within ${this.config.commTimeoutMs} ms`,
+          );
         if (isFailure(error)) throw error;
         impossible = (error as Error).message;
       }
@@ -414,6 +423,19 @@ export class Membership {
         '(no host can take it, or an MPI without spawn support); going on with the survivors, --respawn off',
     );
     return true;
+  }
+
+  /**
+   * The launch of `ids` did not return (`what`): the comm thread is inside that blocking call for
+   * good (the runtime unreachable: its host cut off?), so no later MPI call of this rank can run, and
+   * none of its deadlines would be kept. It leaves as a failed rank (a line in its log), which its
+   * peers recover from as from a kill; the ranks it was launching are given up.
+   */
+  private async leaveStuck(ids: number[], what: string): Promise<never> {
+    await this.leaveSpawned({ ids });
+    this.observer.log(`${what} (the runtime unreachable?): this rank's MPI is stuck in it; leaving as failed`);
+    process.kill(process.pid, 'SIGKILL');
+    return new Promise<never>(() => undefined);
   }
 
   /**
