@@ -140,10 +140,10 @@ function cutOffRanksStopped(runDir: string, was: Before): number[] | undefined {
 }
 
 /**
- * This host's ranks of the job, once every one of them is gone and logged its minority stop: the
- * side of a cut link away from the rest, here, where mpirun runs. The other side writes the run on
- * if it is a majority; after an even split (both sides stop) nobody does, while mpirun waits on the
- * other side's host for good. Undefined before that, or where this host ran none of the job's ranks.
+ * This host's ranks that stopped as a minority, once every rank of the job on this host is gone
+ * and one of them at least did: the side of a cut link away from the rest is here, where mpirun
+ * runs. The other side writes the run on if it is a majority; after an even split (both sides
+ * stop) nobody does, while mpirun waits on the other side's host for good. Undefined before that.
  */
 function minorityHere(runDir: string, was: Before): number[] | undefined {
   const pidsDir = path.join(runDir, runFiles.pids);
@@ -151,12 +151,13 @@ function minorityHere(runDir: string, was: Before): number[] | undefined {
     const name = rankLogName(rank);
     return recordsFrom<Partial<{ message: string }>>(path.join(runDir, runFiles.logs, name), was.logsFrom.get(name) ?? 0);
   };
-  // this job's ranks here: a pid file naming this host, and lines in this job's part of their log
-  const here = rankList(pidsDir).filter((rank) => readPidFile(pidsDir, rank)?.host === os.hostname() && logOf(rank).length > 0);
-  const stoppedAsMinority = (rank: number) =>
-    goneFromHere(pidsDir, rank) &&
-    logOf(rank).some((entry) => typeof entry.message === 'string' && entry.message.startsWith(stopLogPrefix('minority')));
-  return here.length > 0 && here.every(stoppedAsMinority) ? here : undefined;
+  // the ranks here (a pid file naming this host: an earlier job's are gone too), all gone, before any log is read
+  const here = rankList(pidsDir).filter((rank) => readPidFile(pidsDir, rank)?.host === os.hostname());
+  if (here.length === 0 || !here.every((rank) => goneFromHere(pidsDir, rank))) return undefined;
+  const stopped = here.filter((rank) =>
+    logOf(rank).some((entry) => typeof entry.message === 'string' && entry.message.startsWith(stopLogPrefix('minority'))),
+  );
+  return stopped.length > 0 ? stopped : undefined;
 }
 
 /** The sizes of the run's metrics and events: what changes while any rank still writes the run. */
@@ -207,7 +208,7 @@ function runJob(
   was: Before,
   endGrace: { ms: number; why: string },
   hungMs: number,
-): Promise<{ code: number; stopAsked: boolean }> {
+): Promise<{ code: number; stopAsked: boolean; endedByMinority: boolean }> {
   const marker = `FT_RUN_JOB=${process.pid}`;
   const pidsDir = path.join(runDir, runFiles.pids);
   const frozen = new FrozenRanks(pidsDir, [marker], hungMs);
@@ -247,25 +248,29 @@ function runJob(
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   // every 200 ms: a tighter poll of the run directory stalls training steps on small machines
-  let endedAt: number | undefined;
   let killTimer: NodeJS.Timeout | undefined;
-  // since when this host's ranks stopped as a minority and nothing came to the run directory
-  let quiet: { since: number; written: string } | undefined;
+  // since when the run ended (or this host's ranks stopped as a minority) and nothing more came to
+  // the run directory: a stop from a cut-off rank may come while the others still write the run
+  let quiet: { since: number; written: string; ended: boolean } | undefined;
+  let endedByMinority = false;
   const watch = setInterval(() => {
     const hung = frozen.killHung(Date.now());
     if (hung !== null) console.error(`ft-run: ${hung}`);
     if (killTimer !== undefined) return;
-    endedAt ??= runEnded(runDir, was) ? Date.now() : undefined;
-    if (endedAt === undefined) {
-      const minority = job.hosts > 1 ? minorityHere(runDir, was) : undefined;
-      const written = runWritten(runDir);
-      if (minority === undefined || quiet?.written !== written) quiet = minority && { since: Date.now(), written };
-      if (quiet === undefined || Date.now() - quiet.since < endGrace.ms) return;
+    const ended = runEnded(runDir, was);
+    const minority = ended || job.hosts === 1 ? undefined : minorityHere(runDir, was);
+    const written = runWritten(runDir);
+    if ((!ended && minority === undefined) || quiet?.written !== written || quiet.ended !== ended)
+      quiet = ended || minority !== undefined ? { since: Date.now(), written, ended } : undefined;
+    if (quiet === undefined) return;
+    const waited = Date.now() - quiet.since;
+    if (!ended) {
+      if (waited < endGrace.ms) return;
+      endedByMinority = true;
       console.error(
         `ft-run: this host's rank(s) ${minority!.join(', ')} stopped as a minority and nothing came to the run directory from the others for ${endGrace.ms / 1000} s (both sides of a cut stopped?), but mpirun has not ended (it waits on a host it cannot reach): ending it`,
       );
     } else {
-      const waited = Date.now() - endedAt;
       const stopped = waited >= mpirunEndMs ? cutOffRanksStopped(runDir, was) : undefined;
       if (stopped !== undefined)
         console.error(
@@ -294,7 +299,7 @@ function runJob(
       stopWatching();
       // what mpirun started and left behind here (ssh, in a session of its own, to a host it cannot reach)
       killJobProcesses(marker, true);
-      resolve({ code: code ?? 128 + (os.constants.signals[signal!] ?? 0), stopAsked: stopTimer !== undefined });
+      resolve({ code: code ?? 128 + (os.constants.signals[signal!] ?? 0), stopAsked: stopTimer !== undefined, endedByMinority });
     });
   });
 }
@@ -379,7 +384,7 @@ async function main(): Promise<number> {
   let restartHosts: string | undefined;
   for (let restarts = 0; ; ++restarts) {
     const was = before(runDir);
-    const { code, stopAsked } = await runJob(
+    const { code, stopAsked, endedByMinority } = await runJob(
       job,
       runDir,
       was,
@@ -392,6 +397,13 @@ async function main(): Promise<number> {
     if (ended.unfinished === undefined) return ended.code;
     if (stopAsked || restarts === maxRestarts) {
       console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir, resumedFrom(runDir, was))}`);
+      return ended.code;
+    }
+    // the other side of the cut may be a majority still training, unseen from here: no second job beside it
+    if (endedByMinority) {
+      console.error(
+        `ft-run: ${ended.unfinished}; not restarting (the other side of the cut may still train); ${newestCheckpoint(checkpointDir, resumedFrom(runDir, was))}`,
+      );
       return ended.code;
     }
     let restart: Restart;

@@ -7,7 +7,7 @@
 // Spares hold no shards: they only vote and receive each step's outcome, so that any of them can
 // take a lost rank's place, and its shards, in the recovery.
 import { crc64 } from '../base/checksum';
-import { isFailure, wakeReserve, dismissReserves, type Communicator } from '../comm';
+import { CommTimeoutError, isFailure, wakeReserve, dismissReserves, type Communicator } from '../comm';
 import { ShardMap } from '../data/shard-map';
 import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../liveness/stop';
@@ -83,6 +83,10 @@ export class Membership {
    * rank launched them (with the port they connect to), and the link to them once accepted
    */
   private spawned?: { ids: number[]; started: number; root: boolean; port: string; woken: boolean; link?: Communicator };
+  /** the rank that launched the last spawn, where a failure interrupted it */
+  private failedSpawnRoot?: number;
+  /** spawns in a row that lost the rank launching them */
+  private spawnRootsLost = 0;
 
   constructor(
     private readonly config: Pick<
@@ -358,6 +362,15 @@ export class Membership {
   private async spawn(count: number, vote: Vote): Promise<boolean> {
     const respawn = this.config.respawn!;
     const step = this.position.step;
+    // a launch that takes its launcher with it (its spawn never returns: mpirun's host cut off?)
+    // would cost a rank at each try: after two in a row, every rank alike goes on without
+    if (this.failedSpawnRoot !== undefined)
+      this.spawnRootsLost = this.everyone.worldRanks.includes(this.failedSpawnRoot) ? 0 : this.spawnRootsLost + 1;
+    this.failedSpawnRoot = undefined;
+    if (this.spawnRootsLost >= 2) {
+      this.respawnOff(step, now(), 'the last 2 spawns each lost the rank that launched them (the runtime unreachable?)');
+      return true;
+    }
     // every rank alike: a reserve is woken in launch order, whatever comes of it
     const reserve = this.reserveNext < this.reserveEnd ? this.reserveNext++ : undefined;
     if (reserve !== undefined) count = 1;
@@ -385,7 +398,7 @@ export class Membership {
           reserve !== undefined ? 'the wake of a reserve' : 'PMIx_Spawn',
         );
       } catch (error) {
-        if (!returned)
+        if (!returned && error instanceof CommTimeoutError)
           await this.leaveStuck(
             ids,
             `step ${step}: ${reserve !== undefined ? 'the wake of a reserve' : 'PMIx_Spawn'} did not return within ${this.config.commTimeoutMs} ms`,
@@ -396,6 +409,7 @@ export class Membership {
     });
     const agreed = await vote.agree((ok && !impossible ? OK : 0) | (impossible ? 0 : CARRY_ON));
     if (agreed !== null && (agreed & OK) !== 0) {
+      this.spawnRootsLost = 0;
       this.respawnsLeft -= count;
       this.spawned = { ids, started: now(), root, port, woken: reserve !== undefined };
       this.observer.event({
@@ -409,20 +423,23 @@ export class Membership {
     }
     // its processes may be starting even where the leader failed after launching them
     await this.leaveSpawned({ ids });
-    if (agreed === null || (agreed & CARRY_ON) !== 0) return false;
-    this.respawnsLeft = 0;
-    this.observer.event({
-      event: 'spawn',
+    if (agreed === null || (agreed & CARRY_ON) !== 0) {
+      this.failedSpawnRoot = this.everyone.worldRanks[0];
+      return false;
+    }
+    this.respawnOff(
       step,
-      ranks: [],
-      error: impossible ?? 'not possible on another rank',
-      duration_ms: now() - started,
-    });
-    this.observer.log(
-      `step ${step}: cannot spawn a rank to replace the lost: ${impossible ?? 'not possible on another rank'} ` +
-        '(no host can take it, or an MPI without spawn support); going on with the survivors, --respawn off',
+      started,
+      `${impossible ?? 'not possible on another rank'} (no host can take it, or an MPI without spawn support)`,
     );
     return true;
+  }
+
+  /** No rank can be spawned (`why`): one event and line, and the survivors go on without. */
+  private respawnOff(step: number, started: number, why: string): void {
+    this.respawnsLeft = 0;
+    this.observer.event({ event: 'spawn', step, ranks: [], error: why, duration_ms: now() - started });
+    this.observer.log(`step ${step}: cannot spawn a rank to replace the lost: ${why}; going on with the survivors, --respawn off`);
   }
 
   /**

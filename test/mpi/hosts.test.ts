@@ -5,8 +5,8 @@
 // lost shards. The whole host lost, its daemon too: PRRTE 3.0.8 ends the job, after the survivors'
 // JIT checkpoint, and --resume on the hosts left gives the same bits. A host cut off the network:
 // the majority carries on with the same bits, the cut-off side stops without writing, mpirun ends.
-// host1, where mpirun runs, cut off with --respawn: every side ends up a minority (a spawn needs
-// mpirun), ft-run ends mpirun, and no rank is left running.
+// host1, where mpirun runs, cut off with --respawn: the far side cannot spawn (that needs mpirun),
+// loses two leaders to it, turns respawn off and finishes with the same bits; no rank left running.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -143,26 +143,28 @@ describe('across hosts (network namespaces with sshd)', function () {
     );
   });
 
-  it('host1, where mpirun runs, cut off with --respawn: its ranks stop as a minority; on the other side each leader in turn cannot spawn (that needs mpirun) and is killed by a peer on its host as hung, or leaves past the comm deadline, until the last is a minority too; ft-run ends mpirun 9T + 10 s after the last write; no rank left running', async () => {
+  it('host1, where mpirun runs, cut off with --respawn: its ranks stop as a minority; on the other side the leader cannot spawn (that needs mpirun), is killed as hung by a peer on its host, and so is the next, then respawn is off and the rest finish with the same bits; ft-run ends mpirun, exit 0, no rank left running', async () => {
     const run = await ftRun(6, ['--hang-timeout', '2', '--respawn', '--drill', 'rank=0,step=3,action=cut']).finally(() =>
       hosts.mend('host1'),
     );
-    assert.notEqual(run.code, 0, `${run.stdout}\n${run.stderr}`);
-    assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
+    assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    assert.equal(summaryOf(run).params_sha256, reference);
     const log = (rank: number) => fs.readFileSync(path.join(run.dir, 'logs', `rank-${rank}.log`), 'utf8');
     for (const rank of [0, 3]) assert.match(log(rank), /stop: minority: 2 rank\(s\) left of the last agreed world of 6, and 4 lost/);
-    // ranks 1 (host2) and 2 (host3) lead in turn and are killed by ranks 4 and 5; rank 4, alone on host2, leaves
+    // ranks 1 (host2) and 2 (host3) lead in turn, their spawns never return, and ranks 4 and 5 kill them
+    assert.match(log(4), /step 3: killed rank\(s\) 1, declared dead while still running \(hung\)/);
+    assert.match(log(5), /step 3: killed rank\(s\) 2, declared dead while still running \(hung\)/);
+    // (in its log: its stdout went through mpirun, which cannot reach host2)
     assert.match(
       log(4),
-      /step 3: PMIx_Spawn did not return within 6000 ms \(the runtime unreachable\?\): this rank's MPI is stuck in it; leaving as failed/,
+      /step 3: cannot spawn a rank to replace the lost: the last 2 spawns each lost the rank that launched them \(the runtime unreachable\?\); going on with the survivors, --respawn off/,
     );
-    assert.match(log(5), /stop: minority: 1 rank\(s\) left of the last agreed world of 2/);
-    assert.deepEqual(
-      run.stderr.split('\n').filter((line) => line.startsWith('ft-run: ')),
-      [
-        "ft-run: this host's rank(s) 0, 3 stopped as a minority and nothing came to the run directory from the others for 28 s (both sides of a cut stopped?), but mpirun has not ended (it waits on a host it cannot reach): ending it",
-        `ft-run: mpirun exited ${run.code} and the run did not finish: no summary.json in ${run.dir}; no complete checkpoint to go back to`,
-      ],
+    const said = run.stderr.split('\n').filter((line) => line.startsWith('ft-run: '));
+    assert.equal(said.length, 2, run.stderr);
+    assert.equal(said[0], 'ft-run: the run ended 28 s ago but mpirun has not (ranks on a host it cannot reach?): ending it');
+    assert.match(
+      said[1],
+      /^ft-run: mpirun exited \d+ \(it counts a --respawn rank that died or could not start, or a host it lost, against the job\), but the run completed: exit 0$/,
     );
     // the test hosts share this machine's processes: none of the job's ranks runs on
     for (const rank of [0, 1, 2, 3, 4, 5]) {
