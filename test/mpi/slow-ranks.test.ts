@@ -196,7 +196,8 @@ describe('slow ranks: found, their shards moved, the bits unchanged', function (
   });
 
   it('a spare kept through a rebalance judges the checks for corruption with the working ranks (by what each checker recomputed: its map is not theirs): no failure, the bits', async () => {
-    const run = await train(4, '--shards', '6', '--spares', '1', ...slow(1, 3, 8), '--verify-every', '8');
+    // --evict-slower 0: the spare stays a spare (a rank 8 times slower would be evicted for it)
+    const run = await train(4, '--shards', '6', '--spares', '1', ...slow(1, 3, 8), '--verify-every', '8', '--evict-slower', '0');
     await assertExact(run, 'S6', 6, 3);
     assert.equal(rebalances(run)[0].step, 6);
     const events = lines<EventRecord>(run, 'events.jsonl');
