@@ -130,13 +130,17 @@ function cutOffRanksStopped(runDir: string, was: Before): number[] | undefined {
   const lost = recordsFrom<Partial<{ event: string; lost: number[] }>>(path.join(runDir, runFiles.events), was.eventsFrom).flatMap(
     (record) => (record.event === 'revoke+shrink' && Array.isArray(record.lost) ? record.lost : []),
   );
-  const stoppedAsMinority = (rank: number) => {
-    const name = rankLogName(rank);
-    return recordsFrom<Partial<{ message: string }>>(path.join(runDir, runFiles.logs, name), was.logsFrom.get(name) ?? 0).some(
-      (entry) => typeof entry.message === 'string' && entry.message.startsWith(stopLogPrefix('minority')),
-    );
-  };
-  return lost.length > 0 && lost.every(stoppedAsMinority) ? [...new Set(lost)].sort((a, b) => a - b) : undefined;
+  return lost.length > 0 && lost.every((rank) => stoppedAsMinority(runDir, was, rank))
+    ? [...new Set(lost)].sort((a, b) => a - b)
+    : undefined;
+}
+
+/** Whether rank `rank` logged a minority stop in this job (its log since the job started). */
+function stoppedAsMinority(runDir: string, was: Before, rank: number): boolean {
+  const name = rankLogName(rank);
+  return recordsFrom<Partial<{ message: string }>>(path.join(runDir, runFiles.logs, name), was.logsFrom.get(name) ?? 0).some(
+    (entry) => typeof entry.message === 'string' && entry.message.startsWith(stopLogPrefix('minority')),
+  );
 }
 
 /**
@@ -147,16 +151,10 @@ function cutOffRanksStopped(runDir: string, was: Before): number[] | undefined {
  */
 function minorityHere(runDir: string, was: Before): number[] | undefined {
   const pidsDir = path.join(runDir, runFiles.pids);
-  const logOf = (rank: number) => {
-    const name = rankLogName(rank);
-    return recordsFrom<Partial<{ message: string }>>(path.join(runDir, runFiles.logs, name), was.logsFrom.get(name) ?? 0);
-  };
   // the ranks here (a pid file naming this host: an earlier job's are gone too), all gone, before any log is read
   const here = rankList(pidsDir).filter((rank) => readPidFile(pidsDir, rank)?.host === os.hostname());
   if (here.length === 0 || !here.every((rank) => goneFromHere(pidsDir, rank))) return undefined;
-  const stopped = here.filter((rank) =>
-    logOf(rank).some((entry) => typeof entry.message === 'string' && entry.message.startsWith(stopLogPrefix('minority'))),
-  );
+  const stopped = here.filter((rank) => stoppedAsMinority(runDir, was, rank));
   return stopped.length > 0 ? stopped : undefined;
 }
 
@@ -253,11 +251,13 @@ function runJob(
   // the run directory: a stop from a cut-off rank may come while the others still write the run
   let quiet: { since: number; written: string; ended: boolean } | undefined;
   let endedByMinority = false;
+  // a summary or a stop, once written, stays: the events are not read again
+  let ended = false;
   const watch = setInterval(() => {
     const hung = frozen.killHung(Date.now());
     if (hung !== null) console.error(`ft-run: ${hung}`);
     if (killTimer !== undefined) return;
-    const ended = runEnded(runDir, was);
+    ended ||= runEnded(runDir, was);
     const minority = ended || job.hosts === 1 ? undefined : minorityHere(runDir, was);
     const written = runWritten(runDir);
     if ((!ended && minority === undefined) || quiet?.written !== written || quiet.ended !== ended)
@@ -395,14 +395,15 @@ async function main(): Promise<number> {
     });
     const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was), lastStop(runDir, was.eventsFrom));
     if (ended.unfinished === undefined) return ended.code;
+    const resumed = resumedFrom(runDir, was);
     if (stopAsked || restarts === maxRestarts) {
-      console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir, resumedFrom(runDir, was))}`);
+      console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir, resumed)}`);
       return ended.code;
     }
     // the other side of the cut may be a majority still training, unseen from here: no second job beside it
     if (endedByMinority) {
       console.error(
-        `ft-run: ${ended.unfinished}; not restarting (the other side of the cut may still train); ${newestCheckpoint(checkpointDir, resumedFrom(runDir, was))}`,
+        `ft-run: ${ended.unfinished}; not restarting (the other side of the cut may still train); ${newestCheckpoint(checkpointDir, resumed)}`,
       );
       return ended.code;
     }
@@ -411,7 +412,7 @@ async function main(): Promise<number> {
       restart = await planRestart({
         runDir,
         checkpointDir,
-        resumedFrom: resumedFrom(runDir, was),
+        resumedFrom: resumed,
         trainArgs,
         ranks,
         hostfile,

@@ -48,6 +48,7 @@ import {
   stateDigest,
   type CheckFinding,
   type GradientDigests,
+  type SpotAssignment,
 } from './verification';
 
 const now = (): number => performance.now();
@@ -222,7 +223,12 @@ export class Manager implements StepPosition {
 
   /** At a checked step, the shard of another working rank that this rank recomputes (none: undefined). */
   spotShard(): number | undefined {
-    return spotAssignments(this.membership.shardMap, this.checkNumber).find((a) => a.checker === this.membership.worldRank)?.shard;
+    return this.spotAssignment()?.shard;
+  }
+
+  /** This rank's part of the current check's rotation: whose shard it recomputes, and which. */
+  private spotAssignment(): SpotAssignment | undefined {
+    return spotAssignments(this.membership.shardMap, this.checkNumber).find((a) => a.checker === this.membership.worldRank);
   }
 
   /** Resolves to shard s with `rows` in memory, read from disk when another rank holds it (a check recomputes it). */
@@ -364,7 +370,7 @@ export class Manager implements StepPosition {
     // sharded state: every working rank's chunk, and the copies of it that peers keep
     const chunks = this.config.sharded ? world.size : 0;
     const words = recordWords(shards, chunks);
-    const assigned = spotAssignments(world.shardMap, this.checkNumber).find((a) => a.checker === world.worldRank);
+    const assigned = this.spotAssignment();
     const spot = gradients.spot !== undefined && assigned !== undefined ? { ...assigned, digest: gradients.spot } : undefined;
     const state = this.stepStartState();
     const mine = encodeRecord(

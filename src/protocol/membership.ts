@@ -7,7 +7,7 @@
 // Spares hold no shards: they only vote and receive each step's outcome, so that any of them can
 // take a lost rank's place, and its shards, in the recovery.
 import { crc64 } from '../base/checksum';
-import { CommTimeoutError, isFailure, wakeReserve, dismissReserves, type Communicator } from '../comm';
+import { isFailure, wakeReserve, dismissReserves, type Communicator } from '../comm';
 import { ShardMap } from '../data/shard-map';
 import { withDeadline } from '../liveness/deadline';
 import { ProtocolStop } from '../liveness/stop';
@@ -20,19 +20,23 @@ import { CARRY_ON, OK, SPAWN_NOT_UP, SPAWN_SOUND, SPAWN_WAITING, type Vote } fro
 const now = (): number => performance.now();
 
 /**
- * A blocking MPI call of the spawned ranks' admission (`name`), within `ms`: where it has not
- * returned by then, the comm thread is inside MPI for good and the job stops (ProtocolStop); an
- * error it returned is thrown as it is.
+ * A blocking MPI call (`name`) within `ms`: where it has not returned by then, the comm thread is
+ * inside MPI for good, and `stuck` (given the deadline's error) decides what becomes of the rank;
+ * an error the call returned is thrown as it is.
  */
-function admissionCall<T>(call: Promise<T>, ms: number, name: string, ids: number[]): Promise<T> {
+function blockingCall<T>(call: Promise<T>, ms: number, name: string, stuck: (error: Error) => Promise<never>): Promise<T> {
   let returned = false;
   const tracked = call.finally(() => {
     returned = true;
   });
-  return withDeadline(tracked, ms, name).catch((error: Error) => {
-    if (returned) throw error;
-    throw new ProtocolStop('unrecoverable', `the admission of rank(s) ${ids.join(', ')} cannot finish: ${error.message}`);
-  });
+  return withDeadline(tracked, ms, name).catch((error: Error) => (returned ? Promise.reject(error) : stuck(error)));
+}
+
+/** A blocking call of the spawned ranks' admission: stuck, the job stops (ProtocolStop). */
+function admissionCall<T>(call: Promise<T>, ms: number, name: string, ids: number[]): Promise<T> {
+  return blockingCall(call, ms, name, (error) =>
+    Promise.reject(new ProtocolStop('unrecoverable', `the admission of rank(s) ${ids.join(', ')} cannot finish: ${error.message}`)),
+  );
 }
 
 /** What a joining rank learns of the world. */
@@ -385,24 +389,19 @@ export class Membership {
     const ok = await vote.completes('spawn', async () => {
       this.enter('spawning'); // the drill point while the leader launches them
       if (!root) return;
-      let returned = false;
+      const name = reserve !== undefined ? 'the wake of a reserve' : 'PMIx_Spawn';
+      const ms = this.config.commTimeoutMs;
       try {
-        port = await withDeadline(
-          (reserve !== undefined
+        // stuck, this rank leaves as failed: the launch is its own, not the others'
+        port = await blockingCall(
+          reserve !== undefined
             ? wakeReserve(reserve, respawn.args(firstId, step))
-            : this.everyone.spawn(respawn.command, respawn.args(firstId, step), count)
-          ).finally(() => {
-            returned = true;
-          }),
-          this.config.commTimeoutMs,
-          reserve !== undefined ? 'the wake of a reserve' : 'PMIx_Spawn',
+            : this.everyone.spawn(respawn.command, respawn.args(firstId, step), count),
+          ms,
+          name,
+          () => this.leaveStuck(ids, `step ${step}: ${name} did not return within ${ms} ms`),
         );
       } catch (error) {
-        if (!returned && error instanceof CommTimeoutError)
-          await this.leaveStuck(
-            ids,
-            `step ${step}: ${reserve !== undefined ? 'the wake of a reserve' : 'PMIx_Spawn'} did not return within ${this.config.commTimeoutMs} ms`,
-          );
         if (isFailure(error)) throw error;
         impossible = (error as Error).message;
       }

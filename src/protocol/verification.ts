@@ -55,11 +55,9 @@ export interface GradientDigests {
 }
 
 /** What one rank contributes to a check. */
-export interface CheckDigests {
+export interface CheckDigests extends Omit<GradientDigests, 'spot'> {
   /** crc64 of the state every live rank holds alike */
   state: string;
-  /** held shard -> crc64 of its gradient vector this step */
-  shards: Map<number, string>;
   /**
    * the spot shard this rank recomputed, whose it is, and the crc64 it got: every rank judges the
    * checkers by what they say they recomputed, since a spare's shard map is not the working ranks'

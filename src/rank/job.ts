@@ -293,10 +293,13 @@ export class RankJob {
     this.logger.warn(`${stopLogPrefix(stop.reason)}${stop.message}`);
     // every stop but the minority's is recorded (sigterm and min-ranks by the Manager): launch/ft-run
     // sees by it that the run ended, and bounds its wait for an mpirun that waits on a host it cannot reach
-    if (stop.reason === 'error' && manager.world.isLeader)
-      this.observer.event({ event: 'stop', step: manager.step, reason: 'error', ranks: stop.erred });
-    if ((stop.reason === 'state-lost' || stop.reason === 'corruption') && manager.world.isLeader)
-      this.observer.event({ event: 'stop', step: manager.step, reason: stop.reason });
+    if ((stop.reason === 'error' || stop.reason === 'state-lost' || stop.reason === 'corruption') && manager.world.isLeader)
+      this.observer.event({
+        event: 'stop',
+        step: manager.step,
+        reason: stop.reason,
+        ...(stop.reason === 'error' ? { ranks: stop.erred } : {}),
+      });
     if (stop.reason === 'minority') {
       // the other side trains on and owns the run directory: one line from this side's lowest rank, nothing written
       if (this.worldRank === manager.world.liveRanks[0]) console.error(`ft-train: rank ${this.worldRank}: ${stop.message}`);
