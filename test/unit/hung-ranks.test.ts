@@ -53,7 +53,9 @@ describe('hung ranks and given-up ranks, by their pid files', () => {
     children.push(toggler);
     const hungExit = exited(hung);
     hung.kill('SIGSTOP');
-    // until the toggler has stopped it once: a look now may meet it stopped
+    // until the stop has taken (a busy machine delivers it later), and the toggler has stopped the
+    // slowed one once: a look now may meet it stopped
+    while (processStat(hung.pid!)?.state !== 'T') await new Promise((resolve) => setTimeout(resolve, 1));
     while (processStat(slowed.pid!)?.state !== 'T') await new Promise((resolve) => setTimeout(resolve, 1));
     assert.deepEqual(killStopped(pidsDir, [0, 1, 2]), [0]);
     assert.equal(await hungExit, 'SIGKILL');
