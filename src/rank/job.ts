@@ -84,15 +84,18 @@ export function leaveUnjoined(runDir: string, id: number, how: 'spawned' | 'woke
 }
 
 /**
- * MPI did not start in time: the lowest rank still running prints `line`, kills the job's other
- * ranks on this host (a stopped one would keep mpirun alive) and, once they are gone, exits 1 last
- * (mpirun returns at the first non-zero exit); every other rank leaves quietly, exit 0.
+ * MPI did not start in time: the lowest rank still running on this host prints `line`, kills the
+ * job's other ranks on this host (a stopped one would keep mpirun alive) and, once they are gone,
+ * exits 1 last (mpirun returns at the first non-zero exit); every other rank leaves quietly, exit
+ * 0. The first such rank of the job (claimStopLine) records the stop (`record`): launch/ft-run
+ * sees by it that the run ended, where mpirun would wait for good on a host cut off while starting.
  */
-async function endStartup(line: string, pidsDir: string): Promise<never> {
+async function endStartup(line: string, pidsDir: string, record: () => void): Promise<never> {
   const ranks = rankList(pidsDir);
   const lowest = ranks.find((rank) => running(readPid(pidsDir, rank)));
   if (lowest !== launcherWorldRank()) process.exit(0);
   fs.writeSync(2, `${line}\n`); // console.error would be lost to process.exit
+  if (claimStopLine(pidsDir)) record();
   const others = ranks.filter((rank) => rank !== lowest);
   killDeclaredDead(pidsDir, others);
   await peersGone(pidsDir, others, 5000);
@@ -180,10 +183,7 @@ export class RankJob {
       ));
     } catch (error) {
       if (this.settings.joinId !== undefined) return this.cannotJoin(error);
-      return endStartup(
-        `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
-        this.pidsDir,
-      );
+      return this.endStartup(error);
     }
     this.disarm = guardAgainstHangs(this.bounds, this.launchRank);
     this.faults.at(this.settings.startStep, 'kernels');
@@ -198,6 +198,18 @@ export class RankJob {
     }
     this.runLog.setLeader(this.world.rank === 0 && !this.joinedRun);
     return this.world;
+  }
+
+  /** The job could not start (`error`): see endStartup. */
+  private endStartup(error: unknown): Promise<never> {
+    return endStartup(
+      `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
+      this.pidsDir,
+      () => {
+        this.runLog.setLeader(true);
+        this.observer.event({ event: 'stop', step: this.settings.startStep, reason: 'startup' });
+      },
+    );
   }
 
   /** The CPU kernels' level and libraries, the same on every rank (once start() returned). */
@@ -222,10 +234,7 @@ export class RankJob {
       return await agreeKernelLevel(world, isa, this.bounds.commMs, (error) => this.logger.error(error.message));
     } catch (error) {
       if (!(error instanceof KernelLevelRefusal)) {
-        return endStartup(
-          `ft-train: rank ${this.launchRank}: ${(error as Error).message} (a rank died or hung while starting)`,
-          this.pidsDir,
-        );
+        return this.endStartup(error);
       }
       // every rank reached this refusal alike: one line, then all leave
       if (error.printer === this.launchRank) fs.writeSync(2, `ft-train: ${error.message}\n`);

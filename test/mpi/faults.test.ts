@@ -263,5 +263,12 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     assert.deepEqual(ftLines(run.job), [
       'ft-train: rank 0: MPI start-up did not return within 10000 ms: a peer is alive but does not take part (a rank died or hung while starting)',
     ]);
+    // recorded once (launch/ft-run's sign that the run ended), by the rank that printed the line
+    assert.deepEqual(
+      eventsOf(run)
+        .filter((e) => e.event === 'stop')
+        .map((e) => [e.step, e.reason]),
+      [[0, 'startup']],
+    );
   });
 });

@@ -7,6 +7,7 @@
 // the majority carries on with the same bits, the cut-off side stops without writing, mpirun ends.
 // host1, where mpirun runs, cut off with --respawn: the far side cannot spawn (that needs mpirun),
 // loses two leaders to it, turns respawn off and finishes with the same bits; no rank left running.
+// A host cut off while the job starts: a bounded end, where mpirun alone would wait for good.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -141,6 +142,35 @@ describe('across hosts (network namespaces with sshd)', function () {
       run.stderr,
       /ft-run: the run completed and the rank\(s\) it lost \(2, 5\) stopped as a minority, but mpirun has not ended \(it waits on a host it cannot reach\): ending it/,
     );
+  });
+
+  it('host3 cut off while the job starts: every side gives up at the start-up bound, the first records the stop, and ft-run ends mpirun (which waits on host3 for good): its lines, a non-zero exit, no rank left running', async () => {
+    const run = await ftRun(6, ['--hang-timeout', '2', '--drill', 'rank=2,step=0,phase=startup,action=cut']).finally(() =>
+      hosts.mend('host3'),
+    );
+    assert.notEqual(run.code, 0, run.stderr);
+    // host1's and host2's lowest ranks each say so (host3's line cannot reach mpirun)
+    const started = run.stderr.split('\n').filter((line) => line.startsWith('ft-train: '));
+    assert.deepEqual(
+      started.sort(),
+      [0, 1].map(
+        (rank) =>
+          `ft-train: rank ${rank}: MPI start-up did not return within 10000 ms: a peer is alive but does not take part (a rank died or hung while starting)`,
+      ),
+    );
+    assert.deepEqual(
+      lines<EventRecord>(run, 'events.jsonl').map((e) => [e.event, e.step, e.reason]),
+      [['stop', 0, 'startup']],
+    );
+    const said = run.stderr.split('\n').filter((line) => line.startsWith('ft-run: '));
+    assert.deepEqual(said, [
+      'ft-run: the run ended 28 s ago but mpirun has not (ranks on a host it cannot reach?): ending it',
+      `ft-run: mpirun exited ${run.code} and the run did not finish: no summary.json in ${run.dir}; no complete checkpoint to go back to`,
+    ]);
+    for (const rank of [0, 1, 2, 3, 4, 5]) {
+      const pid = readPidFile(path.join(run.dir, 'pids'), rank)!.pid;
+      assert.throws(() => process.kill(pid, 0), /ESRCH/, `rank ${rank} (pid ${pid}) still runs`);
+    }
   });
 
   it('host1, where mpirun runs, cut off with --respawn: its ranks stop as a minority; on the other side the leader cannot spawn (that needs mpirun), is killed as hung by a peer on its host, and so is the next, then respawn is off and the rest finish with the same bits; ft-run ends mpirun, exit 0, no rank left running', async () => {
