@@ -76,7 +76,7 @@ export interface TrainSettings {
   minRanks?: number;
   /** Repair attempts per failure (default 5). */
   maxRetries?: number;
-  /** Seconds without progress after which a rank counts as failed (default 10). */
+  /** Seconds without progress after which a rank counts as failed (default 30). */
   hangTimeout?: number;
   /** Hot spares: the launch's last K ranks, before any reserves (default 0). */
   spares?: number;

@@ -61,8 +61,9 @@ function shellQuote(word: string): string {
  * only this job's events, logs and summary tell how it went.
  */
 interface Before {
-  /** where this job's events start in events.jsonl */
+  /** where this job's lines start in events.jsonl and metrics.jsonl */
   eventsFrom: number;
+  metricsFrom: number;
   /** a summary.json that was there already (ft-train refuses to write into such a run) */
   summary: boolean;
   /** where this job's lines start in each rank's log (absent: a log this job began) */
@@ -74,6 +75,7 @@ function before(runDir: string): Before {
   const logNames = fs.existsSync(logs) ? fs.readdirSync(logs) : [];
   return {
     eventsFrom: fileSize(path.join(runDir, runFiles.events)),
+    metricsFrom: fileSize(path.join(runDir, runFiles.metrics)),
     summary: fs.existsSync(path.join(runDir, runFiles.summary)),
     logsFrom: new Map(logNames.map((name) => [name, fileSize(path.join(logs, name))])),
   };
@@ -378,8 +380,8 @@ async function main(): Promise<number> {
     console.log([...settings, ...[job.command, ...job.args].map(shellQuote)].join(' '));
     return 0;
   }
-  const { runDir, hostfile, sshConfig, script, maxRestarts } = invocation;
-  let { ranks, trainArgs } = invocation;
+  const { runDir, hostfile, sshConfig, script, maxRestarts, ranks } = invocation;
+  let { trainArgs } = invocation;
   const checkpointDir = trainFlag(trainArgs, 'checkpoint-dir') ?? path.join(runDir, 'ckpt');
   let restartHosts: string | undefined;
   for (let restarts = 0; ; ++restarts) {
@@ -413,6 +415,7 @@ async function main(): Promise<number> {
         runDir,
         checkpointDir,
         resumedFrom: resumed,
+        metricsFrom: was.metricsFrom,
         trainArgs,
         ranks,
         hostfile,
@@ -439,9 +442,10 @@ async function main(): Promise<number> {
       unreachable: restart.unreachable,
       exit: ended.code,
     });
-    ({ trainArgs, ranks } = restart);
+    // the next restart is sized on the first job's ranks again: hosts left out now may answer then
+    trainArgs = restart.trainArgs;
     restartHosts = restart.hostfile;
-    job = trainCommand(ranks, trainArgs, { hostfile: restart.hostfile, sshConfig }, script);
+    job = trainCommand(restart.ranks, trainArgs, { hostfile: restart.hostfile, sshConfig }, script);
   }
 }
 

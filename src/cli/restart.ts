@@ -37,7 +37,10 @@ export interface EndedJob {
   checkpointDir: string;
   /** the checkpoint the job started from (its resume event's), if it resumed */
   resumedFrom?: string;
+  /** where its lines start in metrics.jsonl (past the steps of the jobs before it) */
+  metricsFrom: number;
   trainArgs: string[];
+  /** the first job's ranks, the most a restart starts */
   ranks: number;
   hostfile?: string;
   sshConfig?: string;
@@ -56,7 +59,7 @@ export async function planRestart(job: EndedJob): Promise<Restart> {
   } catch (error) {
     throw new NoRestart((error as Error).message, { cause: error });
   }
-  const lastStep = lastRecord<StepRecord>(path.join(job.runDir, runFiles.metrics))?.step;
+  const lastStep = lastRecord<StepRecord>(path.join(job.runDir, runFiles.metrics), job.metricsFrom)?.step;
   let ranks = job.ranks;
   let hostfile: string | undefined;
   const unreachable: string[] = [];

@@ -460,7 +460,7 @@ describe('launch/ft-run', function () {
       // a restart across hosts takes those that answer over ssh, with as many ranks as their slots allow
       const hostfile = path.join(scratch, 'restart-hosts');
       fs.writeFileSync(hostfile, 'localhost slots=2\nno-such-host.invalid slots=3\n');
-      const ended = { runDir, checkpointDir: path.join(runDir, 'ckpt'), ranks: 4, hostfile, number: 7 };
+      const ended = { runDir, checkpointDir: path.join(runDir, 'ckpt'), metricsFrom: 0, ranks: 4, hostfile, number: 7 };
       const planned = await planRestart({ ...ended, trainArgs: [...common, '--run-dir', runDir] });
       assert.deepEqual(
         { ...planned, hostfile: fs.readFileSync(planned.hostfile!, 'utf8') },
@@ -475,6 +475,14 @@ describe('launch/ft-run', function () {
         },
       );
       fs.rmSync(planned.hostfile!);
+      // a job that committed no step of its own (its lines start past the earlier jobs'): no last step
+      const none = await planRestart({
+        ...ended,
+        metricsFrom: fs.statSync(path.join(runDir, 'metrics.jsonl')).size,
+        trainArgs: [...common, '--run-dir', runDir],
+      });
+      fs.rmSync(none.hostfile!);
+      assert.equal(none.lastStep, undefined);
       await assert.rejects(
         planRestart({ ...ended, trainArgs: [...common, '--run-dir', runDir, '--min-ranks', '3'] }),
         (error: Error) =>

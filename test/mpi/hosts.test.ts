@@ -104,7 +104,7 @@ describe('across hosts (network namespaces with sshd)', function () {
     assert.equal(said.length, 1, run.stderr);
     // the JIT checkpoint of step 3 when the survivors wrote it before PRRTE's SIGKILL, else the periodic one of step 2
     const named =
-      /^ft-run: (?:mpirun ended the job \(exit \d+; it does so when it loses a host or its daemon\) and the ranks stopped cleanly:|mpirun exited \d+ and the run did not finish: .*;|the job ended without finishing: no summary\.json in \S+ \(mpirun exit 0\);) the newest complete checkpoint is (\S+\/ckpt\/step-0000000[23]) \(continue with --resume \1\)$/.exec(
+      /^ft-run: (?:mpirun ended the job \(exit \d+; it does so when it loses a host or its daemon\) and the ranks stopped cleanly;|mpirun exited \d+ and the run did not finish: .*;|the job ended without finishing: no summary\.json in \S+ \(mpirun exit 0\);) the newest complete checkpoint is (\S+\/ckpt\/step-0000000[23]) \(continue with --resume \1\)$/.exec(
         said[0],
       );
     assert.ok(named, said[0]);
