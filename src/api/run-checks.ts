@@ -1,6 +1,8 @@
 // What is checked before MPI starts, alike on every rank, for both front doors: the launcher's
 // flags, the dataset, the door's own inputs, a resume (its checkpoint's settings must match), and
-// the shard count; then the run directory is made. Bad input is one InputError line, exit code 2.
+// the shard count, where the checkpoint directory goes; then the run directory is made. Bad input is one InputError line, exit code 2.
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { checkConfig, findCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
 import { ulfm } from '../comm';
 import { Dataset } from '../data/dataset';
@@ -124,6 +126,22 @@ function checkEvalSamples(options: TrainOptions, dataset: Dataset): void {
 }
 
 /**
+ * The checkpoint directory can be made where it is asked for: the nearest part of its path that
+ * exists is a directory this process may write in. Found only at a failure, the JIT checkpoint's
+ * write would stop the run instead.
+ */
+function checkCheckpointDir(dir: string): void {
+  let at = path.resolve(dir);
+  while (!fs.existsSync(at) && path.dirname(at) !== at) at = path.dirname(at);
+  if (!fs.statSync(at).isDirectory()) throw new Error(`--checkpoint-dir ${dir}: ${at} is not a directory`);
+  try {
+    fs.accessSync(at, fs.constants.W_OK);
+  } catch (error) {
+    throw new Error(`--checkpoint-dir ${dir}: cannot write in ${at} (${(error as NodeJS.ErrnoException).code})`, { cause: error });
+  }
+}
+
+/**
  * Everything checked before MPI starts, alike on every rank (bad input rejects with one InputError
  * line): the launcher's flags, the dataset, the door's own checks, a resume, the shards; then the
  * run directory is made. A spawned rank skips what its job's ranks checked already.
@@ -141,6 +159,7 @@ export async function openRun(options: TrainOptions, door: RunInputs): Promise<{
     checkEvalSamples(options, dataset);
     const resume = options.resume !== undefined && !joining ? checkResume(options, dataset, door) : undefined;
     options.rankBatch = checkShards(options, dataset, launcherWorldSize() - options.reserves - options.spares, resume);
+    if (!joining) checkCheckpointDir(options.checkpointDir);
     if (!joining) createRunDir(options.runDir, resume !== undefined);
     return { dataset, resume };
   } catch (error) {

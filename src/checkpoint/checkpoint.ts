@@ -19,6 +19,7 @@ import { parameterChunks } from '../base/chunks';
 import { addonPart } from '../base/addon';
 import { canonicalSha256 } from './canonical-json';
 import { decodeSafetensors, safetensorsHeader, type TensorInfo } from './safetensors';
+import { makeDirectory } from '../base/make-directory';
 
 const addon = addonPart<{
   /**
@@ -435,8 +436,8 @@ export async function removeStaging(root: string): Promise<void> {
  */
 function makeInRoot(dir: string): void {
   const root = path.dirname(dir);
-  if (fs.mkdirSync(root, { recursive: true }) !== undefined) fs.writeFileSync(path.join(root, madeMark), '');
-  fs.mkdirSync(dir, { recursive: true });
+  if (makeDirectory(root) !== undefined) fs.writeFileSync(path.join(root, madeMark), '');
+  makeDirectory(dir);
 }
 
 /** Removes the entries of `root` (if it exists) whose names `which` picks. */

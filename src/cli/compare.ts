@@ -7,6 +7,7 @@ import * as path from 'node:path';
 import { readRuns, writeReport } from '../report/report';
 import { commandLine, last, runMain, UsageError } from './command';
 import { runDrill, type Kill } from './fault-drill';
+import { makeDirectory } from '../base/make-directory';
 
 /** Flags compare sets itself for every run. */
 const ownFlags = ['--run-dir', '--on-failure', '--steps', '--model', '--data', '--batch', '--eval-every', '--resume'];
@@ -99,7 +100,7 @@ runMain('compare', async () => {
       describe: `${n} ranks, FT-SGD ${policy}, kill -9 of rank ${killRank} after step ${killStep}`,
     })),
   ]);
-  fs.mkdirSync(out, { recursive: true });
+  makeDirectory(out);
   console.log(`[compare] ${plans.length} runs of ${model} on ${data}, ${steps} steps each, into ${out}`);
   const started = Date.now();
   const failed = new Map<string, string>();

@@ -1,10 +1,10 @@
 // NumPy's .npy format (version 1.0): a dataset split as two arrays that Python reads with
 // numpy.load alone, features (uint8 or float32) [N, ...sample shape] and labels int32 [N]
 // (little-endian, C order), and split.json with the divisor ft-train divides the features by.
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { writeAtomically } from '../base/atomic-write';
 import type { ShardData } from './split';
+import { makeDirectory } from '../base/make-directory';
 
 export function encodeNpy(data: Uint8Array | Int32Array | Float32Array, shape: number[]): Buffer {
   const descr = data instanceof Uint8Array ? '|u1' : data instanceof Float32Array ? '<f4' : '<i4';
@@ -20,7 +20,7 @@ export function encodeNpy(data: Uint8Array | Int32Array | Float32Array, shape: n
 
 /** Writes DIR/features.npy, DIR/labels.npy and DIR/split.json from a split's samples of shape `sampleShape`. */
 export function writeSplitNpy(data: ShardData, sampleShape: readonly number[], dir: string): void {
-  fs.mkdirSync(dir, { recursive: true });
+  makeDirectory(dir);
   writeAtomically(
     path.join(dir, 'features.npy'),
     encodeNpy(data.features.subarray(0, data.rows * data.sampleSize), [data.rows, ...sampleShape]),

@@ -40,6 +40,7 @@ import {
   type TextInfo,
 } from './manifest';
 import { crc64 } from '../base/checksum';
+import { makeDirectory } from '../base/make-directory';
 
 export interface SplitSource {
   rows: number;
@@ -74,7 +75,7 @@ export async function writeDataset(
 ): Promise<Manifest> {
   if (!Number.isSafeInteger(rowsPerBatch) || rowsPerBatch < 1)
     throw new RangeError(`rows per batch: expected an integer >= 1, got ${rowsPerBatch}`);
-  fs.mkdirSync(dir, { recursive: true });
+  makeDirectory(dir);
   fs.rmSync(path.join(dir, manifestFile), { force: true });
   const splits = {} as Record<SplitName, SplitEntry>;
   for (const name of splitNames) {

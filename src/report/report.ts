@@ -1,7 +1,6 @@
 // From run directories to a report: reads the runs, names them, compares each with its baseline,
 // renders the charts and lays out the HTML page; the PNG export draws the same charts in one
 // figure; the CSV export holds the steps of every run.
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Resvg } from '@resvg/resvg-js';
 import { writeAtomically } from '../base/atomic-write';
@@ -11,6 +10,7 @@ import { combined, compile, renderSvg, reportCharts, standalone, type Chart } fr
 import { stepsCsv } from './csv';
 import { reportHtml, type Projection } from './html';
 import { readRun, type Run } from './run-data';
+import { makeDirectory } from '../base/make-directory';
 
 export interface ReportInput {
   title: string;
@@ -54,7 +54,7 @@ export function runLabels(runs: Run[]): string[] {
 
 /** Writes the runs' steps as one CSV table, atomically. */
 export function writeCsv(runs: Run[], file: string): void {
-  fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+  makeDirectory(path.dirname(path.resolve(file)));
   writeAtomically(file, stepsCsv(runs, runLabels(runs)));
 }
 
@@ -102,7 +102,7 @@ export async function writeReport(input: ReportInput, htmlFile: string, pngFile?
         })
           .render()
           .asPng();
-  for (const file of [htmlFile, pngFile]) if (file !== undefined) fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+  for (const file of [htmlFile, pngFile]) if (file !== undefined) makeDirectory(path.dirname(path.resolve(file)));
   if (pngFile !== undefined && png !== undefined) writeAtomically(pngFile, png);
   writeAtomically(htmlFile, html);
 }

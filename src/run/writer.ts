@@ -9,6 +9,7 @@ import { rankLogName, runFiles } from './files';
 import { pidFileText } from './pids';
 import { fileSize, lastRecord, recordsFrom } from './reader';
 import type { EventRecord, RunEvent, StepRecord, Summary } from './records';
+import { makeDirectory } from '../base/make-directory';
 
 /**
  * Creates the run directory. One that already holds a run is refused in one line, unless the run
@@ -24,8 +25,8 @@ export function createRunDir(dir: string, resuming = false): void {
     if (!resuming && entries.length > 0)
       throw new Error(`${dir}: --run-dir already holds a run (${entries.slice(0, 3).join(', ')}); choose a new directory or --resume it`);
   }
-  fs.mkdirSync(path.join(dir, runFiles.logs), { recursive: true });
-  fs.mkdirSync(path.join(dir, runFiles.pids), { recursive: true });
+  makeDirectory(path.join(dir, runFiles.logs));
+  makeDirectory(path.join(dir, runFiles.pids));
 }
 
 export class RunLog {

@@ -2,7 +2,7 @@
 // found before MPI starts, world rank 0 prints one line naming the flag or file and the problem,
 // the exit code is 2, and no run directory is left. Also: a fault-tolerant policy is refused
 // under an mpirun without fault tolerance (--on-failure none is not), and a resume with another
-// --threads is refused.
+// --threads is refused. A run or checkpoint directory that cannot be made is refused alike.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -110,6 +110,32 @@ describe('ft-train: bad input is refused before MPI starts', function () {
         assertRefused(await alone([...common, '--run-dir', dir, ...args]), line, dir);
       });
     }
+
+    it('a --checkpoint-dir that cannot be made: through a file, or where this process may not write', async () => {
+      const file = path.join(scratch, 'a-file');
+      fs.writeFileSync(file, '');
+      let dir = newDir();
+      assertRefused(
+        await alone([...common, '--run-dir', dir, '--checkpoint-dir', `${file}/ckpt`]),
+        `ft-train: --checkpoint-dir ${file}/ckpt: ${file} is not a directory`,
+        dir,
+      );
+      dir = newDir();
+      // as root too: /proc/sys/fs refuses even root's writes (a read-only mount's are EROFS)
+      assertRefused(
+        await alone([...common, '--run-dir', dir, '--checkpoint-dir', '/proc/sys/fs/ckpt']),
+        'ft-train: --checkpoint-dir /proc/sys/fs/ckpt: cannot write in /proc/sys/fs (EACCES)',
+        dir,
+      );
+    });
+
+    it("a --run-dir where mkdir says 'no such directory' though the parent exists (/proc: Node's own mkdir -p loops there for good)", async () => {
+      assertRefused(
+        await alone([...common, '--run-dir', '/proc/ft-run']),
+        "ft-train: ENOENT: no such file or directory, mkdir '/proc/ft-run'",
+        '/proc/ft-run',
+      );
+    });
 
     it('an empty --run-dir (which would write into the current directory)', async () => {
       const job = await alone([...common, '--run-dir', '']);

@@ -13,6 +13,7 @@ import { writeDataset, type ProgressSink, type SplitSource } from '../writer';
 import { Spill } from './spill';
 import { FeatureStats } from './stats';
 import { StratifiedSplit } from './stratify';
+import { makeDirectory } from '../../base/make-directory';
 
 export interface BuildOptions {
   out: string;
@@ -47,7 +48,7 @@ export class DatasetBuilder {
     if (fs.existsSync(out) && !options.force) throw new DatasetError(out, 'already exists (--force replaces it)');
     this.temp = path.join(path.dirname(out), `.${path.basename(out)}.partial-${process.pid}`);
     fs.rmSync(this.temp, { recursive: true, force: true });
-    fs.mkdirSync(this.temp, { recursive: true });
+    makeDirectory(this.temp);
     const size = sampleSize(options.sampleShape);
     const valueBytes = options.dtype === 'float32' ? 4 : 1;
     this.spills = {
