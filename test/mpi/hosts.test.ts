@@ -145,7 +145,7 @@ describe('across hosts (network namespaces with sshd)', function () {
   });
 
   it('host3 cut off while the job starts: every side gives up at the start-up bound, the first records the stop, and ft-run ends mpirun (which waits on host3 for good): its lines, a non-zero exit, no rank left running', async () => {
-    const run = await ftRun(6, ['--hang-timeout', '2', '--drill', 'rank=2,step=0,phase=startup,action=cut']).finally(() =>
+    const run = await ftRun(6, ['--hang-timeout', '1', '--drill', 'rank=2,step=0,phase=startup,action=cut']).finally(() =>
       hosts.mend('host3'),
     );
     assert.notEqual(run.code, 0, run.stderr);
@@ -164,7 +164,7 @@ describe('across hosts (network namespaces with sshd)', function () {
     );
     const said = run.stderr.split('\n').filter((line) => line.startsWith('ft-run: '));
     assert.deepEqual(said, [
-      'ft-run: the run ended 28 s ago but mpirun has not (ranks on a host it cannot reach?): ending it',
+      'ft-run: the run ended 19 s ago but mpirun has not (ranks on a host it cannot reach?): ending it',
       `ft-run: mpirun exited ${run.code} and the run did not finish: no summary.json in ${run.dir}; no complete checkpoint to go back to`,
     ]);
     for (const rank of [0, 1, 2, 3, 4, 5]) {
