@@ -241,6 +241,11 @@ describe('ft-data', function () {
           `ft-data: ${path.join(scratch, 'one.csv')}: label column "label": only one class ("x"): a classifier needs two or more`,
         ],
         [
+          // separated by semicolons: one column, the label alone (it converted to samples of no features)
+          ['csv', write('semicolons.csv', 'a;b;label\n1;2;x\n3;4;y\n'), '--out', path.join(scratch, 'o')],
+          `ft-data: ${path.join(scratch, 'semicolons.csv')}: one column ("a;b;label"): no features beside a label (columns are separated by commas)`,
+        ],
+        [
           ['csv', path.join(scratch, 'absent.csv'), '--out', path.join(scratch, 'o')],
           `ft-data: ${path.join(scratch, 'absent.csv')}: cannot read (ENOENT)`,
         ],
@@ -302,7 +307,7 @@ describe('ft-data', function () {
       });
     }
 
-    it('a non-numeric feature column or an unknown label column is named', async () => {
+    it('a non-numeric feature column, an unknown label column or a label with no features is named', async () => {
       const file = path.join(scratch, 'text.parquet');
       writeParquet(file, {
         columnData: [
@@ -316,6 +321,11 @@ describe('ft-data', function () {
       });
       await assert.rejects(convertParquet(file, { ...options('text'), label: 'kind' }), {
         message: `${file}: no label column "kind" (it has 3 columns: size, colour, y)`,
+      });
+      const labelOnly = path.join(scratch, 'label-only.parquet');
+      writeParquet(labelOnly, { columnData: [{ name: 'y', data: [0, 1], type: 'INT32' }] });
+      await assert.rejects(convertParquet(labelOnly, { ...options('text'), label: 'y' }), {
+        message: `${labelOnly}: one column ("y"): no features beside a label`,
       });
     });
   });

@@ -82,6 +82,12 @@ async function layoutOf(file: string, mode: HeaderMode): Promise<CsvLayout> {
 }
 
 function labelIndex(file: string, layout: CsvLayout, label: string): number {
+  // one column, the label alone: no features to learn from (a file separated by something other than commas?)
+  if (layout.columns.length < 2)
+    throw new DatasetError(
+      file,
+      `one column (${JSON.stringify(layout.columns[0]?.slice(0, 40))}): no features beside a label (columns are separated by commas)`,
+    );
   if (label === 'last') return layout.columns.length - 1;
   const named = layout.columns.indexOf(label);
   if (named >= 0) return named;

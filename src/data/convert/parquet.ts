@@ -52,6 +52,7 @@ async function openTable(file: string, label: string): Promise<Table> {
   }
   const fields = parquetSchema(metadata).children;
   const columns = fields.map((f) => f.element.name);
+  if (columns.length < 2) throw new DatasetError(file, `one column ("${columns[0]}"): no features beside a label`);
   if (!columns.includes(label))
     throw new DatasetError(
       file,
