@@ -2,7 +2,7 @@
 // flags, the dataset, the door's own inputs, a resume (its checkpoint's settings must match), and
 // the shard count, where the checkpoint directory goes; then the run directory is made. Bad input is one InputError line, exit code 2.
 import * as fs from 'node:fs';
-import * as path from 'node:path';
+import { nearestExisting } from '../base/make-directory';
 import { checkConfig, findCheckpoint, type CheckpointManifest } from '../checkpoint/checkpoint';
 import { ulfm } from '../comm';
 import { Dataset } from '../data/dataset';
@@ -131,8 +131,7 @@ function checkEvalSamples(options: TrainOptions, dataset: Dataset): void {
  * write would stop the run instead.
  */
 function checkCheckpointDir(dir: string): void {
-  let at = path.resolve(dir);
-  while (!fs.existsSync(at) && path.dirname(at) !== at) at = path.dirname(at);
+  const at = nearestExisting(dir);
   if (!fs.statSync(at).isDirectory()) throw new Error(`--checkpoint-dir ${dir}: ${at} is not a directory`);
   try {
     fs.accessSync(at, fs.constants.W_OK);
