@@ -256,19 +256,26 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     });
   }
 
-  it('a kill during start-up ends every rank within the start-up bound, with one line', async () => {
-    const run = await train('--drill', 'rank=2,step=0,phase=startup');
-    assert.notEqual(run.job.code, 0);
-    assert.equal(run.job.stragglers, 0);
-    assert.deepEqual(ftLines(run.job), [
-      'ft-train: rank 0: MPI start-up did not return within 10000 ms: a peer is alive but does not take part (a rank died or hung while starting)',
-    ]);
-    // recorded once (launch/ft-run's sign that the run ended), by the rank that printed the line
-    assert.deepEqual(
-      eventsOf(run)
-        .filter((e) => e.event === 'stop')
-        .map((e) => [e.step, e.reason]),
-      [[0, 'startup']],
-    );
+  it('a kill or a SIGSTOP during start-up ends every rank within the start-up bound, with one line', async () => {
+    for (const action of ['kill', 'stop']) {
+      const run = await train('--drill', `rank=2,step=0,phase=startup,action=${action}`);
+      assert.notEqual(run.job.code, 0, action);
+      assert.equal(run.job.stragglers, 0, action);
+      assert.deepEqual(
+        ftLines(run.job),
+        [
+          'ft-train: rank 0: MPI start-up did not return within 10000 ms: a peer is alive but does not take part (a rank died or hung while starting)',
+        ],
+        action,
+      );
+      // recorded once (launch/ft-run's sign that the run ended), by the rank that printed the line
+      assert.deepEqual(
+        eventsOf(run)
+          .filter((e) => e.event === 'stop')
+          .map((e) => [e.step, e.reason]),
+        [[0, 'startup']],
+        action,
+      );
+    }
   });
 });
