@@ -43,6 +43,12 @@ const eventsOf = (run: Run): EventRecord[] =>
     .split('\n')
     .map((line) => JSON.parse(line) as EventRecord);
 
+/** The run's stop events, as [step, reason]. */
+const stopsOf = (run: Run): [number | undefined, unknown][] =>
+  eventsOf(run)
+    .filter((e) => e.event === 'stop')
+    .map((e) => [e.step, e.reason]);
+
 function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -167,13 +173,7 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
       assert.match(lines[0], /^ft-train: rank [03]: the communicator could not be repaired in 1 attempt at step 10$/);
       assert.ok(!fs.existsSync(path.join(stopped.dir, 'summary.json')), `${action}: a summary was written`);
       // recorded once, by the rank that printed the line
-      assert.deepEqual(
-        eventsOf(stopped)
-          .filter((e) => e.event === 'stop')
-          .map((e) => [e.step, e.reason]),
-        [[10, 'unrecoverable']],
-        action,
-      );
+      assert.deepEqual(stopsOf(stopped), [[10, 'unrecoverable']], action);
     }
   });
 
@@ -195,11 +195,7 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     const stopped = await train('--drill', 'rank=1,step=5,action=term', '--drill', 'rank=2,step=7,phase=checkpoint-gather');
     assert.equal(stopped.job.code, 0, stopped.job.stderr);
     assert.ok(!fs.existsSync(path.join(stopped.dir, 'summary.json')), 'a stopped run is not passed off as complete');
-    const stop = eventsOf(stopped).filter((e) => e.event === 'stop');
-    assert.deepEqual(
-      stop.map((e) => [e.reason, e.step]),
-      [['sigterm', 7]],
-    );
+    assert.deepEqual(stopsOf(stopped), [[7, 'sigterm']]);
     const resumed = await train('--resume', stopped.dir, '--drill', 'rank=3,step=7,phase=resume');
     assertRecovered(resumed, [3]);
   });
@@ -219,9 +215,7 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     const run = await train('--drill', 'rank=2,step=0,phase=startup,action=term');
     assert.equal(run.job.code, 0, run.job.stderr);
     assert.deepEqual(
-      eventsOf(run)
-        .filter((e) => e.event === 'stop')
-        .map((e) => e.reason),
+      stopsOf(run).map(([, reason]) => reason),
       ['sigterm'],
     );
   });
@@ -269,13 +263,7 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
         action,
       );
       // recorded once (launch/ft-run's sign that the run ended), by the rank that printed the line
-      assert.deepEqual(
-        eventsOf(run)
-          .filter((e) => e.event === 'stop')
-          .map((e) => [e.step, e.reason]),
-        [[0, 'startup']],
-        action,
-      );
+      assert.deepEqual(stopsOf(run), [[0, 'startup']], action);
     }
   });
 });
