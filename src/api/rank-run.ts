@@ -7,11 +7,12 @@ import { canOverlap, exitNow, type Communicator } from '../comm';
 import type { Dataset } from '../data/dataset';
 import type { CpuLevel, KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
+import { inputErrorWaitMs } from '../liveness/hang-bounds';
 import type { Failure, ProtocolObserver } from '../protocol/contracts';
 import { Manager } from '../protocol/manager';
 import { levelAsked } from '../rank/kernel-level';
 import { lossesText, RankJob } from '../rank/job';
-import { launcherWorldRank, launcherWorldSize } from '../rank/launcher-env';
+import { besideWorldRankZero, launcherLocalRank, launcherWorldRank, launcherWorldSize } from '../rank/launcher-env';
 import type { Summary } from '../run/records';
 import { runSettings } from '../run/settings';
 import { writeSummary } from '../run/writer';
@@ -296,11 +297,17 @@ export function exitWhenDone(outcome: Promise<TrainOutcome<unknown>>): void {
     (error: unknown) => {
       const input = error instanceof InputError;
       process.exitCode = input ? 2 : 1;
-      // bad input is found before MPI starts, alike on every rank: world rank 0 alone prints it
-      if (launcherWorldRank() === 0 || !input)
-        console.error(input ? (error as Error).message : `ft-train: ${(error as Error).stack ?? error}`);
-      // mpirun tears the job down at the first non-zero exit: the others give rank 0 time to print
-      else setTimeout(() => undefined, 1000);
+      const rank = launcherWorldRank();
+      const message = (error as Error).message;
+      if (!input) console.error(`ft-train: ${(error as Error).stack ?? error}`);
+      // bad input is found before MPI starts: world rank 0 prints it and gives the job its exit code
+      else if (rank === 0) console.error(message);
+      // with the same flags and files rank 0 finds the same: the rest leave it the line, and exit 0
+      // at once (under --with-ft ulfm mpirun ends the job at its second non-zero exit, which could
+      // come before rank 0, slower to start, has printed); on another host, its first rank waits
+      // for that (within MPI's start-up bound) and then says what it found (a path missing there?)
+      else if (besideWorldRankZero() || launcherLocalRank() !== 0) process.exitCode = 0;
+      else setTimeout(() => console.error(message.replace(/^ft-train: /, `ft-train: rank ${rank}: `)), inputErrorWaitMs);
     },
   );
 }

@@ -20,6 +20,13 @@ export function hangBounds(seconds: number): HangBounds {
 }
 
 /**
+ * How long a rank that found bad input before MPI starts waits for world rank 0, which found it too,
+ * to print it and end the job: half the shortest start-up bound (the flags may not say T), so that
+ * where rank 0 found nothing wrong, this rank speaks before rank 0 gives up on MPI's start-up.
+ */
+export const inputErrorWaitMs = hangBounds(0).startupMs / 2;
+
+/**
  * How long a side cut off from the rest may take, after the rest ended the run, to see that it is
  * a minority and stop: its pending collective, then its vote, then its shrink each wait at most
  * one comm deadline for peers it cannot reach.

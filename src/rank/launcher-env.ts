@@ -22,3 +22,13 @@ export function mpiFaultToleranceOn(): boolean {
   const value = process.env.OMPI_MCA_mpi_ft_enable;
   return value === '1' || value === 'true';
 }
+
+/** The rank's place among the launch's ranks on its host. */
+export function launcherLocalRank(): number {
+  return Number(process.env.OMPI_COMM_WORLD_LOCAL_RANK ?? '0');
+}
+
+/** On world rank 0's host: as many of the ranks before this one are on its host as in the world, rank 0 among them. */
+export function besideWorldRankZero(): boolean {
+  return launcherLocalRank() === launcherWorldRank();
+}

@@ -7,7 +7,7 @@ import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { generateSynthetic, syntheticDefaults } from '../../datasets/synthetic';
-import { mpirunCommand } from '../../src/cli/mpirun';
+import { mpirunCommand, trainCommand } from '../../src/cli/mpirun';
 import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -233,6 +233,70 @@ describe('ft-train: bad input is refused before MPI starts', function () {
         assertRefused(await runTrain(ranks, [...common, '--run-dir', dir, ...args], 30_000), line, dir);
       });
     }
+
+    /**
+     * One mpirun, two programs (MPMD): `first` on rank 0, `rest` (each an argv after node) on the
+     * next `restRanks`, with the launcher's options for ft-train's `trainArgs`, unbound (a binding
+     * would place each program as if it ran alone).
+     */
+    function twoPrograms(
+      first: (node: string[]) => string[],
+      restRanks: number,
+      rest: (node: string[]) => string[],
+      ...trainArgs: string[]
+    ) {
+      const { command, args, env } = trainCommand(1 + restRanks, trainArgs);
+      const at = args.indexOf(process.execPath);
+      const node = args.slice(at, -trainArgs.length);
+      const placement = new Set(['-n', '--map-by', '--bind-to']);
+      const options = args.slice(0, at).filter((arg, i, all) => !placement.has(arg) && !placement.has(all[i - 1]));
+      const argv = [
+        ...options,
+        '-n',
+        '1',
+        '--bind-to',
+        'none',
+        ...first(node),
+        ':',
+        '-n',
+        String(restRanks),
+        '--bind-to',
+        'none',
+        ...rest(node),
+      ];
+      return runCommand(command, argv, env, 30_000, `ft-train as two programs ${trainArgs.join(' ')}`);
+    }
+
+    it('rank 0 slower to start than the others (2 s): the others leave the line to it and exit 0 at once, so that mpirun cannot end the job before it prints', async () => {
+      const dir = newDir();
+      const args = [...common, '--run-dir', dir, '--min-ranks', '5'];
+      const job = await twoPrograms(
+        (node) => ['sh', '-c', 'sleep 2; exec "$@"', 'sh', ...node, ...args],
+        3,
+        (node) => [...node, ...args],
+        ...args,
+      );
+      assertRefused(job, 'ft-train: --min-ranks 5 is above the world size 4', dir);
+    });
+
+    it('bad input that the first rank of another host alone finds (a dataset missing there): it prints it with its rank after a wait, exit 2', async () => {
+      const dir = newDir();
+      const fine = [...onTiny, '--run-dir', dir, '--steps', '2'];
+      const missing = [...fine, '--data', path.join(scratch, 'nowhere')];
+      // rank 1 as the first rank of another host: mpirun gives it local rank 0 there
+      const job = await twoPrograms(
+        (node) => [...node, ...fine],
+        1,
+        (node) => ['env', 'OMPI_COMM_WORLD_LOCAL_RANK=0', ...node, ...missing],
+        ...fine,
+      );
+      assert.equal(job.code, 2, job.stdout + job.stderr);
+      assert.deepEqual(
+        job.stderr.split('\n').filter((l) => l.startsWith('ft-train')),
+        [`ft-train: rank 1: ${scratch}/nowhere: no such dataset directory`],
+        job.stderr,
+      );
+    });
   });
 
   describe('MPI fault tolerance', () => {
