@@ -395,6 +395,9 @@ async function main(): Promise<number> {
     ).finally(() => {
       if (restartHosts !== undefined) fs.rmSync(restartHosts, { force: true });
     });
+    // ft-train's exit code for bad input, refused before the run started: its line says why, and
+    // a restart would be refused alike
+    if (code === 2 && recordsFrom(path.join(runDir, runFiles.events), was.eventsFrom).length === 0) return code;
     const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was), lastStop(runDir, was.eventsFrom));
     if (ended.unfinished === undefined) return ended.code;
     const resumed = resumedFrom(runDir, was);

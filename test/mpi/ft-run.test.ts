@@ -334,6 +334,20 @@ describe('launch/ft-run', function () {
       );
     });
 
+    it("--max-restarts 1, ft-train's input refused: its line alone (no line of ft-run's, no restart), exit 2", async () => {
+      const runDir = path.join(scratch, 'refused');
+      const job = await launch(
+        ['-n', '2', '--max-restarts', '1', '--', ...trainFlags, '--run-dir', runDir, '--min-ranks', '3'],
+        process.env,
+        60_000,
+      );
+      assert.equal(job.code, 2, `${job.stdout}\n${job.stderr}`);
+      assert.deepEqual(
+        job.stderr.split('\n').filter((line) => /^ft-(run|train): /.test(line)),
+        ['ft-train: --min-ranks 3 is above the world size 2'],
+      );
+    });
+
     const summaryOf = (dir: string) => JSON.parse(fs.readFileSync(path.join(dir, 'summary.json'), 'utf8')) as { params_sha256: string };
     const common = [...trainFlags, '--steps', '12', '--shards', '4'];
     let referenceRun: Promise<string> | undefined;
