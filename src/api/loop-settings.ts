@@ -72,7 +72,7 @@ export type LoopOptions = TrainOptions &
 /** The loop's settings with defaults, or one InputError line. */
 export function resolveLoopSettings(settings: LoopSettings): LoopOptions {
   const fail = (message: string): never => {
-    throw new InputError(`ft-train: ${message}`);
+    throw new InputError(`ft-train: ${message}`, true);
   };
   const own = new Set(['tensors', 'slots', 'identity', 'model']);
   const given: Record<string, unknown> = {};
@@ -85,7 +85,7 @@ export function resolveLoopSettings(settings: LoopSettings): LoopOptions {
   try {
     options = resolveTrainOptions({ ...given, model: settings.model ?? 'custom' } as TrainSettings);
   } catch (error) {
-    if (error instanceof SettingsError) throw new InputError(error.message);
+    if (error instanceof SettingsError) throw new InputError(error.message, true);
     throw error;
   }
   const tensors = Object.entries(settings.tensors ?? {});

@@ -12,7 +12,7 @@ import type { Failure, ProtocolObserver } from '../protocol/contracts';
 import { Manager } from '../protocol/manager';
 import { levelAsked } from '../rank/kernel-level';
 import { lossesText, RankJob } from '../rank/job';
-import { besideWorldRankZero, launcherLocalRank, launcherWorldRank, launcherWorldSize } from '../rank/launcher-env';
+import { launcherLocalRank, launcherWorldRank, launcherWorldSize } from '../rank/launcher-env';
 import type { Summary } from '../run/records';
 import { runSettings } from '../run/settings';
 import { writeSummary } from '../run/writer';
@@ -280,7 +280,8 @@ function summaryOf(
 
 /**
  * Ends the process the way the ft-train program does once `outcome` settles: the exit code, and a
- * bad input's line printed by world rank 0 alone (every rank finds it). After a run, the process's
+ * bad input's line printed by world rank 0 (and by the first rank of another host where it was
+ * found in files, after a wait). After a run, the process's
  * 'exit' listeners run, then it ends at once: without exit()'s teardown, which would wait for a
  * write still stuck on a dead disk.
  */
@@ -295,19 +296,22 @@ export function exitWhenDone(outcome: Promise<TrainOutcome<unknown>>): void {
       exitNow(exitCode);
     },
     (error: unknown) => {
-      const input = error instanceof InputError;
-      process.exitCode = input ? 2 : 1;
+      if (!(error instanceof InputError)) {
+        process.exitCode = 1;
+        console.error(`ft-train: ${(error as Error).stack ?? error}`);
+        return;
+      }
       const rank = launcherWorldRank();
-      const message = (error as Error).message;
-      if (!input) console.error(`ft-train: ${(error as Error).stack ?? error}`);
-      // bad input is found before MPI starts: world rank 0 prints it and gives the job its exit code
-      else if (rank === 0) console.error(message);
-      // with the same flags and files rank 0 finds the same: the rest leave it the line, and exit 0
-      // at once (under --with-ft ulfm mpirun ends the job at its second non-zero exit, which could
-      // come before rank 0, slower to start, has printed); on another host, its first rank waits
-      // for that (within MPI's start-up bound) and then says what it found (a path missing there?)
-      else if (besideWorldRankZero() || launcherLocalRank() !== 0) process.exitCode = 0;
-      else setTimeout(() => console.error(message.replace(/^ft-train: /, `ft-train: rank ${rank}: `)), inputErrorWaitMs);
+      // world rank 0 prints it and gives the job its exit code; the others exit 0 at once (under
+      // --with-ft ulfm mpirun ends the job at its second non-zero exit, which could come before a
+      // rank 0 slower to start has printed). Found in files, another host may not find it alike
+      // (a path missing there only): its first rank says what it found after a wait, so that
+      // rank 0's line comes first, and exits 2, which ends the job
+      if (rank === 0) console.error(error.message);
+      const speaks = rank === 0 || (!error.everyHost && launcherLocalRank() === 0);
+      process.exitCode = speaks ? 2 : 0;
+      if (rank !== 0 && speaks)
+        setTimeout(() => console.error(error.message.replace(/^ft-train: /, `ft-train: rank ${rank}: `)), inputErrorWaitMs);
     },
   );
 }

@@ -12,11 +12,21 @@ import { launcherWorldSize, mpiFaultToleranceOn, underMpirun } from '../rank/lau
 import { createRunDir } from '../run/writer';
 import type { TrainOptions } from './train-settings';
 
-/** Bad input, found before MPI starts, alike on every rank: one line, exit code 2. */
+/**
+ * Bad input, found before MPI starts, alike on every rank of a host: one line, exit code 2.
+ * `everyHost`: found from the flags alone, so alike on every host too; else from files, which
+ * another host may lack or hold otherwise.
+ */
 export class InputError extends Error {
   override name = 'InputError';
   /** The exit code it ends the process with. */
   readonly exitCode = 2;
+  constructor(
+    message: string,
+    readonly everyHost = false,
+  ) {
+    super(message);
+  }
 }
 
 /** The checkpoint a run resumes from. */
@@ -151,7 +161,13 @@ export async function openRun(options: TrainOptions, door: RunInputs): Promise<{
   try {
     // --respawn's default limit: the initial working size (a spawned rank learns what is left at the join)
     if (options.respawn) options.respawnLimit ??= launcherWorldSize() - options.reserves - options.spares;
-    if (!joining) checkLauncher(options, launcherWorldSize());
+    if (!joining) {
+      try {
+        checkLauncher(options, launcherWorldSize());
+      } catch (error) {
+        throw new InputError(`ft-train: ${(error as Error).message}`, true);
+      }
+    }
     door.checkModel();
     dataset = await Dataset.open(options.data);
     door.check(dataset);

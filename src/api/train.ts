@@ -173,7 +173,7 @@ export async function train(settings: TrainSettings): Promise<TrainOutcome<Train
   try {
     options = resolveTrainOptions(settings);
   } catch (error) {
-    if (error instanceof SettingsError) throw new InputError(error.message);
+    if (error instanceof SettingsError) throw new InputError(error.message, true);
     throw error;
   }
   return runTraining(options);

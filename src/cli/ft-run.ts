@@ -397,7 +397,10 @@ async function main(): Promise<number> {
     });
     // ft-train's exit code for bad input, refused before the run started: its line says why, and
     // a restart would be refused alike
-    if (code === 2 && recordsFrom(path.join(runDir, runFiles.events), was.eventsFrom).length === 0) return code;
+    if (code === 2 && recordsFrom(path.join(runDir, runFiles.events), was.eventsFrom).length === 0) {
+      if (restarts > 0) console.error(`ft-run: restart ${restarts} of ${maxRestarts} was refused (its line is above)`);
+      return code;
+    }
     const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was), lastStop(runDir, was.eventsFrom));
     if (ended.unfinished === undefined) return ended.code;
     const resumed = resumedFrom(runDir, was);

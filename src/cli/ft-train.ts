@@ -11,7 +11,7 @@ export function run(): void {
       try {
         options = parseTrainOptions(hideBin(process.argv));
       } catch (error) {
-        throw new InputError((error as Error).message);
+        throw new InputError((error as Error).message, true);
       }
       return runTraining(options);
     })(),

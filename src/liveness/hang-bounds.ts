@@ -20,9 +20,10 @@ export function hangBounds(seconds: number): HangBounds {
 }
 
 /**
- * How long a rank that found bad input before MPI starts waits for world rank 0, which found it too,
- * to print it and end the job: half the shortest start-up bound (the flags may not say T), so that
- * where rank 0 found nothing wrong, this rank speaks before rank 0 gives up on MPI's start-up.
+ * How long the first rank of a host other than world rank 0's waits before it prints bad input
+ * found in files (rank 0 prints it at once): half the shortest start-up bound (the flags may not
+ * say T), so that where rank 0 found nothing wrong, the line comes before rank 0 gives up on MPI's
+ * start-up.
  */
 export const inputErrorWaitMs = hangBounds(0).startupMs / 2;
 

@@ -23,12 +23,7 @@ export function mpiFaultToleranceOn(): boolean {
   return value === '1' || value === 'true';
 }
 
-/** The rank's place among the launch's ranks on its host. */
+/** The rank's place among the launch's ranks on its host (without it: as if every rank shared one). */
 export function launcherLocalRank(): number {
-  return Number(process.env.OMPI_COMM_WORLD_LOCAL_RANK ?? '0');
-}
-
-/** On world rank 0's host: as many of the ranks before this one are on its host as in the world, rank 0 among them. */
-export function besideWorldRankZero(): boolean {
-  return launcherLocalRank() === launcherWorldRank();
+  return Number(process.env.OMPI_COMM_WORLD_LOCAL_RANK ?? launcherWorldRank());
 }

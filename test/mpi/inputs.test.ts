@@ -8,6 +8,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { generateSynthetic, syntheticDefaults } from '../../datasets/synthetic';
 import { mpirunCommand, trainCommand } from '../../src/cli/mpirun';
+import { inputErrorWaitMs } from '../../src/liveness/hang-bounds';
 import { repoRoot, runCommand, runTrain, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -277,6 +278,22 @@ describe('ft-train: bad input is refused before MPI starts', function () {
         ...args,
       );
       assertRefused(job, 'ft-train: --min-ranks 5 is above the world size 4', dir);
+    });
+
+    it('bad flags, found alike on every host: the first rank of another host exits 0 at once too, without a line', async () => {
+      const dir = newDir();
+      const args = [...common, '--run-dir', dir, '--min-ranks', '5'];
+      const started = Date.now();
+      // ranks 1-3 as the first ranks of other hosts: mpirun gives each local rank 0 there
+      const job = await twoPrograms(
+        (node) => ['sh', '-c', 'sleep 2; exec "$@"', 'sh', ...node, ...args],
+        3,
+        (node) => ['env', 'OMPI_COMM_WORLD_LOCAL_RANK=0', ...node, ...args],
+        ...args,
+      );
+      assertRefused(job, 'ft-train: --min-ranks 5 is above the world size 4', dir);
+      // no rank waited the 5 s that a line found in files waits on another host
+      assert.ok(Date.now() - started < inputErrorWaitMs, `${Date.now() - started} ms`);
     });
 
     it('bad input that the first rank of another host alone finds (a dataset missing there): it prints it with its rank after a wait, exit 2', async () => {
