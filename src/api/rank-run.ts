@@ -281,9 +281,8 @@ function summaryOf(
 /**
  * Ends the process the way the ft-train program does once `outcome` settles: the exit code, and a
  * bad input's line printed by world rank 0 (and by the first rank of another host where it was
- * found in files, after a wait). After a run, the process's
- * 'exit' listeners run, then it ends at once: without exit()'s teardown, which would wait for a
- * write still stuck on a dead disk.
+ * found in files, after a wait). After a run, the process's 'exit' listeners run, then it ends at
+ * once: without exit()'s teardown, which would wait for a write still stuck on a dead disk.
  */
 export function exitWhenDone(outcome: Promise<TrainOutcome<unknown>>): void {
   outcome.then(

@@ -1,9 +1,10 @@
 // The processes of one job, found by a marker variable in their environment (every process that
 // mpirun starts inherits it, and mpirun passes it to the ranks on other hosts). mpirun puts each
 // rank in a process group of its own, and when ranks exit non-zero before MPI starts it can return
-// at once (under --with-ft ulfm at the second such exit), leaving the others running: a job is over only when every process carrying its marker is
-// gone. The MPI tests and the benchmarks use this to make sure that nothing of a job is left behind;
-// launch/ft-run, for what mpirun left on its own host (ssh to a host it cannot reach any more).
+// at once (under --with-ft ulfm at the second such exit), leaving the others running: a job is over
+// only when every process carrying its marker is gone. The MPI tests and the benchmarks use this to
+// make sure that nothing of a job is left behind; launch/ft-run, for what mpirun left on its own
+// host (ssh to a host it cannot reach any more).
 import * as fs from 'node:fs';
 import { environOf } from '../run/pids';
 
