@@ -58,6 +58,37 @@ export function batchLayout(block: Uint8Array, metadataLength: number, sampleSiz
   return { rows, features: metadataLength + features.offset, labels: metadataLength + labels.offset };
 }
 
+/**
+ * batchLayout() of a split's batches, decoded once per distinct metadata: a file's full batches
+ * carry the same metadata byte for byte (the layout depends on nothing else but the block's length),
+ * and arrow's decode of it cost more than the batch's read, checksum and copy together (16 batches
+ * of Fashion-MNIST, a retried step's: 0.3-2.5 ms, against about 1 ms for the rest).
+ */
+export class BatchLayouts {
+  private last?: { metadata: Buffer; blockLength: number; layout: BatchLayout };
+
+  constructor(
+    private readonly sampleSize: number,
+    private readonly valueBytes: number,
+  ) {}
+
+  /** batchLayout(block, metadataLength, ...) for this split's sample size and value width. */
+  of(block: Uint8Array, metadataLength: number): BatchLayout {
+    const last = this.last;
+    if (
+      last &&
+      last.blockLength === block.length &&
+      last.metadata.length === metadataLength &&
+      last.metadata.equals(block.subarray(0, metadataLength))
+    )
+      return last.layout;
+    const layout = batchLayout(block, metadataLength, this.sampleSize, this.valueBytes);
+    // a copy: the block's buffer is reused for the next read
+    this.last = { metadata: Buffer.from(block.subarray(0, metadataLength)), blockLength: block.length, layout };
+    return layout;
+  }
+}
+
 /** Copies the batch in `block` (laid out as `layout` says) into `features` and `labels` from `row` on. */
 export function copyBatch(
   block: Uint8Array,

@@ -7,7 +7,7 @@ import * as path from 'node:path';
 import { AsyncRecordBatchFileReader, RecordBatchReader } from 'apache-arrow';
 import { DatasetError } from './errors';
 import { expectedSchema, sampleSize, type FeatureType, type Manifest, type SplitEntry } from './manifest';
-import { batchLayout, copyBatch } from './record-batch';
+import { BatchLayouts, copyBatch } from './record-batch';
 import { ShardLayout } from './shard-layout';
 import { crc64 } from '../base/checksum';
 import { addonPart } from '../base/addon';
@@ -38,7 +38,17 @@ interface Block {
   metadataLength: number;
 }
 
+/** The largest blocking read served from the kept buffer (a retried step's batches take far less). */
+const scratchMaxBytes = 1 << 20;
+
 export class Split {
+  private readonly layouts: BatchLayouts;
+  /**
+   * the blocking reads' buffer, kept: each read's bytes are decoded before the next, and a fresh
+   * buffer per read had its pages faulted in every time (on a readback's path)
+   */
+  private scratch: Buffer<ArrayBuffer> = Buffer.alloc(0);
+
   private constructor(
     readonly name: string,
     private readonly entry: SplitEntry,
@@ -48,7 +58,9 @@ export class Split {
     private readonly dtype: FeatureType,
     private readonly divisor: number,
     private readonly classes: number,
-  ) {}
+  ) {
+    this.layouts = new BatchLayouts(sampleSize, dtype === 'float32' ? 4 : 1);
+  }
 
   /** Opens `dir/` the split's file: size against the manifest, footer checksum, schema, batch table. */
   static async open(dir: string, name: string, manifest: Manifest, entry: SplitEntry): Promise<Split> {
@@ -225,9 +237,17 @@ export class Split {
    */
   async loadInto(first: number, end: number, into: ShardData, row: number, now = false): Promise<number> {
     const { start, length } = this.span(first, end);
-    const bytes = now ? this.file.loadNow(start, length) : await this.file.load(start, length);
+    const bytes = now ? this.file.loadNow(start, length, this.scratchFor(length)) : await this.file.load(start, length);
     this.decodeInto(first, end, start, bytes, into, row);
     return bytes.length;
+  }
+
+  /** A buffer of at least `length` bytes for a blocking read, decoded before the next: the kept one up to scratchMaxBytes. */
+  private scratchFor(length: number): Buffer<ArrayBuffer> | undefined {
+    if (length > scratchMaxBytes) return undefined;
+    if (this.scratch.length < length)
+      this.scratch = Buffer.allocUnsafe(Math.min(scratchMaxBytes, Math.max(length, 2 * this.scratch.length)));
+    return this.scratch;
   }
 
   /** Checks record batches [first, end), read from `start` on as `bytes`, and decodes them into `into` from `row` on. */
@@ -242,7 +262,7 @@ export class Split {
       const block = blocks[i - first];
       let layout;
       try {
-        layout = batchLayout(block, this.blocks[i].metadataLength, this.sampleSize, this.dtype === 'float32' ? 4 : 1);
+        layout = this.layouts.of(block, this.blocks[i].metadataLength);
       } catch (error) {
         throw new DatasetError(this.path, `corrupt: record batch ${i}: ${(error as Error).message}`);
       }

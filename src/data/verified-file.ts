@@ -56,10 +56,11 @@ export class VerifiedFile {
 
   /**
    * load(), blocking: for reads the caller would only wait for, where a hand-off to libuv's
-   * threadpool costs more than the read (several ms on busy cores, against well under 1 ms).
+   * threadpool costs more than the read (several ms on busy cores, against well under 1 ms). The
+   * bytes land in `into` (at least `length` long) where given.
    */
-  loadNow(start: number, length: number): Buffer {
-    const bytes = Buffer.allocUnsafe(length);
+  loadNow(start: number, length: number, into = Buffer.allocUnsafe(length)): Buffer {
+    const bytes = into.subarray(0, length);
     for (let done = 0; done < length;)
       done += this.took(start, length, done, fs.readSync(this.handle.fd, bytes, done, length - done, start + done));
     return bytes;

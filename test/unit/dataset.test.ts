@@ -10,7 +10,7 @@ import { convertFashionMnist, debianSource, readIdxSplit } from '../../datasets/
 import { generateSynthetic, syntheticDefaults } from '../../datasets/synthetic';
 import { Dataset } from '../../src/data/dataset';
 import { gatherBatch, MicroBatches } from '../../src/data/micro-batches';
-import { batchLayout, copyBatch } from '../../src/data/record-batch';
+import { BatchLayouts, batchLayout, copyBatch } from '../../src/data/record-batch';
 import { ShardMap } from '../../src/data/shard-map';
 import { addonPart } from '../../src/base/addon';
 import { writeDataset, type SplitSource } from '../../src/data/writer';
@@ -340,6 +340,28 @@ describe('Arrow datasets', function () {
         message: `its metadata length ${block.length + 8} does not fit its ${block.length} bytes`,
       });
       assert.throws(() => batchLayout(block.subarray(metaDataLength), 16, 64, 1), { message: /^its metadata/ });
+    });
+
+    it("batch layouts decoded once per distinct metadata: another batch's same bytes share it, other bytes are decoded (and refused) again", () => {
+      const file = path.join(synthetic, 'train.arrow');
+      const bytes = fs.readFileSync(file);
+      const reader = RecordBatchReader.from(bytes) as RecordBatchFileReader;
+      reader.open();
+      const blockOf = (i: number) => {
+        const { offset, metaDataLength, bodyLength } = reader.footer!.getRecordBatch(i)!;
+        return { block: bytes.subarray(Number(offset), Number(offset) + metaDataLength + Number(bodyLength)), metaDataLength };
+      };
+      const [third, fourth] = [blockOf(3), blockOf(4)];
+      const layouts = new BatchLayouts(64, 1);
+      const layout = layouts.of(third.block, third.metaDataLength);
+      assert.deepEqual(layout, batchLayout(third.block, third.metaDataLength, 64, 1));
+      assert.equal(layouts.of(fourth.block, fourth.metaDataLength), layout);
+      const altered = Buffer.from(fourth.block);
+      altered[0] ^= 0xff; // no continuation marker (-1) but -256, read as the metadata's length
+      assert.throws(() => layouts.of(altered, fourth.metaDataLength), { message: 'its metadata claims -256 bytes' });
+      assert.throws(() => layouts.of(fourth.block.subarray(0, fourth.metaDataLength + 100), fourth.metaDataLength), {
+        message: /^its body of \d+ bytes overruns its block$/,
+      });
     });
 
     it('float32 feature vectors (format /3): stored, checked and batched exactly, divisor 1', async () => {
