@@ -112,9 +112,8 @@ export class ElasticLoop {
     }
     const plan = new MicroBatches(dataset.train.layout(shards), settings.batch, settings.seed);
     this.data = new DataPosition(plan, settings, settings.rankBatch);
-    const largest = Math.max(plan.globalBatch, ...Array.from({ length: plan.layout.count }, (_, s) => plan.size(s)));
     this.buffers = new BatchBuffers(
-      largest,
+      plan.largestBatch,
       dataset.sampleShape.reduce((a, b) => a * b, 1),
     );
     const parameters = { withTail: stateWithTail, buffers: new Float32Array(0), updateBuffers: () => undefined, toHost: () => undefined };

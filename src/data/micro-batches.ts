@@ -39,6 +39,21 @@ export class MicroBatches {
     return Math.floor(this.globalBatch / S) + (shard < this.globalBatch % S ? 1 : 0);
   }
 
+  /**
+   * The most samples a step's buffers hold: the global batch (a shrink-mode rank may take up to
+   * all of it), or the split's rows where they are fewer (a step draws a sample once at most).
+   */
+  get largestBatch(): number {
+    let rows = 0;
+    for (let s = 0; s < this.layout.count; ++s) rows += this.layout.rows(s);
+    return Math.min(this.globalBatch, rows);
+  }
+
+  /** Samples shard s's fullest micro-batch holds: its share of a step, or all its rows where they are fewer. */
+  fullest(shard: number): number {
+    return Math.min(this.size(shard), this.layout.rows(shard));
+  }
+
   /** Rows (indices within shard s) of step t's micro-batch in `epoch`; empty once s is used up. */
   rows(shard: number, epoch: number, step: number): Int32Array {
     const { start, end } = this.span('rows', shard, step);

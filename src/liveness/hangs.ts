@@ -36,7 +36,7 @@ export function guardAgainstHangs(bounds: HangBounds, worldRank: number): () => 
   addon.setIdleProgress(tick);
   addon.watchdog(
     bounds.watchdogMs,
-    `ft-train: rank ${worldRank}: no progress for ${bounds.watchdogMs / 1000} s (stuck in a computation or a blocking call); this rank declares itself failed`,
+    `ft-train: rank ${worldRank}: no progress for ${bounds.watchdogMs / 1000} s (stuck in a computation or a blocking call; a step that computes longer needs a larger --hang-timeout); this rank declares itself failed`,
   );
   const timer = setInterval(() => addon.beat(), tick);
   timer.unref();

@@ -85,16 +85,11 @@ export interface TrainResult {
  */
 export function warmUpKernels(net: Net, dataset: Dataset, config: Pick<TrainConfig, 'shards' | 'batch' | 'seed'>): void {
   const plan = new MicroBatches(dataset.train.layout(config.shards), config.batch, config.seed);
-  warmUpPasses(net, new BatchBuffers(largestBatch(plan, config), net.inputSize, (length) => net.inputBuffer(length)), plan, config);
-}
-
-/** The rows a step's buffers hold at most: the global batch (shrink mode) or a shard's. */
-function largestBatch(plan: MicroBatches, config: Pick<TrainConfig, 'shards' | 'batch'>): number {
-  return Math.max(config.batch, ...Array.from({ length: config.shards }, (_, s) => plan.size(s)));
+  warmUpPasses(net, new BatchBuffers(plan.largestBatch, net.inputSize, (length) => net.inputBuffer(length)), plan, config);
 }
 
 function warmUpPasses(net: Net, buffers: BatchBuffers, plan: MicroBatches, config: Pick<TrainConfig, 'shards' | 'seed'>): void {
-  const sizes = new Set(Array.from({ length: config.shards }, (_, shard) => plan.size(shard)));
+  const sizes = new Set(Array.from({ length: config.shards }, (_, shard) => plan.fullest(shard)));
   for (const rows of sizes) {
     const [x, labels] = buffers.view(rows);
     x.fill(0);
@@ -139,7 +134,7 @@ export class Trainer implements StateSource {
     this.optimizer = new Optimizer(config.optimizer, updating, matrixRanges(net.params.views));
     const slots = config.optimizerState === 'sharded' ? [] : this.optimizer.slots.map((_, k) => streamVector(P, Stream.state + k));
     this.replicated = new ReplicatedState(this.optimizer, updating, slots, net);
-    this.buffers = new BatchBuffers(largestBatch(plan, config), net.inputSize, (length) => net.inputBuffer(length));
+    this.buffers = new BatchBuffers(plan.largestBatch, net.inputSize, (length) => net.inputBuffer(length));
     this.gradientTarget = {
       get gradient() {
         return net.params.gradients;

@@ -127,7 +127,9 @@ describe('faults anywhere: hangs, checkpoints, the end and the start', function 
     assertRecovered(run, [2]);
     assert.deepEqual(
       ftLines(run.job),
-      ['ft-train: rank 2: no progress for 4 s (stuck in a computation or a blocking call); this rank declares itself failed'],
+      [
+        'ft-train: rank 2: no progress for 4 s (stuck in a computation or a blocking call; a step that computes longer needs a larger --hang-timeout); this rank declares itself failed',
+      ],
       run.job.stderr,
     );
   });

@@ -186,6 +186,23 @@ describe('ShardMap', () => {
 });
 
 describe('MicroBatches', () => {
+  it("a global batch above the split's rows: each step takes all of it, and a step's buffers need hold no more than it", () => {
+    const layout = new ShardLayout(batchRows(1037, 10), 3, 'train.arrow');
+    const plan = new MicroBatches(layout, 100_000_000, 42);
+    assert.equal(plan.stepsPerEpoch, 1);
+    assert.equal(plan.samplesAt(0), 1037);
+    assert.deepEqual(
+      [0, 1, 2].map((s) => [plan.size(s), plan.fullest(s), layout.rows(s)]),
+      [
+        [33_333_334, 340, 340],
+        [33_333_333, 350, 350],
+        [33_333_333, 347, 347],
+      ],
+    );
+    assert.equal(plan.largestBatch, 1037);
+    assert.equal(new MicroBatches(layout, 64, 42).largestBatch, 64);
+  });
+
   it('visits every sample of the split exactly once per epoch, for any S and global batch', () => {
     const rows = batchRows(1037, 10);
     for (const [S, batch] of [
@@ -195,6 +212,7 @@ describe('MicroBatches', () => {
       [16, 16],
       [64, 100],
       [5, 1037],
+      [3, 100_000_000],
     ]) {
       const layout = new ShardLayout(rows, S, 'train.arrow');
       const plan = new MicroBatches(layout, batch, 42);
@@ -206,7 +224,7 @@ describe('MicroBatches', () => {
           let inStep = 0;
           for (let s = 0; s < S; ++s) {
             const picked = plan.rows(s, epoch, t);
-            assert.ok(picked.length <= plan.size(s));
+            assert.ok(picked.length <= plan.fullest(s));
             for (const row of picked) seen[layout.firstRow(s) + row] += 1;
             inStep += picked.length;
           }
