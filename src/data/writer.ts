@@ -63,6 +63,22 @@ export interface DatasetInfo {
   text?: TextInfo;
 }
 
+/**
+ * Makes, empty, the directory a dataset is written into before it is renamed to `out`:
+ * `.OUT.partial-PID` beside it. A place where it cannot be made is named as `out`'s.
+ */
+export function makeStaging(out: string): string {
+  const staging = path.join(path.dirname(out), `.${path.basename(out)}.partial-${process.pid}`);
+  try {
+    fs.rmSync(staging, { recursive: true, force: true });
+    makeDirectory(staging);
+  } catch (error) {
+    const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+    throw new DatasetError(out, `cannot be written: making ${staging} failed (${reason})`);
+  }
+  return staging;
+}
+
 /** Progress lines go here (for example console.log); called about every two seconds. */
 export type ProgressSink = (line: string) => void;
 

@@ -259,6 +259,15 @@ describe('ft-data', function () {
           'a partial output was left',
         );
       }
+      // --out where no directory can be made: named as --out, with the staging directory and the reason
+      const file = write('good.csv', good);
+      const { code, stderr } = await run(['csv', file, '--out', path.join(file, 'o')]);
+      assert.equal(code, 1);
+      const escaped = file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+      assert.match(
+        stderr.trim(),
+        new RegExp(`^ft-data: ${escaped}/o: cannot be written: making ${escaped}/\\.o\\.partial-\\d+ failed \\(ENOTDIR\\)$`),
+      );
     });
 
     it('usage errors exit 2 with one line; --help lists every flag with its default', async () => {

@@ -9,11 +9,10 @@ import * as path from 'node:path';
 import { syncPath } from '../../base/atomic-write';
 import { DatasetError } from '../errors';
 import { sampleSize, splitNames, type FeatureType, type Manifest, type SplitMethod, type SplitName } from '../manifest';
-import { writeDataset, type ProgressSink, type SplitSource } from '../writer';
+import { makeStaging, writeDataset, type ProgressSink, type SplitSource } from '../writer';
 import { Spill } from './spill';
 import { FeatureStats } from './stats';
 import { StratifiedSplit } from './stratify';
-import { makeDirectory } from '../../base/make-directory';
 
 export interface BuildOptions {
   out: string;
@@ -46,9 +45,7 @@ export class DatasetBuilder {
   constructor(private readonly options: BuildOptions) {
     const { out } = options;
     if (fs.existsSync(out) && !options.force) throw new DatasetError(out, 'already exists (--force replaces it)');
-    this.temp = path.join(path.dirname(out), `.${path.basename(out)}.partial-${process.pid}`);
-    fs.rmSync(this.temp, { recursive: true, force: true });
-    makeDirectory(this.temp);
+    this.temp = makeStaging(out);
     const size = sampleSize(options.sampleShape);
     const valueBytes = options.dtype === 'float32' ? 4 : 1;
     this.spills = {

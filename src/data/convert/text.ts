@@ -10,7 +10,7 @@ import { syncPath } from '../../base/atomic-write';
 import { DatasetError } from '../errors';
 import { splitNames, type Manifest, type SplitName, type TextInfo } from '../manifest';
 import { charVocabularyOf, encodeTextIds, vocabularySize } from '../text-tokens';
-import { writeDataset, type ProgressSink, type SplitSource } from '../writer';
+import { makeStaging, writeDataset, type ProgressSink, type SplitSource } from '../writer';
 import { ConversionProgress } from './progress';
 
 /** Debian's `fortunes` package: ~2.6 MB of English quotations, jokes and poems (the default text). */
@@ -169,8 +169,7 @@ export async function convertText(options: TextOptions): Promise<Manifest> {
     SplitName,
     SplitSource
   >;
-  const temp = path.join(path.dirname(out), `.${path.basename(out)}.partial-${process.pid}`);
-  fs.rmSync(temp, { recursive: true, force: true });
+  const temp = makeStaging(out);
   try {
     const manifest = await writeDataset(
       temp,
