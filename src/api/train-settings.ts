@@ -247,7 +247,13 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
       "the CPU kernels' instruction-set level, the same on every rank (the result depends on it): auto, the best every rank's host runs (a resume: the checkpoint's); or x86-64-v2|v3|v4; native: each host's libraries choose (fastest, but the bits depend on the CPU and the environment)",
     group: 'Job',
   },
-  batch: { kind: 'integer', min: 1, default: 64, describe: 'global batch (split over the shards)', group: 'Optimizer' },
+  batch: {
+    kind: 'integer',
+    min: 1,
+    default: 64,
+    describe: "global batch (split over the shards; above the training split's rows: all of them each step)",
+    group: 'Optimizer',
+  },
   optimizer: {
     kind: 'choice',
     choices: optimizerNames,
