@@ -46,6 +46,11 @@ export type BalanceDecision =
       msPerShard: Map<number, number>;
       /** an undoing: the step time (ms, median) before the change undone, and since */
       undone?: { beforeMs: number; sinceMs: number };
+      /**
+       * an undoing: the map before the change, restored as it was (each moved shard back to the rank
+       * it came from, which still holds its data), not only its counts (new shards to read)
+       */
+      map?: ShardMap;
     }
   | {
       kind: 'evict';
@@ -69,8 +74,8 @@ export class Balancer {
   private stepsSeen = 0;
   /** the step time (ms) at the last K steps since the last change's first */
   private stepMs: number[] = [];
-  /** a change being judged: the counts before it and the step time then */
-  private trial?: { previous: Map<number, number>; beforeMs: number };
+  /** a change being judged: the map before it and the step time then */
+  private trial?: { previous: ShardMap; beforeMs: number };
   /** the fewest steps before the next change: K, doubled by each change undone in a row */
   private holdOff: number;
 
@@ -138,13 +143,13 @@ export class Balancer {
     const uneven = Math.max(...counts) - Math.min(...counts) > 1;
     if (!slow && !uneven) return undefined;
     if (makespan(planned, speeds) > (1 - worthMoving) * makespan(current, speeds)) return undefined;
-    if (this.stepMs.length === slowSteps) this.trial = { previous: current, beforeMs: median(this.stepMs) };
+    if (this.stepMs.length === slowSteps) this.trial = { previous: map, beforeMs: median(this.stepMs) };
     this.changed();
     return { kind: 'rebalance', counts: planned, msPerShard: speeds };
   }
 
   /** Once K steps since a change are known: undone if the step is longer than before it. */
-  private judge(map: ShardMap, trial: { previous: Map<number, number>; beforeMs: number }): BalanceDecision | undefined {
+  private judge(map: ShardMap, trial: { previous: ShardMap; beforeMs: number }): BalanceDecision | undefined {
     const { slowSteps } = this.settings;
     if (this.stepMs.length < slowSteps) return undefined;
     const sinceMs = median(this.stepMs);
@@ -156,7 +161,13 @@ export class Balancer {
     }
     this.holdOff *= 2;
     this.changed();
-    return { kind: 'rebalance', counts: trial.previous, msPerShard: this.speeds(map.ranks), undone: { beforeMs: trial.beforeMs, sinceMs } };
+    return {
+      kind: 'rebalance',
+      counts: trial.previous.counts(),
+      msPerShard: this.speeds(map.ranks),
+      undone: { beforeMs: trial.beforeMs, sinceMs },
+      map: trial.previous,
+    };
   }
 
   private speeds(ranks: number[]): Map<number, number> {

@@ -534,7 +534,7 @@ export class Manager implements StepPosition {
     const started = now();
     this.enter('rebalance');
     const before = world.shardMap.counts();
-    const moved = world.rebalance(decision.counts);
+    const moved = world.rebalance(decision.counts, decision.map);
     this.sumState.rebuildSum(step);
     const mine = (moved.get(world.worldRank) ?? []).filter((s) => !this.shards.has(s));
     if (mine.length > 0) await this.shards.readBackFirst(mine, this.source!.stepRows(world.shardMap, mine));

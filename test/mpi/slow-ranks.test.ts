@@ -49,9 +49,14 @@ function neverHeld(run: Run, shards: number, ranks: number): number[] {
   );
   const had = map.owners.map((owner) => new Set([owner]));
   const read: number[] = [];
+  let previous = map;
   for (const event of rebalances(run)) {
     assert.deepEqual(counts(event, 'before'), map.counts(), `the event's counts before are the map's: ${JSON.stringify(event)}`);
-    map = map.withCounts(counts(event, 'after'));
+    // an undoing puts back the map before the change it undoes, each moved shard where it came from
+    const next = event.undone ? previous : map.withCounts(counts(event, 'after'));
+    const moved = [...map.movedTo(next).values()].flat().sort((a, b) => a - b);
+    assert.deepEqual(moved, event.shards, `the shards moved: ${JSON.stringify(event)}`);
+    [previous, map] = [map, next];
     map.owners.forEach((owner, s) => {
       if (!had[s].has(owner)) read.push(s);
       had[s].add(owner);
