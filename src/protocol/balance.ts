@@ -40,17 +40,16 @@ export interface BalanceSettings {
 export type BalanceDecision =
   | {
       kind: 'rebalance';
-      /** the shards each rank holds from the next step on */
-      counts: Map<number, number>;
+      /**
+       * the shard map from the next step on: the plan's counts, moving the fewest shards
+       * (ShardMap.withCounts); an undoing's, the map before the change as it was (each moved shard
+       * back to the rank it came from, which still holds its data)
+       */
+      map: ShardMap;
       /** each rank's measured time per shard (ms), the medians the plan used */
       msPerShard: Map<number, number>;
       /** an undoing: the step time (ms, median) before the change undone, and since */
       undone?: { beforeMs: number; sinceMs: number };
-      /**
-       * an undoing: the map before the change, restored as it was (each moved shard back to the rank
-       * it came from, which still holds its data), not only its counts (new shards to read)
-       */
-      map?: ShardMap;
     }
   | {
       kind: 'evict';
@@ -145,7 +144,7 @@ export class Balancer {
     if (makespan(planned, speeds) > (1 - worthMoving) * makespan(current, speeds)) return undefined;
     if (this.stepMs.length === slowSteps) this.trial = { previous: map, beforeMs: median(this.stepMs) };
     this.changed();
-    return { kind: 'rebalance', counts: planned, msPerShard: speeds };
+    return { kind: 'rebalance', map: map.withCounts(planned), msPerShard: speeds };
   }
 
   /** Once K steps since a change are known: undone if the step is longer than before it. */
@@ -161,13 +160,7 @@ export class Balancer {
     }
     this.holdOff *= 2;
     this.changed();
-    return {
-      kind: 'rebalance',
-      counts: trial.previous.counts(),
-      msPerShard: this.speeds(map.ranks),
-      undone: { beforeMs: trial.beforeMs, sinceMs },
-      map: trial.previous,
-    };
+    return { kind: 'rebalance', map: trial.previous, msPerShard: this.speeds(map.ranks), undone: { beforeMs: trial.beforeMs, sinceMs } };
   }
 
   private speeds(ranks: number[]): Map<number, number> {

@@ -534,7 +534,8 @@ export class Manager implements StepPosition {
     const started = now();
     this.enter('rebalance');
     const before = world.shardMap.counts();
-    const moved = world.rebalance(decision.counts, decision.map);
+    const moved = world.rebalance(decision.map);
+    const after = decision.map.counts();
     this.sumState.rebuildSum(step);
     const mine = (moved.get(world.worldRank) ?? []).filter((s) => !this.shards.has(s));
     if (mine.length > 0) await this.shards.readBackFirst(mine, this.source!.stepRows(world.shardMap, mine));
@@ -548,14 +549,14 @@ export class Manager implements StepPosition {
       step,
       ranks,
       before: ranks.map((r) => before.get(r)!),
-      after: ranks.map((r) => decision.counts.get(r)!),
+      after: ranks.map((r) => after.get(r)!),
       ms_per_shard: ms,
       shards,
       duration_ms: now() - started,
       ...(undone ? { undone: true, step_ms_before: round(undone.beforeMs), step_ms_since: round(undone.sinceMs) } : {}),
     });
     const fastest = Math.min(...ms);
-    const speeds = ranks.map((r, i) => `${r}: ${before.get(r)}->${decision.counts.get(r)} (${(ms[i] / fastest).toFixed(1)}x)`).join(', ');
+    const speeds = ranks.map((r, i) => `${r}: ${before.get(r)}->${after.get(r)} (${(ms[i] / fastest).toFixed(1)}x)`).join(', ');
     this.observer.log(
       undone
         ? `step ${step}: the last rebalance made the step longer (${undone.sinceMs.toFixed(1)} ms since, ${undone.beforeMs.toFixed(1)} ms before): moving ${shards.length} shard(s) back; rank: shards ${speeds}`

@@ -276,9 +276,8 @@ export class Membership {
     this.everyone = comm;
   }
 
-  /** A rebalance: each rank holds `counts` shards from now on (as `map` has them, where given: an undoing); what moved to whom. */
-  rebalance(counts: ReadonlyMap<number, number>, map?: ShardMap): Map<number, number[]> {
-    const next = map ?? this.map.withCounts(counts);
+  /** A rebalance: the shard map is `next` from now on; what moved to whom. */
+  rebalance(next: ShardMap): Map<number, number[]> {
     const moved = this.map.movedTo(next);
     this.map = next;
     return moved;
