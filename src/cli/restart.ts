@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { findJobCheckpoint } from '../checkpoint/checkpoint';
+import { firedDrill, parseDrill, type Drill } from '../liveness/drills';
 import { runFiles } from '../run/files';
 import { lastRecord } from '../run/reader';
 import type { StepRecord } from '../run/records';
@@ -37,6 +38,8 @@ export interface EndedJob {
   checkpointDir: string;
   /** the checkpoint the job started from (its resume event's), if it resumed */
   resumedFrom?: string;
+  /** where the job's lines start in each rank's log (absent: a log the job began) */
+  logsFrom: ReadonlyMap<string, number>;
   /** where its lines start in metrics.jsonl (past the steps of the jobs before it) */
   metricsFrom: number;
   trainArgs: string[];
@@ -97,15 +100,42 @@ export async function planRestart(job: EndedJob): Promise<Restart> {
     ranks,
     hostfile,
     unreachable,
-    trainArgs: restartArgs(job.trainArgs, found.dir, lastStep === undefined ? found.manifest.step : lastStep + 1),
+    trainArgs: restartArgs(
+      job.trainArgs,
+      found.dir,
+      lastStep === undefined ? found.manifest.step : lastStep + 1,
+      firedDrills(job.runDir, job.logsFrom),
+    ),
   };
 }
 
+type DrillPoint = Pick<Drill, 'rank' | 'step' | 'phase'>;
+
 /**
- * ft-train's flags for a restart from `checkpoint`: --resume replaced, and the drills of steps up to
- * `reached` (the step the ended job was in) left out, since they fired then.
+ * The drill points that fired in the ended job: the notes its ranks left in their logs. The
+ * leader's metrics can lag them by a step: a rank on another host may fire a drill at the next
+ * step's start, its host lost, before the leader records the step they all finished.
  */
-export function restartArgs(trainArgs: string[], checkpoint: string, reached: number): string[] {
+function firedDrills(runDir: string, logsFrom: ReadonlyMap<string, number>): DrillPoint[] {
+  const logs = path.join(runDir, runFiles.logs);
+  if (!fs.existsSync(logs)) return [];
+  return fs.readdirSync(logs).flatMap((name) =>
+    fs
+      .readFileSync(path.join(logs, name))
+      .subarray(logsFrom.get(name) ?? 0)
+      .toString('utf8')
+      .split('\n')
+      .map(firedDrill)
+      .filter((point): point is DrillPoint => point !== undefined),
+  );
+}
+
+/**
+ * ft-train's flags for a restart from `checkpoint`: --resume replaced, and the drills that fired
+ * left out: those of steps up to `reached` (the step the ended job was in), and those `fired`
+ * names (their notes).
+ */
+export function restartArgs(trainArgs: string[], checkpoint: string, reached: number, fired: readonly DrillPoint[] = []): string[] {
   const kept: string[] = [];
   for (let i = 0; i < trainArgs.length; ++i) {
     const [flag, inline] = splitFlag(trainArgs[i]);
@@ -115,10 +145,22 @@ export function restartArgs(trainArgs: string[], checkpoint: string, reached: nu
     }
     const value = inline ?? trainArgs[i + 1];
     if (inline === undefined) ++i;
-    const step = flag === '--drill' ? /(?:^|,)step=(\d+)(?:,|$)/.exec(value ?? '') : null;
-    if (flag === '--drill' && (step === null || Number(step[1]) > reached)) kept.push('--drill', value);
+    if (flag === '--drill' && !hasFired(value ?? '', reached, fired)) kept.push('--drill', value);
   }
   return [...kept, '--resume', checkpoint];
+}
+
+/** Whether drill `text` fired in the ended job (one that does not parse did not: ft-train refuses it in its own words). */
+function hasFired(text: string, reached: number, fired: readonly DrillPoint[]): boolean {
+  let drill: Drill;
+  try {
+    drill = parseDrill(text);
+  } catch {
+    return false;
+  }
+  return (
+    drill.step <= reached || fired.some((point) => point.rank === drill.rank && point.step === drill.step && point.phase === drill.phase)
+  );
 }
 
 function splitFlag(arg: string): [string, string | undefined] {

@@ -145,7 +145,6 @@ const flipped: Record<Corruptible, string> = {
   update: 'of its {target}',
 };
 
-/** Every network link of this process's network namespace but loopback. */
 /** The pids of slurmd and slurmstepd on this host: those in this process's network namespace (test hosts share one machine). */
 function slurmDaemonsHere(): number[] {
   const netOf = (pid: string) => {
@@ -169,6 +168,7 @@ function slurmDaemonsHere(): number[] {
     .map(Number);
 }
 
+/** Every network link of this process's network namespace but loopback. */
 function links(): string[] {
   return execFileSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' })
     .split('\n')
@@ -212,10 +212,7 @@ export class FaultInjector {
     const h = hashKeys(this.seed, this.worldRank, step, salt);
     const flip = { index: h % length, bit: 16 + (hashKeys(h) % 13) };
     const what = flipped[phase].replace('{salt}', String(salt)).replace('{target}', target === 'state' ? 'optimizer state' : 'parameters');
-    fs.appendFileSync(
-      this.note,
-      `${new Date().toISOString()} drill: rank ${this.worldRank} ${faults[drill.action]} at step ${step}, phase ${phase}: bit ${flip.bit} of float ${flip.index} ${what}\n`,
-    );
+    this.noteFired(step, phase, faults[drill.action], `: bit ${flip.bit} of float ${flip.index} ${what}`);
     return flip;
   }
 
@@ -232,16 +229,10 @@ export class FaultInjector {
     const drill = this.drills.find((d) => d.rank === this.worldRank && d.step === step && d.phase === phase && !corrupting(d.action));
     if (!drill) return;
     if (drill.action === 'slow') {
-      fs.appendFileSync(
-        this.note,
-        `${new Date().toISOString()} drill: rank ${this.worldRank} computes ${drill.factor} times slower from step ${step} on\n`,
-      );
+      this.noteFired(step, phase, `computes ${drill.factor} times slower from here on`);
       return;
     }
-    fs.appendFileSync(
-      this.note,
-      `${new Date().toISOString()} drill: rank ${this.worldRank} ${faults[drill.action]} at step ${step}, phase ${phase}\n`,
-    );
+    this.noteFired(step, phase, faults[drill.action]);
     switch (drill.action) {
       case 'hang':
         for (;;);
@@ -266,4 +257,22 @@ export class FaultInjector {
         process.kill(process.pid, signals[drill.action]);
     }
   }
+
+  /** The note's line for a drill that fires now (firedDrill reads it back). */
+  private noteFired(step: number, phase: Phase, what: string, detail = ''): void {
+    fs.appendFileSync(
+      this.note,
+      `${new Date().toISOString()} drill: rank ${this.worldRank} ${what} at step ${step}, phase ${phase}${detail}\n`,
+    );
+  }
+}
+
+/**
+ * The drill point a note line says fired (FaultInjector writes it into the rank's log before the
+ * fault), or undefined for any other line: how ft-run leaves the drills that fired out of a restart.
+ */
+export function firedDrill(line: string): Pick<Drill, 'rank' | 'step' | 'phase'> | undefined {
+  const fired = /^\S+ drill: rank (\d+) .* at step (\d+), phase ([a-z-]+)(?::|$)/.exec(line);
+  if (!fired || !(phases as readonly string[]).includes(fired[3])) return undefined;
+  return { rank: Number(fired[1]), step: Number(fired[2]), phase: fired[3] as Phase };
 }

@@ -474,7 +474,15 @@ describe('launch/ft-run', function () {
       // a restart across hosts takes those that answer over ssh, with as many ranks as their slots allow
       const hostfile = path.join(scratch, 'restart-hosts');
       fs.writeFileSync(hostfile, 'localhost slots=2\nno-such-host.invalid slots=3\n');
-      const ended = { runDir, checkpointDir: path.join(runDir, 'ckpt'), metricsFrom: 0, ranks: 4, hostfile, number: 7 };
+      const ended = {
+        runDir,
+        checkpointDir: path.join(runDir, 'ckpt'),
+        metricsFrom: 0,
+        logsFrom: new Map<string, number>(),
+        ranks: 4,
+        hostfile,
+        number: 7,
+      };
       const planned = await planRestart({ ...ended, trainArgs: [...common, '--run-dir', runDir] });
       assert.deepEqual(
         { ...planned, hostfile: fs.readFileSync(planned.hostfile!, 'utf8') },
