@@ -5,15 +5,15 @@ import * as path from 'node:path';
 import { namingFile } from './file-errors';
 
 export function writeAtomically(file: string, bytes: string | Uint8Array): void {
-  removeStrayPartials(file);
   const partial = `${file}.partial-${process.pid}`;
-  namingFile(file, () =>
+  namingFile(file, () => {
+    removeStrayPartials(file);
     leavingNothingOnError(partial, () => {
       fs.writeFileSync(partial, bytes);
       syncPath(partial);
       fs.renameSync(partial, file);
-    }),
-  );
+    });
+  });
   syncPath(path.dirname(file));
 }
 

@@ -8,9 +8,14 @@ export function namingFile<T>(file: string, action: () => T): T {
   }
 }
 
-/** `error` as namingFile throws it: a system error that does not name `file` is reworded to. */
+/**
+ * `error` as namingFile throws it: a system error that does not name `file` is reworded to, the
+ * call and paths Node ends its message with dropped (", write"; ", open '/x/.y.partial-1'": a
+ * temporary file's name, which the user never gave).
+ */
 export function namedError(file: string, error: unknown): unknown {
   const failure = error as NodeJS.ErrnoException;
-  if (failure.code === undefined || failure.message.includes(file)) return error;
-  return Object.assign(new Error(`${file}: ${failure.message.replace(/, \w+$/, '')}`), { code: failure.code });
+  if (failure.code === undefined || failure.message.includes(`'${file}'`) || failure.message.startsWith(`${file}: `)) return error;
+  const message = failure.message.replace(/, \w+(?: '[^']*'(?: -> '[^']*')?)?$/, '');
+  return Object.assign(new Error(`${file}: ${message}`), { code: failure.code });
 }
