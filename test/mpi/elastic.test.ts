@@ -463,7 +463,9 @@ describe('elastic world: spares and respawned ranks', function () {
     it(`--respawn: the rank that starts the spawn (the leader) ${how} while it launches the spawned rank: the others spawn again, the same bits`, async () => {
       // rank 0 lost first, so rank 1 leads and is the spawn's root
       const drills = ['--drill', 'rank=0,step=3,phase=compute', '--drill', `rank=1,step=3,phase=spawning,action=${action}`];
-      const run = await ftRun(4, [], ...respawnWaiting, ...(action === 'stop' ? ['--hang-timeout', '2'] : []), ...drills);
+      // stop: a hang timeout short enough to find the stopped leader soon, long enough that the
+      // spawned ranks come up within half the comm deadline (6 s) on a loaded machine (3 s was not)
+      const run = await ftRun(4, [], ...respawnWaiting, ...(action === 'stop' ? ['--hang-timeout', '4'] : []), ...drills);
       assert.equal(run.code, 0, run.stderr);
       assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
       assert.deepEqual(worlds(run), [4, 4, 4, 2, ...Array(8).fill(4)]);
