@@ -23,6 +23,10 @@ import { makeScratch, removeScratch } from '../helpers/scratch';
 
 /** --respawn, the survivors waiting for the newcomers at the retried step's end: the world's size at each step is known */
 const respawnWaiting = ['--respawn', '--respawn-join', 'wait'];
+// a hang timeout for the tests that stop a rank: short, so that it is found stopped soon, but with
+// a comm deadline (3 T) whose half, the time a spawned rank has to be up and ready, holds a spawn's
+// start on a loaded machine (up to 2.4 s measured beside the other lane; T = 2 left 3 s)
+const respawnHangTimeout = ['--hang-timeout', '4'];
 const scratch = makeScratch('ft-elastic-');
 const common = [...lenetOnFashion, '--steps', '12', '--batch', '64', '--shards', '4', ...fewTestSamples];
 let runs = 0;
@@ -41,9 +45,9 @@ async function ftRun(ranks: number, launcher: string[], ...extra: string[]): Pro
   return { dir, ...job };
 }
 
-/** --respawn (survivors waiting), a 2 s hang timeout, rank 2 killed at step 3, and `drill`. */
+/** --respawn (survivors waiting), respawnHangTimeout, rank 2 killed at step 3, and `drill`. */
 function respawnAfterKill(drill: string): Promise<Run> {
-  return ftRun(4, [], ...respawnWaiting, '--hang-timeout', '2', '--drill', 'rank=2,step=3,phase=compute', '--drill', drill);
+  return ftRun(4, [], ...respawnWaiting, ...respawnHangTimeout, '--drill', 'rank=2,step=3,phase=compute', '--drill', drill);
 }
 
 /** The process of world rank `id` (its pid file) no longer runs. */
@@ -286,7 +290,7 @@ describe('elastic world: spares and respawned ranks', function () {
   it("--respawn: a newcomer joins at a step's end after what the others do there: a periodic checkpoint, or the stop a SIGTERM asked for (it is then given up, and the stop names it); each run ends, with the same bits", async () => {
     // the newcomer goes on at the next step's computation: joined before the others' checkpoint
     // (or stop), it met their vote on it with the step's sum, and the world repaired in a loop
-    const respawned = [...respawnWaiting, '--hang-timeout', '2', '--drill', 'rank=2,step=3,phase=compute'];
+    const respawned = [...respawnWaiting, ...respawnHangTimeout, '--drill', 'rank=2,step=3,phase=compute'];
     const checkpointed = await ftRun(4, [], ...respawned, '--checkpoint-every', '4');
     assert.equal(checkpointed.code, 0, checkpointed.stderr);
     assert.equal(summaryOf(checkpointed).params_sha256, reference.get('sgd'));
@@ -344,7 +348,7 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.equal(stopped.code, 0, stopped.stderr);
     assert.equal(summaryOf(stopped).params_sha256, reference.get('sgd'));
     assert.deepEqual(worlds(stopped), [4, 4, 4, 3, 3, ...Array(7).fill(4)]);
-    assert.match(stopped.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 3 s\); spawning again/);
+    assert.match(stopped.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 6 s\); spawning again/);
     assertGone(stopped, 4);
   });
 
@@ -367,7 +371,7 @@ describe('elastic world: spares and respawned ranks', function () {
         ],
         action,
       );
-      assert.match(run.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 3 s\); spawning again/, action);
+      assert.match(run.stdout, /step 4: spawned rank\(s\) 4 lost before joining \(died, or not ready within 6 s\); spawning again/, action);
       assertGone(run, 4);
     }
   });
@@ -463,9 +467,7 @@ describe('elastic world: spares and respawned ranks', function () {
     it(`--respawn: the rank that starts the spawn (the leader) ${how} while it launches the spawned rank: the others spawn again, the same bits`, async () => {
       // rank 0 lost first, so rank 1 leads and is the spawn's root
       const drills = ['--drill', 'rank=0,step=3,phase=compute', '--drill', `rank=1,step=3,phase=spawning,action=${action}`];
-      // stop: a hang timeout short enough to find the stopped leader soon, long enough that the
-      // spawned ranks come up within half the comm deadline (6 s) on a loaded machine (3 s was not)
-      const run = await ftRun(4, [], ...respawnWaiting, ...(action === 'stop' ? ['--hang-timeout', '4'] : []), ...drills);
+      const run = await ftRun(4, [], ...respawnWaiting, ...(action === 'stop' ? respawnHangTimeout : []), ...drills);
       assert.equal(run.code, 0, run.stderr);
       assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
       assert.deepEqual(worlds(run), [4, 4, 4, 2, ...Array(8).fill(4)]);
