@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { findJobCheckpoint } from '../checkpoint/checkpoint';
-import { firedDrill, parseDrill, type Drill } from '../liveness/drills';
+import { firedDrill, parseDrill, type Drill, type DrillPoint } from '../liveness/drills';
 import { runFiles } from '../run/files';
 import { lastRecord } from '../run/reader';
 import type { StepRecord } from '../run/records';
@@ -108,8 +108,6 @@ export async function planRestart(job: EndedJob): Promise<Restart> {
     ),
   };
 }
-
-type DrillPoint = Pick<Drill, 'rank' | 'step' | 'phase'>;
 
 /**
  * The drill points that fired in the ended job: the notes its ranks left in their logs. The

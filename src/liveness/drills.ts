@@ -267,11 +267,14 @@ export class FaultInjector {
   }
 }
 
+/** Where a drill fires: its rank, step and phase. */
+export type DrillPoint = Pick<Drill, 'rank' | 'step' | 'phase'>;
+
 /**
  * The drill point a note line says fired (FaultInjector writes it into the rank's log before the
  * fault), or undefined for any other line: how ft-run leaves the drills that fired out of a restart.
  */
-export function firedDrill(line: string): Pick<Drill, 'rank' | 'step' | 'phase'> | undefined {
+export function firedDrill(line: string): DrillPoint | undefined {
   const fired = /^\S+ drill: rank (\d+) .* at step (\d+), phase ([a-z-]+)(?::|$)/.exec(line);
   if (!fired || !(phases as readonly string[]).includes(fired[3])) return undefined;
   return { rank: Number(fired[1]), step: Number(fired[2]), phase: fired[3] as Phase };
