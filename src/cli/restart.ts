@@ -64,7 +64,7 @@ export async function planRestart(job: EndedJob): Promise<Restart> {
   }
   const lastStep = lastRecord<StepRecord>(path.join(job.runDir, runFiles.metrics), job.metricsFrom)?.step;
   let ranks = job.ranks;
-  let hostfile: string | undefined;
+  let hostfileLines: string[] | undefined;
   const unreachable: string[] = [];
   const allocation = job.hostfile !== undefined ? readHostfile(job.hostfile) : slurmAllocation(process.env);
   if (allocation !== undefined) {
@@ -81,8 +81,7 @@ export async function planRestart(job: EndedJob): Promise<Restart> {
       job.ranks,
       answered.reduce((sum, line) => sum + line.slots, 0),
     );
-    hostfile = path.join(os.tmpdir(), `ft-run-${process.pid}-restart-${job.number}.hosts`);
-    fs.writeFileSync(hostfile, answered.map((line) => line.line).join('\n') + '\n');
+    hostfileLines = answered.map((line) => line.line);
   }
   const minRanks = Number(trainFlag(job.trainArgs, 'min-ranks') ?? 1);
   const spares = Number(trainFlag(job.trainArgs, 'spares') ?? 0);
@@ -93,20 +92,19 @@ export async function planRestart(job: EndedJob): Promise<Restart> {
       `the hosts that answer have room for ${ranks} rank(s)${idle ? ` (${idle})` : ''}, below --min-ranks ${minRanks}` +
         (unreachable.length > 0 ? ` (${unreachable.join(', ')} did not answer)` : ''),
     );
-  return {
-    checkpoint: found.dir,
-    step: found.manifest.step,
-    lastStep,
-    ranks,
-    hostfile,
-    unreachable,
-    trainArgs: restartArgs(
-      job.trainArgs,
-      found.dir,
-      lastStep === undefined ? found.manifest.step : lastStep + 1,
-      firedDrills(job.runDir, job.logsFrom),
-    ),
-  };
+  const trainArgs = restartArgs(
+    job.trainArgs,
+    found.dir,
+    lastStep === undefined ? found.manifest.step : lastStep + 1,
+    firedDrills(job.runDir, job.logsFrom),
+  );
+  // written once the restart is sure, so that a refused one leaves no file behind
+  let hostfile: string | undefined;
+  if (hostfileLines !== undefined) {
+    hostfile = path.join(os.tmpdir(), `ft-run-${process.pid}-restart-${job.number}.hosts`);
+    fs.writeFileSync(hostfile, hostfileLines.join('\n') + '\n');
+  }
+  return { checkpoint: found.dir, step: found.manifest.step, lastStep, ranks, hostfile, unreachable, trainArgs };
 }
 
 /**

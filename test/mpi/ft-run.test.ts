@@ -511,6 +511,8 @@ describe('launch/ft-run', function () {
           error instanceof NoRestart &&
           error.message === 'the hosts that answer have room for 2 rank(s), below --min-ranks 3 (no-such-host.invalid did not answer)',
       );
+      // a refused restart leaves no hostfile behind
+      assert.equal(fs.existsSync(path.join(os.tmpdir(), `ft-run-${process.pid}-restart-7.hosts`)), false);
     });
 
     /**
