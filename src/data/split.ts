@@ -219,7 +219,10 @@ export class Split {
    */
   emptyShard(shard: number, rows: number, hugePages: 'now' | 'once-filled' = 'now'): ShardData {
     const size = rows * this.sampleSize;
-    const features = this.dtype === 'float32' ? new Float32Array(size) : new Uint8Array(size);
+    // not zeroed: loadInto writes every row before it is read (a shard read back waits in ready()),
+    // and zeroing a shard's megabytes would be most of a readback's time on the recovery's path
+    const room = Buffer.allocUnsafeSlow(size * (this.dtype === 'float32' ? 4 : 1)).buffer;
+    const features = this.dtype === 'float32' ? new Float32Array(room, 0, size) : new Uint8Array(room, 0, size);
     if (hugePages === 'now') addon.adviseRandomRows(features);
     return { shard, rows, sampleSize: this.sampleSize, features, divisor: this.divisor, labels: new Int32Array(rows) };
   }
