@@ -3,7 +3,10 @@
  * prints the wall time and SIGKILLs itself; the survivors revoke, shrink, agree, and retry. The new
  * lowest rank prints the wall time at which the first allreduce after the repair completed, and how
  * long revoke + shrink took. Times are CLOCK_REALTIME milliseconds, comparable across processes.
- * Usage: raw_recovery COUNT ITERATIONS VICTIM KILL_AT */
+ * With VICTIM_MIB, the victim first writes that many MiB of private memory, as much as a rank of
+ * ft-train holds: the kernel frees a killed process's memory before its death can be seen, so the
+ * floor then includes what the size of the dead process costs.
+ * Usage: raw_recovery COUNT ITERATIONS VICTIM KILL_AT [VICTIM_MIB] */
 #include <mpi.h>
 #include <mpi-ext.h>
 #include <signal.h>
@@ -20,8 +23,13 @@ static double wall_ms(void) {
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int count = atoi(argv[1]), iterations = atoi(argv[2]), victim = atoi(argv[3]), kill_at = atoi(argv[4]);
+  size_t victim_bytes = argc > 5 ? (size_t)atol(argv[5]) << 20 : 0;
   int world_rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  if (world_rank == victim && victim_bytes > 0) {
+    volatile char* held = malloc(victim_bytes);
+    for (size_t i = 0; i < victim_bytes; i += 4096) held[i] = (char)i; /* every page written: private, resident */
+  }
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);

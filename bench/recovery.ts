@@ -4,7 +4,10 @@
 // from the drill's record and the metrics, with the breakdown from events.jsonl (readback: what the
 // retried step needs, read before it; the rest of the lost shard loads in the background); the JIT
 // checkpoint the survivors write on the way is counted apart (checkpoint_ms). In the same run, a C
-// program (bench/raw_recovery.c) does the same repair with nothing around it: the raw ULFM floor.
+// program (bench/raw_recovery.c) does the same repair with nothing around it: the raw ULFM floor;
+// and again with its victim holding as much private memory as the killed rank did (the drill's
+// record): the kernel frees a killed process's memory before anyone can see it die, so that floor
+// holds what the size of a rank costs the detection.
 // At 4 ranks it also SIGSTOPs the highest rank from outside, with --hang-timeout 1 s (ULFM's
 // detector declares it dead, the survivors kill it): the time from the stop to the first step
 // committed without it, measured the same way. Every job carries a marker in its environment, and
@@ -18,7 +21,9 @@
 // spawned rank: from its exec to its merge with the others, beside training, from its log; a
 // reserve: from its wake to its merge) and the join (the state's transfer) apart.
 // Prints a table, then one JSON line with kill_to_step_ms_<N> (median of the rounds; target for 4
-// ranks <= 2 x raw_floor_ms_4, and <= 40 where the floor allows), raw_floor_ms_<N>, breakdown_<N>,
+// ranks <= 2 x raw_floor_ms_4, and <= 40 where the floor allows), raw_floor_ms_<N>,
+// raw_floor_rank_memory_ms_<N> (the floor with a victim of the rank's size), victim_rss_anon_mib_<N>
+// (the killed rank's private memory), breakdown_<N>,
 // stop_to_step_ms_4 (target <= hang_timeout_ms + 300), hang_timeout_ms, stop_breakdown_4,
 // spare_kill_to_full_world_ms_4 (target <= 1.5 x kill_to_step_ms_4),
 // respawn_kill_to_full_world_ms_4 (target <= 2000), reserve_kill_to_full_world_ms_4 and
@@ -52,6 +57,8 @@ let jobs = 0;
 interface Breakdown {
   /** from the kill (or stop) to the first step committed without the rank; without the JIT checkpoint's write, which is counted apart */
   kill_to_step_ms: number;
+  /** the victim's private memory as it was signalled (MiB) */
+  victim_rss_anon_mib: number;
   checkpoint_ms: number;
   detect_ms: number;
   revoke_shrink_ms: number;
@@ -109,7 +116,8 @@ function trainerRecovery(ranks: number, scratch: string, signal: 'kill' | 'stop'
     ],
     `${signal} drill on ${ranks} ranks`,
   );
-  const kill = (JSON.parse(fs.readFileSync(path.join(runDir, 'drill.json'), 'utf8')) as { kills: { time: number }[] }).kills[0];
+  const kill = (JSON.parse(fs.readFileSync(path.join(runDir, 'drill.json'), 'utf8')) as { kills: { time: number; rss_anon_kb: number }[] })
+    .kills[0];
   const metrics = jsonLines<{ world: number; time: number }>(fs.readFileSync(path.join(runDir, 'metrics.jsonl'), 'utf8'));
   const events = jsonLines<{ event: string; time: number; duration_ms?: number }>(
     fs.readFileSync(path.join(runDir, 'events.jsonl'), 'utf8'),
@@ -119,6 +127,7 @@ function trainerRecovery(ranks: number, scratch: string, signal: 'kill' | 'stop'
   const checkpointMs = event('checkpoint')?.duration_ms ?? 0;
   return {
     kill_to_step_ms: first.time - kill.time - checkpointMs,
+    victim_rss_anon_mib: kill.rss_anon_kb / 1024,
     checkpoint_ms: checkpointMs,
     detect_ms: event('failure').time - kill.time,
     revoke_shrink_ms: event('revoke+shrink').duration_ms!,
@@ -203,10 +212,11 @@ function elasticRecovery(ranks: number, scratch: string, how: Replacement): Elas
   };
 }
 
-function rawFloor(program: string, ranks: number): number {
+/** The raw repair's kill to its first step on the shrunk world; `victimMib`: the private memory its victim holds. */
+function rawFloor(program: string, ranks: number, victimMib = 0): number {
   const { command, args, env } = mpirunCommand({
     ranks,
-    program: [program, String(lenetParams + 1), String(steps), String(ranks - 1), String(killAfter)],
+    program: [program, String(lenetParams + 1), String(steps), String(ranks - 1), String(killAfter), String(Math.round(victimMib))],
   });
   // as the addon does under ULFM: without it, survivors now and then hang in MPI_Finalize after a kill
   const result = spawnSync(command, args, { env: { ...env, OMPI_MCA_async_mpi_finalize: '1' }, encoding: 'utf8', timeout: 120_000 });
@@ -229,19 +239,26 @@ function main(): void {
     for (const ranks of hostsOnly ? [] : rankCounts) {
       const runs: Breakdown[] = [];
       const floors: number[] = [];
+      const rankSizedFloors: number[] = [];
       for (let round = 1; round <= rounds; ++round) {
         process.stderr.write(`[bench] ${ranks} ranks, round ${round}/${rounds}: ft-train drill ...`);
-        runs.push(trainerRecovery(ranks, scratch, 'kill'));
+        const run = trainerRecovery(ranks, scratch, 'kill');
+        runs.push(run);
         process.stderr.write(' raw C ...');
         floors.push(rawFloor(floorProgram, ranks));
+        process.stderr.write(` with a victim of ${Math.round(run.victim_rss_anon_mib)} MiB ...`);
+        rankSizedFloors.push(rawFloor(floorProgram, ranks, run.victim_rss_anon_mib));
         process.stderr.write(' done\n');
       }
       const breakdown = medians(runs);
       const floor = Math.round(median(floors) * 10) / 10;
+      const rankSizedFloor = Math.round(median(rankSizedFloors) * 10) / 10;
       out[`kill_to_step_ms_${ranks}`] = breakdown.kill_to_step_ms;
       out[`raw_floor_ms_${ranks}`] = floor;
+      out[`raw_floor_rank_memory_ms_${ranks}`] = rankSizedFloor;
+      out[`victim_rss_anon_mib_${ranks}`] = breakdown.victim_rss_anon_mib;
       out[`breakdown_${ranks}`] = breakdown;
-      table.push(row(`${ranks} kill`, breakdown, floor.toFixed(1)));
+      table.push(row(`${ranks} kill`, breakdown, floor.toFixed(1), rankSizedFloor.toFixed(1)));
     }
     const stops: Breakdown[] = [];
     for (let round = 1; round <= (hostsOnly ? 0 : rounds); ++round) {
@@ -254,7 +271,7 @@ function main(): void {
       out[`stop_to_step_ms_${stopRanks}`] = stopped.kill_to_step_ms;
       out.hang_timeout_ms = hangTimeoutS * 1000;
       out[`stop_breakdown_${stopRanks}`] = stopped;
-      table.push(row(`${stopRanks} stop`, stopped, '-'));
+      table.push(row(`${stopRanks} stop`, stopped, '-', '-'));
     }
     const elastic: Record<string, ElasticBreakdown> = {};
     for (const how of hostsOnly ? [] : (['spare', 'respawn', 'reserve'] as const)) {
@@ -284,7 +301,9 @@ function main(): void {
   console.log(
     `lenet + Fashion-MNIST, exact mode, kill -9 (or SIGSTOP, --hang-timeout ${hangTimeoutS} s) of the highest rank after step ${killAfter}; medians of ${rounds} rounds (ms)`,
   );
-  console.log('ranks      fault->step ms  raw C ms  detect ms  revoke+shrink  agree ms  readback ms  retry ms  checkpoint ms');
+  console.log(
+    'ranks      fault->step ms  raw C ms  raw C, rank-sized victim ms  victim MiB  detect ms  revoke+shrink  agree ms  readback ms  retry ms  checkpoint ms',
+  );
   for (const line of table) console.log(line);
   console.log(
     `\nkill -9 of a working rank at ${stopRanks} working ranks, back to ${stopRanks} with a hot spare, a respawned rank or a woken reserve (ms)`,
@@ -307,9 +326,9 @@ function medians<T extends object>(runs: T[]): T {
   ) as T;
 }
 
-function row(label: string, b: Breakdown, floor: string): string {
+function row(label: string, b: Breakdown, floor: string, rankSizedFloor: string): string {
   return (
-    `${label.padEnd(9)}  ${b.kill_to_step_ms.toFixed(1).padStart(14)}  ${floor.padStart(8)}  ${b.detect_ms.toFixed(1).padStart(9)}  ${b.revoke_shrink_ms.toFixed(2).padStart(13)}  ` +
+    `${label.padEnd(9)}  ${b.kill_to_step_ms.toFixed(1).padStart(14)}  ${floor.padStart(8)}  ${rankSizedFloor.padStart(27)}  ${b.victim_rss_anon_mib.toFixed(1).padStart(10)}  ${b.detect_ms.toFixed(1).padStart(9)}  ${b.revoke_shrink_ms.toFixed(2).padStart(13)}  ` +
     `${b.agree_ms.toFixed(2).padStart(8)}  ${b.readback_ms.toFixed(1).padStart(11)}  ${b.retry_ms.toFixed(1).padStart(8)}  ${b.checkpoint_ms.toFixed(1).padStart(13)}`
   );
 }

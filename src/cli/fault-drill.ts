@@ -29,6 +29,8 @@ export interface Kill {
   pid?: number;
   /** when the signal was sent */
   time?: number;
+  /** the process's private memory then (kB, RssAnon): the kernel frees it before the death can be seen */
+  rss_anon_kb?: number;
   /** why it could not be sent (the process was gone, no pid file) */
   error?: string;
 }
@@ -122,12 +124,23 @@ export function sendKill(runDir: string, kill: Kill, step: number, label = ''): 
     if (file === null) throw new Error(`no pid file for world rank ${kill.rank}`);
     if (file.host !== os.hostname()) throw new Error(`world rank ${kill.rank} runs on ${file.host}, not on this host (${os.hostname()})`);
     kill.pid = file.pid;
+    kill.rss_anon_kb = rssAnonKb(kill.pid);
     process.kill(kill.pid, kill.signal);
     kill.time = Date.now();
     console.log(`[drill] ${what} ${kill.pid} (world rank ${kill.rank}) after step ${step}`);
   } catch (error) {
     kill.error = (error as Error).message;
     console.log(`[drill] ${what} of world rank ${kill.rank} failed: ${kill.error}`);
+  }
+}
+
+/** Process `pid`'s resident private memory (kB), undefined where /proc does not say. */
+function rssAnonKb(pid: number): number | undefined {
+  try {
+    const line = /^RssAnon:\s+(\d+) kB$/m.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return line ? Number(line[1]) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

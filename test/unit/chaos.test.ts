@@ -75,6 +75,11 @@ describe('launch/drill --chaos (ChaosKills)', function () {
     assert.ok(first.rank < 3, `a working rank, not the spare (killed ${first.rank})`);
     assert.equal(first.step, 5);
     assert.equal(first.pid, ranks.get(first.rank)!.pid);
+    // its private memory as it was killed: a sleep holds some, and little
+    assert.ok(
+      Number.isInteger(first.rss_anon_kb) && first.rss_anon_kb! > 0 && first.rss_anon_kb! < 10_000,
+      `RssAnon ${first.rss_anon_kb} kB`,
+    );
 
     // due again, but the job has not recovered: no step committed on the working ranks since
     chaos.poll(step(5, 3));
