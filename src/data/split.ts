@@ -3,6 +3,7 @@
 // (one contiguous read per shard, or per run of batches for a readback that loads them on demand),
 // checks each batch's CRC-64 against the manifest, then decodes it (record-batch.ts).
 import type { FileHandle } from 'node:fs/promises';
+import { constants as bufferConstants } from 'node:buffer';
 import * as path from 'node:path';
 import { AsyncRecordBatchFileReader, RecordBatchReader } from 'apache-arrow';
 import { DatasetError } from './errors';
@@ -221,7 +222,9 @@ export class Split {
     const size = rows * this.sampleSize;
     // not zeroed: loadInto writes every row before it is read (a shard read back waits in ready()),
     // and zeroing a shard's megabytes would be most of a readback's time on the recovery's path
-    const room = Buffer.allocUnsafeSlow(size * (this.dtype === 'float32' ? 4 : 1)).buffer;
+    // (a Buffer holds at most 4 GiB: a larger shard is zeroed)
+    const bytes = size * (this.dtype === 'float32' ? 4 : 1);
+    const room = bytes <= bufferConstants.MAX_LENGTH ? Buffer.allocUnsafeSlow(bytes).buffer : new ArrayBuffer(bytes);
     const features = this.dtype === 'float32' ? new Float32Array(room, 0, size) : new Uint8Array(room, 0, size);
     if (hugePages === 'now') addon.adviseRandomRows(features);
     return { shard, rows, sampleSize: this.sampleSize, features, divisor: this.divisor, labels: new Int32Array(rows) };
