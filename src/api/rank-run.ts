@@ -215,7 +215,16 @@ function newManager(
         options.optimizerState === 'sharded'
           ? { optimizer: new Optimizer(options.optimizer, cpu, loop.decayed), params: loop.paramsWithTail, redundancy: options.redundancy }
           : undefined,
-      respawn: options.respawn ? { limit: options.respawnLimit!, join: options.respawnJoin, ...respawnCommand(shards, level) } : undefined,
+      respawn: options.respawn
+        ? {
+            limit: options.respawnLimit!,
+            join: options.respawnJoin,
+            // a newcomer has the start-up bound of any rank; where the others wait for it in a vote
+            // (--respawn-join wait), half their comm deadline
+            giveUpMs: options.respawnJoin === 'wait' ? job.bounds.commMs / 2 : job.bounds.startupMs,
+            ...respawnCommand(shards, level),
+          }
+        : undefined,
       launchJob: job.ofLaunchJob,
       // a joining rank learns of them at the join
       reserves:

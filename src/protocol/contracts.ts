@@ -58,8 +58,12 @@ export interface ProtocolConfig {
   sharded?: Omit<ShardedStateConfig, 'log' | 'initial'>;
   /** --spares: the ranks of the job beyond the working ones (the highest ids) */
   spares: number;
-  /** --respawn: how many ranks may be spawned in all, and the command a spawned rank runs given its first id */
-  respawn?: { limit: number; join: RespawnJoin; command: string; args(firstId: number, step: number): string[] };
+  /**
+   * --respawn: how many ranks may be spawned in all, when they join, how long after its launch a
+   * newcomer may take to be ready before it is given up, and the command a spawned rank runs given
+   * its first id
+   */
+  respawn?: { limit: number; join: RespawnJoin; giveUpMs: number; command: string; args(firstId: number, step: number): string[] };
   /** --reserves: the launch's processes asleep until woken in place of a spawn, by MPI_COMM_WORLD rank [first, end) (a joining rank learns them at the join) */
   reserves?: { first: number; end: number };
   /** this process belongs to the launch's own job (not spawned: a woken reserve does), whose MPI_COMM_WORLD holds the reserves */

@@ -595,7 +595,7 @@ export class Manager implements StepPosition {
     if (due === 'admit') return this.recover(true);
     const how = world.spawnedHow;
     const ids = await world.giveUpSpawn();
-    const line = `step ${this.currentStep}: ${how} rank(s) ${ids.join(', ')} lost before joining (died, or not ready within ${this.config.commTimeoutMs / 2000} s); ${how === 'woken' ? 'waking or spawning another' : 'spawning again'}`;
+    const line = `step ${this.currentStep}: ${how} rank(s) ${ids.join(', ')} lost before joining (died, or not ready within ${this.config.respawn!.giveUpMs / 1000} s); ${how === 'woken' ? 'waking or spawning another' : 'spawning again'}`;
     this.observer.log(line);
     this.observer.event({ event: 'spawn-lost', step: this.currentStep, ranks: ids });
     if ((await world.grow(this.vote)) === null) await this.recover();

@@ -457,7 +457,7 @@ export class Membership {
    * Before a step's vote, this rank's word on the spawned ranks (bits of the vote's flag):
    * SPAWN_NOT_UP stays set unless this rank (the spawn's root) finds them all running MPI and
    * waiting to be accepted; SPAWN_WAITING stays set unless it finds them all ready to join, or one
-   * of them lost (dead, or not ready within half the comm deadline: stopped?); SPAWN_SOUND stays
+   * of them lost (dead, or not ready within the respawn's give-up time: stopped?); SPAWN_SOUND stays
    * set unless one is lost. With --respawn-join wait the root waits until one of these is so.
    */
   async spawnWord(): Promise<number> {
@@ -476,8 +476,7 @@ export class Membership {
       }
       // MPI does not see one die before it has talked to it: its pid file does, on this host
       if (spawned.ids.some((id) => goneFromHere(this.config.pidsDir, id))) return 0;
-      // half the comm deadline: the other ranks wait for this one's word in the vote
-      if (now() - spawned.started > this.config.commTimeoutMs / 2) return 0;
+      if (now() - spawned.started > this.config.respawn!.giveUpMs) return 0;
       if (!wait) return none;
       await new Promise((resolve) => setTimeout(resolve, 1));
     }

@@ -570,9 +570,34 @@ describe('launch/ft-run', function () {
       );
     });
 
+    it('--respawn (joining once ready): a newcomer stopped before its MPI runs is given up at the start-up bound after its launch, 10 s at T = 2, not half the comm deadline; the next one joins', async () => {
+      const { job } = await stopOnceWritten(
+        path.join(scratch, 'slow-newcomer'),
+        ['--respawn', '--hang-timeout', '2', '--drill', 'rank=1,step=3', '--drill', 'rank=2,step=3,phase=startup,action=stop'],
+        'events.jsonl',
+        '"event":"join"',
+      );
+      assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
+      const events = fs
+        .readFileSync(path.join(scratch, 'slow-newcomer', 'events.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { event: string; time: number; ranks?: number[] });
+      const of = (name: string) => events.filter((e) => e.event === name).map((e) => ({ time: e.time, ranks: e.ranks }));
+      const [spawn, respawn] = of('spawn');
+      const [lost] = of('spawn-lost');
+      assert.deepEqual([spawn.ranks, lost.ranks, respawn.ranks, of('join')[0].ranks], [[2], [2], [3], [3]]);
+      // given up at the first vote past the bound: the training goes on meanwhile, a step at a time
+      assert.ok(
+        lost.time - spawn.time >= 9_900 && lost.time - spawn.time < 15_000,
+        `given up ${lost.time - spawn.time} ms after the spawn`,
+      );
+      assert.match(job.stdout, /step \d+: spawned rank\(s\) 2 lost before joining \(died, or not ready within 10 s\); spawning again/);
+    });
+
     it('SIGTERM to ft-run while a --respawn newcomer has not joined: the stop gives it up and names it, mpirun counts its death, ft-run exits 0 with one line', async () => {
       // rank 1 killed at step 3; its newcomer, rank 2, stopped before it is ready: given up only
-      // half the comm deadline (6 s) after its spawn, unless the stop comes first
+      // at the start-up bound (12 s) after its spawn, unless the stop comes first
       const newcomerStopped = [
         '--respawn',
         '--hang-timeout',
