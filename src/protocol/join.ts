@@ -46,6 +46,8 @@ export interface JoinParts {
   history: RunHistory;
   observer: ProtocolObserver;
   enter(phase: Phase): void;
+  /** working ranks held a state other than the leader's at the join of `step` (with `verified` only) */
+  diverged(step: number): void;
 }
 
 const now = (): number => performance.now();
@@ -96,13 +98,15 @@ export class Join {
       verifiedSharded: sumState.shardedState?.verifiedMeta(),
     };
     const buffers = [...source.joinBuffers(), ...(verified ? verified.joinBuffers(() => source.state()) : [])];
+    // a working rank holds the run's state (a spawned rank or a spare does not, or a stale one)
+    const holdsState = !this.waiting && world.liveWorkers.includes(world.worldRank);
     // a joining rank's drill point names the step it was spawned at, its own until it joins
-    const transfer = await world.transferJoin(vote, sent, buffers, () => this.parts.enter('join'));
+    const transfer = await world.transferJoin(vote, sent, buffers, holdsState, () => this.parts.enter('join'));
     if (!transfer) {
       if (this.waiting) this.leave('the join failed');
       return null;
     }
-    const { message, bytes } = transfer;
+    const { message, bytes, diverged } = transfer;
     source.stateWritten();
     if (this.waiting) {
       this.waiting = false;
@@ -134,6 +138,7 @@ export class Join {
       bytes,
       duration_ms: now() - started,
     });
+    if (diverged && verified) this.parts.diverged(message.step);
     return message.joiners;
   }
 

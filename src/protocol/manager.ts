@@ -158,6 +158,7 @@ export class Manager implements StepPosition {
       history: this,
       observer,
       enter: this.enter,
+      diverged: (step) => this.joinDiverged(step),
     });
   }
 
@@ -445,14 +446,35 @@ export class Manager implements StepPosition {
     const line = `step ${step}: silent data corruption: evicting ${named}; rolling back to step ${back}, the last verified, and replaying ${step - back} step(s)`;
     const error = new Error(`silent data corruption at step ${step}`);
     error.name = 'SilentDataCorruption';
-    await this.evict([...finding.suspects.keys()], `for silent data corruption at step ${step}`, line, error, 'verify', () => {
-      this.currentStep = this.verified.restore(this.source!.state());
-      this.source!.stateWritten();
-      this.sumState.shardedState?.restoreVerified();
-      if (world.liveRanks.find((r) => !finding.suspects.has(r)) === world.worldRank)
-        removeCheckpointsAfter(this.config.checkpointDir, this.currentStep);
-      this.checkpoints.forgetAfter(this.currentStep);
-    });
+    await this.evict([...finding.suspects.keys()], `for silent data corruption at step ${step}`, line, error, 'verify', () =>
+      this.rollBackToVerified(world.liveRanks.find((r) => !finding.suspects.has(r)) === world.worldRank),
+    );
+  }
+
+  /**
+   * A join found working ranks holding a state other than the leader's, which it would have made
+   * theirs: corruption that no check has compared yet (a check compares the ranks' states, and
+   * after the join they would all agree). Every rank, the joined ones too, rolls back to the last
+   * verified state and replays from there. Called only where the run checks (--verify-every).
+   */
+  private joinDiverged(step: number): void {
+    this.corruptionsFound += 1;
+    const back = this.rollBackToVerified(this.membership.isLeader);
+    this.vote.replaying();
+    this.observer.event({ event: 'corruption', step, ranks: [], hosts: [], differed: [], action: 'rollback', rolled_back: step - back });
+    this.observer.log(
+      `step ${step}: silent data corruption: at the join, working ranks held states other than the leader's; rolling back to step ${back}, the last verified, and replaying ${step - back} step(s)`,
+    );
+  }
+
+  /** Every rank takes the last verified state back, its step now the current one; the checkpoints written since are dropped (`remover` removes them). */
+  private rollBackToVerified(remover: boolean): number {
+    this.currentStep = this.verified.restore(this.source!.state());
+    this.source!.stateWritten();
+    this.sumState.shardedState?.restoreVerified();
+    if (remover) removeCheckpointsAfter(this.config.checkpointDir, this.currentStep);
+    this.checkpoints.forgetAfter(this.currentStep);
+    return this.currentStep;
   }
 
   /**

@@ -589,18 +589,21 @@ export class Membership {
    * and then `buffers` (the state at the step's start) in place, unless every rank holds the
    * leader's already: a hot spare fed every step does, a spawned newcomer does not, and a digest of
    * each rank's buffers against the leader's decides (one small allreduce instead of the state's
-   * bytes). `received` runs on every rank between the two. The message and the bytes of state sent,
-   * or null when a failure interrupted it.
+   * bytes). `received` runs on every rank between the two. The message, the bytes of state sent,
+   * and whether a rank that held the run's state (`holdsState`: a working rank) held another (the
+   * transfer made it the leader's); null when a failure interrupted it.
    */
   async transferJoin<Message>(
     vote: Vote,
     sent: Message,
     buffers: Float32Array[],
+    holdsState: boolean,
     received: (message: Message) => void,
-  ): Promise<{ message: Message; bytes: number } | null> {
+  ): Promise<{ message: Message; bytes: number; diverged: boolean } | null> {
     const root = this.leaderRoot;
     let message: Message | undefined;
     let bytes = 0;
+    let diverged = false;
     const ok = await vote.succeedsEverywhere('join', async () => {
       const isRoot = this.everyone.rank === root;
       const encoded = isRoot ? new TextEncoder().encode(JSON.stringify({ sent, digest: crc64(...buffers) })) : new Uint8Array(0);
@@ -611,13 +614,16 @@ export class Membership {
       const { sent: delivered, digest } = JSON.parse(new TextDecoder().decode(text)) as { sent: Message; digest: string };
       message = delivered;
       received(message);
-      const lacking = Int32Array.of(isRoot || crc64(...buffers) === digest ? 0 : 1);
+      const differs = !isRoot && crc64(...buffers) !== digest;
+      // [some rank lacks the state, some rank that held it holds another]
+      const lacking = Int32Array.of(differs ? 1 : 0, differs && holdsState ? 1 : 0);
       await this.everyone.allreduce(lacking, 'max');
+      diverged = lacking[1] === 1;
       if (lacking[0] === 0) return;
       for (const buffer of buffers) await this.everyone.bcast(buffer, root);
       bytes = buffers.reduce((n, buffer) => n + buffer.byteLength, 0);
     });
-    return ok ? { message: message!, bytes } : null;
+    return ok ? { message: message!, bytes, diverged } : null;
   }
 
   /** What a joining rank learns of the world. */

@@ -87,6 +87,11 @@ export class Vote {
     this.observer.log(`step ${this.position.step}: ${error.name} in the ${phase} phase`);
   }
 
+  /** A rollback in a recovery: the steps from the one rolled back to are replayed, none retried (the failure stays on record). */
+  replaying(): void {
+    this.failedAt = -1;
+  }
+
   /** A rank that joins a recovery takes the step it retries as failed, as its peers do. */
   joinRecoveryAt(step: number): void {
     this.failedAt = step;

@@ -42,7 +42,7 @@ export interface Corruption {
   time: number;
   ranks: number[];
   differed: string[];
-  /** evict (rolled back to `to`) or stop */
+  /** evict or rollback (rolled back to `to`: a join found the ranks' states differ), or stop */
   action: string;
   to: number;
 }
@@ -94,7 +94,8 @@ export function readRun(dir: string): Run {
   const metricsFile = path.join(dir, runFiles.metrics);
   const events = readLines(path.join(dir, runFiles.events)).map(({ value }) => value);
   const corruptions = events.filter((e) => e.event === 'corruption').map((e) => corruptionOf(e, path.join(dir, runFiles.events)));
-  const rollbacks = corruptions.filter((c) => c.action === 'evict').map((c) => c.to);
+  // an eviction rolls back, and so does a join that found the ranks' states differ; a stop does not
+  const rollbacks = corruptions.filter((c) => c.action !== 'stop').map((c) => c.to);
   const records = readLines(metricsFile).map(({ value, line }) => checkStep(value, `${metricsFile} line ${line}`));
   const joined = joinResumed(records, rollbacks);
   const steps = joined.steps;

@@ -213,6 +213,29 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     assert.deepEqual([lost(spare), spare.world_final, spare.corruptions], [[1, 2], 2, 1]);
   });
 
+  it("a flip on the leader, then a join before the next check (a spare, or a respawned rank): the join finds the working ranks' states differ from the leader's and all roll back, the same bits", async () => {
+    // the flip in step 5's update corrupts the leader's state at step 6's start; rank 1 killed at
+    // step 6: the join would give every rank the leader's state, and the check at 8 would pass
+    const drills = ['--drill', 'rank=0,step=5,phase=update,action=flip', '--drill', 'rank=1,step=6'];
+    for (const run of [await train(4, '--spares', '1', ...drills), await ftRun(3, ...respawnWaiting, ...drills)]) {
+      const summary = summaryOf(run);
+      assert.equal(summary.params_sha256, baseline.get(3), run.dir);
+      assert.deepEqual([lost(summary), summary.corruptions], [[1], 1], run.dir);
+      // the join at the retried step 6 (a spare) or at its end (the newcomer, waited for: 7)
+      const [event] = corruptionsOf(run);
+      const joined = event.step as number;
+      assert.deepEqual([event.ranks, event.action, event.rolled_back], [[], 'rollback', joined - 4], JSON.stringify(event));
+      assert.match(
+        run.stdout,
+        new RegExp(
+          `step ${joined}: silent data corruption: at the join, working ranks held states other than the leader's; rolling back to step 4, the last verified, and replaying ${joined - 4} step\\(s\\)`,
+        ),
+      );
+      const read = readRun(run.dir);
+      assert.deepEqual([read.resumes, read.corruptions.map((c) => [c.step, c.to])], [[], [[joined, 4]]]);
+    }
+  });
+
   it('a custom loop (elastic(), its own update from sum()): the rank evicted, its registered state rolled back, the same bits', async () => {
     const loop = async (...extra: string[]): Promise<Summary> => {
       const dir = path.join(scratch, `run-${++runs}`);
