@@ -370,7 +370,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   verifyEvery: {
     kind: 'integer',
     min: 0,
-    describe: `check for silent data corruption every K steps and at the last: the ranks compare their state's digests, and each recomputes one shard another rank computed (0: never; default ${defaultVerifyEvery} with --on-failure exact, else 0; with sharded state each chunk is also checked against the copies peers keep of it, not against parities). A corrupted state or a faulty core is caught at the next check; a one-off flip of a gradient is caught only if it hits the checked step and shard (probability N/(S*K) at N ranks, S shards: measured 1% at the default K with S = N), and with sharded state a one-off flip of the parameters or of the sum received is not (every rank takes that chunk's update alike)`,
+    describe: `check for silent data corruption every K steps and at the last (and the state after it): the ranks compare their state's digests, and each recomputes one shard another rank computed (0: never; default ${defaultVerifyEvery} with --on-failure exact, else 0; with sharded state each chunk is also checked against the copies peers keep of it, not against parities). A corrupted state or a faulty core is caught at the next check; a one-off flip of a gradient is caught only if it hits the checked step and shard (probability N/(S*K) at N ranks, S shards: measured 1% at the default K with S = N), and with sharded state a one-off flip of the parameters or of the sum received is not (every rank takes that chunk's update alike)`,
     group: 'Fault tolerance',
   },
   onCorruption: {

@@ -363,19 +363,25 @@ export class Manager implements StepPosition {
    * failed and the state rolled back to the last verified step, which is now the step to compute.
    * Throws ProtocolStop ('corruption') where nobody can be named or --on-corruption is stop.
    */
-  async verify(gradients: GradientDigests, recompute: (shard: number) => Promise<string>): Promise<boolean> {
+  async verify(gradients: GradientDigests, recompute: (shard: number) => Promise<string>, final = false): Promise<boolean> {
     const world = this.membership;
     const step = this.currentStep;
     const shards = this.config.shards;
     const sharded = this.sumState.shardedState;
-    // sharded state: every working rank's chunk, and the copies of it that peers keep
-    const chunks = this.config.sharded ? world.size : 0;
+    // sharded state: every working rank's chunk, and the copies of it that peers keep (a step's
+    // start sends them: after the last update, `final`, they are the step before's)
+    const chunks = this.config.sharded && !final ? world.size : 0;
     const words = recordWords(shards, chunks);
     const assigned = this.spotAssignment();
     const spot = gradients.spot !== undefined && assigned !== undefined ? { ...assigned, digest: gradients.spot } : undefined;
     const state = this.stepStartState();
     const mine = encodeRecord(
-      { shards: gradients.shards, spot, state: stateDigest(state, !this.config.sharded), chunks: sharded?.chunkDigests() },
+      {
+        shards: gradients.shards,
+        spot,
+        state: stateDigest(state, !this.config.sharded),
+        chunks: final ? undefined : sharded?.chunkDigests(),
+      },
       shards,
       chunks,
     );
@@ -401,11 +407,25 @@ export class Manager implements StepPosition {
       );
     }
     if (finding.unattributable === undefined && finding.suspects.size === 0) {
+      if (final) return true;
       this.verified.keep(state, step);
       sharded?.keepVerified();
       return true;
     }
     await this.corrupted(finding);
+    return false;
+  }
+
+  /**
+   * After the last step, where the run checks: the state the results are made of, which the last
+   * step's own check (before its update) did not see. False: a corruption was found, and the state
+   * rolled back to the last verified one (that step's start), which is to be computed again; a
+   * failure during the check is recovered from and the check made again.
+   */
+  private async checkFinalState(): Promise<boolean> {
+    if (this.config.verifyEvery <= 0 || this.config.onFailure !== 'exact' || !this.source!.done()) return true;
+    const noGradient = (): Promise<string> => Promise.reject(new Error('the final check recomputes no gradient'));
+    while (this.source!.done()) if (await this.verify({ shards: new Map() }, noGradient, true)) return true;
     return false;
   }
 
@@ -511,6 +531,7 @@ export class Manager implements StepPosition {
     this.currentStep += 1;
     this.shardTimes?.stepEnded(now());
     await report?.();
+    if (!(await this.checkFinalState())) return;
     const balance = this.balanceDue;
     this.balanceDue = undefined;
     if (balance?.kind === 'rebalance' && !this.source!.done()) await this.rebalance(balance);

@@ -1,12 +1,13 @@
 // Silent data corruption at 3 ranks (--verify-every 4): a faulty core (corrupt) or a one-off bit
 // flip in a rank's gradient, in the sum it received or in its parameters, on the leader, a middle
 // rank or the last, at S = N and S > N, is caught at the first check after it (the last step is
-// checked too: nothing corrupted since the last K-th step reaches the results), the rank named and
-// evicted as failed, the survivors rolled back to the last verified step, and the run ends with the
-// bits of the run without the fault (which the check itself does not change). Also: the stops
+// checked too, and the state after its update: nothing corrupted since the last K-th step reaches
+// the results), the rank named and evicted as failed, the survivors rolled back to the last
+// verified step, and the run ends with the bits of the run without the fault (which the check itself does not change). Also: the stops
 // where nobody can be named or --on-corruption stop says so, a corruption and a kill during the
 // replay (by a respawned rank) and during the eviction's recovery, a rank that joined since the last
-// check rolling back with the others; with sharded optimizer state, each chunk checked against its
+// check rolling back with the others, a join that finds the working ranks' states differ rolling
+// every rank back; with sharded optimizer state, each chunk checked against its
 // copies and rolled back with them; and the mutation check: without
 // the check the drill's bits differ. Every fault is a drill at a fixed (rank, step, phase).
 import { strict as assert } from 'node:assert';
@@ -124,6 +125,27 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     assertRepaired(await train(3, '--drill', 'rank=0,step=9,phase=update,action=flip,target=state'), 3, 0, 12, /^state$/);
     // at S = N every shard is recomputed at every check
     assertRepaired(await train(3, '--drill', 'rank=2,step=8,phase=compute,action=flip'), 3, 2, 8, /^gradient of shard 2$/);
+  });
+
+  it("a flip in the last step's update, after that step's own check: the final state's check names the rank, the last step is done again, the same bits", async () => {
+    for (const [rank, extra] of [
+      [0, []],
+      [2, ['--optimizer', 'adamw', '--optimizer-state', 'sharded', '--redundancy', 'replicate:2']],
+    ] as const) {
+      const run = await train(3, ...extra, '--drill', `rank=${rank},step=${steps - 1},phase=update,action=flip`);
+      const clean = extra.length === 0 ? baseline.get(3) : summaryOf(await train(3, ...extra)).params_sha256;
+      const summary = summaryOf(run);
+      assert.equal(summary.params_sha256, clean, run.dir);
+      assert.deepEqual([lost(summary), summary.corruptions], [[rank], 1], run.dir);
+      const [event] = corruptionsOf(run);
+      assert.deepEqual([event.step, event.ranks, event.action, event.rolled_back], [steps, [rank], 'evict', 1], JSON.stringify(event));
+      assert.match(
+        run.stdout,
+        new RegExp(
+          `step ${steps}: silent data corruption: evicting rank ${rank} \\(state\\); rolling back to step ${steps - 1}, the last verified`,
+        ),
+      );
+    }
   });
 
   it('a flip of a gradient between checks goes unseen (the documented gap), and without the check a faulty core changes the bits', async () => {
