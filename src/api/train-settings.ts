@@ -297,7 +297,12 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
       "sharded state: copies in peers' memory: none | replicate:M[:group|:ring] (M copies in all, Gemini's placement) | ec:K+M (Reed-Solomon, M parities per K ranks) (default replicate:2)",
     group: 'Fault tolerance',
   },
-  shards: { kind: 'integer', min: 1, describe: 'logical shards S (default: the initial world size)', group: 'Fault tolerance' },
+  shards: {
+    kind: 'integer',
+    min: 1,
+    describe: 'logical shards S, at least the working ranks (default: the initial world size)',
+    group: 'Fault tolerance',
+  },
   onFailure: {
     kind: 'choice',
     choices: ['exact', 'shrink', 'none'],
