@@ -108,10 +108,10 @@ function checkShards(options: TrainOptions, dataset: Dataset, worldSize: number,
       `--batch ${options.batch} is smaller than the ${shards} shards (${origin}): every shard takes at least one sample per step`,
     );
   }
-  // a working rank without a shard would be a spare that the launch did not name as one
-  if (shards < worldSize) {
+  // a working rank without a shard (it still holds a chunk of sharded state) would pass for one of the spares
+  if (options.spares > 0 && shards < worldSize) {
     throw new Error(
-      `${resume ? `${resume.dir}: its ${shards} shards are` : `--shards ${shards} is`} fewer than the ${worldSize} working ranks launched: every working rank holds at least one shard (launch ${shards}, and any more as --spares)`,
+      `${resume ? `${resume.dir}: its ${shards} shards are` : `--shards ${shards} is`} fewer than the ${worldSize} working ranks launched: with --spares every working rank holds at least one shard (launch ${shards}, and any more as --spares)`,
     );
   }
   try {

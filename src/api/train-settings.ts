@@ -300,7 +300,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
   shards: {
     kind: 'integer',
     min: 1,
-    describe: 'logical shards S, at least the working ranks (default: the initial world size)',
+    describe: 'logical shards S, at least the working ranks with --spares (default: the initial world size)',
     group: 'Fault tolerance',
   },
   onFailure: {

@@ -179,10 +179,10 @@ describe('ft-train: bad input is refused before MPI starts', function () {
         'ft-train: --batch 2 is smaller than the 4 shards (the world size by default; see --shards): every shard takes at least one sample per step',
       ],
       [
-        'fewer shards than working ranks (the spares apart)',
+        'with --spares, fewer shards than working ranks',
         4,
         ['--shards', '2', '--spares', '1'],
-        'ft-train: --shards 2 is fewer than the 3 working ranks launched: every working rank holds at least one shard (launch 2, and any more as --spares)',
+        'ft-train: --shards 2 is fewer than the 3 working ranks launched: with --spares every working rank holds at least one shard (launch 2, and any more as --spares)',
       ],
       [
         'more shards than the training split has record batches',
