@@ -235,7 +235,7 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     assert.deepEqual([lost(spare), spare.world_final, spare.corruptions], [[1, 2], 2, 1]);
   });
 
-  it("a flip on the leader, then a join before the next check (a spare, or a respawned rank): the join finds the working ranks' states differ from the leader's and all roll back, the same bits", async () => {
+  it("a flip on the leader, then a join before the next check (a spare, or a respawned rank): the join finds the working ranks' states differ from the leader's and all roll back, the same bits; with --on-corruption stop, all stop", async () => {
     // the flip in step 5's update corrupts the leader's state at step 6's start; rank 1 killed at
     // step 6: the join would give every rank the leader's state, and the check at 8 would pass
     const drills = ['--drill', 'rank=0,step=5,phase=update,action=flip', '--drill', 'rank=1,step=6'];
@@ -256,6 +256,22 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       const read = readRun(run.dir);
       assert.deepEqual([read.resumes, read.corruptions.map((c) => [c.step, c.to])], [[], [[joined, 4]]]);
     }
+    // --on-corruption stop: every rank stops instead, one line, nothing written as complete
+    const stopped = await train(4, '--spares', '1', '--on-corruption', 'stop', ...drills);
+    assert.equal(stopped.code, 1, `${stopped.stdout}\n${stopped.stderr}`);
+    assert.ok(
+      stopped.stdout.includes(
+        "silent data corruption found at step 6: at the join, working ranks held states other than the leader's (--on-corruption stop); stopping",
+      ),
+      stopped.stdout,
+    );
+    assert.ok(!fs.existsSync(path.join(stopped.dir, 'summary.json')));
+    assert.deepEqual(
+      lines<EventRecord>(stopped, 'events.jsonl')
+        .filter((e) => e.event === 'stop')
+        .map((e) => [e.step, e.reason]),
+      [[6, 'corruption']],
+    );
   });
 
   it('a custom loop (elastic(), its own update from sum()): the rank evicted, its registered state rolled back, the same bits', async () => {
