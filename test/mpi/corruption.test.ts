@@ -61,6 +61,19 @@ const checkAfter = (k: number): number => Math.min(Math.ceil(k / every) * every,
 /** The check before the one at step `check`, which a rollback goes back to. */
 const checkBefore = (check: number): number => Math.floor((check - 1) / every) * every;
 
+/** The job stopped for a corruption at `step` with exit 1 and `line`, nothing written as complete. */
+function assertStopped(run: Run, step: number, line: string): void {
+  assert.equal(run.code, 1, `${run.stdout}\n${run.stderr}`);
+  assert.ok(run.stdout.includes(line), run.stdout);
+  assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
+  assert.deepEqual(
+    lines<EventRecord>(run, 'events.jsonl')
+      .filter((e) => e.event === 'stop')
+      .map((e) => [e.step, e.reason]),
+    [[step, 'corruption']],
+  );
+}
+
 describe('silent data corruption: caught, the culprit evicted, the bits still exact', function () {
   this.timeout(600_000);
   const baseline = new Map<number, string>();
@@ -175,18 +188,7 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
 
   it('--on-corruption stop: the suspect named in one line, exit 1', async () => {
     const run = await train(3, '--on-corruption', 'stop', '--drill', 'rank=2,step=2,phase=update,action=corrupt');
-    assert.equal(run.code, 1, `${run.stdout}\n${run.stderr}`);
-    assert.ok(
-      run.stdout.includes('silent data corruption found at step 4: rank 2 (state) corrupt (--on-corruption stop); stopping'),
-      run.stdout,
-    );
-    assert.ok(!fs.existsSync(path.join(run.dir, 'summary.json')));
-    assert.deepEqual(
-      lines<EventRecord>(run, 'events.jsonl')
-        .filter((e) => e.event === 'stop')
-        .map((e) => [e.step, e.reason]),
-      [[4, 'corruption']],
-    );
+    assertStopped(run, 4, 'silent data corruption found at step 4: rank 2 (state) corrupt (--on-corruption stop); stopping');
   });
 
   it("a kill during the eviction's recovery: repaired again, the same bits", async () => {
@@ -257,20 +259,10 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       assert.deepEqual([read.resumes, read.corruptions.map((c) => [c.step, c.to])], [[], [[joined, 4]]]);
     }
     // --on-corruption stop: every rank stops instead, one line, nothing written as complete
-    const stopped = await train(4, '--spares', '1', '--on-corruption', 'stop', ...drills);
-    assert.equal(stopped.code, 1, `${stopped.stdout}\n${stopped.stderr}`);
-    assert.ok(
-      stopped.stdout.includes(
-        "silent data corruption found at step 6: at the join, working ranks held states other than the leader's (--on-corruption stop); stopping",
-      ),
-      stopped.stdout,
-    );
-    assert.ok(!fs.existsSync(path.join(stopped.dir, 'summary.json')));
-    assert.deepEqual(
-      lines<EventRecord>(stopped, 'events.jsonl')
-        .filter((e) => e.event === 'stop')
-        .map((e) => [e.step, e.reason]),
-      [[6, 'corruption']],
+    assertStopped(
+      await train(4, '--spares', '1', '--on-corruption', 'stop', ...drills),
+      6,
+      "silent data corruption found at step 6: at the join, working ranks held states other than the leader's (--on-corruption stop); stopping",
     );
   });
 
