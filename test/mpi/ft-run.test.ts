@@ -12,11 +12,11 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { mpiHome } from '../../src/cli/mpirun';
-import { readPid } from '../../src/run/pids';
 import { readRun } from '../../src/report/run-data';
 import { NoRestart, planRestart } from '../../src/cli/restart';
 import { repoRoot, runCommand, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
+import { stopOnceWritten as stopOnceWrittenAt } from '../helpers/stop-once';
 
 const scratch = makeScratch('ft-run-');
 const ftRun = path.join(repoRoot, 'launch', 'ft-run');
@@ -517,8 +517,7 @@ describe('launch/ft-run', function () {
 
     /**
      * `launch(args)` for a job that trains until stopped: once `file` in its run directory holds
-     * `text`, ft-run (its pid is in the ranks' environment, FT_RUN_JOB) gets a SIGTERM. The job's
-     * result, and its stop events.
+     * `text`, ft-run gets a SIGTERM. The job's result, and its stop events.
      */
     async function stopOnceWritten(
       runDir: string,
@@ -527,29 +526,7 @@ describe('launch/ft-run', function () {
       text: string,
     ): Promise<{ job: JobResult<never>; stops: { reason?: string; spawned_given_up?: number[] }[] }> {
       const running = launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '1000000', ...args], process.env, 90_000);
-      let ended = false;
-      running.then(
-        () => {
-          ended = true;
-        },
-        () => {
-          ended = true;
-        },
-      );
-      const watched = path.join(runDir, file);
-      while (!ended && !(fs.existsSync(watched) && fs.readFileSync(watched, 'utf8').includes(text)))
-        await new Promise((r) => setTimeout(r, 50));
-      if (ended) {
-        const early = await running;
-        assert.fail(`the job ended before ${file} held ${text} (exit ${early.code})\n${early.stdout}\n${early.stderr}`);
-      }
-      const rankPid = readPid(path.join(runDir, 'pids'), 0);
-      const launcher = fs
-        .readFileSync(`/proc/${rankPid}/environ`, 'latin1')
-        .split('\0')
-        .find((v) => v.startsWith('FT_RUN_JOB='))!;
-      process.kill(Number(launcher.slice('FT_RUN_JOB='.length)), 'SIGTERM');
-      const job = await running;
+      const job = await stopOnceWrittenAt(running, runDir, file, text);
       const stops = fs
         .readFileSync(path.join(runDir, 'events.jsonl'), 'utf8')
         .trim()
@@ -570,10 +547,11 @@ describe('launch/ft-run', function () {
       );
     });
 
-    it('--respawn (joining once ready): a newcomer stopped before its MPI runs is given up at the start-up bound after its launch, 10 s at T = 2, not half the comm deadline; the next one joins', async () => {
+    it('--respawn (joining once ready): a newcomer stopped before its MPI runs is given up at the start-up bound after its launch, 12 s at T = 4, not half the comm deadline (6 s); the next one joins', async () => {
+      // T = 4, not less: the watchdog of a rank that a loaded machine leaves unscheduled for T kills it
       const { job } = await stopOnceWritten(
         path.join(scratch, 'slow-newcomer'),
-        ['--respawn', '--hang-timeout', '2', '--drill', 'rank=1,step=3', '--drill', 'rank=2,step=3,phase=startup,action=stop'],
+        ['--respawn', '--hang-timeout', '4', '--drill', 'rank=1,step=3', '--drill', 'rank=2,step=3,phase=startup,action=stop'],
         'events.jsonl',
         '"event":"join"',
       );
@@ -589,10 +567,10 @@ describe('launch/ft-run', function () {
       assert.deepEqual([spawn.ranks, lost.ranks, respawn.ranks, of('join')[0].ranks], [[2], [2], [3], [3]]);
       // given up at the first vote past the bound: the training goes on meanwhile, a step at a time
       assert.ok(
-        lost.time - spawn.time >= 9_900 && lost.time - spawn.time < 15_000,
+        lost.time - spawn.time >= 11_900 && lost.time - spawn.time < 17_000,
         `given up ${lost.time - spawn.time} ms after the spawn`,
       );
-      assert.match(job.stdout, /step \d+: spawned rank\(s\) 2 lost before joining \(died, or not ready within 10 s\); spawning again/);
+      assert.match(job.stdout, /step \d+: spawned rank\(s\) 2 lost before joining \(died, or not ready within 12 s\); spawning again/);
     });
 
     it('SIGTERM to ft-run while a --respawn newcomer has not joined: the stop gives it up and names it, mpirun counts its death, ft-run exits 0 with one line', async () => {
