@@ -98,8 +98,9 @@ export class Join {
       verifiedSharded: sumState.shardedState?.verifiedMeta(),
     };
     const buffers = [...source.joinBuffers(), ...(verified ? verified.joinBuffers(() => source.state()) : [])];
-    // a working rank holds the run's state (a spawned rank or a spare does not, or a stale one)
-    const holdsState = !this.waiting && world.liveWorkers.includes(world.worldRank);
+    // a rank that took part in the run holds its state: a working rank, and a spare, fed every step
+    // and checked with them (a spawned rank that has not joined holds none)
+    const holdsState = !this.waiting;
     // a joining rank's drill point names the step it was spawned at, its own until it joins
     const transfer = await world.transferJoin(vote, sent, buffers, holdsState, () => this.parts.enter('join'));
     if (!transfer) {

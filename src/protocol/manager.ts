@@ -472,7 +472,7 @@ export class Manager implements StepPosition {
   }
 
   /**
-   * A join found working ranks holding a state other than the leader's, which it would have made
+   * A join found ranks (working, or spares) holding a state other than the leader's, which it would have made
    * theirs: corruption that no check has compared yet (a check compares the ranks' states, and
    * after the join they would all agree). Every rank, the joined ones too, rolls back to the last
    * verified state and replays from there; with --on-corruption stop every rank stops. Called only
@@ -484,14 +484,14 @@ export class Manager implements StepPosition {
       this.observer.event({ event: 'corruption', step, ranks: [], hosts: [], differed: [], action: 'stop', rolled_back: 0 });
       throw new ProtocolStop(
         'corruption',
-        `silent data corruption found at step ${step}: at the join, working ranks held states other than the leader's (--on-corruption stop); stopping`,
+        `silent data corruption found at step ${step}: at the join, ranks held states other than the leader's (--on-corruption stop); stopping`,
       );
     }
     const back = this.rollBackToVerified(this.membership.isLeader);
     this.vote.replaying();
     this.observer.event({ event: 'corruption', step, ranks: [], hosts: [], differed: [], action: 'rollback', rolled_back: step - back });
     this.observer.log(
-      `step ${step}: silent data corruption: at the join, working ranks held states other than the leader's; rolling back to step ${back}, the last verified, and replaying ${step - back} step(s)`,
+      `step ${step}: silent data corruption: at the join, ranks held states other than the leader's; rolling back to step ${back}, the last verified, and replaying ${step - back} step(s)`,
     );
   }
 

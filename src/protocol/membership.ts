@@ -590,7 +590,7 @@ export class Membership {
    * leader's already: a hot spare fed every step does, a spawned newcomer does not, and a digest of
    * each rank's buffers against the leader's decides (one small allreduce instead of the state's
    * bytes). `received` runs on every rank between the two. The message, the bytes of state sent,
-   * and whether a rank that held the run's state (`holdsState`: a working rank) held another (the
+   * and whether a rank that held the run's state (`holdsState`: a working rank or a spare) held another (the
    * transfer made it the leader's); null when a failure interrupted it.
    */
   async transferJoin<Message>(

@@ -203,9 +203,10 @@ export class ShardedState {
     return { state: 4 * this.slots * L, redundancy: this.store.bytes + 4 * (this.base.length + this.input.length + this.baseInput.length) };
   }
 
-  /** The checkpoint's view: this rank's slots over elements [from, to). */
+  /** The checkpoint's view: this rank's slots over elements [from, to); none on a rank that holds no chunk yet (joining). */
   held(): { from: number; to: number; slots: Float32Array[] } {
-    const c = this.comm!.rank;
+    if (!this.comm) return { from: 0, to: 0, slots: Array.from({ length: this.slots }, () => new Float32Array(0)) };
+    const c = this.comm.rank;
     return { from: this.layout.from(c), to: this.layout.to(c), slots: this.slotViews(this.live, this.length(this.layout, c)) };
   }
 

@@ -6,7 +6,7 @@
 // verified step, and the run ends with the bits of the run without the fault (which the check itself does not change). Also: the stops
 // where nobody can be named or --on-corruption stop says so, a corruption and a kill during the
 // replay (by a respawned rank) and during the eviction's recovery, a rank that joined since the last
-// check rolling back with the others, a join that finds the working ranks' states differ rolling
+// check rolling back with the others, a join that finds a working rank's or a spare's state differs from the leader's rolling
 // every rank back; with sharded optimizer state, each chunk checked against its
 // copies and rolled back with them; and the mutation check: without
 // the check the drill's bits differ. Every fault is a drill at a fixed (rank, step, phase).
@@ -241,7 +241,14 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     // the flip in step 5's update corrupts the leader's state at step 6's start; rank 1 killed at
     // step 6: the join would give every rank the leader's state, and the check at 8 would pass
     const drills = ['--drill', 'rank=0,step=5,phase=update,action=flip', '--drill', 'rank=1,step=6'];
-    for (const run of [await train(4, '--spares', '1', ...drills), await ftRun(3, ...respawnWaiting, ...drills)]) {
+    // with 2 working ranks, the spare alone holds a copy to compare with the leader's
+    const joins = [
+      () => train(4, '--spares', '1', ...drills),
+      () => train(3, '--spares', '1', '--shards', '3', ...drills),
+      () => ftRun(3, ...respawnWaiting, ...drills),
+    ];
+    for (const join of joins) {
+      const run = await join();
       const summary = summaryOf(run);
       assert.equal(summary.params_sha256, baseline.get(3), run.dir);
       assert.deepEqual([lost(summary), summary.corruptions], [[1], 1], run.dir);
@@ -252,7 +259,7 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       assert.match(
         run.stdout,
         new RegExp(
-          `step ${joined}: silent data corruption: at the join, working ranks held states other than the leader's; rolling back to step 4, the last verified, and replaying ${joined - 4} step\\(s\\)`,
+          `step ${joined}: silent data corruption: at the join, ranks held states other than the leader's; rolling back to step 4, the last verified, and replaying ${joined - 4} step\\(s\\)`,
         ),
       );
       const read = readRun(run.dir);
@@ -262,7 +269,7 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     assertStopped(
       await train(4, '--spares', '1', '--on-corruption', 'stop', ...drills),
       6,
-      "silent data corruption found at step 6: at the join, working ranks held states other than the leader's (--on-corruption stop); stopping",
+      "silent data corruption found at step 6: at the join, ranks held states other than the leader's (--on-corruption stop); stopping",
     );
   });
 
@@ -318,6 +325,17 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       assert.match(
         two.stdout,
         /silent data corruption found at step 8: ranks [01] and 2 hold the optimizer state of chunk 2 \(rank 2's\) with different bits, and no majority of copies can tell which is wrong; stopping/,
+      );
+    });
+
+    it("a flip on the leader, then a spare joins in a kill's place before the next check: the spare, which holds no chunk of the verified layout, rolls back with the others, the same bits", async () => {
+      const drills = ['--drill', 'rank=0,step=5,phase=update,action=flip', '--drill', 'rank=1,step=6'];
+      const run = await train(3, ...sharded, '--spares', '1', '--shards', '3', ...drills);
+      const summary = summaryOf(run);
+      assert.equal(summary.params_sha256, reference.get(3));
+      assert.deepEqual(
+        [lost(summary), summary.corruptions, corruptionsOf(run).map((e) => [e.step, e.action])],
+        [[1], 1, [[6, 'rollback']]],
       );
     });
 
