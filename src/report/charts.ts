@@ -85,8 +85,8 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
       seconds: (c.time - run.startTime) / 1000,
       loss: run.steps.find((s) => s.step === c.step)?.loss ?? run.steps.at(-1)!.loss,
       what:
-        c.action === 'rollback'
-          ? `states differed at a join; rolled back to step ${c.to}`
+        c.ranks.length === 0
+          ? `states differed at a join; ${c.action === 'stop' ? 'stopped' : `rolled back to step ${c.to}`}`
           : `rank(s) ${c.ranks.join(', ')}: ${c.differed.join('; ') || 'nobody can be named'}; ` +
             (c.action === 'evict' ? `evicted, rolled back to step ${c.to}` : 'stopped'),
     })),

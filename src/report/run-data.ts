@@ -40,6 +40,7 @@ export interface Corruption {
   step: number;
   /** ms since the epoch, when it was found */
   time: number;
+  /** the ranks a check named; none where a join found the ranks' states differ */
   ranks: number[];
   differed: string[];
   /** evict or rollback (rolled back to `to`: a join found the ranks' states differ), or stop */

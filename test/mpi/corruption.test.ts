@@ -266,11 +266,15 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       assert.deepEqual([read.resumes, read.corruptions.map((c) => [c.step, c.to])], [[], [[joined, 4]]]);
     }
     // --on-corruption stop: every rank stops instead, one line, nothing written as complete
+    const stopped = await train(4, '--spares', '1', '--on-corruption', 'stop', ...drills);
     assertStopped(
-      await train(4, '--spares', '1', '--on-corruption', 'stop', ...drills),
+      stopped,
       6,
       "silent data corruption found at step 6: at the join, ranks held states other than the leader's (--on-corruption stop); stopping",
     );
+    const html = path.join(stopped.dir, 'report.html');
+    await writeReport({ title: 'join', runs: [readRun(stopped.dir)], skipped: [] }, html);
+    assert.ok(fs.readFileSync(html, 'utf8').includes('states differed at a join; stopped'), 'the timeline marks the stop');
   });
 
   it('a custom loop (elastic(), its own update from sum()): the rank evicted, its registered state rolled back, the same bits', async () => {
