@@ -142,7 +142,8 @@ function corruptionOf(e: Json, file: string): Corruption {
   const { step, time, rolled_back: back } = e;
   if (typeof step !== 'number' || typeof time !== 'number' || typeof back !== 'number' || !isRanks(e.ranks))
     throw new RunDirError(`${file}: a corruption event without a step, time, rolled_back or ranks`);
-  const differed = Array.isArray(e.differed) ? e.differed.map(String) : [];
+  // null for a rank named where nobody could be told apart
+  const differed = Array.isArray(e.differed) ? e.differed.filter((d) => d !== null).map(String) : [];
   return { step, time, ranks: e.ranks, differed, action: String(e.action), to: step - back };
 }
 

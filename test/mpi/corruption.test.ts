@@ -184,6 +184,10 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       corruptionsOf(run).map((e) => [e.step, e.ranks, e.action]),
       [[4, [0, 1], 'stop']],
     );
+    assert.deepEqual(
+      readRun(run.dir).corruptions.map((c) => [c.ranks, c.differed]),
+      [[[0, 1], []]],
+    );
   });
 
   it('--on-corruption stop: the suspect named in one line, exit 1', async () => {
