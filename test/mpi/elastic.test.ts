@@ -582,10 +582,15 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.equal(summary.world_final, 3);
     const spawn = lines<EventRecord>(run, 'events.jsonl').find((e) => e.event === 'spawn')!;
     assert.deepEqual([spawn.step, spawn.ranks], [11, [4]]);
-    // given up before it wrote its pid file it leaves by itself; after, the survivors killed it by that file
-    const log = fs.readFileSync(path.join(run.dir, 'logs', 'rank-4.log'), 'utf8');
-    if (!log.includes('rank 4: spawned, but cannot join: the ranks that spawned it gave it up before it started; leaving'))
-      assertGone(run, 4);
+    // given up before it wrote its pid file it leaves by itself; after, the survivors killed it by
+    // that file; on a loaded machine the job may end before its process even started
+    const log = path.join(run.dir, 'logs', 'rank-4.log');
+    const left =
+      fs.existsSync(log) &&
+      fs
+        .readFileSync(log, 'utf8')
+        .includes('rank 4: spawned, but cannot join: the ranks that spawned it gave it up before it started; leaving');
+    if (!left && fs.existsSync(path.join(run.dir, 'pids', '4'))) assertGone(run, 4);
   });
 
   it('--respawn: the last rank of the job stopped (SIGSTOP) as it accepts its newcomer: the newcomer, its start-up past its deadline, kills the stopped rank, and the job ends without a summary', async () => {
