@@ -544,6 +544,9 @@ export function resolveTrainOptions(
   if (a.respawn && a.onFailure !== 'exact') fail(`${label('respawn')} needs ${label('onFailure')} exact, got ${a.onFailure}`);
   if (a.verifyEvery !== undefined && a.verifyEvery > 0 && a.onFailure !== 'exact')
     fail(`${label('verifyEvery')} needs ${label('onFailure')} exact (equal bits whoever computes), got ${a.onFailure}`);
+  // the default (evict) cannot be told from a choice; stop, where no check runs, would be a promise kept by nothing
+  if (a.onCorruption === 'stop' && (a.verifyEvery === 0 || a.onFailure !== 'exact'))
+    fail(`${label('onCorruption')} stop needs the check for corruption (${label('onFailure')} exact, ${label('verifyEvery')} above 0)`);
   if (a.rebalance === 'auto' && a.onFailure !== 'exact')
     fail(`${label('rebalance')} auto needs ${label('onFailure')} exact (the same bits whoever computes a shard), got ${a.onFailure}`);
   if (a.evictSlower > 0 && a.evictSlower <= 1) fail(`${label('evictSlower')} expects 0 (never) or a factor above 1, got ${a.evictSlower}`);

@@ -83,6 +83,12 @@ describe('ft-train settings: one table for flags and options', () => {
       'ft-train: verifyEvery needs onFailure exact (equal bits whoever computes), got shrink',
     );
     assert.equal(refused({ onCorruption: 'ignore' }), 'ft-train: onCorruption expects one of evict, stop, got "ignore"');
+    for (const noCheck of [{ onFailure: 'shrink' }, { verifyEvery: 0 }])
+      assert.equal(
+        refused({ onCorruption: 'stop', ...noCheck }),
+        'ft-train: onCorruption stop needs the check for corruption (onFailure exact, verifyEvery above 0)',
+      );
+    assert.equal(resolveTrainOptions({ ...required, onCorruption: 'stop' }).onCorruption, 'stop');
     assert.equal(
       refused({ rebalance: 'auto', onFailure: 'shrink' }),
       'ft-train: rebalance auto needs onFailure exact (the same bits whoever computes a shard), got shrink',
