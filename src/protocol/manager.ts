@@ -37,7 +37,9 @@ import { SumAndState } from './sum-and-state';
 import { Balancer, ShardTimes, type BalanceDecision } from './balance';
 import { CARRY_ON, OK, SPAWN_NOT_UP, SPAWN_SOUND, SPAWN_WAITING, Vote } from './vote';
 import {
+  chunkCopiesDiffer,
   digestWords,
+  encodeChunkCopies,
   encodeRecord,
   firstRound,
   gatheredDigest,
@@ -472,26 +474,64 @@ export class Manager implements StepPosition {
   }
 
   /**
-   * A join found ranks (working, or spares) holding a state other than the leader's, which it would have made
-   * theirs: corruption that no check has compared yet (a check compares the ranks' states, and
-   * after the join they would all agree). Every rank, the joined ones too, rolls back to the last
-   * verified state and replays from there; with --on-corruption stop every rank stops. Called only
-   * where the run checks (--verify-every).
+   * A join found ranks (working, or spares) holding a state other than the leader's, which it would
+   * have made theirs: corruption that no check has compared yet (a check compares the ranks'
+   * states, and after the join they would all agree). See diverged.
    */
   private joinDiverged(step: number): void {
+    this.diverged(step, "at the join, ranks held states other than the leader's", []);
+  }
+
+  /**
+   * Before a recovery lays sharded state out afresh, its new copies made from the owners' chunks,
+   * the working ranks compare each chunk with the copies peers keep of it, as a check does: a chunk
+   * corrupted since the last check would otherwise become every copy's (see diverged). Only where
+   * the run checks (--verify-every). False when a failure interrupted the comparison.
+   */
+  private async chunkCopiesAgree(): Promise<boolean> {
+    const sharded = this.sumState.shardedState;
+    if (this.config.verifyEvery <= 0 || !this.config.sharded || this.done) return true;
+    const world = this.membership;
+    let differ: number[] = [];
+    const ok = await this.vote.succeedsEverywhere('rebuild', async () => {
+      const verdict = Int32Array.of(0);
+      const workers = world.workerComm;
+      if (sharded && workers) {
+        const chunks = sharded.chunkCount;
+        const records = new Int32Array(workers.size * 3 * chunks);
+        await workers.allgather(encodeChunkCopies(sharded.heldChunkDigests(), chunks), records);
+        differ = chunkCopiesDiffer(records, chunks);
+        verdict[0] = differ.length > 0 ? 1 : 0;
+      }
+      // the spares roll back too
+      await world.comm.allreduce(verdict, 'max');
+      if (verdict[0] === 1 && differ.length === 0) differ = [-1];
+    });
+    if (!ok) return false;
+    if (differ.length > 0) {
+      const chunks = differ.filter((c) => c >= 0);
+      const what = chunks.length > 0 ? `chunk(s) ${chunks.join(', ')} of sharded optimizer state` : 'chunks of sharded optimizer state';
+      this.diverged(this.currentStep, `before the recovery's rebuild, copies of ${what} differed`, [`copies of ${what}`]);
+    }
+    return true;
+  }
+
+  /**
+   * Corruption found outside a check (`what`): every rank, the joined ones too, rolls back to the
+   * last verified state and replays from there; with --on-corruption stop every rank stops. Called
+   * only where the run checks (--verify-every).
+   */
+  private diverged(step: number, what: string, differed: string[]): void {
     this.corruptionsFound += 1;
     if (this.config.onCorruption === 'stop') {
-      this.observer.event({ event: 'corruption', step, ranks: [], hosts: [], differed: [], action: 'stop', rolled_back: 0 });
-      throw new ProtocolStop(
-        'corruption',
-        `silent data corruption found at step ${step}: at the join, ranks held states other than the leader's (--on-corruption stop); stopping`,
-      );
+      this.observer.event({ event: 'corruption', step, ranks: [], hosts: [], differed, action: 'stop', rolled_back: 0 });
+      throw new ProtocolStop('corruption', `silent data corruption found at step ${step}: ${what} (--on-corruption stop); stopping`);
     }
     const back = this.rollBackToVerified(this.membership.isLeader);
     this.vote.replaying();
-    this.observer.event({ event: 'corruption', step, ranks: [], hosts: [], differed: [], action: 'rollback', rolled_back: step - back });
+    this.observer.event({ event: 'corruption', step, ranks: [], hosts: [], differed, action: 'rollback', rolled_back: step - back });
     this.observer.log(
-      `step ${step}: silent data corruption: at the join, ranks held states other than the leader's; rolling back to step ${back}, the last verified, and replaying ${step - back} step(s)`,
+      `step ${step}: silent data corruption: ${what}; rolling back to step ${back}, the last verified, and replaying ${step - back} step(s)`,
     );
   }
 
@@ -718,6 +758,7 @@ export class Manager implements StepPosition {
       joinedAsSpares.push(...joiners.filter((r) => !working.includes(r)));
       const moved = world.handOver(joiners);
       if (!(await world.formWorkers(this.vote))) continue;
+      if (!(await this.chunkCopiesAgree())) continue;
       this.sumState.rebuildSum(this.currentStep);
       const mine = moved.get(world.worldRank) ?? [];
       if (!this.done && world.working) {

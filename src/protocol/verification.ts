@@ -232,6 +232,32 @@ export function gatheredDigest(records: Int32Array, index: number, words: number
   return hexOf(records[index * words + word], records[index * words + word + 1]);
 }
 
+/**
+ * A rank's digests of the chunks of sharded state it holds (its own, and its copies of peers'), as
+ * 3 Int32 words per chunk of the layout (a flag, the digest), for the comparison before a
+ * recovery's rebuild: `chunkCopiesDiffer` of every rank's gathered.
+ */
+export function encodeChunkCopies(digests: ReadonlyMap<number, { digest: string }>, chunks: number): Int32Array {
+  const words = new Int32Array(3 * chunks);
+  for (const [c, { digest }] of digests) {
+    words[3 * c] = 1;
+    words.set(digestWords(digest), 3 * c + 1);
+  }
+  return words;
+}
+
+/** The chunks whose holders, in `records` (encodeChunkCopies of each rank, one after another), hold them with different bits. */
+export function chunkCopiesDiffer(records: Int32Array, chunks: number): number[] {
+  const ranks = records.length / (3 * chunks);
+  const differ: number[] = [];
+  for (let c = 0; c < chunks; c++) {
+    const seen = new Set<string>();
+    for (let r = 0; r < ranks; r++) if (records[(r * chunks + c) * 3] === 1) seen.add(gatheredDigest(records, r * chunks + c, 3, 1));
+    if (seen.size > 1) differ.push(c);
+  }
+  return differ;
+}
+
 /** The state of the last step that passed a check: copies of what every rank holds, allocated once. */
 export class VerifiedState {
   /** `slotsWhole`: the optimizer state is replicated, and kept here too (sharded state keeps its own: ShardedState.keepVerified) */

@@ -86,7 +86,7 @@ export function reportCharts(runs: Run[], labels: string[], comparisons: Compari
       loss: run.steps.find((s) => s.step === c.step)?.loss ?? run.steps.at(-1)!.loss,
       what:
         c.ranks.length === 0
-          ? `states differed at a join; ${c.action === 'stop' ? 'stopped' : `rolled back to step ${c.to}`}`
+          ? `${c.differed.length > 0 ? `${c.differed.join('; ')} differed` : 'states differed at a join'}; ${c.action === 'stop' ? 'stopped' : `rolled back to step ${c.to}`}`
           : `rank(s) ${c.ranks.join(', ')}: ${c.differed.join('; ') || 'nobody can be named'}; ` +
             (c.action === 'evict' ? `evicted, rolled back to step ${c.to}` : 'stopped'),
     })),

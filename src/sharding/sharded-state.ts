@@ -241,6 +241,16 @@ export class ShardedState {
     return digests;
   }
 
+  /** How many chunks the layout has: chunkDigests() names them 0 to this less 1. */
+  get chunkCount(): number {
+    return this.layout.worldRanks.length;
+  }
+
+  /** chunkDigests(), or none on a rank that holds no chunk of the layout (it joined since it was made). */
+  heldChunkDigests(): Map<number, { digest: string; own: boolean }> {
+    return this.comm ? this.chunkDigests() : new Map();
+  }
+
   /** Whether the state at the run's start may still be needed: before the first commit, or while the last verified state is from then. */
   get needsInitial(): boolean {
     return this.pristine || this.verified?.pristine === true;

@@ -8,6 +8,8 @@ import * as path from 'node:path';
 import { ShardMap } from '../../src/data/shard-map';
 import { applyFlip, FaultInjector, parseDrill } from '../../src/liveness/drills';
 import {
+  chunkCopiesDiffer,
+  encodeChunkCopies,
   encodeRecord,
   firstRound,
   recordWords,
@@ -191,6 +193,28 @@ describe('silent data corruption: the check', () => {
     );
     assert.deepEqual(two.involved, [0, 2]);
     assert.equal(decide([[1], [2], [0]], -1).suspects.size, 0);
+  });
+
+  it("sharded state before a recovery's rebuild: the chunks whose holders' copies differ, whoever holds them; a rank that holds none (joined since) counts for no chunk", () => {
+    // 4 chunks, replicate:2 (chunk c's copy on rank c + 1, which holds it as chunk (rank + 3) mod 4); rank 3 lost, rank 4 joined holding nothing
+    const held = (rank: number, bad?: number): Map<number, { digest: string }> =>
+      new Map(
+        [rank, (rank + 3) % 4]
+          .filter((c) => c !== 3)
+          .map((c) => [c, { digest: c === bad && rank === bad ? C : gradient(100 + c) }] as const),
+      );
+    const gather = (bad?: number) =>
+      Int32Array.from([...[0, 1, 2].flatMap((rank) => [...encodeChunkCopies(held(rank, bad), 4)]), ...encodeChunkCopies(new Map(), 4)]);
+    assert.deepEqual(chunkCopiesDiffer(gather(), 4), []);
+    assert.deepEqual(chunkCopiesDiffer(gather(0), 4), [0]);
+    assert.deepEqual(chunkCopiesDiffer(gather(1), 4), [1]);
+    // chunk 2's copy was on rank 3: nothing to compare it with
+    assert.deepEqual(chunkCopiesDiffer(gather(2), 4), []);
+    // chunk 3's copy on rank 0 has no owner left to differ from
+    assert.deepEqual(
+      chunkCopiesDiffer(Int32Array.from([...encodeChunkCopies(new Map([[3, { digest: C }]]), 4), ...encodeChunkCopies(new Map(), 4)]), 4),
+      [],
+    );
   });
 
   it('the verified state is a copy: restored after the live arrays changed, it brings back the kept step', () => {
