@@ -7,8 +7,8 @@
 // where nobody can be named or --on-corruption stop says so, a corruption and a kill during the
 // replay (by a respawned rank) and during the eviction's recovery, a rank that joined since the last
 // check rolling back with the others, a join that finds a working rank's or a spare's state differs from the leader's rolling
-// every rank back; with sharded optimizer state, each chunk checked against its
-// copies and rolled back with them; and the mutation check: without
+// every rank back; with sharded optimizer state, each chunk checked against its copies (at a
+// check, and before a recovery lays them out afresh from it) and rolled back with them; and the mutation check: without
 // the check the drill's bits differ. Every fault is a drill at a fixed (rank, step, phase).
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
