@@ -383,7 +383,7 @@ export const trainSettings: Record<Exclude<keyof TrainSettings, never>, Setting>
     choices: ['evict', 'stop'],
     default: 'evict',
     describe:
-      'a check that names a rank for corruption: evict it (as failed), roll back to the last verified step and replay; or stop the job (exit 1)',
+      'a check that names a rank for corruption: evict it (as failed), roll back to the last verified step and replay; or stop the job (exit 1; stop needs the check: --on-failure exact, --verify-every above 0)',
     group: 'Fault tolerance',
   },
   rebalance: {
