@@ -11,6 +11,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { commandLine, last, UsageError } from './command';
 import { FrozenRanks } from './frozen-ranks';
+import { outcome, type StopRecord } from './job-outcome';
 import { killJobProcesses } from './job-processes';
 import { NoRestart, planRestart, type Restart } from './restart';
 import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
@@ -103,8 +104,6 @@ function unfinished(runDir: string, was: Before): string | undefined {
     ? undefined
     : `no summary.json${was.summary ? ' of its own' : ''} in ${runDir}`;
 }
-
-type StopRecord = Partial<{ event: string; reason: string; spawned_given_up: number[] }>;
 
 /** This job's last `stop` event, if any. */
 function lastStop(runDir: string, from: number): StopRecord | undefined {
@@ -402,7 +401,14 @@ async function main(): Promise<number> {
       if (restarts > 0) console.error(`ft-run: restart ${restarts} of ${maxRestarts} was refused (its line is above)`);
       return code;
     }
-    const ended = outcome(code, stopAsked, unfinished(runDir, was), summaryWritten(runDir, was), lastStop(runDir, was.eventsFrom));
+    const ended = outcome(
+      code,
+      stopAsked,
+      unfinished(runDir, was),
+      summaryWritten(runDir, was),
+      lastStop(runDir, was.eventsFrom),
+      recordsFrom<{ event?: string }>(path.join(runDir, runFiles.events), was.eventsFrom).some((record) => record.event === 'spawn'),
+    );
     if (ended.unfinished === undefined) return ended.code;
     const resumed = resumedFrom(runDir, was);
     if (stopAsked || restarts === maxRestarts) {
@@ -455,46 +461,6 @@ async function main(): Promise<number> {
     restartHosts = restart.hostfile;
     job = trainCommand(restart.ranks, trainArgs, { hostfile: restart.hostfile, sshConfig }, script);
   }
-}
-
-/**
- * How a job ended, judged by its run directory: `unfinished` says how it did not finish (undefined:
- * it completed or stopped cleanly on a SIGTERM asked for), `code` ft-run's exit code for it.
- */
-function outcome(
-  code: number,
-  stopAsked: boolean,
-  why: string | undefined,
-  summary: boolean,
-  stop: StopRecord | undefined,
-): { code: number; unfinished?: string } {
-  const complete = why === undefined && summary;
-  // PRRTE counts the death of a rank that the job spawned (--respawn) against the job, though the
-  // survivors recovered and finished: the complete summary, written last and atomically, decides
-  if (code !== 0 && complete) {
-    console.error(
-      `ft-run: mpirun exited ${code} (it counts a --respawn rank that died or could not start, or a host it lost, against the job), but the run completed: exit 0`,
-    );
-    return { code: 0 };
-  }
-  // the ranks killed the spawned ranks not yet joined at the stop: mpirun counts their deaths too
-  const givenUp = stop?.spawned_given_up ?? [];
-  const counted =
-    givenUp.length > 0 ? ` (it counts the --respawn rank(s) ${givenUp.join(', ')}, given up at the stop, against the job)` : '';
-  // the stop asked for here was clean (mpirun also counts a newcomer lost earlier)
-  if (code !== 0 && stopAsked && why === undefined && !summary) {
-    console.error(`ft-run: mpirun exited ${code}${counted}, but the ranks stopped cleanly on the SIGTERM asked for: exit 0`);
-    return { code: 0 };
-  }
-  // a stop on SIGTERM that nobody here asked for: mpirun ending the job, as PRRTE does when it loses a host's daemon
-  if (code !== 0 && !stopAsked && why === undefined)
-    return {
-      code,
-      unfinished: `mpirun ended the job (exit ${code}; it does so when it loses a host or its daemon)${counted} and the ranks stopped cleanly`,
-    };
-  if (code !== 0) return { code, unfinished: `mpirun exited ${code} and the run did not finish: ${why ?? 'stopped'}` };
-  if (why === undefined) return { code: 0 };
-  return { code: 1, unfinished: `the job ended without finishing: ${why} (mpirun exit 0)` };
 }
 
 main().then(

@@ -16,6 +16,12 @@ const exitCodes: Record<StopReason, number> = {
   corruption: 1,
 };
 
+/** The code the ranks exit with for a `stop` event's reason in events.jsonl (below-min-ranks for min-ranks); undefined for a reason of no stop here. */
+export function stopEventExitCode(reason: string): number | undefined {
+  if (reason === 'below-min-ranks') return exitCodes['min-ranks'];
+  return Object.hasOwn(exitCodes, reason) ? exitCodes[reason as StopReason] : undefined;
+}
+
 export class ProtocolStop extends Error {
   override name = 'ProtocolStop';
 
