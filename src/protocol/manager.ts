@@ -839,9 +839,13 @@ export class Manager implements StepPosition {
       this.observer.log(`step ${step}: ${joins.join('; ')}; ${world} ranks work${spares}`);
       return;
     }
+    // spares alone lost: they held no shard
+    const readback =
+      report.shards.length > 0
+        ? `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background)`
+        : 'no shard to read back';
     this.observer.log(
-      `step ${step}: lost rank(s) ${report.lost.join(', ') || 'none'}; ` +
-        `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background); retried on ${world} ranks${spares}${coming}`,
+      `step ${step}: lost rank(s) ${report.lost.join(', ') || 'none'}; ${readback}; retried on ${world} ranks${spares}${coming}`,
     );
   }
 

@@ -103,6 +103,13 @@ describe('elastic world: spares and respawned ranks', function () {
     assert.equal(recovery.joinMs, join.duration_ms);
   });
 
+  it('the spare itself killed: nothing to read back (it held no shard), one line says so, the same bits', async () => {
+    const run = await train(5, '--spares', '1', '--drill', 'rank=4,step=3,phase=compute');
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+    assert.match(run.stdout, /step 3: lost rank\(s\) 4; no shard to read back; retried on 4 ranks\n/);
+    assert.deepEqual(worlds(run), Array(12).fill(4));
+  });
+
   it('sharded AdamW state + 1 spare: the spare receives the lost chunk, the same bits', async () => {
     const run = await train(
       5,
