@@ -1,5 +1,5 @@
 // The world gets its size back under mpirun: hot spares (--spares) take a killed rank's place in
-// the same recovery (with --respawn, spawned ranks refill them at a step's end, a kill there
+// the same recovery (a spare's own death reads nothing back; with --respawn, spawned ranks refill them at a step's end, a kill there
 // recovered like any other), and with --respawn the survivors spawn replacements (launched, then accepted once their MPI runs) that
 // join once ready (or, with --respawn-join wait, at the retried step's end, which these tests use
 // where they name the steps of the world's sizes), receive the state and take shards; kills of the
