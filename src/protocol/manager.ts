@@ -492,25 +492,23 @@ export class Manager implements StepPosition {
     const sharded = this.sumState.shardedState;
     if (this.config.verifyEvery <= 0 || !this.config.sharded || this.done) return true;
     const world = this.membership;
+    // the chunks that differ are known to the working ranks; the verdict, to the spares too
     let differ: number[] = [];
+    const verdict = Int32Array.of(0);
     const ok = await this.vote.succeedsEverywhere('rebuild', async () => {
-      const verdict = Int32Array.of(0);
       const workers = world.workerComm;
       if (sharded && workers) {
         const chunks = sharded.chunkCount;
         const records = new Int32Array(workers.size * 3 * chunks);
         await workers.allgather(encodeChunkCopies(sharded.heldChunkDigests(), chunks), records);
         differ = chunkCopiesDiffer(records, chunks);
-        verdict[0] = differ.length > 0 ? 1 : 0;
       }
-      // the spares roll back too
+      verdict[0] = differ.length > 0 ? 1 : 0;
       await world.comm.allreduce(verdict, 'max');
-      if (verdict[0] === 1 && differ.length === 0) differ = [-1];
     });
     if (!ok) return false;
-    if (differ.length > 0) {
-      const chunks = differ.filter((c) => c >= 0);
-      const what = chunks.length > 0 ? `chunk(s) ${chunks.join(', ')} of sharded optimizer state` : 'chunks of sharded optimizer state';
+    if (verdict[0] === 1) {
+      const what = differ.length > 0 ? `chunk(s) ${differ.join(', ')} of sharded optimizer state` : 'chunks of sharded optimizer state';
       this.diverged(this.currentStep, `before the recovery's rebuild, copies of ${what} differed`, [`copies of ${what}`]);
     }
     return true;
