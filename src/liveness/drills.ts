@@ -37,6 +37,7 @@ export const phases = [
   'accept',
   'admit',
   'join',
+  'copies',
   'rebuild',
   'readback',
   'checkpoint-stripe',

@@ -495,7 +495,8 @@ export class Manager implements StepPosition {
     // the chunks that differ are known to the working ranks; the verdict, to the spares too
     let differ: number[] = [];
     const verdict = Int32Array.of(0);
-    const ok = await this.vote.succeedsEverywhere('rebuild', async () => {
+    this.enter('copies');
+    const ok = await this.vote.succeedsEverywhere('copies', async () => {
       const workers = world.workerComm;
       if (sharded && workers) {
         const chunks = sharded.chunkCount;
@@ -754,19 +755,20 @@ export class Manager implements StepPosition {
       }
       const working = world.workingJoiners(joiners);
       joinedAsSpares.push(...joiners.filter((r) => !working.includes(r)));
-      const moved = world.handOver(joiners);
+      // counted now: an attempt that a failure cuts short below has already moved them in the map
+      for (const shards of world.handOver(joiners).values()) for (const s of shards) lostShards.add(s);
       if (!(await world.formWorkers(this.vote))) continue;
       if (!(await this.chunkCopiesAgree())) continue;
       this.sumState.rebuildSum(this.currentStep);
-      const mine = moved.get(world.worldRank) ?? [];
       if (!this.done && world.working) {
-        // taken over now, before anything below can fail and repair again with a newer map
+        // taken over now, before anything below can fail and repair again with a newer map: the
+        // shards this rank was given and has no data of, in this attempt or one cut short
+        const mine = world.shardMap.shardsOf(world.worldRank).filter((s) => !this.shards.has(s));
         this.enter('readback');
         const readStart = now();
         if (mine.length > 0) readBeforeRetry += await this.shards.readBackFirst(mine, this.source!.stepRows(world.shardMap, mine));
         readMs += now() - readStart;
       }
-      for (const shards of moved.values()) for (const s of shards) lostShards.add(s);
       const step = this.currentStep;
       if (!this.done && !(await this.sumState.rebuildState(step, this.vote, this.enter))) continue;
       // ranks spawned and not yet joined count: they are on their way

@@ -359,6 +359,18 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
       );
     });
 
+    it('the same flip and kill, then a second kill that cuts the comparison of the copies short: compared again after the repair, they differ; the same bits', async () => {
+      const drills = ['--drill', 'rank=0,step=5,phase=update,action=flip,target=state', '--drill', 'rank=2,step=6'];
+      const run = await train(4, ...sharded, '--redundancy', 'replicate:3', ...drills, '--drill', 'rank=3,step=6,phase=copies');
+      const summary = summaryOf(run);
+      assert.equal(summary.params_sha256, reference.get(4));
+      assert.deepEqual([lost(summary), corruptionsOf(run).map((e) => [e.step, e.action, e.rolled_back])], [[2, 3], [[6, 'rollback', 2]]]);
+      assert.match(
+        run.stdout,
+        /step 6: silent data corruption: before the recovery's rebuild, copies of chunk\(s\) 0 of sharded optimizer state differed/,
+      );
+    });
+
     it('a rank lost since the last check: the rollback rebuilds from the copies of then, with a respawned rank or a spare, the same bits', async () => {
       const respawned = summaryOf(
         await ftRun(4, ...sharded, ...respawnWaiting, '--drill', 'rank=3,step=5,action=kill', '--drill', 'rank=1,step=6,action=corrupt'),
