@@ -80,13 +80,29 @@ export function stateDigest(state: TrainingState, slotsWhole: boolean): string {
 export const recordWords = (shards: number, chunks = 0): number => shardsAt + 2 * shards + 3 * chunks;
 const shardsAt = 7;
 
+/** Chunk digests held, written from `at` on as 3 words per chunk of the layout: a flag (2 own, 1 a copy, 0 not held), the digest. */
+function writeChunks(into: Int32Array, at: number, chunks: ReadonlyMap<number, { digest: string; own: boolean }>): void {
+  for (const [c, { digest, own }] of chunks) {
+    into[at + 3 * c] = own ? 2 : 1;
+    into.set(digestWords(digest), at + 3 * c + 1);
+  }
+}
+
+/** One chunk's holders by the digest of their copy, from gathered records (`ranks[i]`: the i-th's rank) of `words` words each, the chunk's 3 words at `at`. */
+function chunkCopies(ranks: readonly number[], records: Int32Array, words: number, at: number): Map<string, number[]> {
+  const copies = new Map<string, number[]>();
+  ranks.forEach((rank, i) => {
+    if (records[i * words + at] === 0) return;
+    const digest = hexOf(records[i * words + at + 1], records[i * words + at + 2]);
+    copies.set(digest, [...(copies.get(digest) ?? []), rank]);
+  });
+  return copies;
+}
+
 /** This rank's record for the gather: absent digests are flagged, never read. */
 export function encodeRecord(digests: CheckDigests, shards: number, chunks = 0): Int32Array {
   const record = new Int32Array(recordWords(shards, chunks));
-  for (const [c, { digest, own }] of digests.chunks ?? []) {
-    record[shardsAt + 2 * shards + 3 * c] = own ? 2 : 1;
-    record.set(digestWords(digest), shardsAt + 1 + 2 * shards + 3 * c);
-  }
+  writeChunks(record, shardsAt + 2 * shards, digests.chunks ?? new Map());
   record.set(digestWords(digests.state), 0);
   if (digests.spot !== undefined) {
     record[2] = 1;
@@ -151,14 +167,9 @@ export function firstRound(ranks: readonly number[], records: Int32Array, shards
   }
   for (let c = 0; c < chunks; ++c) {
     const at = shardsAt + 2 * shards + 3 * c;
-    const holders = ranks.filter((_, i) => records[i * words + at] !== 0);
-    const copies = new Map<string, number[]>();
-    for (const rank of holders) {
-      const i = ranks.indexOf(rank) * words + at;
-      const digest = hexOf(records[i + 1], records[i + 2]);
-      copies.set(digest, [...(copies.get(digest) ?? []), rank]);
-    }
+    const copies = chunkCopies(ranks, records, words, at);
     if (copies.size < 2) continue;
+    const holders = ranks.filter((_, i) => records[i * words + at] !== 0);
     const owner = holders.find((rank) => records[ranks.indexOf(rank) * words + at] === 2);
     const label = `optimizer state of chunk ${c}${owner === undefined ? '' : ` (rank ${owner}'s)`}`;
     const [, majority] = [...copies].sort((a, b) => b[1].length - a[1].length)[0];
@@ -237,25 +248,16 @@ export function gatheredDigest(records: Int32Array, index: number, words: number
  * 3 Int32 words per chunk of the layout (a flag, the digest), for the comparison before a
  * recovery's rebuild: `chunkCopiesDiffer` of every rank's gathered.
  */
-export function encodeChunkCopies(digests: ReadonlyMap<number, { digest: string }>, chunks: number): Int32Array {
+export function encodeChunkCopies(digests: ReadonlyMap<number, { digest: string; own: boolean }>, chunks: number): Int32Array {
   const words = new Int32Array(3 * chunks);
-  for (const [c, { digest }] of digests) {
-    words[3 * c] = 1;
-    words.set(digestWords(digest), 3 * c + 1);
-  }
+  writeChunks(words, 0, digests);
   return words;
 }
 
 /** The chunks whose holders, in `records` (encodeChunkCopies of each rank, one after another), hold them with different bits. */
 export function chunkCopiesDiffer(records: Int32Array, chunks: number): number[] {
-  const ranks = records.length / (3 * chunks);
-  const differ: number[] = [];
-  for (let c = 0; c < chunks; c++) {
-    const seen = new Set<string>();
-    for (let r = 0; r < ranks; r++) if (records[(r * chunks + c) * 3] === 1) seen.add(gatheredDigest(records, r * chunks + c, 3, 1));
-    if (seen.size > 1) differ.push(c);
-  }
-  return differ;
+  const indices = Array.from({ length: records.length / (3 * chunks) }, (_, i) => i);
+  return Array.from({ length: chunks }, (_, c) => c).filter((c) => chunkCopies(indices, records, 3 * chunks, 3 * c).size > 1);
 }
 
 /** The state of the last step that passed a check: copies of what every rank holds, allocated once. */

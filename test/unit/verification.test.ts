@@ -197,11 +197,11 @@ describe('silent data corruption: the check', () => {
 
   it("sharded state before a recovery's rebuild: the chunks whose holders' copies differ, whoever holds them; a rank that holds none (joined since) counts for no chunk", () => {
     // 4 chunks, replicate:2 (chunk c's copy on rank c + 1, which holds it as chunk (rank + 3) mod 4); rank 3 lost, rank 4 joined holding nothing
-    const held = (rank: number, bad?: number): Map<number, { digest: string }> =>
+    const held = (rank: number, bad?: number): Map<number, { digest: string; own: boolean }> =>
       new Map(
         [rank, (rank + 3) % 4]
           .filter((c) => c !== 3)
-          .map((c) => [c, { digest: c === bad && rank === bad ? C : gradient(100 + c) }] as const),
+          .map((c) => [c, { digest: c === bad && rank === bad ? C : gradient(100 + c), own: c === rank }] as const),
       );
     const gather = (bad?: number) =>
       Int32Array.from([...[0, 1, 2].flatMap((rank) => [...encodeChunkCopies(held(rank, bad), 4)]), ...encodeChunkCopies(new Map(), 4)]);
@@ -212,7 +212,10 @@ describe('silent data corruption: the check', () => {
     assert.deepEqual(chunkCopiesDiffer(gather(2), 4), []);
     // chunk 3's copy on rank 0 has no owner left to differ from
     assert.deepEqual(
-      chunkCopiesDiffer(Int32Array.from([...encodeChunkCopies(new Map([[3, { digest: C }]]), 4), ...encodeChunkCopies(new Map(), 4)]), 4),
+      chunkCopiesDiffer(
+        Int32Array.from([...encodeChunkCopies(new Map([[3, { digest: C, own: false }]]), 4), ...encodeChunkCopies(new Map(), 4)]),
+        4,
+      ),
       [],
     );
   });
