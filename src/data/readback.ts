@@ -9,7 +9,9 @@
 // ready(), so the step that needs the data stops the job through the normal error path. Huge pages
 // are asked for a shard only once it is all loaded: asked before, each first write into a 2 MiB
 // region waits for the kernel to compact memory for a huge page, on the recovery's path (at 4
-// ranks on 2 cores: the retried step's rows took 13 ms to read back, against 3 without).
+// ranks on 2 cores: the retried step's rows took 13 ms to read back, against 3 without). A shard
+// goes into memory written through beforehand where the caller kept some (shards.ts): the pages of
+// new memory are faulted in as the batches are decoded, most of a readback's time on some machines.
 import type { ShardLayout } from './shard-layout';
 import type { ShardData, Split } from './split';
 
@@ -70,18 +72,20 @@ export class Readback {
   private passRunning = false;
   private failure?: Error;
 
-  /** Nothing is read until ready() or startBackground() asks. */
+  /** Nothing is read until ready() or startBackground() asks. `kept`: memory written through beforehand for a shard of `bytes`, if any is left. */
   constructor(
     private readonly split: Split,
     private readonly layout: ShardLayout,
     shards: readonly number[],
+    kept: (bytes: number) => ArrayBuffer | undefined = () => undefined,
   ) {
     split.checkLayout(layout);
     this.state = new Uint8Array(layout.batchRows.length);
     this.shards = [...shards]
       .sort((a, b) => a - b)
       .map((s) => {
-        const shard = new LazyShard(s, split.emptyShard(s, layout.rows(s), 'once-filled'), this);
+        const rows = layout.rows(s);
+        const shard = new LazyShard(s, split.emptyShard(s, rows, 'once-filled', kept(split.featureBytes(rows))), this);
         const { first, end } = layout.batches(s);
         for (let b = first; b < end; ++b) {
           this.owners.set(b, shard);

@@ -45,10 +45,10 @@ const scratchMaxBytes = 1 << 20;
 export class Split {
   private readonly layouts: BatchLayouts;
   /**
-   * the blocking reads' buffer, kept: each read's bytes are decoded before the next, and a fresh
-   * buffer per read had its pages faulted in every time (on a readback's path)
+   * the blocking reads' buffer, made and written through once: each read's bytes are decoded
+   * before the next, and a buffer new at a readback had its pages faulted in on the recovery's path
    */
-  private scratch: Buffer<ArrayBuffer> = Buffer.alloc(0);
+  private readonly scratch: Buffer<ArrayBuffer> = Buffer.allocUnsafeSlow(scratchMaxBytes).fill(0);
 
   private constructor(
     readonly name: string,
@@ -213,18 +213,24 @@ export class Split {
     if (layout.batchRows.length !== this.blocks.length) throw new RangeError(`the shard layout is not one of ${this.path}`);
   }
 
+  /** The bytes of `rows` samples' features in memory. */
+  featureBytes(rows: number): number {
+    return rows * this.sampleSize * (this.dtype === 'float32' ? 4 : 1);
+  }
+
   /**
-   * Room for `rows` samples of shard `shard`, filled by loadInto. Each step gathers rows from
-   * anywhere in it, so huge pages are asked for before it is filled (gather.cc); with
+   * Room for `rows` samples of shard `shard`, filled by loadInto: `kept` where given (memory
+   * written through beforehand, of at least featureBytes(rows)), else new. Each step gathers rows
+   * from anywhere in it, so huge pages are asked for before it is filled (gather.cc); with
    * `hugePages: 'once-filled'` the caller asks later, through adviseFilled().
    */
-  emptyShard(shard: number, rows: number, hugePages: 'now' | 'once-filled' = 'now'): ShardData {
+  emptyShard(shard: number, rows: number, hugePages: 'now' | 'once-filled' = 'now', kept?: ArrayBuffer): ShardData {
     const size = rows * this.sampleSize;
     // not zeroed: loadInto writes every row before it is read (a shard read back waits in ready()),
     // and zeroing a shard's megabytes would be most of a readback's time on the recovery's path
     // (a Buffer holds at most 4 GiB: a larger shard is zeroed)
-    const bytes = size * (this.dtype === 'float32' ? 4 : 1);
-    const room = bytes <= bufferConstants.MAX_LENGTH ? Buffer.allocUnsafeSlow(bytes).buffer : new ArrayBuffer(bytes);
+    const bytes = this.featureBytes(rows);
+    const room = kept ?? (bytes <= bufferConstants.MAX_LENGTH ? Buffer.allocUnsafeSlow(bytes).buffer : new ArrayBuffer(bytes));
     const features = this.dtype === 'float32' ? new Float32Array(room, 0, size) : new Uint8Array(room, 0, size);
     if (hugePages === 'now') addon.adviseRandomRows(features);
     return { shard, rows, sampleSize: this.sampleSize, features, divisor: this.divisor, labels: new Int32Array(rows) };
@@ -250,10 +256,7 @@ export class Split {
 
   /** A buffer of at least `length` bytes for a blocking read, decoded before the next: the kept one up to scratchMaxBytes. */
   private scratchFor(length: number): Buffer<ArrayBuffer> | undefined {
-    if (length > scratchMaxBytes) return undefined;
-    if (this.scratch.length < length)
-      this.scratch = Buffer.allocUnsafe(Math.min(scratchMaxBytes, Math.max(length, 2 * this.scratch.length)));
-    return this.scratch;
+    return length > scratchMaxBytes ? undefined : this.scratch;
   }
 
   /** Checks record batches [first, end), read from `start` on as `bytes`, and decodes them into `into` from `row` on. */

@@ -583,8 +583,7 @@ export class Manager implements StepPosition {
     this.balanceDue = undefined;
     if (balance?.kind === 'rebalance' && !this.source!.done()) await this.rebalance(balance);
     if (balance?.kind === 'evict' && !this.source!.done()) await this.evictSlow(balance);
-    // what a recovery from the world as it now stands would take, made at a step's end, not on its path
-    this.sumState.readyForRecovery();
+    this.readyForRecovery();
     if (this.stopAgreed) {
       this.observer.log(`stopping after step ${step} on request (SIGTERM): checkpoint first`);
       await this.checkpoint('sigterm');
@@ -610,7 +609,21 @@ export class Manager implements StepPosition {
     if (spawned && this.membership.spawnedWaiting.length > 0 && !this.source!.done()) await this.growBySpawned(spawned);
     else if (this.membership.placesToFill > 0 && !this.source!.done() && !(await this.membership.fillPlaces(this.vote)))
       await this.recover();
+    this.readyForRecovery();
+  }
+
+  /**
+   * What a recovery from the world as it now stands would take, made at a step's end, not on its
+   * path: the new sum's memory, and room for the shards this rank would take over (a spare: those of
+   * the working rank it replaces, as many as a rank holds at most; a working rank: one of a lost
+   * rank's, none where a spare waits to take them all, or where nothing recovers).
+   */
+  private readyForRecovery(): void {
     this.sumState.readyForRecovery();
+    const world = this.membership;
+    const most = Math.max(...world.shardMap.counts().values());
+    const taken = !world.working ? most : world.spares.length > 0 || world.size === 1 ? 0 : 1;
+    this.shards.keepRoom(this.config.onFailure === 'none' ? 0 : taken);
   }
 
   /**

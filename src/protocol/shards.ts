@@ -2,11 +2,15 @@
 // lost shards are re-read, the retried step's rows first (the recovery awaits only the record
 // batches they live in), the rest in the background once the retried step has committed. It
 // counts the bytes read from disk, so that the job's total can be summed at each recovery and at
-// the end.
+// the end. Memory for the shards a recovery would hand this rank is kept written through, made at a
+// step's end, so that their pages are not faulted in on the recovery's path.
 import type { Dataset } from '../data/dataset';
 import { LazyShard, Readback } from '../data/readback';
 import type { ShardLayout } from '../data/shard-layout';
 import type { ShardData } from '../data/split';
+
+/** From this size up, a shard's memory is not kept ready: it would cost more memory than the milliseconds it saves are worth. */
+export const roomBelowBytes = 64 << 20;
 
 export class HeldShards {
   private readonly held = new Map<number, ShardData>();
@@ -19,6 +23,8 @@ export class HeldShards {
   private readBackReported = 0;
   /** bytes read back from disk by every rank, as of the last sum of them */
   private bytesReadBackEverywhere = 0;
+  /** memory written through, each block for one shard that a recovery hands this rank (keepRoom) */
+  private rooms: ArrayBuffer[] = [];
 
   constructor(
     private readonly dataset: Dataset,
@@ -74,13 +80,33 @@ export class HeldShards {
    */
   async readBackFirst(shards: number[], rows: Map<number, Int32Array>): Promise<number> {
     if (shards.length === 0) return 0;
-    const readback = new Readback(this.dataset.train, this.layout, shards);
+    const readback = new Readback(this.dataset.train, this.layout, shards, (bytes) => this.takeRoom(bytes));
     for (const shard of readback.shards) this.held.set(shard.shard, shard);
     this.readbacks.push(readback);
     await Promise.all([...rows].map(([s, r]) => this.ready(s, r)));
     const bytes = readback.bytesRead;
     this.awaitingCommit.push(readback);
     return bytes;
+  }
+
+  /**
+   * At a step's end, beside training: `count` blocks of memory, each as large as the largest shard,
+   * written through now, for the shards a recovery from the world as it stands would hand this
+   * rank (blocks left over are let go). None for shards of roomBelowBytes or more.
+   */
+  keepRoom(count: number): void {
+    const split = this.dataset.train;
+    const bytes = split.featureBytes(Math.max(...Array.from({ length: this.layout.count }, (_, s) => this.layout.rows(s))));
+    if (bytes >= roomBelowBytes) count = 0;
+    this.rooms = this.rooms.filter((room) => room.byteLength >= bytes).slice(0, count);
+    // its pages mapped as it is written, here rather than on a recovery's path
+    while (this.rooms.length < count) this.rooms.push(new Uint8Array(bytes).fill(0).buffer);
+  }
+
+  /** A kept block of at least `bytes`, no longer kept. */
+  private takeRoom(bytes: number): ArrayBuffer | undefined {
+    const i = this.rooms.findIndex((room) => room.byteLength >= bytes);
+    return i < 0 ? undefined : this.rooms.splice(i, 1)[0];
   }
 
   /** A collective committed: the readbacks waiting for it read the rest of their shards in the background. */

@@ -2,8 +2,10 @@
 // 4 shards of 5 batches): ready(rows) reads exactly the batches those rows live in, what a step asks
 // for is read at once, ahead of the background pass, every batch is read once (the bytes taken
 // equal the shards' bytes), the data equals a whole read, and a batch that fails its checksum is
-// kept and thrown by the next ready().
+// kept and thrown by the next ready(). A shard taken over goes into the memory kept for it
+// (HeldShards.keepRoom), which is written through when kept (the process's resident memory grows).
 import { strict as assert } from 'node:assert';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { generateSynthetic, syntheticDefaults } from '../../datasets/synthetic';
@@ -11,6 +13,7 @@ import { Dataset } from '../../src/data/dataset';
 import { Readback } from '../../src/data/readback';
 import type { ShardLayout } from '../../src/data/shard-layout';
 import type { ShardData, Split } from '../../src/data/split';
+import { HeldShards } from '../../src/protocol/shards';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
 const scratch = makeScratch('ft-readback-');
@@ -165,5 +168,49 @@ describe('Readback', function () {
     } finally {
       await broken.close();
     }
+  });
+  it('a shard taken over goes into the memory kept for it: a block as large as the largest shard, the same data', async () => {
+    const unequal = split.layout(3); // 6, 7 and 7 record batches: shards of 300, 350 and 350 rows
+    const rows = Int32Array.of(0, 120, 299);
+    const whole = await split.readShards(unequal, [0]);
+    const fresh = new HeldShards(dataset, unequal, () => 0);
+    const kept = new HeldShards(dataset, unequal, () => 0);
+    kept.keepRoom(1);
+    for (const held of [fresh, kept]) await held.readBackFirst([0], new Map([[0, rows]]));
+    assert.equal(fresh.shard(0).features.buffer.byteLength, split.featureBytes(300));
+    assert.equal(kept.shard(0).features.buffer.byteLength, split.featureBytes(350));
+    assert.deepEqual(rowsOf(kept.shard(0), [...rows]), rowsOf(whole.get(0)!, [...rows]));
+    await Promise.all([fresh.stop(), kept.stop()]);
+  });
+
+  it('the memory kept for a shard is in memory, written through, not just allocated; keeping none lets it go', async function () {
+    if (!fs.existsSync('/proc/self/status')) this.skip();
+    const large = path.join(scratch, 'large');
+    await generateSynthetic(large, { ...small, shape: [1, 64, 64], trainRows: 2000, testRows: 100, rowsPerBatch: 100 });
+    // in a process of its own, as for the sums' memory: a collection here could free another
+    // test's garbage while the block is written
+    const measure = `
+      const { Dataset } = require(${JSON.stringify(require.resolve('../../src/data/dataset'))});
+      const { HeldShards } = require(${JSON.stringify(require.resolve('../../src/protocol/shards'))});
+      const resident = () => Number(/VmRSS:\\s+(\\d+) kB/.exec(require('fs').readFileSync('/proc/self/status', 'utf8'))[1]) * 1024;
+      (async () => {
+        const dataset = await Dataset.open(${JSON.stringify(large)});
+        const layout = dataset.train.layout(1);
+        const held = new HeldShards(dataset, layout, () => 0);
+        const before = resident();
+        held.keepRoom(1);
+        const grown = resident() - before;
+        held.keepRoom(0);
+        global.gc();
+        const released = resident() - before;
+        console.log(JSON.stringify({ grown, released, bytes: dataset.train.featureBytes(layout.rows(0)) }));
+        await dataset.close();
+      })();`;
+    const child = spawnSync(process.execPath, ['--expose-gc', '-e', measure], { encoding: 'utf8' });
+    assert.equal(child.status, 0, child.stderr);
+    const { grown, released, bytes } = JSON.parse(child.stdout) as { grown: number; released: number; bytes: number };
+    assert.equal(bytes, 2000 * 64 * 64);
+    assert.ok(grown >= 0.75 * bytes, `resident memory grew by ${grown} bytes for a block of ${bytes}`);
+    assert.ok(released < 0.25 * bytes, `resident memory stayed ${released} bytes above, the block let go`);
   });
 });
