@@ -3,7 +3,6 @@
 // gradient summed over all shards, voted, for user code's own update; update() has ft-train's
 // optimizer make it (replicated or sharded state); commit() records the step through the Manager.
 // It is also the protocol's state source: what a checkpoint or a joining rank takes of it.
-import { createHash } from 'node:crypto';
 import { loadCheckpoint, type CheckpointManifest, type TrainingState } from '../checkpoint/checkpoint';
 import type { TensorInfo } from '../checkpoint/safetensors';
 import type { Dataset } from '../data/dataset';
@@ -27,6 +26,7 @@ import {
 import { ReplicatedState } from '../solver/replicated-state';
 import { DataParallelStep, type PreparedStep } from '../solver/step';
 import type { LoopOptions } from './loop-settings';
+import { paramsSha256 } from '../run/params-sha256';
 
 /** A custom loop's result, on every rank that reached the end. */
 export interface LoopResult {
@@ -244,7 +244,6 @@ export class ElasticLoop {
 
   /** @internal the result once the loop is done */
   result(): LoopResult {
-    const bytes = Buffer.from(this.state.buffer, this.state.byteOffset, this.state.byteLength);
     return {
       steps: this.manager.step,
       finalLoss: this.steps.lastLoss,
@@ -252,7 +251,7 @@ export class ElasticLoop {
       failures: this.manager.failures,
       worldInitial: this.manager.world.initialSize,
       worldFinal: this.manager.world.size,
-      stateSha256: createHash('sha256').update(bytes).digest('hex'),
+      stateSha256: paramsSha256([this.state]),
     };
   }
 

@@ -3,7 +3,6 @@
 // same step is computed again), then the Manager's commit, which records the step (with an
 // evaluation every --eval-every steps) and takes a SIGTERM stop or a periodic checkpoint. The
 // trainer is also the protocol's StateSource: what a checkpoint or a joining rank takes of it.
-import { createHash } from 'node:crypto';
 import { loadCheckpoint, type CheckpointManifest, type TrainingState } from '../checkpoint/checkpoint';
 import type { Dataset } from '../data/dataset';
 import { MicroBatches } from '../data/micro-batches';
@@ -14,6 +13,7 @@ import type { Manager } from '../protocol/manager';
 import type { Backend } from '../nn/backend';
 import type { Net } from '../nn/net';
 import { Stream, streamVector } from '../nn/stream-memory';
+import { paramsSha256 } from '../run/params-sha256';
 import type { StepRecord } from '../run/records';
 import { learningRate, type LrSchedule } from './lr-schedule';
 import { matrixRanges, Optimizer, type OptimizerSettings } from './optimizer';
@@ -307,14 +307,8 @@ export class Trainer implements StateSource {
       failures: this.manager.failures,
       worldInitial: this.manager.world.initialSize,
       worldFinal: this.manager.world.size,
-      paramsSha256: paramsSha256(params, this.net.buffers),
+      paramsSha256: paramsSha256([params, this.net.buffers]),
       optimizerBytes: this.manager.shardedState?.bytes ?? { state: 4 * this.replicated.length, redundancy: 0 },
     };
   }
-}
-
-/** sha256 of the parameters' bytes, then the buffers' (none for a net without batchnorm). */
-function paramsSha256(params: Float32Array, buffers: Float32Array): string {
-  const hash = createHash('sha256').update(Buffer.from(params.buffer, params.byteOffset, params.byteLength));
-  return hash.update(Buffer.from(buffers.buffer, buffers.byteOffset, buffers.byteLength)).digest('hex');
 }

@@ -1,11 +1,11 @@
 // A finished job as the MPI tests see it: its run directory and what its command printed, and what
 // they read back from that directory.
 import { strict as assert } from 'node:assert';
-import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { CheckpointManifest } from '../../src/checkpoint/checkpoint';
 import { decodeSafetensors } from '../../src/checkpoint/safetensors';
+import { paramsSha256 } from '../../src/run/params-sha256';
 import type { Summary } from '../../src/run/records';
 
 export interface Run {
@@ -53,9 +53,5 @@ export function checkpointParamsSha256(dir: string): string {
   const manifest = JSON.parse(fs.readFileSync(path.join(dir, 'manifest.json'), 'utf8')) as CheckpointManifest;
   const file = path.join(dir, manifest.file.name);
   const { tensors } = decodeSafetensors(fs.readFileSync(file), file);
-  const hash = createHash('sha256');
-  for (const group of ['params.', 'buffers.'])
-    for (const t of tensors.filter((t) => t.name.startsWith(group)))
-      hash.update(Buffer.from(t.data.buffer, t.data.byteOffset, t.data.byteLength));
-  return hash.digest('hex');
+  return paramsSha256(['params.', 'buffers.'].flatMap((group) => tensors.filter((t) => t.name.startsWith(group)).map((t) => t.data)));
 }
