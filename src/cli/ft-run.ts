@@ -88,8 +88,16 @@ function summaryWritten(runDir: string, was: Before): boolean {
   return !was.summary && fs.existsSync(path.join(runDir, runFiles.summary));
 }
 
-/** Why the run in `runDir` did not finish, or undefined when it completed or stopped cleanly on SIGTERM. */
-function unfinished(runDir: string, was: Before): string | undefined {
+/** A line of events.jsonl, as far as ft-run reads it. */
+type JobEvent = StopRecord & Partial<{ from: string; lost: number[] }>;
+
+/** This job's lines of events.jsonl (a resumed run's earlier ones left out). */
+function jobEvents(runDir: string, was: Before): JobEvent[] {
+  return recordsFrom<JobEvent>(path.join(runDir, runFiles.events), was.eventsFrom);
+}
+
+/** Why the run in `runDir` did not finish, or undefined when it completed or stopped cleanly on SIGTERM; `events`: this job's. */
+function unfinished(runDir: string, was: Before, events: JobEvent[]): string | undefined {
   const summaryFile = path.join(runDir, runFiles.summary);
   if (summaryWritten(runDir, was)) {
     let status: unknown;
@@ -100,23 +108,17 @@ function unfinished(runDir: string, was: Before): string | undefined {
     }
     return status === 'complete' ? undefined : `${summaryFile} says status ${JSON.stringify(status)}`;
   }
-  return lastStop(runDir, was.eventsFrom)?.reason === 'sigterm'
-    ? undefined
-    : `no summary.json${was.summary ? ' of its own' : ''} in ${runDir}`;
+  return lastStop(events)?.reason === 'sigterm' ? undefined : `no summary.json${was.summary ? ' of its own' : ''} in ${runDir}`;
 }
 
-/** This job's last `stop` event, if any. */
-function lastStop(runDir: string, from: number): StopRecord | undefined {
-  return recordsFrom<StopRecord>(path.join(runDir, runFiles.events), from)
-    .filter((record) => record.event === 'stop')
-    .at(-1);
+/** The last `stop` event of `events`, if any. */
+function lastStop(events: JobEvent[]): StopRecord | undefined {
+  return events.filter((record) => record.event === 'stop').at(-1);
 }
 
-/** The checkpoint this job resumed from (its `resume` event's), if it did. */
-function resumedFrom(runDir: string, was: Before): string | undefined {
-  const from = recordsFrom<Partial<{ event: string; from: string }>>(path.join(runDir, runFiles.events), was.eventsFrom).find(
-    (record) => record.event === 'resume',
-  )?.from;
+/** The checkpoint this job resumed from (its `resume` event's in `events`), if it did. */
+function resumedFrom(events: JobEvent[]): string | undefined {
+  const from = events.find((record) => record.event === 'resume')?.from;
   return typeof from === 'string' ? from : undefined;
 }
 
@@ -129,8 +131,8 @@ function resumedFrom(runDir: string, was: Before): string | undefined {
  */
 function cutOffRanksStopped(runDir: string, was: Before): number[] | undefined {
   if (!summaryWritten(runDir, was)) return undefined;
-  const lost = recordsFrom<Partial<{ event: string; lost: number[] }>>(path.join(runDir, runFiles.events), was.eventsFrom).flatMap(
-    (record) => (record.event === 'revoke+shrink' && Array.isArray(record.lost) ? record.lost : []),
+  const lost = jobEvents(runDir, was).flatMap((record) =>
+    record.event === 'revoke+shrink' && Array.isArray(record.lost) ? record.lost : [],
   );
   return lost.length > 0 && lost.every((rank) => stoppedAsMinority(runDir, was, rank))
     ? [...new Set(lost)].sort((a, b) => a - b)
@@ -177,7 +179,7 @@ function stopRanks(runDir: string, marker: string): number {
 
 /** Whether the ranks are done with the run directory: summary.json written, or a stop recorded. */
 function runEnded(runDir: string, was: Before): boolean {
-  return summaryWritten(runDir, was) || lastStop(runDir, was.eventsFrom) !== undefined;
+  return summaryWritten(runDir, was) || lastStop(jobEvents(runDir, was)) !== undefined;
 }
 
 /**
@@ -397,20 +399,21 @@ async function main(): Promise<number> {
     });
     // ft-train's exit code for bad input, refused before the run started: its line says why, and
     // a restart would be refused alike
-    if (code === 2 && recordsFrom(path.join(runDir, runFiles.events), was.eventsFrom).length === 0) {
+    const events = jobEvents(runDir, was);
+    if (code === 2 && events.length === 0) {
       if (restarts > 0) console.error(`ft-run: restart ${restarts} of ${maxRestarts} was refused (its line is above)`);
       return code;
     }
     const ended = outcome(
       code,
       stopAsked,
-      unfinished(runDir, was),
+      unfinished(runDir, was, events),
       summaryWritten(runDir, was),
-      lastStop(runDir, was.eventsFrom),
-      recordsFrom<{ event?: string }>(path.join(runDir, runFiles.events), was.eventsFrom).some((record) => record.event === 'spawn'),
+      lastStop(events),
+      events.some((record) => record.event === 'spawn'),
     );
     if (ended.unfinished === undefined) return ended.code;
-    const resumed = resumedFrom(runDir, was);
+    const resumed = resumedFrom(events);
     if (stopAsked || restarts === maxRestarts) {
       console.error(`ft-run: ${ended.unfinished}; ${newestCheckpoint(checkpointDir, resumed)}`);
       return ended.code;
