@@ -9,7 +9,7 @@ import { LazyShard, Readback } from '../data/readback';
 import type { ShardLayout } from '../data/shard-layout';
 import type { ShardData } from '../data/split';
 
-/** From this size up, a shard's memory is not kept ready: it would cost more memory than the milliseconds it saves are worth. */
+/** From this size up, the shards' memory is not kept ready: it would cost more memory than the milliseconds it saves are worth. */
 export const roomBelowBytes = 64 << 20;
 
 export class HeldShards {
@@ -92,12 +92,12 @@ export class HeldShards {
   /**
    * At a step's end, beside training: `count` blocks of memory, each as large as the largest shard,
    * written through now, for the shards a recovery from the world as it stands would hand this
-   * rank (blocks left over are let go). None for shards of roomBelowBytes or more.
+   * rank (blocks left over are let go). None where they would come to roomBelowBytes or more.
    */
   keepRoom(count: number): void {
     const split = this.dataset.train;
     const bytes = split.featureBytes(Math.max(...Array.from({ length: this.layout.count }, (_, s) => this.layout.rows(s))));
-    if (bytes >= roomBelowBytes) count = 0;
+    if (count * bytes >= roomBelowBytes) count = 0;
     this.rooms = this.rooms.filter((room) => room.byteLength >= bytes).slice(0, count);
     // its pages mapped as it is written, here rather than on a recovery's path
     while (this.rooms.length < count) this.rooms.push(new Uint8Array(bytes).fill(0).buffer);
