@@ -461,10 +461,10 @@ export class Manager implements StepPosition {
       ...(finding.unattributable === undefined ? {} : { unattributable: finding.unattributable }),
     });
     const named = suspects.map((rank) => `rank ${rank} (${finding.suspects.get(rank)})`).join(', ');
-    if (!evict) {
-      const what = finding.unattributable ?? `${named} corrupt (--on-corruption stop)`;
-      throw new ProtocolStop('corruption', `silent data corruption found at step ${step}: ${what}; stopping`);
-    }
+    if (!evict)
+      this.stopForCorruption(
+        `silent data corruption found at step ${step}: ${finding.unattributable ?? `${named} corrupt (--on-corruption stop)`}; stopping`,
+      );
     const line = `step ${step}: silent data corruption: evicting ${named}; rolling back to step ${back}, the last verified, and replaying ${step - back} step(s)`;
     const error = new Error(`silent data corruption at step ${step}`);
     error.name = 'SilentDataCorruption';
@@ -524,7 +524,7 @@ export class Manager implements StepPosition {
     this.corruptionsFound += 1;
     if (this.config.onCorruption === 'stop') {
       this.observer.event({ event: 'corruption', step, ranks: [], hosts: [], differed, action: 'stop', rolled_back: 0 });
-      throw new ProtocolStop('corruption', `silent data corruption found at step ${step}: ${what} (--on-corruption stop); stopping`);
+      this.stopForCorruption(`silent data corruption found at step ${step}: ${what} (--on-corruption stop); stopping`);
     }
     const back = this.rollBackToVerified(this.membership.isLeader);
     this.vote.replaying();
@@ -532,6 +532,17 @@ export class Manager implements StepPosition {
     this.observer.log(
       `step ${step}: silent data corruption: ${what}; rolling back to step ${back}, the last verified, and replaying ${step - back} step(s)`,
     );
+  }
+
+  /**
+   * Every rank stops for a corruption (`line`). The checkpoints written since the last verified
+   * step hold state that no check has passed, perhaps the corruption itself: a resume from them
+   * would carry it on with nothing to catch it, so the leader removes them first.
+   */
+  private stopForCorruption(line: string): never {
+    if (this.membership.isLeader) removeCheckpointsAfter(this.config.checkpointDir, this.verified.step);
+    this.checkpoints.forgetAfter(this.verified.step);
+    throw new ProtocolStop('corruption', line);
   }
 
   /** Every rank takes the last verified state back, its step now the current one; the checkpoints written since are dropped (`remover` removes them). */

@@ -61,6 +61,12 @@ const checkAfter = (k: number): number => Math.min(Math.ceil(k / every) * every,
 /** The check before the one at step `check`, which a rollback goes back to. */
 const checkBefore = (check: number): number => Math.floor((check - 1) / every) * every;
 
+/** The checkpoints in the run's checkpoint directory, by name. */
+const checkpointsOf = (run: Run): string[] => {
+  const dir = path.join(run.dir, 'ckpt');
+  return fs.existsSync(dir) ? fs.readdirSync(dir).filter((name) => name.startsWith('step-')) : [];
+};
+
 /** The job stopped for a corruption at `step` with exit 1 and `line`, nothing written as complete. */
 function assertStopped(run: Run, step: number, line: string): void {
   assert.equal(run.code, 1, `${run.stdout}\n${run.stderr}`);
@@ -190,9 +196,12 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
     );
   });
 
-  it('--on-corruption stop: the suspect named in one line, exit 1', async () => {
-    const run = await train(3, '--on-corruption', 'stop', '--drill', 'rank=2,step=2,phase=update,action=corrupt');
+  it('--on-corruption stop: the suspect named in one line, exit 1; the checkpoint written since the last check, of state no check passed, removed', async () => {
+    const drills = ['--checkpoint-every', '3', '--drill', 'rank=2,step=2,phase=update,action=corrupt'];
+    const run = await train(3, '--on-corruption', 'stop', ...drills);
     assertStopped(run, 4, 'silent data corruption found at step 4: rank 2 (state) corrupt (--on-corruption stop); stopping');
+    // step 3's checkpoint holds the state step 2's update corrupted: a resume from it would go on with it
+    assert.deepEqual(checkpointsOf(run), []);
   });
 
   it("a kill during the eviction's recovery: repaired again, the same bits", async () => {
@@ -369,6 +378,27 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
         run.stdout,
         /step 6: silent data corruption: before the recovery's rebuild, copies of chunk\(s\) 0 of sharded optimizer state differed/,
       );
+    });
+
+    it("with --on-corruption stop, the copies that differ before the recovery's rebuild stop every rank; the checkpoint written since the last check, holding the flipped chunk, removed", async () => {
+      const drills = ['--drill', 'rank=1,step=4,phase=update,action=flip,target=state', '--drill', 'rank=2,step=6'];
+      const run = await train(
+        4,
+        ...sharded,
+        '--redundancy',
+        'replicate:3',
+        '--on-corruption',
+        'stop',
+        '--checkpoint-every',
+        '5',
+        ...drills,
+      );
+      assertStopped(
+        run,
+        6,
+        "silent data corruption found at step 6: before the recovery's rebuild, copies of chunk(s) 1 of sharded optimizer state differed (--on-corruption stop); stopping",
+      );
+      assert.deepEqual(checkpointsOf(run), []);
     });
 
     it('a rank lost since the last check: the rollback rebuilds from the copies of then, with a respawned rank or a spare, the same bits', async () => {
