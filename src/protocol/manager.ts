@@ -852,7 +852,7 @@ export class Manager implements StepPosition {
     this.observer.event({ event: 'readback', step, shards: report.shards, bytes_before_retry: counts[0], duration_ms: readMs });
     const spares = report.spares > 0 ? ` (+${report.spares} spare${report.spares > 1 ? 's' : ''})` : '';
     const coming = report.coming.length > 0 ? `; rank(s) ${report.coming.join(', ')} ${report.comingHow}, to join once ready` : '';
-    if (!report.retried) {
+    if (!report.retried && report.lost.length === 0) {
       const working = report.joined.filter((r) => !report.joinedAsSpares.includes(r));
       const joins = [
         ...(working.length > 0
@@ -863,14 +863,16 @@ export class Manager implements StepPosition {
       this.observer.log(`step ${step}: ${joins.join('; ')}; ${world} ranks work${spares}`);
       return;
     }
+    // the step that failed is retried; a loss at a step's end, or before a rollback, has the next
+    // step to compute (the rollback's own line says where it went back to)
+    const which = report.retried ? 'retried' : 'next';
     // spares alone lost: they held no shard
     const readback =
       report.shards.length > 0
-        ? `read back the retried step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background)`
+        ? `read back the ${which} step's ${counts[0]} bytes in ${readMs.toFixed(1)} ms (the rest of the lost shards in the background)`
         : 'no shard to read back';
-    this.observer.log(
-      `step ${step}: lost rank(s) ${report.lost.join(', ') || 'none'}; ${readback}; retried on ${world} ranks${spares}${coming}`,
-    );
+    const carriedOn = report.retried ? `retried on ${world} ranks` : `${world} ranks work`;
+    this.observer.log(`step ${step}: lost rank(s) ${report.lost.join(', ') || 'none'}; ${readback}; ${carriedOn}${spares}${coming}`);
   }
 
   /** A checkpoint of the current step's start that survives failures while it is written. */

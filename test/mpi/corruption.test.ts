@@ -366,6 +366,11 @@ describe('silent data corruption: caught, the culprit evicted, the bits still ex
         run.stdout,
         /step 6: silent data corruption: before the recovery's rebuild, copies of chunk\(s\) 0 of sharded optimizer state differed; rolling back to step 4, the last verified, and replaying 2 step\(s\)/,
       );
+      // the recovery's own line, after the rollback: the loss, and the rows of the step computed next
+      assert.match(
+        run.stdout,
+        /\[ft-train\] step 4: lost rank\(s\) 2; read back the next step's \d+ bytes in [\d.]+ ms \(the rest of the lost shards in the background\); 3 ranks work\n/,
+      );
     });
 
     it('the same flip and kill, then a second kill that cuts the comparison of the copies short: compared again after the repair, they differ; the same bits', async () => {
