@@ -236,6 +236,18 @@ export class Split {
     return { shard, rows, sampleSize: this.sampleSize, features, divisor: this.divisor, labels: new Int32Array(rows) };
   }
 
+  /**
+   * Memory of `bytes` for a shard read later (emptyShard's `kept`), written through now: its pages
+   * are mapped here rather than when the shard is decoded into it. Huge pages are asked first, as
+   * the shard will want them: the first writes may wait for the kernel to compact memory, here,
+   * and a rank killed while holding it is torn down in a few large pages rather than many small.
+   */
+  writtenRoom(bytes: number): ArrayBuffer {
+    const room = new Uint8Array(bytes);
+    addon.adviseRandomRows(room);
+    return room.fill(0).buffer;
+  }
+
   /** Huge pages for a shard made with emptyShard(..., 'once-filled'), now that it is filled (the kernel merges its pages in the background). */
   adviseFilled(data: ShardData): void {
     addon.adviseRandomRows(data.features);

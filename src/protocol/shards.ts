@@ -99,8 +99,7 @@ export class HeldShards {
     const bytes = split.featureBytes(Math.max(...Array.from({ length: this.layout.count }, (_, s) => this.layout.rows(s))));
     if (count * bytes >= roomBelowBytes) count = 0;
     this.rooms = this.rooms.filter((room) => room.byteLength >= bytes).slice(0, count);
-    // its pages mapped as it is written, here rather than on a recovery's path
-    while (this.rooms.length < count) this.rooms.push(new Uint8Array(bytes).fill(0).buffer);
+    while (this.rooms.length < count) this.rooms.push(split.writtenRoom(bytes));
   }
 
   /** A kept block of at least `bytes`, no longer kept. */
