@@ -165,19 +165,8 @@ describe('sharded optimizer state', function () {
 
   it("a second kill as the survivors compare the chunks' copies: the repair starts again, and the shards handed over in the attempt cut short are read back too, each batch once, the same bits", async () => {
     const lost = [2, 3];
-    const run = await train(
-      4,
-      '--optimizer',
-      'adamw',
-      '--optimizer-state',
-      'sharded',
-      '--redundancy',
-      'replicate:3',
-      '--drill',
-      'rank=2,step=6',
-      '--drill',
-      'rank=3,step=6,phase=copies',
-    );
+    const drills = ['rank=2,step=6', 'rank=3,step=6,phase=copies'].flatMap((drill) => ['--drill', drill]);
+    const run = await train(4, ...['--optimizer', 'adamw', '--optimizer-state', 'sharded', '--redundancy', 'replicate:3'], ...drills);
     const summary = summaryOf(run);
     assert.equal(summary.params_sha256, reference.get('adamw'));
     // two repairs at step 6: the second one after the kill that cut the first recovery short
