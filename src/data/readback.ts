@@ -10,8 +10,9 @@
 // are asked for a shard only once it is all loaded: asked before, each first write into a 2 MiB
 // region waits for the kernel to compact memory for a huge page, on the recovery's path (at 4
 // ranks on 2 cores: the retried step's rows took 13 ms to read back, against 3 without). A shard
-// goes into memory written through beforehand where the caller kept some (shards.ts): the pages of
-// new memory are faulted in as the batches are decoded, most of a readback's time on some machines.
+// goes into memory written through beforehand where the caller kept some (shards.ts; its huge pages
+// asked then, off the recovery's path): the pages of new memory are faulted in as the batches are
+// decoded, most of a readback's time on some machines.
 import type { ShardLayout } from './shard-layout';
 import type { ShardData, Split } from './split';
 
