@@ -632,9 +632,8 @@ export class Manager implements StepPosition {
   private readyForRecovery(): void {
     this.sumState.readyForRecovery();
     const world = this.membership;
-    const most = Math.max(...world.shardMap.counts().values());
-    const taken = !world.working ? most : world.spares.length > 0 || world.size === 1 ? 0 : 1;
-    this.shards.keepRoom(this.config.onFailure === 'none' ? 0 : taken);
+    const share = this.config.onFailure === 'none' ? 'none' : world.recoveryShare;
+    this.shards.keepRoom(share === 'place' ? Math.max(...world.shardMap.counts().values()) : share === 'share' ? 1 : 0);
   }
 
   /**

@@ -140,6 +140,16 @@ export class Membership {
     return this.workers !== null;
   }
 
+  /**
+   * What a recovery from the world as it stands would hand this rank on the loss of one working
+   * rank: on a spare, that rank's place (its shards whole); on a working rank, a share of its
+   * shards, unless a spare waits to take them all or no other rank works beside it (none).
+   */
+  get recoveryShare(): 'place' | 'share' | 'none' {
+    if (!this.working) return 'place';
+    return this.spares.length > 0 || this.size === 1 ? 'none' : 'share';
+  }
+
   /** The working ranks at the run's start. */
   get initialSize(): number {
     return this.worldInitial;

@@ -24,14 +24,18 @@ export class HeldShards {
   /** bytes read back from disk by every rank, as of the last sum of them */
   private bytesReadBackEverywhere = 0;
   /** memory written through, each block for one shard that a recovery hands this rank (keepRoom) */
-  private rooms: ArrayBuffer[] = [];
+  private readonly rooms: ArrayBuffer[] = [];
+  /** a kept block's size: the largest shard's features */
+  private readonly roomBytes: number;
 
   constructor(
     private readonly dataset: Dataset,
     private readonly layout: ShardLayout,
     /** this rank's id in the job, for the error of a shard it does not hold (read only then: it is off the step's path) */
     private readonly worldRank: () => number,
-  ) {}
+  ) {
+    this.roomBytes = dataset.train.featureBytes(Math.max(...Array.from({ length: layout.count }, (_, s) => layout.rows(s))));
+  }
 
   /** Shard s, which this rank holds. */
   shard(s: number): ShardData {
@@ -95,17 +99,14 @@ export class HeldShards {
    * rank (blocks left over are let go). None where they would come to roomBelowBytes or more.
    */
   keepRoom(count: number): void {
-    const split = this.dataset.train;
-    const bytes = split.featureBytes(Math.max(...Array.from({ length: this.layout.count }, (_, s) => this.layout.rows(s))));
-    if (count * bytes >= roomBelowBytes) count = 0;
-    this.rooms = this.rooms.filter((room) => room.byteLength >= bytes).slice(0, count);
-    while (this.rooms.length < count) this.rooms.push(split.writtenRoom(bytes));
+    if (count * this.roomBytes >= roomBelowBytes) count = 0;
+    this.rooms.length = Math.min(this.rooms.length, count);
+    while (this.rooms.length < count) this.rooms.push(this.dataset.train.writtenRoom(this.roomBytes));
   }
 
-  /** A kept block of at least `bytes`, no longer kept. */
+  /** A kept block for a shard of `bytes`, no longer kept. */
   private takeRoom(bytes: number): ArrayBuffer | undefined {
-    const i = this.rooms.findIndex((room) => room.byteLength >= bytes);
-    return i < 0 ? undefined : this.rooms.splice(i, 1)[0];
+    return bytes <= this.roomBytes ? this.rooms.pop() : undefined;
   }
 
   /** A collective committed: the readbacks waiting for it read the rest of their shards in the background. */

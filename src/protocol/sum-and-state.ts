@@ -81,12 +81,10 @@ export class SumAndState {
     this.reserveDue = false;
     const map = this.world.shardMap;
     const most = Math.max(...map.counts().values());
-    const { working, size, spares } = this.world;
+    const { working, size, recoveryShare } = this.world;
     const blocks = (worldSize: number): number[] =>
       ShardSum.blocks(this.config.sumLength, this.sideband(), worldSize, map.shardCount, most, !working);
-    if (!working) this.memory.reserve(blocks(size));
-    else if (spares.length > 0 || size === 1) this.memory.reserve([]);
-    else this.memory.reserve(blocks(size - 1));
+    this.memory.reserve(recoveryShare === 'place' ? blocks(size) : recoveryShare === 'share' ? blocks(size - 1) : []);
   }
 
   /** With --rebalance auto, each shard's compute time rides in the sum's sideband (balance.ts). */
