@@ -1,7 +1,7 @@
 // Sharded optimizer state under mpirun: the same parameters as replicated state (SGD and AdamW, at
 // 1 to 4 ranks, S = 4), with P/N of the state per rank; real kill -9s in every phase of a step and
 // during the state's rebuild, under replicate:2, ec:2+1 and ec:2+2 at 4 and 6 ranks, after a resume
-// (replicas made from the checkpoint's state), and a second kill as the survivors compare the
+// (replicas made from the checkpoint's state), and a second kill or stop as the survivors compare the
 // chunks' copies before the rebuild (the lost shards still read back exactly once), end with the
 // bits of the run without failure; losing more than the redundancy covers stops with exit 3 and
 // one line naming the lost chunks, writing nothing.
@@ -163,28 +163,31 @@ describe('sharded optimizer state', function () {
     assert.equal(resumed.world_final, 2);
   });
 
-  it("a second kill as the survivors compare the chunks' copies: the repair starts again, and the shards handed over in the attempt cut short are read back too, each batch once, the same bits", async () => {
-    const lost = [2, 3];
-    const drills = ['rank=2,step=6', 'rank=3,step=6,phase=copies'].flatMap((drill) => ['--drill', drill]);
-    const run = await train(4, ...['--optimizer', 'adamw', '--optimizer-state', 'sharded', '--redundancy', 'replicate:3'], ...drills);
-    const summary = summaryOf(run);
-    assert.equal(summary.params_sha256, reference.get('adamw'));
-    // two repairs at step 6: the second one after the kill that cut the first recovery short
-    assert.deepEqual(
-      summary.failures.map((f) => [f.step, f.lost]),
-      [
-        [6, [2]],
-        [6, [3]],
-      ],
-    );
-    const expected = await readbackBytes(4, lost, 6);
-    const readback = events(run.dir).filter((e) => e.event === 'readback');
-    assert.deepEqual(
-      readback.map((e) => [e.step, e.shards, e.bytes_before_retry]),
-      [[6, lost, expected.beforeRetry]],
-    );
-    assert.equal(summary.bytes_read_back, expected.total);
-  });
+  for (const action of ['kill', 'stop']) {
+    it(`a second fault (${action}) as the survivors compare the chunks' copies: the repair starts again, and the shards handed over in the attempt cut short are read back too, each batch once, the same bits`, async () => {
+      const lost = [2, 3];
+      const drills = ['rank=2,step=6', `rank=3,step=6,phase=copies,action=${action}`].flatMap((drill) => ['--drill', drill]);
+      const flags = ['--optimizer', 'adamw', '--optimizer-state', 'sharded', '--redundancy', 'replicate:3', '--hang-timeout', '3'];
+      const run = await train(4, ...flags, ...drills);
+      const summary = summaryOf(run);
+      assert.equal(summary.params_sha256, reference.get('adamw'));
+      // two repairs at step 6: the second one after the fault that cut the first recovery short
+      assert.deepEqual(
+        summary.failures.map((f) => [f.step, f.lost]),
+        [
+          [6, [2]],
+          [6, [3]],
+        ],
+      );
+      const expected = await readbackBytes(4, lost, 6);
+      const readback = events(run.dir).filter((e) => e.event === 'readback');
+      assert.deepEqual(
+        readback.map((e) => [e.step, e.shards, e.bytes_before_retry]),
+        [[6, lost, expected.beforeRetry]],
+      );
+      assert.equal(summary.bytes_read_back, expected.total);
+    });
+  }
 
   it('losing both copies of a chunk (replicate:2, group placement) stops with exit 3 and one line, writing no checkpoint or summary', async () => {
     const run = await train(4, '--optimizer-state', 'sharded', '--drill', 'rank=2,step=5', '--drill', 'rank=3,step=5');
