@@ -3,16 +3,19 @@
 // final write (voted) with one summary writer, and every way the run stops (one line, one exit
 // code). A front door only says what its loop is: how it checks its inputs, what fixes its result
 // (the identity), and how it trains, restores and writes its state.
+import * as path from 'node:path';
 import { canOverlap, exitNow, type Communicator } from '../comm';
 import type { Dataset } from '../data/dataset';
 import type { CpuLevel, KernelSettings } from '../nn/backend';
 import { cpu } from '../nn/cpu';
+import { drillText, firedPoints, unfired } from '../liveness/drills';
 import { inputErrorWaitMs } from '../liveness/hang-bounds';
 import type { Failure, ProtocolObserver } from '../protocol/contracts';
 import { Manager } from '../protocol/manager';
 import { levelAsked } from '../rank/kernel-level';
 import { lossesText, RankJob } from '../rank/job';
 import { launcherLocalRank, launcherWorldRank, launcherWorldSize } from '../rank/launcher-env';
+import { runFiles } from '../run/files';
 import type { Summary } from '../run/records';
 import { runSettings } from '../run/settings';
 import { writeSummary } from '../run/writer';
@@ -178,6 +181,11 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
         `done: ${result.steps} steps, final loss ${result.finalLoss.toFixed(4)}, ${accuracy}${result.worldFinal} of ${result.worldInitial} ranks left` +
           `${lost ? ` (lost ${lost}; ${manager.bytesReadBack} bytes read back)` : ''}, ${loop.hashName} ${result.paramsSha256.slice(0, 16)}`,
       );
+      // a drill that silently did nothing would pass a fault drill off as survived
+      for (const drill of unfired(options.drills, firedPoints(path.join(options.runDir, runFiles.logs))))
+        job.progress.line(
+          `warning: --drill ${drillText(drill)} did not fire: rank ${drill.rank} never reached phase ${drill.phase} of step ${drill.step}${drill.action === 'corrupt' ? ' or a later one' : ''}`,
+        );
     }
     job.logger.info('end', { ...result });
   } catch (error) {

@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { findJobCheckpoint } from '../checkpoint/checkpoint';
-import { firedDrill, parseDrill, type Drill, type DrillPoint } from '../liveness/drills';
+import { firedPoints, parseDrill, type Drill, type DrillPoint } from '../liveness/drills';
 import { runFiles } from '../run/files';
 import { lastRecord } from '../run/reader';
 import type { StepRecord } from '../run/records';
@@ -96,7 +96,9 @@ export async function planRestart(job: EndedJob): Promise<Restart> {
     job.trainArgs,
     found.dir,
     lastStep === undefined ? found.manifest.step : lastStep + 1,
-    firedDrills(job.runDir, job.logsFrom),
+    // a rank on another host may fire a drill at the next step's start, its host lost, before the
+    // leader records the step they all finished: the notes say what fired beyond `reached`
+    firedPoints(path.join(job.runDir, runFiles.logs), job.logsFrom),
   );
   // written once the restart is sure, so that a refused one leaves no file behind
   let hostfile: string | undefined;
@@ -105,25 +107,6 @@ export async function planRestart(job: EndedJob): Promise<Restart> {
     fs.writeFileSync(hostfile, hostfileLines.join('\n') + '\n');
   }
   return { checkpoint: found.dir, step: found.manifest.step, lastStep, ranks, hostfile, unreachable, trainArgs };
-}
-
-/**
- * The drill points that fired in the ended job: the notes its ranks left in their logs. The
- * leader's metrics can lag them by a step: a rank on another host may fire a drill at the next
- * step's start, its host lost, before the leader records the step they all finished.
- */
-function firedDrills(runDir: string, logsFrom: ReadonlyMap<string, number>): DrillPoint[] {
-  const logs = path.join(runDir, runFiles.logs);
-  if (!fs.existsSync(logs)) return [];
-  return fs.readdirSync(logs).flatMap((name) =>
-    fs
-      .readFileSync(path.join(logs, name))
-      .subarray(logsFrom.get(name) ?? 0)
-      .toString('utf8')
-      .split('\n')
-      .map(firedDrill)
-      .filter((point): point is DrillPoint => point !== undefined),
-  );
 }
 
 /**

@@ -12,6 +12,7 @@
 // shard took, awake for the watchdog), and factor=1 ends that.
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { hashKeys } from '../base/random';
 import { rankList, signalRanks } from '../run/pids';
 
@@ -270,6 +271,47 @@ export class FaultInjector {
 
 /** Where a drill fires: its rank, step and phase. */
 export type DrillPoint = Pick<Drill, 'rank' | 'step' | 'phase'>;
+
+/** `drill` as --drill takes it. */
+export function drillText(drill: Drill): string {
+  const { rank, step, phase, action, target, factor } = drill;
+  return [`rank=${rank}`, `step=${step}`, `phase=${phase}`, `action=${action}`]
+    .concat(target !== undefined ? [`target=${target}`] : [], factor !== undefined ? [`factor=${factor}`] : [])
+    .join(',');
+}
+
+/**
+ * The drill points that the notes in the logs under `logsDir` say fired, reading each log from
+ * byte `from.get(name)` on (from its start where absent).
+ */
+export function firedPoints(logsDir: string, from: ReadonlyMap<string, number> = new Map()): DrillPoint[] {
+  if (!fs.existsSync(logsDir)) return [];
+  return fs
+    .readdirSync(logsDir)
+    .sort()
+    .flatMap((name) =>
+      fs
+        .readFileSync(path.join(logsDir, name))
+        .subarray(from.get(name) ?? 0)
+        .toString('utf8')
+        .split('\n')
+        .map(firedDrill)
+        .filter((point): point is DrillPoint => point !== undefined),
+    );
+}
+
+/** The drills of which `fired` holds no firing (a corrupt drill's is at its step or any later one). */
+export function unfired(drills: readonly Drill[], fired: readonly DrillPoint[]): Drill[] {
+  return drills.filter(
+    (drill) =>
+      !fired.some(
+        (point) =>
+          point.rank === drill.rank &&
+          point.phase === drill.phase &&
+          (drill.action === 'corrupt' ? point.step >= drill.step : point.step === drill.step),
+      ),
+  );
+}
 
 /**
  * The drill point a note line says fired (FaultInjector writes it into the rank's log before the

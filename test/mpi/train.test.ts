@@ -125,9 +125,13 @@ describe('ft-train', function () {
     assert.deepEqual(fs.readdirSync(path.join(baseline.dir, 'pids')).sort(), ['0', '1', '2', '3']);
   });
 
-  it('exact: rank 2 killed at step 30 of 60 ends bit-identical, reading back only its shard', async () => {
-    const run = await train(4, '--drill', 'rank=2,step=30');
+  it('exact: rank 2 killed at step 30 of 60 ends bit-identical, reading back only its shard; a drill past the run is said not to have fired', async () => {
+    const run = await train(4, '--drill', 'rank=2,step=30', '--drill', 'rank=1,step=60,phase=update,action=stop');
     assertSurvived(run, baseline, [2], 3);
+    assert.deepEqual(
+      run.stdout.split('\n').filter((line) => line.includes('did not fire')),
+      ['[ft-train] warning: --drill rank=1,step=60,phase=update,action=stop did not fire: rank 1 never reached phase update of step 60'],
+    );
     assert.deepEqual(
       run.metrics.slice(29, 31).map((m) => m.world),
       [4, 3],
