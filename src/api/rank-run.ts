@@ -4,6 +4,7 @@
 // code). A front door only says what its loop is: how it checks its inputs, what fixes its result
 // (the identity), and how it trains, restores and writes its state.
 import * as path from 'node:path';
+import { prepareStripeWriter } from '../checkpoint/checkpoint';
 import { canOverlap, exitNow, type Communicator } from '../comm';
 import type { Dataset } from '../data/dataset';
 import type { CpuLevel, KernelSettings } from '../nn/backend';
@@ -124,7 +125,12 @@ export async function runRank<Result extends RunResult>(options: TrainOptions, d
     stopOnSigterm: options.onFailure !== 'none',
     startStep: resume?.manifest.step ?? options.joinStep ?? 0,
     isa: resume?.isa ?? levelAsked(options.isa),
-    beforeReady: spawned && door.warmUp ? () => door.warmUp!(dataset, spawned.shards) : undefined,
+    beforeReady: spawned
+      ? () => {
+          door.warmUp?.(dataset, spawned.shards);
+          prepareStripeWriter();
+        }
+      : undefined,
   });
   const world = await job.start();
   const { level } = job.kernels;

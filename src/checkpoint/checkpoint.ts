@@ -175,8 +175,22 @@ export function stripeRanges(state: TrainingState, n: number): { offset: number;
 /** Writes a process's stripes; its staging buffers are allocated once, so make one per process. */
 export type StripeWriter = InstanceType<typeof addon.FileWriter>;
 
+/** a writer made ahead (prepareStripeWriter), which the next newStripeWriter() returns */
+let prepared: StripeWriter | undefined;
+
+/**
+ * Makes the writer the next newStripeWriter() returns now: its staging buffers written through
+ * take a few tens of ms, which a rank joining a run spends before it says it is ready rather than
+ * in the join, where the others wait for it.
+ */
+export function prepareStripeWriter(): void {
+  prepared ??= new addon.FileWriter();
+}
+
 export function newStripeWriter(): StripeWriter {
-  return new addon.FileWriter();
+  const writer = prepared ?? new addon.FileWriter();
+  prepared = undefined;
+  return writer;
 }
 
 /**

@@ -31,6 +31,7 @@
 #include "io/direct_write.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -60,6 +61,7 @@ constexpr size_t kPage = 4096;
 // Two slots of 4 MiB: large enough that the device sees deep requests, small enough to touch at
 // start-up.
 constexpr size_t kSlotBytes = size_t{4} << 20;
+constexpr size_t kHugePage = size_t{2} << 20;
 constexpr int kSlots = 2;
 
 struct IoError {
@@ -134,11 +136,14 @@ void WriteDirect(int direct, int buffered, const uint8_t* data, size_t length, u
   WriteAll(buffered, data + done, length - done, at + done);
 }
 
-// The staging slots, allocated once and touched at once: at checkpoint time fresh pages cost.
+// The staging slots, allocated once and touched at once: at checkpoint time fresh pages cost. In
+// huge pages where the kernel gives them (asked before the first write): on a VM whose host backs
+// each first-touched page lazily, making a writer took 0.6 ms so, against 26 in 4 KiB pages.
 class Ring {
  public:
-  Ring() : memory_(static_cast<uint8_t*>(std::aligned_alloc(kPage, kSlots * kSlotBytes)), std::free) {
+  Ring() : memory_(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, kSlots * kSlotBytes)), std::free) {
     if (!memory_) throw std::bad_alloc();
+    madvise(memory_.get(), kSlots * kSlotBytes, MADV_HUGEPAGE);  // best effort: 4 KiB pages otherwise
     for (size_t i = 0; i < kSlots * kSlotBytes; i += kPage) static_cast<volatile uint8_t*>(memory_.get())[i] = 0;
   }
   uint8_t* Slot(int i) { return memory_.get() + i * kSlotBytes; }
