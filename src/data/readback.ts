@@ -10,7 +10,7 @@
 // are asked for a shard only once it is all loaded: asked before, each first write into a 2 MiB
 // region waits for the kernel to compact memory for a huge page, on the recovery's path (at 4
 // ranks on 2 cores: the retried step's rows took 13 ms to read back, against 3 without). A shard
-// goes into memory written through beforehand where the caller kept some (shards.ts; its huge pages
+// goes into memory mapped beforehand where the caller kept some (shards.ts; its huge pages
 // asked then, off the recovery's path): the pages of new memory are faulted in as the batches are
 // decoded, most of a readback's time on some machines.
 import type { ShardLayout } from './shard-layout';
@@ -73,7 +73,7 @@ export class Readback {
   private passRunning = false;
   private failure?: Error;
 
-  /** Nothing is read until ready() or startBackground() asks. `kept`: memory written through beforehand for a shard of `bytes`, if any is left. */
+  /** Nothing is read until ready() or startBackground() asks. `kept`: memory mapped beforehand for a shard of `bytes`, if any is left. */
   constructor(
     private readonly split: Split,
     private readonly layout: ShardLayout,

@@ -12,6 +12,7 @@ import { BatchLayouts, copyBatch } from './record-batch';
 import { ShardLayout } from './shard-layout';
 import { crc64 } from '../base/checksum';
 import { addonPart } from '../base/addon';
+import { mappedMemory } from '../base/mapped-memory';
 import { sha256, VerifiedFile } from './verified-file';
 
 const addon = addonPart<{
@@ -220,7 +221,7 @@ export class Split {
 
   /**
    * Room for `rows` samples of shard `shard`, filled by loadInto: `kept` where given (memory
-   * written through beforehand, of at least featureBytes(rows)), else new. Each step gathers rows
+   * mapped beforehand, of at least featureBytes(rows)), else new. Each step gathers rows
    * from anywhere in it, so huge pages are asked for before it is filled (gather.cc); with
    * `hugePages: 'once-filled'` the caller asks later, through adviseFilled().
    */
@@ -237,15 +238,13 @@ export class Split {
   }
 
   /**
-   * Memory of `bytes` for a shard read later (emptyShard's `kept`), written through now: its pages
-   * are mapped here rather than when the shard is decoded into it. Huge pages are asked first, as
-   * the shard will want them: the first writes may wait for the kernel to compact memory, here,
-   * and a rank killed while holding it is torn down in a few large pages rather than many small.
+   * Memory of `bytes` for a shard read later (emptyShard's `kept`), its pages mapped now, beside
+   * training (mappedMemory), rather than when the shard is decoded into it. Huge pages are asked
+   * first, as the shard will want them: the mapping may wait for the kernel to compact memory, and
+   * a rank killed while holding it is torn down in a few large pages rather than many small.
    */
-  writtenRoom(bytes: number): ArrayBuffer {
-    const room = new Uint8Array(bytes);
-    addon.adviseRandomRows(room);
-    return room.fill(0).buffer;
+  mappedRoom(bytes: number): ArrayBuffer {
+    return mappedMemory(bytes, true);
   }
 
   /** Huge pages for a shard made with emptyShard(..., 'once-filled'), now that it is filled (the kernel merges its pages in the background). */

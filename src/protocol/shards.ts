@@ -2,8 +2,8 @@
 // lost shards are re-read, the retried step's rows first (the recovery awaits only the record
 // batches they live in), the rest in the background once the retried step has committed. It
 // counts the bytes read from disk, so that the job's total can be summed at each recovery and at
-// the end. Memory for the shards a recovery would hand this rank is kept written through, made at a
-// step's end, so that their pages are not faulted in on the recovery's path.
+// the end. Memory for the shards a recovery would hand this rank is kept, made at a step's end and
+// its pages mapped beside training, so that they are not faulted in on the recovery's path.
 import type { Dataset } from '../data/dataset';
 import { LazyShard, Readback } from '../data/readback';
 import type { ShardLayout } from '../data/shard-layout';
@@ -23,7 +23,7 @@ export class HeldShards {
   private readBackReported = 0;
   /** bytes read back from disk by every rank, as of the last sum of them */
   private bytesReadBackEverywhere = 0;
-  /** memory written through, each block for one shard that a recovery hands this rank (keepRoom) */
+  /** memory mapped ahead, each block for one shard that a recovery hands this rank (keepRoom) */
   private readonly rooms: ArrayBuffer[] = [];
   /** a kept block's size: the largest shard's features */
   private readonly roomBytes: number;
@@ -95,13 +95,13 @@ export class HeldShards {
 
   /**
    * At a step's end, beside training: `count` blocks of memory, each as large as the largest shard,
-   * written through now, for the shards a recovery from the world as it stands would hand this
+   * its pages mapped now (mappedMemory), for the shards a recovery from the world as it stands would hand this
    * rank (blocks left over are let go). None where they would come to roomBelowBytes or more.
    */
   keepRoom(count: number): void {
     if (count * this.roomBytes >= roomBelowBytes) count = 0;
     this.rooms.length = Math.min(this.rooms.length, count);
-    while (this.rooms.length < count) this.rooms.push(this.dataset.train.writtenRoom(this.roomBytes));
+    while (this.rooms.length < count) this.rooms.push(this.dataset.train.mappedRoom(this.roomBytes));
   }
 
   /** A kept block for a shard of `bytes`, no longer kept. */

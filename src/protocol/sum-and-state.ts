@@ -71,7 +71,7 @@ export class SumAndState {
 
   /**
    * Once per world, at a step's end (beside training, not on a recovery's path): the memory gets,
-   * written through, the blocks that the sum after the loss of one rank takes on this rank, given
+   * its pages mapped, the blocks that the sum after the loss of one rank takes on this rank, given
    * as many shards as a rank holds; on a spare, those of a working rank in a lost one's place. With
    * a spare waiting, a working rank keeps its world size and shards through a loss, and what the
    * replaced sum gives back serves the new one: nothing is kept ready.

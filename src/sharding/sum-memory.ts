@@ -2,13 +2,15 @@
 // the retried step's path, and buffers allocated then are fresh pages that the kernel maps on their
 // first write, during that step: at 4 ranks of lenet on 2 cores, about 5 ms of a 20 ms retry. So a
 // replaced sum's buffers come back here for the next sum to take, and at a step's end after the world
-// changed, blocks for what a recovery from it would take are made and written beside training.
+// changed, blocks for what a recovery from it would take are made and their pages mapped beside
+// training (mappedMemory).
+import { mappedMemory } from '../base/mapped-memory';
 
 /** Above this, the blocks kept ready are not worth their memory: a model this large recomputes a lost shard for far longer. */
 export const reserveBelowBytes = 256 << 20;
 
 export class SumMemory {
-  /** blocks whose pages have been written: each a whole buffer, lent out at most once */
+  /** blocks whose pages are mapped (or being mapped): each a whole buffer, lent out at most once */
   private free: ArrayBuffer[] = [];
 
   /** The bytes of the free blocks. */
@@ -29,7 +31,7 @@ export class SumMemory {
 
   /**
    * Makes the free blocks fit `sizes` (in floats): each size gets the smallest free block that
-   * holds it, or a new one written through now; the blocks no size needs are let go. None at all
+   * holds it, or a new one whose pages are mapped now; the blocks no size needs are let go. None at all
    * where they would come to reserveBelowBytes or more.
    */
   reserve(sizes: number[]): void {
@@ -37,8 +39,8 @@ export class SumMemory {
     const kept: ArrayBuffer[] = [];
     if (bytes < reserveBelowBytes) {
       for (const floats of [...sizes].sort((a, b) => b - a)) {
-        // a new block's pages are mapped as it is written, here rather than on a recovery's path
-        kept.push(this.takeBlock(floats) ?? new Float32Array(floats).fill(0).buffer);
+        // a new block's pages are mapped now, beside training, rather than on a recovery's path
+        kept.push(this.takeBlock(floats) ?? mappedMemory(floats * Float32Array.BYTES_PER_ELEMENT, false));
       }
     }
     this.free = kept;

@@ -183,7 +183,7 @@ describe('Readback', function () {
     await Promise.all([fresh.stop(), kept.stop()]);
   });
 
-  it('the memory kept for a shard is in memory, written through, not just allocated; keeping none lets it go', async function () {
+  it('the memory kept for a shard is in memory, its pages mapped, not just allocated; keeping none lets it go', async function () {
     if (!fs.existsSync('/proc/self/status')) this.skip();
     const large = path.join(scratch, 'large');
     await generateSynthetic(large, { ...small, shape: [1, 64, 64], trainRows: 2000, testRows: 100, rowsPerBatch: 100 });
@@ -192,6 +192,7 @@ describe('Readback', function () {
     const measure = `
       const { Dataset } = require(${JSON.stringify(require.resolve('../../src/data/dataset'))});
       const { HeldShards } = require(${JSON.stringify(require.resolve('../../src/protocol/shards'))});
+      const { mappedAll } = require(${JSON.stringify(require.resolve('../../src/base/mapped-memory'))});
       const resident = () => Number(/VmRSS:\\s+(\\d+) kB/.exec(require('fs').readFileSync('/proc/self/status', 'utf8'))[1]) * 1024;
       (async () => {
         const dataset = await Dataset.open(${JSON.stringify(large)});
@@ -199,6 +200,7 @@ describe('Readback', function () {
         const held = new HeldShards(dataset, layout, () => 0);
         const before = resident();
         held.keepRoom(1);
+        await mappedAll();
         const grown = resident() - before;
         const bytes = dataset.train.featureBytes(layout.rows(0));
         held.keepRoom(0);

@@ -1,5 +1,5 @@
 // The memory the shard-ordered sums take their buffers from: a given block lent again (the smallest
-// that holds a request, zeroed, at most once), blocks made ready for sizes written through (the
+// that holds a request, zeroed, at most once), blocks made ready for sizes, their pages mapped (the
 // process's resident memory grows by them), the ones no size needs let go, and none kept above the bound.
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
@@ -30,7 +30,7 @@ describe('SumMemory (sharding/sum-memory.ts)', () => {
     assert.equal(memory.take(10).buffer, block.buffer);
   });
 
-  it('reserve keeps the free blocks that fit the sizes, writes new ones for the rest, and lets the others go', () => {
+  it('reserve keeps the free blocks that fit the sizes, makes new ones for the rest, and lets the others go', () => {
     const memory = new SumMemory();
     const [fits, unneeded] = [new Float32Array(600), new Float32Array(50)];
     memory.give([fits, unneeded]);
@@ -42,19 +42,23 @@ describe('SumMemory (sharding/sum-memory.ts)', () => {
     assert.ok(after.buffer !== unneeded.buffer, 'a block no size needed was kept');
   });
 
-  it('the blocks reserve makes are in memory, written through, not just allocated', function () {
+  it('the blocks reserve makes are in memory, their pages mapped, not just allocated', function () {
     if (!fs.existsSync('/proc/self/status')) this.skip();
     // in a process of its own: here, a collection the 64 MiB set off could free another test's
     // garbage while the block is written, and the resident memory would show the difference only
     const measure = `
       const { SumMemory } = require(${JSON.stringify(require.resolve('../../src/sharding/sum-memory'))});
+      const { mappedAll } = require(${JSON.stringify(require.resolve('../../src/base/mapped-memory'))});
       const resident = () => Number(/VmRSS:\\s+(\\d+) kB/.exec(require('fs').readFileSync('/proc/self/status', 'utf8'))[1]) * 1024;
-      const memory = new SumMemory();
-      const floats = (64 << 20) / 4;
-      const before = resident();
-      memory.reserve([floats]);
-      const grown = resident() - before;
-      console.log(JSON.stringify({ grown, taken: memory.take(floats).length }));`;
+      (async () => {
+        const memory = new SumMemory();
+        const floats = (64 << 20) / 4;
+        const before = resident();
+        memory.reserve([floats]);
+        await mappedAll();
+        const grown = resident() - before;
+        console.log(JSON.stringify({ grown, taken: memory.take(floats).length }));
+      })();`;
     const child = spawnSync(process.execPath, ['-e', measure], { encoding: 'utf8' });
     assert.equal(child.status, 0, child.stderr);
     const { grown, taken } = JSON.parse(child.stdout) as { grown: number; taken: number };

@@ -6,12 +6,11 @@
 // work: 60 us; prefetched 43; on huge pages too 35).
 #include "data/gather.h"
 
-#include <sys/mman.h>
-
 #include <cstdint>
 #include <string>
 
 #include "args.h"
+#include "data/pages.h"
 
 namespace ft {
 
@@ -98,12 +97,7 @@ Napi::Value AdviseRandomRows(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (!info[0].IsTypedArray()) ThrowArg(env, "adviseRandomRows", "features", "a typed array", info[0]);
   auto features = info[0].As<Napi::TypedArray>();
-  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(DataOf(features));
-  const uintptr_t from = (start + kHugePage - 1) & ~(kHugePage - 1);
-  const uintptr_t to = (start + features.ByteLength()) & ~(kHugePage - 1);
-  bool advised = to > from && madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE) == 0;
-  return Napi::Boolean::New(env, advised);
+  return Napi::Boolean::New(env, AdviseHugePages(reinterpret_cast<uintptr_t>(DataOf(features)), features.ByteLength()));
 }
 
 }  // namespace ft
