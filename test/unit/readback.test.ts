@@ -3,7 +3,7 @@
 // for is read at once, ahead of the background pass, every batch is read once (the bytes taken
 // equal the shards' bytes), the data equals a whole read, and a batch that fails its checksum is
 // kept and thrown by the next ready(). A shard taken over goes into the memory kept for it
-// (HeldShards.keepRoom), which is written through when kept (the process's resident memory grows).
+// (HeldShards.keepRoom), whose pages are mapped when kept (the process's resident memory grows).
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';

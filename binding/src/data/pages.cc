@@ -24,7 +24,7 @@ namespace {
 constexpr uintptr_t kPageBytes = 4096;
 constexpr uintptr_t kHugePageBytes = uintptr_t{2} << 20;
 
-// Maps [start, end) writable on libuv's pool, keeping the ArrayBuffer alive until it is done.
+// Maps `bytes` from `start` writable on libuv's pool, keeping the ArrayBuffer alive until it is done.
 class PopulateWorker : public Napi::AsyncWorker {
  public:
   PopulateWorker(Napi::Env env, Napi::ArrayBuffer memory, uintptr_t start, size_t bytes)
