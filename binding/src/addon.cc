@@ -173,7 +173,6 @@ Napi::Object InitAddon(Napi::Env env, Napi::Object exports) {
   exports.Set("crc64", Napi::Function::New(env, Crc64, "crc64"));
   exports.Set("gatherRows", Napi::Function::New(env, GatherRows, "gatherRows"));
   exports.Set("adviseRandomRows", Napi::Function::New(env, AdviseRandomRows, "adviseRandomRows"));
-  exports.Set("adviseHugePages", Napi::Function::New(env, AdviseHugePagesOf, "adviseHugePages"));
   exports.Set("canPopulate", Napi::Function::New(env, CanPopulate, "canPopulate"));
   exports.Set("mapMemory", Napi::Function::New(env, MapMemory, "mapMemory"));
   exports.Set("ec", EcExports(env));

@@ -67,13 +67,6 @@ bool AdviseHugePages(uintptr_t start, size_t bytes) {
   return to > from && madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE) == 0;
 }
 
-Napi::Value AdviseHugePagesOf(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  if (!info[0].IsTypedArray()) ThrowArg(env, "adviseHugePages", "view", "a typed array", info[0]);
-  auto view = info[0].As<Napi::TypedArray>();
-  return Napi::Boolean::New(env, AdviseHugePages(reinterpret_cast<uintptr_t>(DataOf(view)), view.ByteLength()));
-}
-
 Napi::Value CanPopulate(const Napi::CallbackInfo& info) { return Napi::Boolean::New(info.Env(), PopulateSupported()); }
 
 Napi::Value MapMemory(const Napi::CallbackInfo& info) {

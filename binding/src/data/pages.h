@@ -12,9 +12,6 @@ namespace ft {
 // written, it is then mapped 2 MiB at a time. Whether the advice was taken.
 bool AdviseHugePages(uintptr_t start, size_t bytes);
 
-// adviseHugePages(view) -> bool: AdviseHugePages over a typed array's memory.
-Napi::Value AdviseHugePagesOf(const Napi::CallbackInfo& info);
-
 // canPopulate() -> bool: whether this kernel maps memory writable without writing it
 // (MADV_POPULATE_WRITE, Linux 5.14).
 Napi::Value CanPopulate(const Napi::CallbackInfo& info);
