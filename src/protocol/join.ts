@@ -7,6 +7,7 @@
 // the others recover from without it.
 import type { CheckpointMeta } from '../checkpoint/checkpoint';
 import type { Phase } from '../liveness/drills';
+import { killStopped } from '../liveness/hangs';
 import type { JoinMeta } from '../sharding/sharded-state';
 import type { Checkpointing } from './checkpointing';
 import type { Failure, LoopPosition, ProtocolObserver, RunHistory, StateSource } from './contracts';
@@ -46,6 +47,8 @@ export interface JoinParts {
   history: RunHistory;
   observer: ProtocolObserver;
   enter(phase: Phase): void;
+  /** the run's pid files (a joining rank that leaves kills the other joiners it finds stopped) */
+  pidsDir: string;
   /** working ranks held a state other than the leader's at the join of `step` (with `verified` only) */
   diverged(step: number): void;
 }
@@ -102,9 +105,13 @@ export class Join {
     // and checked with them (a spawned rank that has not joined holds none)
     const holdsState = !this.waiting;
     // a joining rank's drill point names the step it was spawned at, its own until it joins
-    const transfer = await world.transferJoin(vote, sent, buffers, holdsState, () => this.parts.enter('join'));
+    let named: number[] = [];
+    const transfer = await world.transferJoin(vote, sent, buffers, holdsState, (message) => {
+      named = message.joiners;
+      this.parts.enter('join');
+    });
     if (!transfer) {
-      if (this.waiting) this.leave('the join failed');
+      if (this.waiting) this.leave('the join failed', named);
       return null;
     }
     const { message, bytes, diverged } = transfer;
@@ -143,9 +150,20 @@ export class Join {
     return message.joiners;
   }
 
-  /** A spawned rank that could not join: it leaves as a failure (the others recover without it). */
-  private leave(why: string): never {
-    this.parts.observer.log(`rank ${this.parts.world.worldRank}: ${why}; leaving`);
+  /**
+   * A spawned rank that could not join: it leaves as a failure (the others recover without it).
+   * The other `joiners` it finds stopped (hung) go first: the runtime ends a spawn whose process
+   * died by waking the others of it, and one woken after the survivors declared it dead aborts
+   * with a stack trace on stderr, before their kill reaches it.
+   */
+  private leave(why: string, joiners: number[] = []): never {
+    const me = this.parts.world.worldRank;
+    const killed = killStopped(
+      this.parts.pidsDir,
+      joiners.filter((r) => r !== me),
+    );
+    const hung = killed.length > 0 ? `; killed rank(s) ${killed.join(', ')}, found stopped` : '';
+    this.parts.observer.log(`rank ${me}: ${why}${hung}; leaving`);
     process.kill(process.pid, 'SIGKILL');
     throw new Error('unreachable');
   }

@@ -160,6 +160,7 @@ export class Manager implements StepPosition {
       history: this,
       observer,
       enter: this.enter,
+      pidsDir: config.pidsDir,
       diverged: (step) => this.joinDiverged(step),
     });
   }

@@ -524,6 +524,28 @@ describe('elastic world: spares and respawned ranks', function () {
     });
   }
 
+  it('--respawn: of two newcomers, one stopped (SIGSTOP) during their join: the other, leaving, kills it first, so that the runtime does not wake it into an abort; both replaced, the same bits', async () => {
+    const run = await ftRun(
+      4,
+      [],
+      ...respawnWaiting,
+      ...['--hang-timeout', '3', '--drill', 'rank=1,step=3,phase=compute', '--drill', 'rank=2,step=3,phase=compute'],
+      ...['--drill', 'rank=5,step=3,phase=join,action=stop'],
+    );
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(summaryOf(run).params_sha256, reference.get('sgd'));
+    // woken by the runtime once rank 4 had died, after the survivors had declared it dead, rank 5 aborted with a stack trace
+    assert.ok(!/mark_as_failed|Signal: Aborted/.test(run.stderr), run.stderr);
+    assert.deepEqual(
+      summaryOf(run).failures.map((f) => [f.step, f.lost]),
+      [
+        [3, [1, 2]],
+        [4, [4, 5]],
+      ],
+    );
+    assert.equal(worlds(run).at(-1), 4);
+  });
+
   it('--respawn: a newcomer stopped (SIGSTOP) during its join is found stopped after the deadline, killed, and replaced: the same bits', async () => {
     const run = await ftRun(
       4,
