@@ -331,7 +331,12 @@ export class Membership {
    * ranks are spawned to join once ready (see admitSpawned). Null when a failure interrupted the spawn.
    */
   async grow(vote: Vote): Promise<number[] | null> {
-    await this.giveUpSpawn();
+    const how = this.spawnedHow;
+    const givenUp = await this.giveUpSpawn();
+    if (givenUp.length > 0)
+      this.observer.log(
+        `step ${this.position.step}: ${how} rank(s) ${givenUp.join(', ')} given up before joining: the world changed first`,
+      );
     if (this.position.trainingDone) return [];
     const joiners = this.spares.slice(0, this.vacantPlaces);
     const count = Math.min(this.vacantPlaces - joiners.length, this.respawnsLeft);
