@@ -31,7 +31,6 @@
 #include "io/direct_write.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -52,6 +51,7 @@
 #include <vector>
 
 #include "args.h"
+#include "data/pages.h"
 
 namespace ft {
 
@@ -143,7 +143,7 @@ class Ring {
  public:
   Ring() : memory_(static_cast<uint8_t*>(std::aligned_alloc(kHugePage, kSlots * kSlotBytes)), std::free) {
     if (!memory_) throw std::bad_alloc();
-    madvise(memory_.get(), kSlots * kSlotBytes, MADV_HUGEPAGE);  // best effort: 4 KiB pages otherwise
+    AdviseHugePages(reinterpret_cast<uintptr_t>(memory_.get()), kSlots * kSlotBytes);  // best effort: 4 KiB pages otherwise
     for (size_t i = 0; i < kSlots * kSlotBytes; i += kPage) static_cast<volatile uint8_t*>(memory_.get())[i] = 0;
   }
   uint8_t* Slot(int i) { return memory_.get() + i * kSlotBytes; }
