@@ -7,6 +7,11 @@ export function underMpirun(): boolean {
   return process.env.OMPI_COMM_WORLD_SIZE !== undefined;
 }
 
+/** The launch's own name (its PMIx namespace: the same on every rank it started), or undefined without one (a singleton). */
+export function launcherJob(): string | undefined {
+  return process.env.PMIX_NAMESPACE || undefined;
+}
+
 /** The world size MPI will report. */
 export function launcherWorldSize(): number {
   return Number(process.env.OMPI_COMM_WORLD_SIZE ?? '1');

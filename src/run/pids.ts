@@ -7,6 +7,15 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 
+/**
+ * The empty file in pids/ that names the launch that made the run directory (launcherJob), so
+ * that a slow rank of that launch does not take the files its faster ranks already wrote for a
+ * run of another launch; the name alone is the mark, so that no rank can read it half-written.
+ */
+export function jobMarkName(job: string): string {
+  return `job-${job.replace(/[^A-Za-z0-9@._-]/g, '_')}`;
+}
+
 export interface PidFile {
   pid: number;
   host: string;

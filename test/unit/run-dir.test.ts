@@ -1,6 +1,7 @@
-// The run directory contract without MPI: a run directory is created once; a new leader appends the
-// committed steps and events the old one had not written, each once; the reader names a
-// half-written or foreign file in one line, and a live run's last line is read only once whole.
+// The run directory contract without MPI: a run directory is created once (a slow rank of the
+// launch that made it takes what its faster ranks wrote); a new leader appends the committed steps
+// and events the old one had not written, each once; the reader names a half-written or foreign
+// file in one line, and a live run's last line is read only once whole.
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -8,6 +9,7 @@ import * as path from 'node:path';
 import { runFiles } from '../../src/run/files';
 import { lastRecord, readLines, readObject, RunDirError } from '../../src/run/reader';
 import type { StepRecord } from '../../src/run/records';
+import { jobMarkName, rankList } from '../../src/run/pids';
 import { createRunDir, RunLog } from '../../src/run/writer';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -31,6 +33,22 @@ describe('run directory', () => {
     assert.throws(() => createRunDir(dir), {
       message: `${dir}: --run-dir already holds a run (metrics.jsonl); choose a new directory or --resume it`,
     });
+  });
+
+  it("a rank of the launch that made the directory takes the files its faster ranks wrote; another launch's rank refuses them", () => {
+    const dir = newDir();
+    const [launch, other] = ['prterun-host-1234@1', 'prterun-host-5678@1'];
+    createRunDir(dir, false, launch);
+    assert.deepEqual(fs.readdirSync(path.join(dir, runFiles.pids)), [jobMarkName(launch)]);
+    // a faster rank of the launch stopped at start-up and recorded it
+    fs.writeFileSync(path.join(dir, runFiles.events), '{"event":"stop"}\n');
+    createRunDir(dir, false, launch);
+    const refusal = { message: `${dir}: --run-dir already holds a run (events.jsonl); choose a new directory or --resume it` };
+    assert.throws(() => createRunDir(dir, false, other), refusal);
+    assert.throws(() => createRunDir(dir), refusal);
+    // the mark is no rank's pid file
+    assert.deepEqual(rankList(path.join(dir, runFiles.pids)), []);
+    assert.equal(jobMarkName('prterun-a/b c@1'), 'job-prterun-a_b_c@1');
   });
 
   it('a new leader appends the steps and events the old one did not write, each once', async () => {
