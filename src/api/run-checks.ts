@@ -8,7 +8,7 @@ import { ulfm } from '../comm';
 import { Dataset } from '../data/dataset';
 import { DatasetError } from '../data/errors';
 import { levelAsked, type LevelAsked } from '../rank/kernel-level';
-import { launcherJob, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from '../rank/launcher-env';
+import { launcherNamespace, launcherWorldSize, mpiFaultToleranceOn, underMpirun } from '../rank/launcher-env';
 import { createRunDir } from '../run/writer';
 import type { TrainOptions } from './train-settings';
 
@@ -181,7 +181,7 @@ export async function openRun(options: TrainOptions, door: RunInputs): Promise<{
     const resume = options.resume !== undefined && !joining ? checkResume(options, dataset, door) : undefined;
     options.rankBatch = checkShards(options, dataset, launcherWorldSize() - options.reserves - options.spares, resume);
     if (!joining) checkCheckpointDir(options.checkpointDir);
-    if (!joining) createRunDir(options.runDir, resume !== undefined, launcherJob());
+    if (!joining) createRunDir(options.runDir, resume !== undefined, launcherNamespace());
     return { dataset, resume };
   } catch (error) {
     // its file handles would otherwise be closed by the garbage collector, with a warning on stderr

@@ -8,7 +8,7 @@ export function underMpirun(): boolean {
 }
 
 /** The launch's own name (its PMIx namespace: the same on every rank it started), or undefined without one (a singleton). */
-export function launcherJob(): string | undefined {
+export function launcherNamespace(): string | undefined {
   return process.env.PMIX_NAMESPACE || undefined;
 }
 

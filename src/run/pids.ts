@@ -8,12 +8,15 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 
 /**
- * The empty file in pids/ that names the launch that made the run directory (launcherJob), so
- * that a slow rank of that launch does not take the files its faster ranks already wrote for a
- * run of another launch; the name alone is the mark, so that no rank can read it half-written.
+ * The empty file in pids/ that names the launch that made the run directory (its PMIx namespace,
+ * launcherNamespace), so that a slow rank of that launch does not take the files its faster ranks
+ * already wrote for a run of another launch; the name alone is the mark, so that no rank can read
+ * it half-written. Not jobMark (below): rank 0's pid file may not be written yet, or be an earlier
+ * job's, while the launch's ranks still start, and the namespace is the launch's only, not that of
+ * the ranks it spawns later, which jobMark covers too.
  */
-export function jobMarkName(job: string): string {
-  return `job-${job.replace(/[^A-Za-z0-9@._-]/g, '_')}`;
+export function launchMarkName(namespace: string): string {
+  return `launch-${namespace.replace(/[^A-Za-z0-9@._-]/g, '_')}`;
 }
 
 export interface PidFile {

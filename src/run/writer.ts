@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import { namingFile } from '../base/file-errors';
 import { writeAtomically } from '../base/atomic-write';
 import { rankLogName, runFiles } from './files';
-import { jobMarkName, pidFileText } from './pids';
+import { launchMarkName, pidFileText } from './pids';
 import { fileSize, lastRecord, recordsFrom } from './reader';
 import type { EventRecord, RunEvent, StepRecord, Summary } from './records';
 import { makeDirectory } from '../base/make-directory';
@@ -14,18 +14,19 @@ import { makeDirectory } from '../base/make-directory';
 /**
  * Creates the run directory. One that already holds a run is refused in one line, unless the run
  * resumes (`resuming`) and that run did not complete: then this run appends to its files, keeping
- * their history (the report draws both as one run, the resume marked). `job` names the launch
- * (launcherJob): the run its own faster ranks began (a stop at start-up already recorded while a
- * loaded rank was still loading) is its own, not one to refuse.
+ * their history (the report draws both as one run, the resume marked). `launch` is the launch's
+ * PMIx namespace (launcherNamespace): the run its own faster ranks began (a stop at start-up
+ * already recorded while a loaded rank was still loading) is its own, not one to refuse.
  */
-export function createRunDir(dir: string, resuming = false, job?: string): void {
-  const mark = job === undefined ? undefined : path.join(dir, runFiles.pids, jobMarkName(job));
+export function createRunDir(dir: string, resuming = false, launch?: string): void {
+  const mark = launch === undefined ? undefined : path.join(dir, runFiles.pids, launchMarkName(launch));
   if (fs.existsSync(dir)) {
     if (!fs.statSync(dir).isDirectory()) throw new Error(`${dir}: --run-dir exists and is not a directory`);
     const entries = fs.readdirSync(dir).filter((name) => name !== runFiles.logs && name !== runFiles.pids);
     if (resuming && entries.includes(runFiles.summary))
       throw new Error(`${dir}: --run-dir holds a run that completed (${runFiles.summary}); resume into a new directory`);
-    if (!resuming && entries.length > 0 && !(mark !== undefined && fs.existsSync(mark)))
+    const ownLaunchBegan = mark !== undefined && fs.existsSync(mark);
+    if (!resuming && entries.length > 0 && !ownLaunchBegan)
       throw new Error(`${dir}: --run-dir already holds a run (${entries.slice(0, 3).join(', ')}); choose a new directory or --resume it`);
   }
   makeDirectory(path.join(dir, runFiles.logs));

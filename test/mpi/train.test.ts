@@ -126,7 +126,7 @@ describe('ft-train', function () {
     const pids = fs.readdirSync(path.join(baseline.dir, 'pids')).sort();
     assert.deepEqual(pids.slice(0, 4), ['0', '1', '2', '3']);
     assert.equal(pids.length, 5, pids.join(' '));
-    assert.match(pids[4], /^job-\S+@\d+$/);
+    assert.match(pids[4], /^launch-\S+@\d+$/);
   });
 
   it('exact: rank 2 killed at step 30 of 60 ends bit-identical, reading back only its shard; a drill past the run is said not to have fired', async () => {

@@ -9,7 +9,7 @@ import * as path from 'node:path';
 import { runFiles } from '../../src/run/files';
 import { lastRecord, readLines, readObject, RunDirError } from '../../src/run/reader';
 import type { StepRecord } from '../../src/run/records';
-import { jobMarkName, rankList } from '../../src/run/pids';
+import { launchMarkName, rankList } from '../../src/run/pids';
 import { createRunDir, RunLog } from '../../src/run/writer';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
@@ -39,7 +39,7 @@ describe('run directory', () => {
     const dir = newDir();
     const [launch, other] = ['prterun-host-1234@1', 'prterun-host-5678@1'];
     createRunDir(dir, false, launch);
-    assert.deepEqual(fs.readdirSync(path.join(dir, runFiles.pids)), [jobMarkName(launch)]);
+    assert.deepEqual(fs.readdirSync(path.join(dir, runFiles.pids)), [launchMarkName(launch)]);
     // a faster rank of the launch stopped at start-up and recorded it
     fs.writeFileSync(path.join(dir, runFiles.events), '{"event":"stop"}\n');
     createRunDir(dir, false, launch);
@@ -48,7 +48,7 @@ describe('run directory', () => {
     assert.throws(() => createRunDir(dir), refusal);
     // the mark is no rank's pid file
     assert.deepEqual(rankList(path.join(dir, runFiles.pids)), []);
-    assert.equal(jobMarkName('prterun-a/b c@1'), 'job-prterun-a_b_c@1');
+    assert.equal(launchMarkName('prterun-a/b c@1'), 'launch-prterun-a_b_c@1');
   });
 
   it('a new leader appends the steps and events the old one did not write, each once', async () => {
