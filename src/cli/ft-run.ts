@@ -14,7 +14,16 @@ import { FrozenRanks } from './frozen-ranks';
 import { outcome, type StopRecord } from './job-outcome';
 import { killJobProcesses } from './job-processes';
 import { NoRestart, planRestart, type Restart } from './restart';
-import { checkUlfm, defaultHangTimeoutS, forwardJobStderr, hangTimeoutOf, trainCommand, trainFlag, type Command } from './mpirun';
+import {
+  checkUlfm,
+  defaultHangTimeoutS,
+  forwardJobStderr,
+  hangTimeoutOf,
+  runtimeStopSignal,
+  trainCommand,
+  trainFlag,
+  type Command,
+} from './mpirun';
 import { newestCheckpoint } from '../checkpoint/checkpoint';
 import { frozenRankMs, hangBounds, minorityStopMs } from '../liveness/hang-bounds';
 import { rankLogName, runFiles } from '../run/files';
@@ -223,7 +232,7 @@ function runJob(
   });
   forwardJobStderr(child.stderr!);
   let stopTimer: NodeJS.Timeout | undefined;
-  const endJob = () => child.kill('SIGTERM');
+  const endJob = () => child.kill(runtimeStopSignal);
   const onSignal = (signal: NodeJS.Signals) => {
     if (stopTimer !== undefined) {
       console.error(`ft-run: ${signal} again: ending the job`);

@@ -215,7 +215,21 @@ function bindingSettings(ranks: number, threads: number, spares: number, { hosts
 }
 
 /**
- * `mpirun --with-ft ulfm [--oversubscribe] -n N [--hostfile F] <binding> <cluster> <collectives> <progress> <detector> <program>`: without
+ * A SIGTERM is the ranks' to answer (ft-train checkpoints and stops on it), not the runtime's: a
+ * scheduler's stop (Slurm's requeue, preemption, time limit or scancel; systemd's) signals every
+ * process of the job, and PRRTE ends the job on it (SIGCONT, SIGTERM 250 ms later, SIGKILL 250 ms
+ * after that), cutting the ranks' checkpoint short. So mpirun, and under Slurm its daemons (srun
+ * starts them in a job step, which the signal reaches too), start with SIGTERM blocked: a blocked
+ * signal stays blocked across exec, and PRRTE unblocks every signal for the ranks it starts. SIGINT
+ * still ends the job (runtimeStopSignal).
+ */
+const sigtermBlocked = ['env', '--block-signal=TERM'];
+
+/** The signal that makes mpirun end the job: its SIGTERM is blocked (sigtermBlocked). */
+export const runtimeStopSignal = 'SIGINT';
+
+/**
+ * `env --block-signal=TERM mpirun --with-ft ulfm [--oversubscribe] -n N [--hostfile F] <binding> <cluster> [<daemons under Slurm>] <collectives> <progress> <detector> <program>`: without
  * --with-ft a dead rank ends the whole job; oversubscription (more ranks than slots: this machine's
  * cores, or the hostfile's slots) lets tests and drills run 4 or 8 ranks on a laptop; root needs
  * Open MPI's explicit consent.
@@ -229,9 +243,12 @@ export function mpirunCommand(options: MpirunOptions): Command {
     // still there, and a restart's daemons would wait for them
     ...(process.env.SLURM_JOB_ID !== undefined ? { SLURM_OVERLAP: '1' } : {}),
   };
+  const [command, ...blocking] = sigtermBlocked;
   return {
-    command: path.join(mpiHome, 'bin', 'mpirun'),
+    command,
     args: [
+      ...blocking,
+      path.join(mpiHome, 'bin', 'mpirun'),
       '--with-ft',
       'ulfm',
       ...(options.ranks > slots ? ['--oversubscribe'] : []),
@@ -240,6 +257,7 @@ export function mpirunCommand(options: MpirunOptions): Command {
       ...(options.hostfile !== undefined ? ['--hostfile', options.hostfile] : []),
       ...bindingSettings(options.ranks, options.threads ?? 1, options.spares ?? 0, { hosts, slots }),
       ...clusterSettings(options.sshConfig),
+      ...(process.env.SLURM_JOB_ID !== undefined ? ['--prtemca', 'prte_launch_agent', [...sigtermBlocked, 'prted'].join(' ')] : []),
       ...collectiveSettings,
       ...progressSettings,
       ...detectorSettings(options.hangTimeoutS ?? defaultHangTimeoutS),

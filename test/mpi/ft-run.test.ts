@@ -16,7 +16,7 @@ import { readRun } from '../../src/report/run-data';
 import { NoRestart, planRestart } from '../../src/cli/restart';
 import { repoRoot, runCommand, type JobResult } from '../helpers/mpi-job';
 import { makeScratch, removeScratch } from '../helpers/scratch';
-import { stopOnceWritten as stopOnceWrittenAt } from '../helpers/stop-once';
+import { type StopTarget, stopOnceWritten as stopOnceWrittenAt } from '../helpers/stop-once';
 
 const scratch = makeScratch('ft-run-');
 const ftRun = path.join(repoRoot, 'launch', 'ft-run');
@@ -43,7 +43,7 @@ function expectedLine(
   return (
     [
       ...(process.getuid?.() === 0 ? ['OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1'] : []),
-      `${mpiHome}/bin/mpirun --with-ft ulfm`,
+      `env --block-signal=TERM ${mpiHome}/bin/mpirun --with-ft ulfm`,
       ...(ranks > slots ? ['--oversubscribe'] : []),
       `-n ${ranks}`,
       ...(hostfile ? [`--hostfile ${hostfile}`] : []),
@@ -99,7 +99,7 @@ describe('launch/ft-run', function () {
       }
     });
 
-    it("inside a Slurm allocation: its nodes and slots (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE), no hostfile, ranks dealt to the nodes in turn, srun's steps allowed to overlap", async () => {
+    it("inside a Slurm allocation: its nodes and slots (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE), no hostfile, ranks dealt to the nodes in turn, srun's steps allowed to overlap, its daemons started with SIGTERM blocked", async () => {
       const slurm = { ...process.env, SLURM_JOB_ID: '77', SLURM_JOB_NODELIST: 'node[1-2],big', SLURM_TASKS_PER_NODE: '2(x2),4' };
       for (const [ranks, binding] of [
         [4, '--map-by node:PE=2'],
@@ -108,7 +108,11 @@ describe('launch/ft-run', function () {
         const job = await launch(['-n', String(ranks), '--dry-run', '--', ...flags], slurm);
         assert.equal(job.code, 0, job.stderr);
         const root = 'OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ';
-        const line = expectedLine(ranks, 8, detector30, quoted, undefined, binding);
+        // its daemons, in a job step that Slurm's SIGTERM reaches, leave it to the ranks as mpirun does
+        const line = expectedLine(ranks, 8, detector30, quoted, undefined, binding).replace(
+          '-x FT_BENCH_JOB',
+          "-x FT_BENCH_JOB --prtemca prte_launch_agent 'env --block-signal=TERM prted'",
+        );
         assert.equal(job.stdout, process.getuid?.() === 0 ? line.replace(root, `${root}SLURM_OVERLAP=1 `) : `SLURM_OVERLAP=1 ${line}`);
       }
     });
@@ -524,14 +528,15 @@ describe('launch/ft-run', function () {
       args: string[],
       file: string,
       text: string,
-    ): Promise<{ job: JobResult<never>; stops: { reason?: string; spawned_given_up?: number[] }[] }> {
+      to: StopTarget = 'ft-run',
+    ): Promise<{ job: JobResult<never>; stops: { reason?: string; checkpoint?: string; spawned_given_up?: number[] }[] }> {
       const running = launch(['-n', '2', '--', ...trainFlags, '--run-dir', runDir, '--steps', '1000000', ...args], process.env, 90_000);
-      const job = await stopOnceWrittenAt(running, runDir, file, text);
+      const job = await stopOnceWrittenAt(running, runDir, file, text, to);
       const stops = fs
         .readFileSync(path.join(runDir, 'events.jsonl'), 'utf8')
         .trim()
         .split('\n')
-        .map((l) => JSON.parse(l) as { event: string; reason?: string; spawned_given_up?: number[] })
+        .map((l) => JSON.parse(l) as { event: string; reason?: string; checkpoint?: string; spawned_given_up?: number[] })
         .filter((e) => e.event === 'stop');
       assert.ok(!fs.existsSync(path.join(runDir, 'summary.json')));
       return { job, stops };
@@ -545,6 +550,23 @@ describe('launch/ft-run', function () {
         stops.map((e) => e.reason),
         ['sigterm'],
       );
+    });
+
+    it("SIGTERM to every process of the job at once, as a scheduler's stop sends it (Slurm's requeue, preemption, time limit): mpirun leaves it to the ranks, which checkpoint and stop cleanly, exit 0", async () => {
+      // rank 0 computes 1,000 times slower from step 3 (its milliseconds there last seconds), and
+      // the signal comes once step 2 is recorded: the ranks stop at step 3's end, long after
+      // PRRTE's own answer to the signal, were its SIGTERM not blocked, killed them (SIGCONT,
+      // SIGTERM, SIGKILL within 500 ms)
+      const dir = path.join(scratch, 'stopped-all');
+      const slow = ['--drill', 'rank=0,step=3,action=slow,factor=1000'];
+      const { job, stops } = await stopOnceWritten(dir, slow, 'metrics.jsonl', '{"step":2,', 'every process');
+      assert.equal(job.code, 0, `${job.stdout}\n${job.stderr}`);
+      assert.match(job.stderr, /ft-run: SIGTERM: asked 2 rank\(s\) to checkpoint and stop/);
+      assert.deepEqual(
+        stops.map((e) => e.reason),
+        ['sigterm'],
+      );
+      assert.ok(fs.existsSync(path.join(stops[0].checkpoint!, 'manifest.json')), `no checkpoint at ${stops[0].checkpoint}`);
     });
 
     it('--respawn (joining once ready): a newcomer stopped before its MPI runs is given up at the start-up bound after its launch, 12 s at T = 4, not half the comm deadline (6 s); the next one joins', async () => {
