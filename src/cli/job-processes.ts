@@ -27,12 +27,12 @@ export function jobProcesses(marker: string, thisHostOnly = false): number[] {
     .filter((pid) => pid !== process.pid && environOf(pid)?.includes(marker) && (!thisHostOnly || hostOf(pid) === here));
 }
 
-/** SIGKILLs the processes jobProcesses finds (one that ends meanwhile is passed over); their pids. */
-export function killJobProcesses(marker: string, thisHostOnly = false): number[] {
+/** Sends `signal` (SIGKILL by default) to the processes jobProcesses finds (one that ends meanwhile is passed over); their pids. */
+export function killJobProcesses(marker: string, thisHostOnly = false, signal: NodeJS.Signals = 'SIGKILL'): number[] {
   const pids = jobProcesses(marker, thisHostOnly);
   for (const pid of pids) {
     try {
-      process.kill(pid, 'SIGKILL');
+      process.kill(pid, signal);
     } catch {
       // ended meanwhile
     }

@@ -236,12 +236,13 @@ export const runtimeStopSignal = 'SIGINT';
  */
 export function mpirunCommand(options: MpirunOptions): Command {
   const { hosts, slots } = placesOf(options);
+  const inSlurm = process.env.SLURM_JOB_ID !== undefined;
   const envSet: Record<string, string> = {
     ...(process.getuid?.() === 0 ? { OMPI_ALLOW_RUN_AS_ROOT: '1', OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1' } : {}),
     // inside Slurm, mpirun starts its daemons with srun: their step may share CPUs with others, since
     // the step of a job that lost a node stays until that node answers, holding its CPUs on the nodes
     // still there, and a restart's daemons would wait for them
-    ...(process.env.SLURM_JOB_ID !== undefined ? { SLURM_OVERLAP: '1' } : {}),
+    ...(inSlurm ? { SLURM_OVERLAP: '1' } : {}),
   };
   const [command, ...blocking] = sigtermBlocked;
   return {
@@ -257,7 +258,7 @@ export function mpirunCommand(options: MpirunOptions): Command {
       ...(options.hostfile !== undefined ? ['--hostfile', options.hostfile] : []),
       ...bindingSettings(options.ranks, options.threads ?? 1, options.spares ?? 0, { hosts, slots }),
       ...clusterSettings(options.sshConfig),
-      ...(process.env.SLURM_JOB_ID !== undefined ? ['--prtemca', 'prte_launch_agent', [...sigtermBlocked, 'prted'].join(' ')] : []),
+      ...(inSlurm ? ['--prtemca', 'prte_launch_agent', [...sigtermBlocked, 'prted'].join(' ')] : []),
       ...collectiveSettings,
       ...progressSettings,
       ...detectorSettings(options.hangTimeoutS ?? defaultHangTimeoutS),

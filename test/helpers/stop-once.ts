@@ -5,7 +5,7 @@
 import { strict as assert } from 'node:assert';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { jobProcesses } from '../../src/cli/job-processes';
+import { killJobProcesses } from '../../src/cli/job-processes';
 import { readPid } from '../../src/run/pids';
 import type { JobResult } from './mpi-job';
 
@@ -39,16 +39,9 @@ export async function stopOnce(
     .readFileSync(`/proc/${rankPid}/environ`, 'latin1')
     .split('\0')
     .find((v) => v.startsWith('FT_RUN_JOB='))!;
-  const launcherPid = Number(launcher.slice('FT_RUN_JOB='.length));
+  process.kill(Number(launcher.slice('FT_RUN_JOB='.length)), 'SIGTERM');
   // mpirun and the ranks carry ft-run's mark in their environment
-  const job = to === 'ft-run' ? [] : jobProcesses(launcher);
-  for (const pid of [launcherPid, ...job]) {
-    try {
-      process.kill(pid, 'SIGTERM');
-    } catch {
-      // ended meanwhile
-    }
-  }
+  if (to === 'every process') killJobProcesses(launcher, false, 'SIGTERM');
   return running;
 }
 

@@ -20,10 +20,13 @@ import { fewTestSamples, lenetOnFashion, repoRoot, runCommand, runTrain } from '
 import { lines, summaryOf, type Run } from '../helpers/runs';
 import { makeScratch, removeScratch } from '../helpers/scratch';
 
-/** --respawn, the survivors waiting for the newcomers at the retried step's end: the world's size at each step is known */
-// the others wait for a newcomer up to half the comm deadline (1.5 x --hang-timeout): at the 3 s of
-// `common`, 4.5 s, which a newcomer starting on a loaded machine can pass (it is then given up and
-// another spawned, and the drills naming it never fire); these runs stop no rank, so T costs nothing
+/**
+ * --respawn, the survivors waiting for the newcomers at the retried step's end: the world's size at
+ * each step is known. They wait for a newcomer up to half the comm deadline (1.5 x --hang-timeout):
+ * at the 3 s of `common`, 4.5 s, which a newcomer starting on a loaded machine can pass (it is then
+ * given up and another spawned, and the drills naming it never fire); 10 s here, since these runs
+ * stop no rank, so T costs nothing.
+ */
 const respawnWaiting = ['--respawn', '--respawn-join', 'wait', '--hang-timeout', '10'];
 const scratch = makeScratch('ft-corruption-');
 const every = 4;
